@@ -1,0 +1,69 @@
+// Hyperparameters of a model, read from GGUF metadata alone.
+//
+// This is the part of the model description that `ptxlm inspect` needs; the
+// forward pass (engine/model.h, later) builds on it. Keys are read under the
+// file's `general.architecture` prefix exactly as llama.cpp names them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+
+namespace ptxlm {
+
+class ModelError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+enum class RopeStyle { Adjacent, Neox };   // llama: pairs (2i, 2i+1); qwen2/gemma3: (i, i+d/2)
+
+// Architectures the engine runs. Other architectures can still be inspected.
+const std::vector<std::string>& supported_architectures();
+
+struct HParams {
+    std::string arch;              // general.architecture
+    std::string name;              // general.name, may be empty
+    bool supported = false;        // arch is in supported_architectures()
+
+    uint32_t n_layer = 0;
+    uint32_t n_embd = 0;
+    uint32_t n_ctx_train = 0;      // <arch>.context_length
+    std::vector<uint32_t> n_head;     // per layer
+    std::vector<uint32_t> n_head_kv;  // per layer (defaults to n_head)
+    std::vector<uint32_t> n_ff;       // per layer
+    uint32_t head_dim_k = 0;       // <arch>.attention.key_length, else n_embd / n_head
+    uint32_t head_dim_v = 0;       // <arch>.attention.value_length, else n_embd / n_head
+    uint32_t n_rot = 0;            // <arch>.rope.dimension_count, else head_dim_k
+    float rms_eps = 0;
+    float rope_base = 10000.0f;    // <arch>.rope.freq_base (gemma3: global layers)
+    std::optional<float> rope_base_local;   // gemma3 local layers (10000, fixed by the architecture)
+    RopeStyle rope_style = RopeStyle::Adjacent;
+    uint32_t sliding_window = 0;   // 0 = none
+    uint32_t sliding_period = 0;   // gemma3: layer il is global iff il % period == period - 1
+    uint32_t file_type = 0;        // general.file_type, 0 if absent
+
+    // Tokenizer summary.
+    std::string tokenizer_model;   // "llama" (SentencePiece) or "gpt2" (byte-level BPE)
+    std::string tokenizer_pre;
+    uint32_t n_vocab = 0;          // length of tokenizer.ggml.tokens
+    std::optional<uint32_t> bos_id, eos_id, eot_id;
+    std::optional<bool> add_bos;
+    bool has_chat_template = false;
+
+    bool uniform(const std::vector<uint32_t>& per_layer) const;
+    bool is_sliding_layer(uint32_t il) const;
+};
+
+// Throws ModelError naming the missing or malformed key (gguf::Error for a
+// key of the wrong type passes through with its file offset).
+HParams read_hparams(const gguf::File& file);
+
+// "Q4_K_M" for general.file_type 15, or "type 42" if unknown.
+std::string file_type_name(uint32_t ft);
+
+}  // namespace ptxlm

@@ -1,0 +1,130 @@
+// ptxlm-synth: synthetic GGUF test models shaped like llama, qwen2 and gemma3.
+//
+// A model is fully described by a Spec (shapes, RoPE bases, seed). The weights
+// are random but deterministic (same Spec = byte-identical file on any machine),
+// typed by llama.cpp's Q4_K_M rule, scaled so activations stay O(1) and the
+// logits are peaked (argmax comparisons have real margins). The tokenizer is a
+// small byte-level BPE ("gpt2") vocabulary learned from built-in English text,
+// with ChatML special tokens and a ChatML chat template. Tensor names and
+// metadata keys are the ones llama.cpp reads for each architecture.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gguf/quant.h"
+#include "gguf/writer.h"
+
+namespace ptxlm::synth {
+
+enum class Arch { Llama, Qwen2, Gemma3 };
+enum class Size { Tiny, Small, Medium, Wide4096 };
+
+const char* arch_name(Arch a);   // "llama", "qwen2", "gemma3": general.architecture
+const char* size_name(Size s);   // "tiny", "small", "medium", "wide4096"
+std::optional<Arch> parse_arch(std::string_view s);
+std::optional<Size> parse_size(std::string_view s);
+const std::vector<Arch>& all_archs();
+const std::vector<Size>& all_sizes();
+
+constexpr uint64_t kDefaultSeed = 1;
+
+struct Spec {
+    Arch arch = Arch::Llama;
+    Size size = Size::Tiny;
+    uint32_t n_embd = 0;          // residual width; token_embd is (n_vocab, n_embd)
+    uint32_t n_layer = 0;
+    uint32_t n_head = 0;          // query heads
+    uint32_t n_head_kv = 0;       // key/value heads; n_head % n_head_kv == 0
+    uint32_t head_dim = 0;        // per head, q, k and v alike
+    uint32_t n_ff = 0;            // FFN hidden width
+    uint32_t n_vocab = 0;         // tokenizer size (= vocab().tokens.size())
+    uint32_t n_ctx = 0;           // <arch>.context_length
+    float rms_eps = 1e-5f;        // <arch>.attention.layer_norm_rms_epsilon
+    float rope_base = 10000.0f;   // <arch>.rope.freq_base (gemma3: the global layers)
+    float rope_base_local = 0.0f; // gemma3 sliding-window layers (rope.freq_base_swa); 0 elsewhere
+    uint32_t sliding_window = 0;  // gemma3: <arch>.attention.sliding_window; 0 = none
+    uint64_t seed = kDefaultSeed;
+
+    uint32_t q_dim() const { return n_head * head_dim; }     // attn_q rows, attn_output input
+    uint32_t kv_dim() const { return n_head_kv * head_dim; } // attn_k / attn_v rows
+    bool tied_embeddings() const { return arch == Arch::Gemma3; }  // no output.weight
+    bool qkv_bias() const { return arch == Arch::Qwen2; }
+    std::string name() const;     // general.name, e.g. "ptxlm-synth llama tiny"
+};
+
+// The named presets. Throws std::invalid_argument for an unknown pair.
+Spec preset(Arch arch, Size size, uint64_t seed = kDefaultSeed);
+// Throws std::invalid_argument naming the first inconsistent field.
+void validate(const Spec& spec);
+uint64_t param_count(const Spec& spec);
+
+// ---- Q4_K_M tensor types -------------------------------------------------
+
+enum class WeightKind {
+    TokenEmbd, Output, AttnQ, AttnK, AttnV, AttnOut, FfnGate, FfnUp, FfnDown,
+    Norm,   // every *norm.weight (1-D)
+    Bias,   // qwen2 attn_{q,k,v}.bias (1-D)
+};
+
+// llama.cpp's "use more bits" layer rule of Q4_K_M (integer division n/8):
+// layer i of n gets the bigger type when i < n/8, i >= 7n/8 or (i - n/8) % 3 == 2.
+bool q4_k_m_more_bits(uint32_t layer, uint32_t n_layer);
+// The type llama.cpp's Q4_K_M would give this tensor (all rows are multiples of
+// 256 here, so no fallback types arise).
+gguf::GgmlType q4_k_m_type(WeightKind kind, uint32_t layer, uint32_t n_layer, bool tied_embeddings);
+
+// One tensor of a model, in file order. ne is ggml order: a weight W of shape
+// (out, in) has ne = {in, out}.
+struct TensorSpec {
+    std::string name;
+    WeightKind kind;
+    int layer;                    // -1 outside the blocks
+    gguf::GgmlType type;
+    std::vector<uint64_t> ne;
+};
+std::vector<TensorSpec> tensor_plan(const Spec& spec);
+
+// ---- tokenizer -----------------------------------------------------------
+
+struct Vocab {
+    std::vector<std::string> tokens;    // 256 byte tokens (id = byte), merges, specials
+    std::vector<int32_t> token_type;    // 1 normal, 3 control
+    std::vector<std::string> merges;    // "a b" in rank order
+    uint32_t bos_id = 0;                // <|bos|>
+    uint32_t eos_id = 0;                // <|eos|>
+    uint32_t im_start_id = 0;           // <|im_start|>
+    uint32_t im_end_id = 0;             // <|im_end|> (= eot)
+};
+// Built once from the built-in text; identical on every run.
+const Vocab& vocab();
+// GPT-2's byte -> unicode map, as UTF-8.
+std::string byte_to_unicode(uint8_t b);
+// The built-in English text the merges are learned from.
+std::string_view training_text();
+// A ChatML template in Jinja: <|im_start|>role\ncontent<|im_end|>\n per message.
+const std::string& chat_template();
+
+// ---- generation ----------------------------------------------------------
+
+struct Options {
+    unsigned threads = 0;   // 0 = hardware concurrency; the output does not depend on it
+    // Called before each tensor is generated: (index, count, tensor).
+    std::function<void(size_t, size_t, const TensorSpec&)> progress;
+};
+
+// The whole model as a GGUF writer (tensors quantized, metadata set).
+gguf::Writer build_model(const Spec& spec, const Options& opt = {});
+// Convenience: build_model(...).write(path) / .serialize().
+void write_model(const Spec& spec, const std::string& path, const Options& opt = {});
+std::vector<uint8_t> model_bytes(const Spec& spec, const Options& opt = {});
+
+// The standard normal-ish sample the weights are drawn from (exposed for tests):
+// element `index` of the stream `key`. Mean 0, variance 1, |z| < 3.47.
+float synth_normal(uint64_t key, uint64_t index);
+
+}  // namespace ptxlm::synth

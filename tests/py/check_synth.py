@@ -1,0 +1,337 @@
+"""ptxlm-synth's files as gguf-py reads them.
+
+For each architecture, a tiny model is generated into a temporary folder and
+read with gguf.GGUFReader: the architecture key and hyperparameters, every
+tensor's type by llama.cpp's Q4_K_M rule and its shape, the weights'
+statistics after gguf-py's own dequantizers, and a float64 numpy forward pass
+of the dequantized model: logits of the intended spread (std ~6), peaked with
+real top-1 margins, depending on attention and on distant context (the
+sliding window of gemma3 is crossed). The chat template is rendered with
+jinja2 and must give ChatML. Determinism (same seed, same bytes) and the
+command line's error contract (exit 2) are checked too.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import gguf
+import jinja2
+import numpy as np
+from gguf.quants import dequantize
+
+BIN = Path(os.environ.get("PTXLM_BINARY_DIR", "build")) / "models" / "synth" / "ptxlm-synth"
+ARCHS = ["llama", "qwen2", "gemma3"]
+LOGIT_STD = 6.0   # kLogitStd in models/synth/synth.cpp
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+    return cond
+
+
+def run(*args):
+    return subprocess.run([str(BIN), *args], capture_output=True, text=True)
+
+
+# ---- the model, as gguf-py sees it ----------------------------------------------
+
+def field(r, key, default=None):
+    f = r.fields.get(key)
+    return default if f is None else f.contents()
+
+
+def hparams(r):
+    a = field(r, "general.architecture")
+    n_embd = field(r, f"{a}.embedding_length")
+    n_head = field(r, f"{a}.attention.head_count")
+    return dict(
+        arch=a, n_layer=field(r, f"{a}.block_count"), n_embd=n_embd, n_head=n_head,
+        n_head_kv=field(r, f"{a}.attention.head_count_kv"), n_ff=field(r, f"{a}.feed_forward_length"),
+        head_dim=field(r, f"{a}.attention.key_length", n_embd // n_head),
+        eps=field(r, f"{a}.attention.layer_norm_rms_epsilon"), rope_base=field(r, f"{a}.rope.freq_base"),
+        rope_base_local=field(r, f"{a}.rope.freq_base_swa", 10000.0),
+        sliding_window=field(r, f"{a}.attention.sliding_window", 0),
+        n_vocab=len(field(r, "tokenizer.ggml.tokens")))
+
+
+def weights(r):
+    """name -> float64 array in (out, in) order, via gguf-py's dequantizers."""
+    out = {}
+    for t in r.tensors:
+        shape = [int(d) for d in reversed(t.shape)]
+        out[t.name] = dequantize(t.data, t.tensor_type).astype(np.float64).reshape(shape)
+    return out
+
+
+def more_bits(i, n):
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def expected_types(hp):
+    """llama.cpp's Q4_K_M choice for every tensor (written from llama-quant.cpp)."""
+    Q4, Q6, F32 = gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K, gguf.GGMLQuantizationType.F32
+    tied = hp["arch"] == "gemma3"
+    t = {"token_embd.weight": Q6 if tied else Q4, "output_norm.weight": F32}
+    if not tied:
+        t["output.weight"] = Q6
+    n = hp["n_layer"]
+    for i in range(n):
+        p = f"blk.{i}."
+        vd = Q6 if more_bits(i, n) else Q4
+        for k in ["attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"]:
+            t[p + k + ".weight"] = Q4
+        t[p + "attn_v.weight"] = vd
+        t[p + "ffn_down.weight"] = vd
+        norms = ["attn_norm", "ffn_norm"]
+        if hp["arch"] == "gemma3":
+            norms += ["attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"]
+        for k in norms:
+            t[p + k + ".weight"] = F32
+        if hp["arch"] == "qwen2":
+            for k in ["attn_q", "attn_k", "attn_v"]:
+                t[p + k + ".bias"] = F32
+    return t
+
+
+# ---- a float64 reference forward pass --------------------------------------------
+
+def rmsnorm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def rope(x, pos, base, neox):
+    d = x.shape[-1]
+    inv = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    ang = pos[:, None] * inv[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    if neox:   # qwen2, gemma3: pairs (i, i + d/2)
+        a, b = x[..., : d // 2], x[..., d // 2:]
+        return np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
+    a, b = x[..., 0::2], x[..., 1::2]   # llama: pairs (2i, 2i + 1)
+    out = np.empty_like(x)
+    out[..., 0::2] = a * c - b * s
+    out[..., 1::2] = a * s + b * c
+    return out
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def forward(W, hp, tokens, attention=True):
+    """Logits (T, n_vocab). attention=False makes every token attend to itself only."""
+    arch, E, H, KV, hd, eps = hp["arch"], hp["n_embd"], hp["n_head"], hp["n_head_kv"], hp["head_dim"], hp["eps"]
+    gemma = arch == "gemma3"
+    T = len(tokens)
+    pos = np.arange(T, dtype=np.float64)
+    i_idx, j_idx = np.indices((T, T))
+    x = W["token_embd.weight"][tokens].copy()
+    if gemma:
+        x *= np.sqrt(E)
+    for il in range(hp["n_layer"]):
+        p = f"blk.{il}."
+        h = rmsnorm(x, W[p + "attn_norm.weight"], eps)
+        q, k, v = (h @ W[p + n + ".weight"].T for n in ["attn_q", "attn_k", "attn_v"])
+        if arch == "qwen2":
+            q, k, v = q + W[p + "attn_q.bias"], k + W[p + "attn_k.bias"], v + W[p + "attn_v.bias"]
+        q, k, v = q.reshape(T, H, hd), k.reshape(T, KV, hd), v.reshape(T, KV, hd)
+        base, mask = hp["rope_base"], j_idx <= i_idx
+        if gemma:
+            q = rmsnorm(q, W[p + "attn_q_norm.weight"], eps)
+            k = rmsnorm(k, W[p + "attn_k_norm.weight"], eps)
+            if il % 6 != 5:   # 5 sliding-window layers, then a global one
+                base = hp["rope_base_local"]
+                mask = mask & (i_idx - j_idx < hp["sliding_window"])
+        if not attention:
+            mask = j_idx == i_idx
+        q, k = rope(q, pos, base, arch != "llama"), rope(k, pos, base, arch != "llama")
+        out = np.empty((T, H, hd))
+        for hh in range(H):
+            kv = hh // (H // KV)
+            s = np.where(mask, q[:, hh] @ k[:, kv].T / np.sqrt(hd), -np.inf)
+            s = np.exp(s - s.max(axis=1, keepdims=True))
+            out[:, hh] = (s / s.sum(axis=1, keepdims=True)) @ v[:, kv]
+        a = out.reshape(T, H * hd) @ W[p + "attn_output.weight"].T
+        if gemma:
+            a = rmsnorm(a, W[p + "post_attention_norm.weight"], eps)
+        x = x + a
+        h = rmsnorm(x, W[p + "ffn_norm.weight"], eps)
+        g, u = h @ W[p + "ffn_gate.weight"].T, h @ W[p + "ffn_up.weight"].T
+        f = ((gelu_tanh(g) if gemma else g / (1 + np.exp(-g))) * u) @ W[p + "ffn_down.weight"].T
+        if gemma:
+            f = rmsnorm(f, W[p + "post_ffw_norm.weight"], eps)
+        x = x + f
+    x = rmsnorm(x, W["output_norm.weight"], eps)
+    return x @ W.get("output.weight", W["token_embd.weight"]).T
+
+
+# ---- checks -------------------------------------------------------------------------
+
+def check_model(path, arch):
+    r = gguf.GGUFReader(path)
+    hp = hparams(r)
+    check(hp["arch"] == arch, f"{arch}: general.architecture is {hp['arch']}")
+    check(field(r, "general.file_type") == 15, f"{arch}: general.file_type != 15 (Q4_K_M)")
+    check(field(r, "tokenizer.ggml.model") == "gpt2", f"{arch}: tokenizer.ggml.model")
+    check(field(r, "tokenizer.ggml.pre") == "gpt-2", f"{arch}: tokenizer.ggml.pre")
+
+    want = expected_types(hp)
+    got = {t.name: t for t in r.tensors}
+    check(set(got) == set(want), f"{arch}: tensor set differs: missing {set(want) - set(got)}, extra {set(got) - set(want)}")
+    for name, t in got.items():
+        if name in want:
+            check(t.tensor_type == want[name], f"{arch}: {name} is {t.tensor_type.name}, want {want[name].name}")
+    check(int(got["token_embd.weight"].shape[1]) == hp["n_vocab"], f"{arch}: token_embd rows != n_vocab")
+
+    W = weights(r)
+    E = hp["n_embd"]
+    for name, w in W.items():
+        check(np.all(np.isfinite(w)), f"{arch}: {name} has non-finite values")
+    # The head: logit std = std(head) * sqrt(n_embd) * |final norm| for a
+    # normed state of RMS 1 (gemma3's final norm has magnitude 2, random signs).
+    head = W.get("output.weight", W["token_embd.weight"])
+    head_std = head.std() * np.sqrt(E) * np.abs(W["output_norm.weight"]).mean()
+    check(abs(head_std / LOGIT_STD - 1) < 0.1, f"{arch}: head std * sqrt(n_embd) = {head_std:.3f}, want ~{LOGIT_STD}")
+    if arch != "gemma3":
+        s = W["token_embd.weight"].std()
+        check(abs(s - 1) < 0.1, f"{arch}: token_embd std {s:.3f}, want ~1")
+    s = W["blk.0.attn_v.weight"].std() * np.sqrt(E)
+    check(abs(s - 1) < 0.1, f"{arch}: attn_v std * sqrt(n_embd) = {s:.3f}, want ~1")
+    for name, w in W.items():
+        if name.endswith("norm.weight"):
+            want = 1.0   # gemma3's exceptions: see kGemmaHeadNorm in models/synth/synth.cpp
+            if arch == "gemma3" and name == "output_norm.weight":
+                want = 2.0
+                check(0.25 < np.mean(w < 0) < 0.75, f"{arch}: output_norm signs are not random")
+            elif arch == "gemma3" and any(k in name for k in ["post_", "attn_q_norm", "attn_k_norm"]):
+                want = 1.5
+            m = np.abs(w).mean()
+            check(abs(m - want) < 0.05, f"{arch}: {name} mean |w| = {m:.3f}, want ~{want}")
+
+    # Forward pass over 40 tokens (past gemma3's window of 16).
+    rng = np.random.default_rng(1)
+    toks = rng.integers(0, hp["n_vocab"] - 4, 40)
+    logits = forward(W, hp, toks)
+    top = np.sort(logits, axis=1)
+    margin = top[:, -1] - top[:, -2]
+    am = logits.argmax(axis=1)
+    std = logits.std(axis=1).mean()
+    no_attn = forward(W, hp, toks, attention=False).argmax(axis=1)
+    toks2 = toks.copy()
+    toks2[0] = (toks2[0] + 1) % (hp["n_vocab"] - 4)
+    first_token_effect = np.mean(forward(W, hp, toks2).argmax(axis=1)[1:] != am[1:])
+    print(f"{arch}: logit std {std:.2f}, top-1 margin median {np.median(margin):.2f}, "
+          f"echo {np.mean(am == toks):.2f}, distinct argmax {len(set(am.tolist()))}/40, "
+          f"attention changes {np.mean(no_attn != am):.2f}, first token changes {first_token_effect:.2f}")
+    check(np.all(np.isfinite(logits)), f"{arch}: non-finite logits")
+    check(4 <= std <= 8, f"{arch}: logit std {std:.2f} outside [4, 8]")
+    check(np.median(margin) > 0.5, f"{arch}: median top-1 margin {np.median(margin):.2f} <= 0.5")
+    check(np.mean(am == toks) < 0.25, f"{arch}: the model echoes its input")
+    check(len(set(am.tolist())) > 20, f"{arch}: argmax barely varies")
+    check(np.mean(no_attn != am) > 0.3, f"{arch}: attention hardly changes the argmax")
+    check(first_token_effect > 0.05, f"{arch}: the first token never changes a later argmax")
+
+    # Greedy decoding does not fall into a short loop: tests that compare
+    # generated sequences see many different tokens.
+    seq = list(toks[:4])
+    for _ in range(24):
+        seq.append(int(forward(W, hp, np.array(seq))[-1].argmax()))
+    distinct = len(set(seq[4:]))
+    print(f"{arch}: greedy continuation {distinct}/24 distinct tokens")
+    check(distinct >= 8, f"{arch}: greedy decoding loops ({distinct} distinct tokens in 24)")
+    return r
+
+
+def check_vocab_and_template(r):
+    tokens = field(r, "tokenizer.ggml.tokens")
+    types = field(r, "tokenizer.ggml.token_type")
+    merges = field(r, "tokenizer.ggml.merges")
+    ids = {t: i for i, t in enumerate(tokens)}
+    check(len(ids) == len(tokens), "duplicate tokens")
+    for key, text in [("bos", "<|bos|>"), ("eos", "<|eos|>"), ("eot", "<|im_end|>")]:
+        i = field(r, f"tokenizer.ggml.{key}_token_id")
+        check(i is not None and tokens[i] == text, f"{key}_token_id is not {text}")
+    for text in ["<|bos|>", "<|eos|>", "<|im_start|>", "<|im_end|>"]:
+        check(types[ids[text]] == gguf.TokenType.CONTROL, f"{text} is not a control token")
+    check(field(r, "tokenizer.ggml.add_bos_token") is True, "add_bos_token is not true")
+
+    # The merges are usable: byte-level BPE over a sentence ends in vocab tokens,
+    # fewer than its bytes.
+    b2u = {b: tokens[b] for b in range(256)}
+    rank = {tuple(m.split(" ")): i for i, m in enumerate(merges)}
+    n_tok = 0
+    text = "The keeper climbed the steps and lit the lamp."
+    for word in ["The"] + [" " + w for w in text.split(" ")[1:]]:
+        syms = [b2u[b] for b in word.encode()]
+        while len(syms) > 1:
+            pairs = [(rank.get((syms[i], syms[i + 1]), 1 << 30), i) for i in range(len(syms) - 1)]
+            best, i = min(pairs)
+            if best == 1 << 30:
+                break
+            syms = syms[:i] + [syms[i] + syms[i + 1]] + syms[i + 2:]
+        check(all(s in ids for s in syms), f"BPE of {word!r} left symbols outside the vocab: {syms}")
+        n_tok += len(syms)
+    print(f"vocab {len(tokens)} tokens, {len(merges)} merges; {len(text)} bytes -> {n_tok} tokens")
+    check(n_tok < len(text) / 2, "the merges barely compress English")
+
+    tmpl = field(r, "tokenizer.chat_template")
+    env = jinja2.Environment()
+    msgs = [{"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "Hello!"}]
+    got = env.from_string(tmpl).render(messages=msgs, add_generation_prompt=False)
+    want = "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
+    check(got == want, f"chat template renders {got!r}, want {want!r}")
+    got = env.from_string(tmpl).render(messages=msgs[:1], add_generation_prompt=True)
+    want = "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
+    check(got == want, f"chat template with generation prompt renders {got!r}, want {want!r}")
+
+
+def check_cli(tmp):
+    p = run("--list")
+    check(p.returncode == 0 and "wide4096" in p.stdout and "gemma3" in p.stdout, f"--list failed: {p.stderr}")
+    for args in (["--arch", "gpt9", "--size", "tiny", "--out", str(tmp / "x.gguf")],
+                 ["--arch", "llama", "--size", "huge", "--out", str(tmp / "x.gguf")],
+                 ["--arch", "llama", "--size", "tiny"],
+                 ["--bogus"],
+                 ["--arch", "llama", "--size", "tiny", "--seed", "abc", "--out", str(tmp / "x.gguf")]):
+        p = run(*args)
+        check(p.returncode == 2 and p.stderr.strip(), f"{args}: rc {p.returncode}, stderr {p.stderr!r}; want 2 and a message")
+    check(not (tmp / "x.gguf").exists(), "a failed run left a file")
+
+
+def main():
+    if not BIN.exists():
+        print(f"FAIL: {BIN} not built")
+        return 1
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        check_cli(tmp)
+        readers = {}
+        for arch in ARCHS:
+            path = tmp / f"{arch}-tiny.gguf"
+            p = run("--arch", arch, "--size", "tiny", "--out", str(path))
+            if not check(p.returncode == 0, f"{arch}: ptxlm-synth failed: {p.stderr}"):
+                continue
+            again = tmp / f"{arch}-tiny-again.gguf"
+            other = tmp / f"{arch}-tiny-seed2.gguf"
+            run("--arch", arch, "--size", "tiny", "--out", str(again))
+            run("--arch", arch, "--size", "tiny", "--seed", "2", "--out", str(other))
+            check(path.read_bytes() == again.read_bytes(), f"{arch}: same seed, different bytes")
+            check(path.read_bytes() != other.read_bytes(), f"{arch}: seeds 1 and 2 gave the same bytes")
+            readers[arch] = check_model(str(path), arch)
+        if "llama" in readers:
+            check_vocab_and_template(readers["llama"])
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        return 1
+    print("OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

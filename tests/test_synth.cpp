@@ -1,0 +1,393 @@
+// The synthetic-model generator: determinism, the tensor list of each
+// architecture (names, types, shapes as llama.cpp's loaders expect), the Q4_K_M
+// layer rule, the vocabulary's invariants and the metadata, read back through
+// our GGUF reader.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "gguf/gguf.h"
+#include "models/synth/synth.h"
+
+namespace {
+
+using namespace ptxlm;
+using namespace ptxlm::synth;
+using gguf::GgmlType;
+using gguf::ValueType;
+
+// Generated once per (arch, size): the reader's views point into these bytes.
+const std::vector<uint8_t>& bytes_of(Arch a, Size z) {
+    static std::map<std::pair<Arch, Size>, std::vector<uint8_t>> cache;
+    auto it = cache.find({a, z});
+    if (it == cache.end()) it = cache.emplace(std::pair{a, z}, model_bytes(preset(a, z))).first;
+    return it->second;
+}
+
+gguf::File parse(Arch a, Size z) {
+    return gguf::File::parse(bytes_of(a, z), std::string(arch_name(a)) + "-" + size_name(z));
+}
+
+// ---- determinism ---------------------------------------------------------------
+
+TEST(SynthRandom, PinnedValues) {
+    // The stream is integer arithmetic plus one multiply: these values are the
+    // same on every machine. A change here changes every generated file.
+    EXPECT_EQ(synth_normal(0, 0), synth_normal(0, 0));
+    const float v0 = synth_normal(1, 0), v1 = synth_normal(1, 1), v2 = synth_normal(42, 1000000);
+    EXPECT_EQ(v0, 0x1.3f3edp+0f);       //  1.24705219
+    EXPECT_EQ(v1, 0x1.5c3ca8p-1f);      //  0.68015027
+    EXPECT_EQ(v2, -0x1.0667dcp+1f);     // -2.05004454
+}
+
+TEST(SynthRandom, Moments) {
+    const int n = 200000;
+    double s = 0, s2 = 0, mx = 0;
+    for (int i = 0; i < n; ++i) {
+        double z = synth_normal(7, uint64_t(i));
+        s += z;
+        s2 += z * z;
+        mx = std::max(mx, std::fabs(z));
+    }
+    EXPECT_NEAR(s / n, 0.0, 0.01);
+    EXPECT_NEAR(s2 / n, 1.0, 0.01);
+    EXPECT_LE(mx, 2.0 * std::sqrt(3.0) + 1e-6);   // Irwin-Hall(4) support
+    EXPECT_GT(mx, 3.0);
+}
+
+TEST(SynthDeterminism, SameSeedSameBytesDifferentSeedDifferentBytes) {
+    for (Arch a : all_archs()) {
+        SCOPED_TRACE(arch_name(a));
+        const Spec s = preset(a, Size::Tiny, 7);
+        Options one, four;
+        one.threads = 1;
+        four.threads = 4;
+        const auto b1 = model_bytes(s, one);
+        EXPECT_EQ(b1, model_bytes(s, four)) << "thread count changed the bytes";
+        EXPECT_EQ(b1, model_bytes(s, one));
+        const auto b2 = model_bytes(preset(a, Size::Tiny, 8), one);
+        ASSERT_EQ(b1.size(), b2.size());   // same layout, other weights
+        EXPECT_NE(b1, b2);
+    }
+}
+
+TEST(SynthDeterminism, FileEqualsMemory) {
+    const auto path = std::filesystem::temp_directory_path() / ("test_synth_" + std::to_string(::getpid()) + ".gguf");
+    const Spec s = preset(Arch::Qwen2, Size::Tiny);
+    write_model(s, path.string());
+    gguf::File f = gguf::File::open(path.string());
+    EXPECT_EQ(std::vector<uint8_t>(f.bytes().begin(), f.bytes().end()), bytes_of(Arch::Qwen2, Size::Tiny));
+    std::filesystem::remove(path);
+}
+
+// ---- the Q4_K_M rule -------------------------------------------------------------
+
+TEST(SynthQ4KM, MoreBitsLayers) {
+    // Layers that get Q6_K for attn_v / ffn_down, worked out by hand from
+    // i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2 (integer division).
+    const std::map<uint32_t, std::set<uint32_t>> expect = {
+        {1, {0}},
+        {2, {1}},                 // n/8 = 0, 7n/8 = 1
+        {6, {2, 5}},              // 7n/8 = 5; i % 3 == 2
+        {8, {0, 3, 6, 7}},        // n/8 = 1, 7n/8 = 7; (i-1) % 3 == 2
+        {18, {0, 1, 4, 7, 10, 13, 15, 16, 17}},   // gemma-3-270m: n/8 = 2, 7n/8 = 15
+        {32, {0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31}},
+    };
+    for (const auto& [n, layers] : expect) {
+        for (uint32_t i = 0; i < n; ++i) {
+            EXPECT_EQ(q4_k_m_more_bits(i, n), layers.count(i) == 1) << "layer " << i << " of " << n;
+            const GgmlType want = layers.count(i) ? GgmlType::Q6_K : GgmlType::Q4_K;
+            EXPECT_EQ(q4_k_m_type(WeightKind::AttnV, i, n, false), want);
+            EXPECT_EQ(q4_k_m_type(WeightKind::FfnDown, i, n, false), want);
+            for (WeightKind k : {WeightKind::AttnQ, WeightKind::AttnK, WeightKind::AttnOut, WeightKind::FfnGate,
+                                 WeightKind::FfnUp})
+                EXPECT_EQ(q4_k_m_type(k, i, n, false), GgmlType::Q4_K);
+            EXPECT_EQ(q4_k_m_type(WeightKind::Norm, i, n, false), GgmlType::F32);
+            EXPECT_EQ(q4_k_m_type(WeightKind::Bias, i, n, false), GgmlType::F32);
+        }
+    }
+    EXPECT_EQ(q4_k_m_type(WeightKind::Output, 0, 8, false), GgmlType::Q6_K);
+    EXPECT_EQ(q4_k_m_type(WeightKind::TokenEmbd, 0, 8, false), GgmlType::Q4_K);
+    EXPECT_EQ(q4_k_m_type(WeightKind::TokenEmbd, 0, 8, true), GgmlType::Q6_K);   // doubles as the output
+}
+
+// ---- tensors -----------------------------------------------------------------------
+
+struct Want {
+    std::string name;
+    GgmlType type;
+    std::vector<uint64_t> ne;
+};
+
+// Written from llama.cpp's load_arch_tensors for llama, qwen2 and gemma3
+// (ggml order: a (out, in) weight has ne = {in, out}).
+std::vector<Want> expected_tensors(const Spec& s) {
+    const uint64_t E = s.n_embd, Q = uint64_t(s.n_head) * s.head_dim, KV = uint64_t(s.n_head_kv) * s.head_dim;
+    const uint64_t F = s.n_ff, V = s.n_vocab, L = s.n_layer;
+    const bool gemma = s.arch == Arch::Gemma3, qwen = s.arch == Arch::Qwen2;
+    std::vector<Want> w;
+    w.push_back({"token_embd.weight", gemma ? GgmlType::Q6_K : GgmlType::Q4_K, {E, V}});
+    w.push_back({"output_norm.weight", GgmlType::F32, {E}});
+    if (!gemma) w.push_back({"output.weight", GgmlType::Q6_K, {E, V}});
+    for (uint64_t i = 0; i < L; ++i) {
+        const std::string p = "blk." + std::to_string(i) + ".";
+        const bool more = i < L / 8 || i >= 7 * L / 8 || (i - L / 8) % 3 == 2;
+        const GgmlType vd = more ? GgmlType::Q6_K : GgmlType::Q4_K;
+        w.push_back({p + "attn_norm.weight", GgmlType::F32, {E}});
+        w.push_back({p + "attn_q.weight", GgmlType::Q4_K, {E, Q}});
+        w.push_back({p + "attn_k.weight", GgmlType::Q4_K, {E, KV}});
+        w.push_back({p + "attn_v.weight", vd, {E, KV}});
+        w.push_back({p + "attn_output.weight", GgmlType::Q4_K, {Q, E}});
+        w.push_back({p + "ffn_norm.weight", GgmlType::F32, {E}});
+        w.push_back({p + "ffn_gate.weight", GgmlType::Q4_K, {E, F}});
+        w.push_back({p + "ffn_up.weight", GgmlType::Q4_K, {E, F}});
+        w.push_back({p + "ffn_down.weight", vd, {F, E}});
+        if (qwen) {
+            w.push_back({p + "attn_q.bias", GgmlType::F32, {Q}});
+            w.push_back({p + "attn_k.bias", GgmlType::F32, {KV}});
+            w.push_back({p + "attn_v.bias", GgmlType::F32, {KV}});
+        }
+        if (gemma) {
+            w.push_back({p + "attn_q_norm.weight", GgmlType::F32, {s.head_dim}});
+            w.push_back({p + "attn_k_norm.weight", GgmlType::F32, {s.head_dim}});
+            w.push_back({p + "post_attention_norm.weight", GgmlType::F32, {E}});
+            w.push_back({p + "post_ffw_norm.weight", GgmlType::F32, {E}});
+        }
+    }
+    return w;
+}
+
+class SynthModel : public ::testing::TestWithParam<std::pair<Arch, Size>> {};
+
+TEST_P(SynthModel, TensorsNamesTypesShapes) {
+    const auto [a, z] = GetParam();
+    const Spec s = preset(a, z);
+    const gguf::File f = parse(a, z);
+    const auto want = expected_tensors(s);
+    EXPECT_EQ(f.tensors().size(), want.size());
+    for (const Want& w : want) {
+        SCOPED_TRACE(w.name);
+        const gguf::TensorInfo* t = f.find_tensor(w.name);
+        ASSERT_NE(t, nullptr) << "missing";
+        EXPECT_EQ(t->ggml_type(), w.type) << gguf::type_name(t->type);
+        ASSERT_EQ(t->n_dims, w.ne.size());
+        for (size_t d = 0; d < w.ne.size(); ++d) EXPECT_EQ(t->ne[d], w.ne[d]) << "dim " << d;
+    }
+    uint64_t params = 0;
+    for (const auto& t : f.tensors()) params += t.n_elements();
+    EXPECT_EQ(params, param_count(s));
+}
+
+TEST_P(SynthModel, Metadata) {
+    const auto [a, z] = GetParam();
+    const Spec s = preset(a, z);
+    const gguf::File f = parse(a, z);
+    const std::string p = std::string(arch_name(a)) + ".";
+    auto type_of = [&](const std::string& key) {
+        const gguf::KeyValue* kv = f.find(key);
+        EXPECT_NE(kv, nullptr) << key << " missing";
+        return kv ? kv->type : ValueType::U8;
+    };
+    // The types gguf-py writes and llama.cpp's typed getters accept.
+    for (const char* k : {"general.file_type", "general.quantization_version"}) EXPECT_EQ(type_of(k), ValueType::U32) << k;
+    for (const char* k : {"context_length", "embedding_length", "block_count", "feed_forward_length",
+                          "attention.head_count", "attention.head_count_kv"})
+        EXPECT_EQ(type_of(p + k), ValueType::U32) << k;
+    for (const char* k : {"attention.layer_norm_rms_epsilon", "rope.freq_base"}) EXPECT_EQ(type_of(p + k), ValueType::F32) << k;
+    for (const char* k : {"general.architecture", "general.name", "tokenizer.ggml.model", "tokenizer.ggml.pre",
+                          "tokenizer.chat_template"})
+        EXPECT_EQ(type_of(k), ValueType::STRING) << k;
+    for (const char* k : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"})
+        EXPECT_EQ(type_of(k), ValueType::U32) << k;
+    EXPECT_EQ(type_of("tokenizer.ggml.add_bos_token"), ValueType::BOOL);
+    for (const char* k : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type"})
+        EXPECT_EQ(type_of(k), ValueType::ARRAY) << k;
+    EXPECT_EQ(f.find("tokenizer.ggml.tokens")->elem_type, ValueType::STRING);
+    EXPECT_EQ(f.find("tokenizer.ggml.merges")->elem_type, ValueType::STRING);
+    EXPECT_EQ(f.find("tokenizer.ggml.token_type")->elem_type, ValueType::I32);
+
+    EXPECT_EQ(f.get_string("general.architecture"), arch_name(a));
+    EXPECT_EQ(f.get_u32("general.file_type"), 15u);   // MOSTLY_Q4_K_M
+    EXPECT_EQ(f.get_u32(p + "embedding_length"), s.n_embd);
+    EXPECT_EQ(f.get_u32(p + "block_count"), s.n_layer);
+    EXPECT_EQ(f.get_u32(p + "feed_forward_length"), s.n_ff);
+    EXPECT_EQ(f.get_u32(p + "attention.head_count"), s.n_head);
+    EXPECT_EQ(f.get_u32(p + "attention.head_count_kv"), s.n_head_kv);
+    EXPECT_EQ(f.get_u32(p + "context_length"), s.n_ctx);
+    EXPECT_EQ(f.get_float(p + "rope.freq_base"), double(s.rope_base));
+    EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "gpt2");
+    EXPECT_EQ(f.get_string("tokenizer.ggml.pre"), "gpt-2");   // llama.cpp's name for the GPT-2 regex
+    EXPECT_EQ(f.get_bool("tokenizer.ggml.add_bos_token"), true);
+    EXPECT_EQ(f.get_string("tokenizer.chat_template"), chat_template());
+    const Vocab& v = vocab();
+    EXPECT_EQ(f.get_u32("tokenizer.ggml.bos_token_id"), v.bos_id);
+    EXPECT_EQ(f.get_u32("tokenizer.ggml.eos_token_id"), v.eos_id);
+    EXPECT_EQ(f.get_u32("tokenizer.ggml.eot_token_id"), v.im_end_id);
+    EXPECT_EQ(f.find("tokenizer.ggml.tokens")->count, s.n_vocab);
+    EXPECT_EQ(f.find_tensor("token_embd.weight")->ne[1], s.n_vocab);
+    if (a == Arch::Gemma3) {
+        EXPECT_EQ(f.get_u32(p + "attention.key_length"), s.head_dim);
+        EXPECT_EQ(f.get_u32(p + "attention.value_length"), s.head_dim);
+        EXPECT_EQ(f.get_u32(p + "attention.sliding_window"), 16u);
+        EXPECT_EQ(f.get_float(p + "rope.freq_base"), 1e6);
+        EXPECT_EQ(f.get_float(p + "rope.freq_base_swa"), 1e4);
+        EXPECT_NE(s.n_head * s.head_dim, s.n_embd);   // as in the real gemma-3: key_length is needed
+        EXPECT_GE(s.n_layer, 6u);                      // layer 5 is a global layer
+    } else {
+        EXPECT_EQ(f.find(p + "attention.sliding_window"), nullptr);
+        EXPECT_EQ(s.n_head * s.head_dim, s.n_embd);
+    }
+}
+
+// Norm weights: ~1, except gemma3's final norm (magnitude 2, random signs) and
+// its post-branch and q/k norms (1.5): see kGemmaHeadNorm in synth.cpp.
+double expected_norm_magnitude(Arch a, const std::string& name) {
+    if (a != Arch::Gemma3) return 1.0;
+    if (name == "output_norm.weight") return 2.0;
+    for (const char* k : {"post_attention_norm", "post_ffw_norm", "attn_q_norm", "attn_k_norm"})
+        if (name.find(k) != std::string::npos) return 1.5;
+    return 1.0;
+}
+
+TEST_P(SynthModel, NormWeights) {
+    const auto [a, z] = GetParam();
+    const gguf::File f = parse(a, z);
+    for (const auto& t : f.tensors()) {
+        if (t.name.find("norm.weight") == std::string::npos) continue;
+        SCOPED_TRACE(t.name);
+        ASSERT_EQ(t.ggml_type(), GgmlType::F32);
+        const float* w = reinterpret_cast<const float*>(t.data);
+        double mean_abs = 0;
+        size_t neg = 0;
+        for (uint64_t i = 0; i < t.ne[0]; ++i) {
+            mean_abs += std::fabs(w[i]);
+            neg += w[i] < 0;
+        }
+        mean_abs /= double(t.ne[0]);
+        EXPECT_NEAR(mean_abs, expected_norm_magnitude(a, t.name), 0.05);
+        if (a == Arch::Gemma3 && t.name == "output_norm.weight") {
+            EXPECT_GT(neg, t.ne[0] / 4);   // random signs
+            EXPECT_LT(neg, 3 * t.ne[0] / 4);
+        } else {
+            EXPECT_EQ(neg, 0u);
+        }
+    }
+}
+
+std::string param_name(const ::testing::TestParamInfo<std::pair<Arch, Size>>& i) {
+    return std::string(arch_name(i.param.first)) + "_" + size_name(i.param.second);
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyAndSmall, SynthModel,
+                         ::testing::Values(std::pair{Arch::Llama, Size::Tiny}, std::pair{Arch::Qwen2, Size::Tiny},
+                                           std::pair{Arch::Gemma3, Size::Tiny}, std::pair{Arch::Llama, Size::Small},
+                                           std::pair{Arch::Qwen2, Size::Small},
+                                           std::pair{Arch::Gemma3, Size::Small}),
+                         param_name);
+
+// ---- presets -------------------------------------------------------------------------
+
+TEST(SynthPresets, AllValidAndQ4KRows) {
+    for (Size z : all_sizes()) {
+        for (Arch a : all_archs()) {
+            const Spec s = preset(a, z);
+            SCOPED_TRACE(s.name());
+            for (const TensorSpec& t : tensor_plan(s)) {
+                if (t.type != GgmlType::F32) {
+                    EXPECT_EQ(t.ne[0] % 256, 0u) << t.name;
+                }
+            }
+            EXPECT_EQ(s.n_head % s.n_head_kv, 0u);
+        }
+    }
+    EXPECT_EQ(preset(Arch::Llama, Size::Wide4096).n_ff, 11008u);   // Llama-2-7B: 43 * 256
+    EXPECT_LT(param_count(preset(Arch::Llama, Size::Tiny)), 2'000'000u);
+}
+
+TEST(SynthPresets, ValidateRejects) {
+    Spec s = preset(Arch::Llama, Size::Tiny);
+    s.n_ff = 500;
+    EXPECT_THROW(validate(s), std::invalid_argument);
+    s = preset(Arch::Llama, Size::Tiny);
+    s.n_head_kv = 3;
+    EXPECT_THROW(validate(s), std::invalid_argument);
+    s = preset(Arch::Qwen2, Size::Tiny);
+    s.head_dim = 128;   // q_dim != n_embd without key_length
+    EXPECT_THROW(validate(s), std::invalid_argument);
+    EXPECT_FALSE(parse_arch("gpt2"));
+    EXPECT_FALSE(parse_size("huge"));
+    EXPECT_EQ(parse_size("wide4096"), Size::Wide4096);
+}
+
+// ---- vocabulary -------------------------------------------------------------------------
+
+TEST(SynthVocab, Invariants) {
+    const Vocab& v = vocab();
+    ASSERT_EQ(v.tokens.size(), v.token_type.size());
+    EXPECT_GE(v.tokens.size(), 512u);
+    EXPECT_LE(v.tokens.size(), 1024u);
+    EXPECT_GE(v.merges.size(), 200u);
+
+    // 256 byte tokens first, id = byte, in GPT-2's byte -> unicode spelling.
+    EXPECT_EQ(v.tokens[' '], "\xC4\xA0");    // U+0120
+    EXPECT_EQ(v.tokens['\n'], "\xC4\x8A");   // U+010A
+    EXPECT_EQ(v.tokens['A'], "A");
+    EXPECT_EQ(v.tokens[0xAD], "\xC5\x83");   // the last unprintable: U+0143
+    EXPECT_EQ(v.tokens[0xFF], "\xC3\xBF");   // U+00FF stands for itself
+    for (int b = 0; b < 256; ++b) {
+        EXPECT_EQ(v.tokens[b], byte_to_unicode(uint8_t(b)));
+        EXPECT_EQ(v.token_type[b], 1);
+    }
+
+    // Distinct tokens; every merge "a b" has a, b and ab in the vocabulary.
+    std::map<std::string, size_t> id;
+    for (size_t i = 0; i < v.tokens.size(); ++i) EXPECT_TRUE(id.emplace(v.tokens[i], i).second) << "duplicate " << v.tokens[i];
+    std::set<std::string> seen_merges;
+    for (size_t r = 0; r < v.merges.size(); ++r) {
+        const std::string& m = v.merges[r];
+        SCOPED_TRACE(m);
+        EXPECT_TRUE(seen_merges.insert(m).second) << "duplicate merge";
+        const size_t sp = m.find(' ');
+        ASSERT_NE(sp, std::string::npos);
+        ASSERT_EQ(m.find(' ', sp + 1), std::string::npos);   // byte-level symbols never contain ' '
+        const std::string l = m.substr(0, sp), rr = m.substr(sp + 1);
+        EXPECT_TRUE(id.count(l) && id.count(rr) && id.count(l + rr));
+        EXPECT_LT(id[l + rr], v.tokens.size() - 4);   // a normal token, not a special
+        EXPECT_GE(id[l + rr], 256u);
+    }
+    // Merges learned from English text contain whole words.
+    EXPECT_TRUE(id.count("\xC4\xA0" "the"));   // " the"
+    EXPECT_TRUE(id.count("\xC4\xA0" "and"));
+
+    // Specials last, typed control, ids in range.
+    const uint32_t n = uint32_t(v.tokens.size());
+    EXPECT_EQ(v.tokens[v.bos_id], "<|bos|>");
+    EXPECT_EQ(v.tokens[v.eos_id], "<|eos|>");
+    EXPECT_EQ(v.tokens[v.im_start_id], "<|im_start|>");
+    EXPECT_EQ(v.tokens[v.im_end_id], "<|im_end|>");
+    for (uint32_t id_ : {v.bos_id, v.eos_id, v.im_start_id, v.im_end_id}) {
+        EXPECT_LT(id_, n);
+        EXPECT_GE(id_, n - 4);
+        EXPECT_EQ(v.token_type[id_], 3);
+    }
+    for (uint32_t i = 0; i < n - 4; ++i) EXPECT_EQ(v.token_type[i], 1) << i;
+}
+
+TEST(SynthVocab, ChatTemplateIsChatML) {
+    const std::string& t = chat_template();
+    EXPECT_NE(t.find("<|im_start|>"), std::string::npos);
+    EXPECT_NE(t.find("<|im_end|>"), std::string::npos);
+    EXPECT_NE(t.find("add_generation_prompt"), std::string::npos);
+    EXPECT_EQ(t.find("bos_token"), std::string::npos);   // add_bos_token adds it; no double BOS
+}
+
+}  // namespace

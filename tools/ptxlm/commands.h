@@ -1,0 +1,15 @@
+// Subcommands of the ptxlm executable. Each registers its options on the CLI
+// and returns the process exit code when run (0 ok, 2 bad input, 1 failure).
+#pragma once
+
+#include <functional>
+
+namespace CLI { class App; }
+
+namespace ptxlm::cli {
+
+using Runner = std::function<int()>;
+
+Runner add_inspect(CLI::App& app);
+
+}  // namespace ptxlm::cli

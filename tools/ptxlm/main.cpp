@@ -1,0 +1,38 @@
+// ptxlm: a single-stream LLM decode engine. Dispatches to the subcommands.
+#include <cstdio>
+#include <exception>
+#include <map>
+
+#include <CLI/CLI.hpp>
+
+#include "tools/ptxlm/commands.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{"ptxlm: LLM decoding with generated PTX kernels (CPU backend where no GPU is present)"};
+    app.require_subcommand(1);
+    std::map<CLI::App*, ptxlm::cli::Runner> runners;
+    auto add = [&](ptxlm::cli::Runner (*adder)(CLI::App&)) {
+        size_t before = app.get_subcommands({}).size();
+        ptxlm::cli::Runner run = adder(app);
+        runners[app.get_subcommands({})[before]] = std::move(run);
+    };
+    add(ptxlm::cli::add_inspect);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        int rc = app.exit(e);
+        return rc == 0 ? 0 : 2;
+    }
+    for (auto& [sub, run] : runners) {
+        if (sub->parsed()) {
+            try {
+                return run();
+            } catch (const std::exception& e) {
+                std::fprintf(stderr, "ptxlm %s: %s\n", sub->get_name().c_str(), e.what());
+                return 1;
+            }
+        }
+    }
+    return 2;
+}
