@@ -1,6 +1,7 @@
 """`ptxlm inspect` reports what gguf.GGUFReader reports.
 
-For each model given (default: the two real models under PTXLM_MODELS_DIR):
+For each model given (default: the two real models under PTXLM_MODELS_DIR,
+plus tiny synthetic qwen2 and gemma3 models from ptxlm-synth):
 architecture, hyperparameters, tokenizer summary, chat-template presence,
 every tensor's name, type, shape and byte size, and the totals per type must
 equal what the reference reader derives from the same file. Then the error
@@ -18,6 +19,7 @@ from pathlib import Path
 import gguf
 
 BIN = os.environ.get("PTXLM_BIN", "build/tools/ptxlm/ptxlm")
+SYNTH = Path(os.environ.get("PTXLM_BINARY_DIR", "build")) / "models" / "synth" / "ptxlm-synth"
 MODELS = Path(os.environ.get("PTXLM_MODELS_DIR", "models"))
 REAL = ["gemma-3-270m-q4_k_m.gguf", "SmolLM2-135M-Instruct.Q4_1.gguf"]
 
@@ -139,6 +141,14 @@ def check_error(args, what):
 
 def main():
     paths = [Path(p) for p in sys.argv[1:]] or [MODELS / n for n in REAL]
+    synth_dir = tempfile.TemporaryDirectory()
+    if not sys.argv[1:]:
+        for arch in ("qwen2", "gemma3"):
+            out = Path(synth_dir.name) / f"{arch}-tiny.gguf"
+            p = subprocess.run([str(SYNTH), "--arch", arch, "--size", "tiny", "--out", str(out)],
+                               capture_output=True, text=True, timeout=60)
+            check(p.returncode == 0, f"ptxlm-synth --arch {arch} failed: {p.stderr.strip()}")
+            paths.append(out)
     for p in paths:
         if not p.exists():
             failures.append(f"{p} is missing: run ./run.sh test (or models/fetch) to fetch it")

@@ -9,7 +9,15 @@ real top-1 margins, depending on attention and on distant context (the
 sliding window of gemma3 is crossed). The chat template is rendered with
 jinja2 and must give ChatML. Determinism (same seed, same bytes) and the
 command line's error contract (exit 2) are checked too.
+
+llama.cpp is the reference for these files as well: tests/golden/
+llamacpp_synth_tiny.json holds its tokenization of a prompt and its greedy
+continuation for each tiny model (recorded by bench/golden-synth). The numpy
+forward pass must produce the same continuation, byte for byte, from the same
+file (its SHA-256 is checked first).
 """
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -23,6 +31,7 @@ from gguf.quants import dequantize
 
 BIN = Path(os.environ.get("PTXLM_BINARY_DIR", "build")) / "models" / "synth" / "ptxlm-synth"
 ARCHS = ["llama", "qwen2", "gemma3"]
+GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "llamacpp_synth_tiny.json"
 LOGIT_STD = 6.0   # kLogitStd in models/synth/synth.cpp
 
 failures = []
@@ -245,7 +254,37 @@ def check_model(path, arch):
     distinct = len(set(seq[4:]))
     print(f"{arch}: greedy continuation {distinct}/24 distinct tokens")
     check(distinct >= 8, f"{arch}: greedy decoding loops ({distinct} distinct tokens in 24)")
+    check_llamacpp_golden(path, arch, r, W, hp)
     return r
+
+
+def check_llamacpp_golden(path, arch, r, W, hp):
+    golden = json.loads(GOLDEN.read_text())
+    g = golden["models"][arch]
+    sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    if not check(sha == g["sha256"], f"{arch}: the tiny model's SHA-256 {sha} differs from the one llama.cpp's "
+                 f"golden continuation was recorded on ({g['sha256']}); if the generator changed on purpose, "
+                 "re-record with bench/golden-synth"):
+        return
+    tokens = field(r, "tokenizer.ggml.tokens")
+    u2b = {tokens[b]: b for b in range(256)}   # byte tokens: GPT-2's byte -> unicode map
+    eog = {field(r, "tokenizer.ggml.eos_token_id"), field(r, "tokenizer.ggml.eot_token_id")}
+    seq = list(g["prompt_ids"])
+    out = b""
+    for _ in range(golden["n_predict"]):
+        t = int(forward(W, hp, np.array(seq))[-1].argmax())
+        if t in eog:
+            break
+        seq.append(t)
+        out += tokens[t].encode() if types_control(r, t) else bytes(u2b[c] for c in tokens[t])
+    want = bytes.fromhex(g["continuation_hex"])
+    check(out == want, f"{arch}: greedy continuation differs from llama.cpp's: ours {out!r}, llama.cpp {want!r}")
+    if out == want:
+        print(f"{arch}: greedy continuation of {golden['prompt']!r} equals llama.cpp's ({len(seq) - len(g['prompt_ids'])} tokens)")
+
+
+def types_control(r, t):
+    return field(r, "tokenizer.ggml.token_type")[t] == gguf.TokenType.CONTROL
 
 
 def check_vocab_and_template(r):
