@@ -12,7 +12,11 @@ BUILD=${PTXLM_BUILD_DIR:-$ROOT/build}
 JOBS=${PTXLM_JOBS:-$(nproc)}
 DEFAULT_MODEL=$ROOT/models/gemma-3-270m-q4_k_m.gguf
 
-step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+if [ -t 2 ]; then
+  step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+else
+  step() { printf '==> %s\n' "$*" >&2; }
+fi
 die() { printf 'run.sh: %s\n' "$*" >&2; exit 1; }
 
 APT_PACKAGES=(cmake ninja-build g++ pkg-config python3 python3-venv
