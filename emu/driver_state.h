@@ -1,0 +1,137 @@
+// emu's Driver API surface, internal state shared by driver.cpp (init, device,
+// context, memory, errors, stats), driver_exec.cpp (modules, launches,
+// streams, graphs) and driver_ptx.cpp (the JIT's module-header checks). Not an
+// interface: only libcuda.so.1's exports are.
+//
+// The handle types cuda.h leaves incomplete (CUctx_st, CUmod_st, ...) are
+// defined here. Every handle a caller passes in is checked against the set of
+// live handles, so a stale or foreign pointer is CUDA_ERROR_INVALID_HANDLE,
+// never a crash. One mutex serialises the whole API; kernels run on the
+// calling thread at launch time (a stream is an ordered queue that is always
+// drained), so "async" work is complete when the call returns.
+#pragma once
+
+#include <cuda.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "emu/interp.h"
+#include "emu/stats.h"
+
+// One recorded or pending kernel launch: parameters already packed (the
+// driver copies the values behind kernelParams at the call).
+struct EmuLaunch {
+    CUfunction func = nullptr;
+    ptxlm::emu::Dim3 grid, block;
+    uint32_t shared = 0;                 // dynamic shared bytes
+    bool cooperative = false;
+    std::vector<uint8_t> params;         // KernelInfo::param_bytes
+    std::vector<void*> param_ptrs;       // one per .param, into `params` (cuGraphKernelNodeGetParams)
+};
+
+struct CUfunc_st {
+    CUmod_st* mod = nullptr;
+    const ptxlm::emu::KernelInfo* info = nullptr;
+    uint32_t max_dynamic_shared = 48 * 1024;   // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (set to opt in)
+    bool opted_in = false;
+    int carveout = -1;
+};
+
+struct CUmod_st {
+    CUctx_st* ctx = nullptr;
+    std::shared_ptr<const ptxlm::emu::Program> prog;
+    std::vector<std::unique_ptr<CUfunc_st>> funcs;
+};
+
+struct CUgraphNode_st {
+    CUgraph_st* graph = nullptr;
+    EmuLaunch launch;
+};
+
+struct CUgraph_st {
+    CUctx_st* ctx = nullptr;
+    std::vector<std::unique_ptr<CUgraphNode_st>> nodes;   // a linear chain, in capture order
+};
+
+struct CUgraphExec_st {
+    CUctx_st* ctx = nullptr;
+    // Keyed by the source graph's node handle (compared, never dereferenced:
+    // the source graph may already be destroyed).
+    std::vector<std::pair<CUgraphNode, EmuLaunch>> nodes;
+};
+
+struct CUstream_st {
+    CUctx_st* ctx = nullptr;
+    unsigned flags = 0;
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+    std::thread::id capture_thread;
+    std::unique_ptr<CUgraph_st> graph;   // being captured
+};
+
+struct CUctx_st {
+    int refcount = 0;                     // primary-context retains; 0 = inactive
+    unsigned flags = 0;
+    CUresult sticky = CUDA_SUCCESS;       // a kernel fault poisons the context until it is destroyed
+    std::unique_ptr<ptxlm::emu::Memory> mem;
+    std::map<CUmod_st*, std::unique_ptr<CUmod_st>> modules;
+    std::map<CUstream_st*, std::unique_ptr<CUstream_st>> streams;
+    std::map<CUgraph_st*, std::unique_ptr<CUgraph_st>> graphs;
+    std::map<CUgraphExec_st*, std::unique_ptr<CUgraphExec_st>> execs;
+    std::map<void*, size_t> pinned;       // cuMemAllocHost blocks
+};
+
+namespace ptxlm::emu::driver {
+
+struct State {
+    ~State();
+    std::recursive_mutex mu;
+    bool initialized = false;
+    CUctx_st primary;                          // device 0's primary context
+    std::unordered_set<const void*> live;      // every live handle of every type
+    bool stats_enabled = false;                // PTXLM_EMU_STATS set
+    std::string stats_path;
+    std::map<std::string, Stats> stats;        // per kernel name, since the primary context was created
+};
+State& state();
+using Lock = std::lock_guard<std::recursive_mutex>;
+
+// The calling thread's current context (cuCtxSetCurrent).
+CUctx_st*& current();
+
+// The checks every context-bound call starts with: initialised, a current
+// active context, and not poisoned by an earlier fault (whose error every
+// later call returns, as the real driver does).
+CUresult enter(CUctx_st** ctx);
+
+template <class T>
+bool alive(T* h) { return h && state().live.count(static_cast<const void*>(h)) != 0; }
+
+// Whether a capture sequence forbids "unsafe" calls (synchronous copies,
+// cuMemAlloc, context sync) on this thread: any GLOBAL capture, or a
+// THREAD_LOCAL one begun by this thread. Such a call invalidates the capture.
+bool capture_forbids_unsafe(CUctx_st* ctx);
+void invalidate_captures(CUctx_st* ctx);
+
+// Runs a launch now. A fault is printed as "emu: <message>"; a launch
+// configuration error is returned, a fault while running poisons the context
+// (and SUCCESS is returned: the fault surfaces at the next call).
+CUresult execute(CUctx_st* ctx, const EmuLaunch& l);
+
+// The JIT's checks of a module header (.version accepted by this driver,
+// .target runnable on the device, ISA version new enough for the target).
+// On failure returns INVALID_PTX or UNSUPPORTED_PTX_VERSION with `log` filled.
+CUresult check_ptx_header(std::string_view ptx, std::string* log);
+
+// Frees everything the context owns (the last primary-context release).
+void destroy_context(CUctx_st* ctx);
+void write_stats();
+
+}  // namespace ptxlm::emu::driver

@@ -1,0 +1,649 @@
+// The interpreter: launch checks, block and warp scheduling, control flow,
+// memory instructions, warp-collective instructions, barriers, the watchdog.
+//
+// Execution model. Blocks run one after another on the calling thread. In a
+// block, warps run round-robin in time slices; a warp runs until it exits,
+// waits at a barrier or has used its slice. A warp executes SIMT-style: each
+// instruction is applied to its active lanes at once. Divergence uses the "minimum PC" rule: every live lane
+// has its own PC, and the warp always runs the lanes whose PC is the smallest;
+// lanes that branched ahead wait and rejoin when the others reach their PC.
+// For the structured code PTX generators emit (if/else, loops) this
+// reconverges at the immediate post-dominator like the hardware stack does,
+// so shfl.sync and vote.sync see every lane of a converged warp together.
+//
+// Blocks are sequential, so blocks that spin-wait on each other (a flag set
+// by a later block, a grid-wide barrier) would hang: the watchdog stops such a
+// kernel with CUDA_ERROR_LAUNCH_TIMEOUT rather than letting it run forever.
+// Atomics between blocks that do not wait on each other work.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <type_traits>
+
+#include "program.h"
+#include "stats.h"
+
+namespace ptxlm::emu {
+
+namespace {
+
+constexpr int kIllegalAddress = 700, kLaunchTimeout = 702, kIllegalInstruction = 715, kMisaligned = 716;
+constexpr int kInvalidValue = 1, kNotFound = 500, kLaunchFailed = 719;
+constexpr uint32_t kNoPc = 0xffffffffu;
+constexpr uint32_t kSlice = 4096;   // instructions a warp runs before the next warp's turn
+
+struct Warp {
+    uint32_t id = 0;
+    uint32_t live = 0;     // lanes that have not exited
+    uint32_t active = 0;   // lanes at pc
+    uint32_t pc = 0;
+    uint32_t merge_pc = kNoPc;   // smallest PC among live lanes not in active
+    uint32_t lane_pc[32] = {};   // PCs of live lanes not in active
+    int waiting_bar = -1;
+    uint64_t since_progress = 0;
+    uint64_t* regs = nullptr;
+
+    // Picks the lanes with the smallest PC (lane_pc must hold every live lane's PC).
+    void reschedule() {
+        uint32_t best = kNoPc, second = kNoPc, m = 0;
+        for (uint32_t l = 0; l < 32; ++l) {
+            if (!(live >> l & 1)) continue;
+            uint32_t p = lane_pc[l];
+            if (p < best) { second = best; best = p; m = 1u << l; }
+            else if (p == best) m |= 1u << l;
+            else if (p < second) second = p;
+        }
+        pc = best;
+        active = m;
+        merge_pc = second;
+    }
+    void save_active_pc() {
+        for (uint32_t m = active; m; m &= m - 1) lane_pc[__builtin_ctz(m)] = pc;
+    }
+};
+
+struct Barrier { uint32_t arrived = 0, expected = 0; std::vector<uint32_t> warps; };
+
+struct Launch {
+    const Program& prog;
+    const Kernel& k;
+    const LaunchConfig& cfg;
+    Memory& mem;
+    Stats* stats;
+    uint64_t watchdog;
+    uint32_t nthreads, nwarps, shared_bytes;
+    Dim3 cta;
+    std::vector<uint64_t> regfile;
+    std::vector<uint8_t> shared;
+    std::vector<Warp> warps;
+    Barrier bars[16];
+    uint64_t clock = 0;
+    // One cached global allocation (most kernels hit the same buffer in a row).
+    uint64_t cache_base = 1, cache_size = 0;
+    uint8_t* cache_host = nullptr;
+    uint64_t cache_bits_base = 0;      // allocation whose touched-bitmap cache_bits is
+    uint64_t* cache_bits = nullptr;
+    std::optional<Fault> fault;
+    std::vector<uint64_t> sector_scratch;
+
+    Launch(const Program& p, const Kernel& kk, const LaunchConfig& c, Memory& m, Stats* s)
+        : prog(p), k(kk), cfg(c), mem(m), stats(s) {}
+
+    std::string where(const Warp& w, int lane, const Inst& in) const {
+        uint32_t t = w.id * 32 + uint32_t(lane);
+        uint32_t tx = t % cfg.block.x, ty = (t / cfg.block.x) % cfg.block.y, tz = t / (cfg.block.x * cfg.block.y);
+        std::ostringstream s;
+        s << "kernel '" << k.info.name << "' block (" << cta.x << "," << cta.y << "," << cta.z << ") thread ("
+          << tx << "," << ty << "," << tz << ") at PTX line " << in.line << " `" << prog.line_text(in.line) << "`";
+        return s.str();
+    }
+    bool raise(int code, const std::string& msg) {
+        if (!fault) fault = Fault{code, msg};
+        return false;
+    }
+
+    uint8_t* global_ptr(uint64_t addr, uint32_t n) {
+        if (addr - cache_base < cache_size && n <= cache_size - (addr - cache_base)) return cache_host + (addr - cache_base);
+        uint64_t b, s;
+        uint8_t* h;
+        if (!mem.range(addr, &b, &s, &h) || n > s - (addr - b)) return nullptr;
+        cache_base = b; cache_size = s; cache_host = h;
+        return h + (addr - b);
+    }
+
+    // Host pointer for one lane's access, or nullptr with the fault raised.
+    uint8_t* access(const Warp& w, int lane, const Inst& in, Space sp, uint64_t addr, uint32_t n) {
+        if (addr % n) {
+            std::ostringstream s;
+            s << "misaligned address 0x" << std::hex << addr << std::dec << " for a " << n << "-byte access: " << where(w, lane, in);
+            raise(kMisaligned, s.str());
+            return nullptr;
+        }
+        uint8_t* p = nullptr;
+        const char* what = "global";
+        if (sp == Space::Shared) {
+            what = "shared";
+            if (addr < shared_bytes && n <= shared_bytes - addr) p = shared.data() + addr;
+        } else if (sp == Space::Param) {
+            what = "parameter";
+            if (addr < cfg.params_size && n <= cfg.params_size - addr) p = const_cast<uint8_t*>(cfg.params) + addr;
+        } else {
+            p = global_ptr(addr, n);
+        }
+        if (!p) {
+            std::ostringstream s;
+            s << "illegal " << what << " address 0x" << std::hex << addr << std::dec << " (" << n << " bytes";
+            if (sp == Space::Shared) s << ", block has " << shared_bytes << " bytes of shared memory";
+            s << "): " << where(w, lane, in);
+            raise(kIllegalAddress, s.str());
+        }
+        return p;
+    }
+
+    // Marks [addr, addr+n) as touched; the cache holds addr's allocation (the
+    // access just succeeded). Aligned accesses of <= 32 bytes fit one word.
+    void mark(uint64_t addr, uint32_t n) {
+        if (cache_bits_base != cache_base) {
+            auto& v = stats->touched[cache_base];
+            if (v.size() < (cache_size + 63) / 64) v.resize((cache_size + 63) / 64);
+            cache_bits = v.data();
+            cache_bits_base = cache_base;
+        }
+        uint64_t off = addr - cache_base;
+        cache_bits[off >> 6] |= (n >= 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1) << (off & 63);
+    }
+
+    void count_global(const Warp& w, const Inst& in, uint32_t m, uint32_t bytes, bool load, bool atomic) {
+        if (!stats) return;
+        const uint64_t* base = w.regs + size_t(in.addr) * 32;
+        sector_scratch.clear();
+        for (uint32_t mm = m; mm; mm &= mm - 1) {
+            int l = __builtin_ctz(mm);
+            uint64_t a = base[l] + uint64_t(in.off);
+            sector_scratch.push_back(a >> 5);
+            global_ptr(a, bytes);   // re-points the cache at a's allocation (always valid here)
+            mark(a, bytes);
+        }
+        uint64_t total = uint64_t(__builtin_popcount(m)) * bytes;
+        if (atomic) { stats->global_atomic_bytes += total; return; }
+        std::sort(sector_scratch.begin(), sector_scratch.end());
+        uint64_t sectors = uint64_t(std::unique(sector_scratch.begin(), sector_scratch.end()) - sector_scratch.begin());
+        if (load) { stats->global_load_bytes += total; stats->global_load_requests++; stats->global_load_sectors += sectors; }
+        else { stats->global_store_bytes += total; stats->global_store_requests++; stats->global_store_sectors += sectors; }
+    }
+
+    bool mem_op(Warp& w, const Inst& in, uint32_t m);
+    bool atom_op(Warp& w, const Inst& in, uint32_t m);
+    bool shfl(Warp& w, const Inst& in, uint32_t m);
+    bool vote(Warp& w, const Inst& in, uint32_t m);
+    bool elect(Warp& w, const Inst& in, uint32_t m);
+    bool bar(Warp& w, const Inst& in, uint32_t m, bool* blocked);
+    // Runs the warp until it exits, blocks at a barrier, faults (false) or has
+    // run `slice` instructions (then the next warp gets its turn, so a warp
+    // spinning on a flag another warp of the block sets still sees it).
+    bool run_warp(Warp& w, uint32_t slice);
+    bool run_block(uint32_t bx, uint32_t by, uint32_t bz);
+};
+
+inline uint64_t load_le(const uint8_t* p, uint32_t n) {
+    uint64_t v = 0;
+    std::memcpy(&v, p, n);
+    return v;
+}
+
+bool Launch::mem_op(Warp& w, const Inst& in, uint32_t m) {
+    const bool is_ld = in.op == Op::Ld;
+    const uint32_t esz = ty_bits(in.ty) / 8, n = esz * in.vec;
+    const Space sp = in.space == Space::Generic ? Space::Global : in.space;
+    const uint64_t* base = w.regs + size_t(in.addr) * 32;
+    const bool sgn = ty_signed(in.ty);
+    for (uint32_t mm = m; mm; mm &= mm - 1) {
+        int l = __builtin_ctz(mm);
+        uint64_t a = base[l] + uint64_t(in.off);
+        uint8_t* p = access(w, l, in, sp, a, n);
+        if (!p) return false;
+        for (uint32_t i = 0; i < in.vec; ++i) {
+            if (is_ld) {
+                uint64_t v = load_le(p + i * esz, esz);
+                uint32_t rb = k.reg_bits[in.d[i]];
+                if (sgn && esz < 8) v = uint64_t(int64_t(v << (64 - 8 * esz)) >> (64 - 8 * esz));
+                if (rb < 64) v &= (uint64_t(1) << rb) - 1;
+                w.regs[size_t(in.d[i]) * 32 + l] = v;
+            } else {
+                uint64_t v = w.regs[size_t(in.a[i]) * 32 + l];
+                std::memcpy(p + i * esz, &v, esz);
+            }
+        }
+    }
+    if (sp == Space::Global) count_global(w, in, m, n, is_ld, false);
+    else if (sp == Space::Shared && stats) (is_ld ? stats->shared_load_bytes : stats->shared_store_bytes) += uint64_t(__builtin_popcount(m)) * n;
+    if (!is_ld) w.since_progress = 0;
+    return true;
+}
+
+template <class T>
+T atom_apply(AtomOp op, T old, T b, T c, bool* write) {
+    using U = std::make_unsigned_t<T>;   // wrapping add, no signed overflow
+    *write = true;
+    switch (op) {
+    case AtomOp::Add: return T(U(old) + U(b));
+    case AtomOp::Min: return old < b ? old : b;
+    case AtomOp::Max: return old > b ? old : b;
+    case AtomOp::Exch: return b;
+    case AtomOp::Cas: if (old == b) return c; *write = false; return old;
+    case AtomOp::And: return T(old & b);
+    case AtomOp::Or: return T(old | b);
+    case AtomOp::Xor: return T(old ^ b);
+    case AtomOp::Inc: return old >= b ? T(0) : T(U(old) + 1);
+    case AtomOp::Dec: return (old == 0 || old > b) ? b : T(U(old) - 1);
+    }
+    return old;
+}
+
+bool Launch::atom_op(Warp& w, const Inst& in, uint32_t m) {
+    const uint32_t n = ty_bits(in.ty) / 8;
+    const Space sp = in.space == Space::Generic ? Space::Global : in.space;
+    const uint64_t* base = w.regs + size_t(in.addr) * 32;
+    const AtomOp op = AtomOp(in.sub);
+    for (uint32_t mm = m; mm; mm &= mm - 1) {   // lanes in order: one valid serialisation
+        int l = __builtin_ctz(mm);
+        uint8_t* p = access(w, l, in, sp, base[l] + uint64_t(in.off), n);
+        if (!p) return false;
+        uint64_t b = w.regs[size_t(in.a[0]) * 32 + l];
+        uint64_t c = in.a[1] != kNoReg ? w.regs[size_t(in.a[1]) * 32 + l] : 0;
+        uint64_t old = load_le(p, n), nv;
+        bool write;
+        switch (in.ty) {
+        case Ty::S32: nv = uint32_t(atom_apply<int32_t>(op, int32_t(old), int32_t(b), int32_t(c), &write)); break;
+        case Ty::S64: nv = uint64_t(atom_apply<int64_t>(op, int64_t(old), int64_t(b), int64_t(c), &write)); break;
+        case Ty::F32: {
+            float o, x; uint32_t ou = uint32_t(old), xu = uint32_t(b);
+            std::memcpy(&o, &ou, 4); std::memcpy(&x, &xu, 4);
+            float r = op == AtomOp::Add ? o + x : x;
+            write = true;
+            std::memcpy(&ou, &r, 4);
+            nv = ou;
+            break;
+        }
+        case Ty::F16: case Ty::BF16: {   // .noftz add, computed exactly in double, rounded once
+            bool h = in.ty == Ty::F16;
+            double o = h ? f32_from_f16(uint16_t(old)) : f32_from_bf16(uint16_t(old));
+            double x = h ? f32_from_f16(uint16_t(b)) : f32_from_bf16(uint16_t(b));
+            nv = h ? f16_from_f64(o + x, Rnd::Rn) : bf16_from_f32(float(o + x), Rnd::Rn);
+            write = true;
+            break;
+        }
+        case Ty::F64: {
+            double o, x; std::memcpy(&o, &old, 8); std::memcpy(&x, &b, 8);
+            double r = o + x;
+            write = true;
+            std::memcpy(&nv, &r, 8);
+            break;
+        }
+        default:
+            nv = n == 4 ? uint64_t(atom_apply<uint32_t>(op, uint32_t(old), uint32_t(b), uint32_t(c), &write))
+                        : atom_apply<uint64_t>(op, old, b, c, &write);
+        }
+        if (write) std::memcpy(p, &nv, n);
+        if (in.d[0] != kNoReg) w.regs[size_t(in.d[0]) * 32 + l] = old;
+    }
+    if (sp == Space::Global) count_global(w, in, m, n, false, true);
+    w.since_progress = 0;
+    return true;
+}
+
+bool Launch::shfl(Warp& w, const Inst& in, uint32_t m) {
+    const uint64_t* A = w.regs + size_t(in.a[0]) * 32;
+    const uint64_t* B = w.regs + size_t(in.a[1]) * 32;
+    const uint64_t* C = w.regs + size_t(in.a[2]) * 32;
+    const uint64_t* M = w.regs + size_t(in.a[3]) * 32;
+    int first = __builtin_ctz(m);
+    uint32_t member = uint32_t(M[first]);
+    if (member != m) {
+        std::ostringstream s;
+        s << "shfl.sync membermask 0x" << std::hex << member << " differs from the lanes executing it 0x" << m << std::dec
+          << ": " << where(w, first, in);
+        return raise(kIllegalInstruction, s.str());
+    }
+    uint64_t src[32], out[32];
+    bool pv[32];
+    std::memcpy(src, A, sizeof(src));
+    for (uint32_t mm = m; mm; mm &= mm - 1) {
+        uint32_t lane = uint32_t(__builtin_ctz(mm));
+        uint32_t b = uint32_t(B[lane]), c = uint32_t(C[lane]);
+        uint32_t segmask = (c >> 8) & 31, clamp = c & 31;
+        uint32_t max_lane = (lane & segmask) | (clamp & ~segmask);
+        uint32_t min_lane = lane & segmask;
+        int64_t j;
+        bool ok;
+        switch (ShflMode(in.sub)) {
+        case ShflMode::Up: j = int64_t(lane) - int64_t(b); ok = j >= int64_t(max_lane); break;
+        case ShflMode::Down: j = int64_t(lane) + int64_t(b); ok = j <= int64_t(max_lane); break;
+        case ShflMode::Bfly: j = int64_t(lane ^ b); ok = j <= int64_t(max_lane); break;
+        default: j = int64_t(min_lane | (b & ~segmask & 31)); ok = j <= int64_t(max_lane); break;
+        }
+        if (!ok) j = lane;
+        if (ok && !(m >> j & 1)) {
+            std::ostringstream s;
+            s << "shfl.sync reads lane " << j << " which is not executing it: " << where(w, int(lane), in);
+            return raise(kIllegalInstruction, s.str());
+        }
+        out[lane] = src[j] & 0xffffffffu;
+        pv[lane] = ok;
+    }
+    uint64_t* D = w.regs + size_t(in.d[0]) * 32;
+    uint64_t* P = in.pd != kNoReg ? w.regs + size_t(in.pd) * 32 : nullptr;
+    for (uint32_t mm = m; mm; mm &= mm - 1) {
+        int l = __builtin_ctz(mm);
+        D[l] = out[l];
+        if (P) P[l] = pv[l];
+    }
+    return true;
+}
+
+bool Launch::vote(Warp& w, const Inst& in, uint32_t m) {
+    const uint64_t* P = w.regs + size_t(in.a[0]) * 32;
+    int first = __builtin_ctz(m);
+    uint32_t member = uint32_t(w.regs[size_t(in.a[1]) * 32 + first]);
+    if (member != m) {
+        std::ostringstream s;
+        s << "vote.sync membermask 0x" << std::hex << member << " differs from the lanes executing it 0x" << m << std::dec
+          << ": " << where(w, first, in);
+        return raise(kIllegalInstruction, s.str());
+    }
+    uint32_t ballot = 0;
+    for (uint32_t mm = m; mm; mm &= mm - 1) {
+        int l = __builtin_ctz(mm);
+        if ((P[l] & 1) != in.neg_c) ballot |= 1u << l;
+    }
+    uint64_t r = VoteMode(in.sub) == VoteMode::Ballot ? ballot
+               : VoteMode(in.sub) == VoteMode::All   ? uint64_t(ballot == m)
+                                                     : uint64_t(ballot != 0);
+    uint64_t* D = w.regs + size_t(in.d[0]) * 32;
+    for (uint32_t mm = m; mm; mm &= mm - 1) D[__builtin_ctz(mm)] = r;
+    return true;
+}
+
+bool Launch::elect(Warp& w, const Inst& in, uint32_t m) {
+    int first = __builtin_ctz(m);
+    uint32_t member = uint32_t(w.regs[size_t(in.a[0]) * 32 + first]);
+    if (member != m) {
+        std::ostringstream s;
+        s << "elect.sync membermask 0x" << std::hex << member << " differs from the lanes executing it 0x" << m << std::dec
+          << ": " << where(w, first, in);
+        return raise(kIllegalInstruction, s.str());
+    }
+    uint64_t* D = w.regs + size_t(in.d[0]) * 32;
+    uint64_t* P = w.regs + size_t(in.pd) * 32;
+    for (uint32_t mm = m; mm; mm &= mm - 1) {
+        int l = __builtin_ctz(mm);
+        D[l] = uint64_t(first);
+        P[l] = l == first;
+    }
+    return true;
+}
+
+bool Launch::bar(Warp& w, const Inst& in, uint32_t m, bool* blocked) {
+    *blocked = false;
+    int first = __builtin_ctz(w.active);
+    if (m != w.active || w.active != w.live) {
+        std::ostringstream s;
+        s << "bar.sync executed by a diverged warp (lanes 0x" << std::hex << m << " of live 0x" << w.live << std::dec
+          << "): " << where(w, first, in);
+        return raise(kIllegalInstruction, s.str());
+    }
+    uint32_t id = uint32_t(w.regs[size_t(in.a[0]) * 32 + first]);
+    uint32_t expected = in.na == 2 ? uint32_t(w.regs[size_t(in.a[1]) * 32 + first]) : nthreads;
+    if (id > 15) return raise(kIllegalInstruction, "barrier id " + std::to_string(id) + " over 15: " + where(w, first, in));
+    if (in.na == 2 && (expected == 0 || expected % 32 || expected > (nthreads + 31) / 32 * 32))
+        return raise(kIllegalInstruction, "bad barrier thread count " + std::to_string(expected) + ": " + where(w, first, in));
+    Barrier& b = bars[id];
+    if (b.arrived && b.expected != expected)
+        return raise(kIllegalInstruction, "barrier " + std::to_string(id) + " used with thread counts " +
+                                              std::to_string(b.expected) + " and " + std::to_string(expected) + ": " + where(w, first, in));
+    b.expected = expected;
+    b.arrived += uint32_t(__builtin_popcount(m));
+    w.since_progress = 0;
+    w.pc++;
+    if (b.arrived >= b.expected) {
+        for (uint32_t wi : b.warps) warps[wi].waiting_bar = -1;
+        b.warps.clear();
+        b.arrived = 0;
+        if (stats) stats->barriers++;
+        return true;
+    }
+    b.warps.push_back(w.id);
+    w.waiting_bar = int(id);
+    *blocked = true;
+    return true;
+}
+
+bool Launch::run_warp(Warp& w, uint32_t slice) {
+    const Inst* code = k.code.data();
+    uint64_t* R = w.regs;
+    for (;;) {
+        if (slice-- == 0) return true;
+        const Inst& in = code[w.pc];
+        uint32_t m = w.active;
+        if (in.guard != kNoReg) {
+            const uint64_t* g = R + size_t(in.guard) * 32;
+            uint32_t gm = 0;
+            for (uint32_t mm = m; mm; mm &= mm - 1) {
+                int l = __builtin_ctz(mm);
+                if ((g[l] & 1) != in.guard_neg) gm |= 1u << l;
+            }
+            m = gm;
+        }
+        ++clock;
+        if (stats) {
+            stats->warp_instructions++;
+            stats->thread_instructions += uint64_t(__builtin_popcount(w.active));
+        }
+        if (++w.since_progress > watchdog) {
+            std::ostringstream s;
+            s << "watchdog: kernel '" << k.info.name << "' block (" << cta.x << "," << cta.y << "," << cta.z << ") warp "
+              << w.id << " stopped at PC " << w.pc << " (PTX line " << in.line << " `" << prog.line_text(in.line)
+              << "`) after " << watchdog << " instructions without a store, atomic or barrier "
+              << "(a spin-wait on another block cannot finish: blocks run one after another; PTXLM_EMU_WATCHDOG sets the limit)";
+            return raise(kLaunchTimeout, s.str());
+        }
+        switch (in.op) {
+        case Op::Bra:
+            if (m == w.active) {
+                w.pc = in.target;
+            } else if (m == 0) {
+                w.pc++;
+            } else {
+                for (uint32_t mm = w.active; mm; mm &= mm - 1) {
+                    int l = __builtin_ctz(mm);
+                    w.lane_pc[l] = (m >> l & 1) ? in.target : w.pc + 1;
+                }
+                w.reschedule();
+                continue;
+            }
+            if (w.pc >= w.merge_pc) { w.save_active_pc(); w.reschedule(); }
+            continue;
+        case Op::Exit:
+            w.live &= ~m;
+            w.active &= ~m;
+            if (!w.live) return true;
+            if (w.active) w.pc++;
+            else w.pc = kNoPc;
+            if (w.pc >= w.merge_pc) { w.save_active_pc(); w.reschedule(); }
+            continue;
+        case Op::Bar: {
+            bool blocked;
+            if (!bar(w, in, m, &blocked)) return false;
+            if (blocked) return true;
+            continue;
+        }
+        case Op::Nop: break;
+        case Op::Trap:
+            if (m) return raise(kLaunchFailed, "trap: " + where(w, __builtin_ctz(m), in));
+            break;
+        case Op::Ld: case Op::St: if (m && !mem_op(w, in, m)) return false; break;
+        case Op::Atom: if (m && !atom_op(w, in, m)) return false; break;
+        case Op::Shfl: if (m && !shfl(w, in, m)) return false; break;
+        case Op::Vote: if (m && !vote(w, in, m)) return false; break;
+        case Op::Elect: if (m && !elect(w, in, m)) return false; break;
+        case Op::Clock:
+            for (uint32_t mm = m; mm; mm &= mm - 1) R[size_t(in.d[0]) * 32 + __builtin_ctz(mm)] = clock;
+            break;
+        default:
+            if (m) exec_alu(in, R, m);
+            break;
+        }
+        w.pc++;
+        if (w.pc == w.merge_pc) { w.save_active_pc(); w.reschedule(); }
+    }
+}
+
+bool Launch::run_block(uint32_t bx, uint32_t by, uint32_t bz) {
+    cta = {bx, by, bz};
+    std::fill(shared.begin(), shared.end(), uint8_t(0xcd));
+    for (auto& b : bars) b = Barrier{};
+    const size_t per_warp = size_t(k.nregs) * 32;
+    std::fill(regfile.begin(), regfile.end(), 0);
+    for (uint32_t wi = 0; wi < nwarps; ++wi) {
+        Warp& w = warps[wi];
+        w = Warp{};
+        w.id = wi;
+        w.regs = regfile.data() + wi * per_warp;
+        uint32_t lanes = std::min<uint32_t>(32, nthreads - wi * 32);
+        w.live = w.active = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
+        for (auto& c : k.constants) std::fill_n(w.regs + size_t(c.reg) * 32, 32, c.value);
+        for (auto& s : k.specials) {
+            uint64_t* r = w.regs + size_t(s.reg) * 32;
+            for (uint32_t l = 0; l < 32; ++l) {
+                uint32_t t = wi * 32 + l;
+                uint32_t v = 0;
+                switch (s.what) {
+                case Special::TidX: v = t % cfg.block.x; break;
+                case Special::TidY: v = (t / cfg.block.x) % cfg.block.y; break;
+                case Special::TidZ: v = t / (cfg.block.x * cfg.block.y); break;
+                case Special::NtidX: v = cfg.block.x; break;
+                case Special::NtidY: v = cfg.block.y; break;
+                case Special::NtidZ: v = cfg.block.z; break;
+                case Special::CtaX: v = bx; break;
+                case Special::CtaY: v = by; break;
+                case Special::CtaZ: v = bz; break;
+                case Special::NctaX: v = cfg.grid.x; break;
+                case Special::NctaY: v = cfg.grid.y; break;
+                case Special::NctaZ: v = cfg.grid.z; break;
+                case Special::LaneId: v = l; break;
+                case Special::WarpId: v = wi; break;
+                case Special::NWarpId: v = nwarps; break;
+                case Special::SmId:   // blocks run in order; spread them over the SMs round-robin
+                    v = uint32_t((uint64_t(bz) * cfg.grid.y * cfg.grid.x + uint64_t(by) * cfg.grid.x + bx) %
+                                 device_limits().sm_count);
+                    break;
+                case Special::NSmId: v = device_limits().sm_count; break;
+                case Special::LaneMaskLt: v = (1u << l) - 1; break;
+                case Special::LaneMaskLe: v = l == 31 ? 0xffffffffu : (2u << l) - 1; break;
+                case Special::LaneMaskEq: v = 1u << l; break;
+                case Special::LaneMaskGe: v = ~((1u << l) - 1); break;
+                case Special::LaneMaskGt: v = l == 31 ? 0 : ~((2u << l) - 1); break;
+                case Special::ClusterCtaRank: v = 0; break;        // no clusters: each CTA is its own
+                case Special::ClusterNCtaRank: v = 1; break;
+                }
+                r[l] = v;
+            }
+        }
+    }
+    for (;;) {
+        bool ran = false, pending = false;
+        for (auto& w : warps) {
+            if (!w.live) continue;
+            if (w.waiting_bar >= 0) { pending = true; continue; }
+            ran = true;
+            if (!run_warp(w, kSlice)) return false;
+        }
+        if (!pending && !ran) return true;
+        if (!ran) {
+            std::ostringstream s;
+            s << "deadlock: kernel '" << k.info.name << "' block (" << bx << "," << by << "," << bz << "):";
+            for (uint32_t id = 0; id < 16; ++id) {
+                const Barrier& b = bars[id];
+                if (b.warps.empty()) continue;
+                s << " barrier " << id << " has " << b.arrived << " of " << b.expected << " threads (waiting warps";
+                for (uint32_t wi : b.warps) s << " " << wi;
+                s << ");";
+            }
+            s << " exited warps:";
+            bool any = false;
+            for (auto& w : warps)
+                if (!w.live) { s << " " << w.id; any = true; }
+            if (!any) s << " none";
+            uint32_t partial = 0;
+            for (auto& w : warps)
+                if (w.live && w.live != (nthreads - w.id * 32 >= 32 ? 0xffffffffu : (1u << (nthreads - w.id * 32)) - 1)) ++partial;
+            if (partial) s << "; " << partial << " warp(s) have exited threads";
+            return raise(kLaunchTimeout, s.str());
+        }
+    }
+}
+
+uint64_t watchdog_limit() {
+    const char* v = std::getenv("PTXLM_EMU_WATCHDOG");
+    if (v && *v) {
+        char* e = nullptr;
+        unsigned long long x = std::strtoull(v, &e, 0);
+        if (e && *e == 0 && x > 0) return x;
+    }
+    return uint64_t(1) << 26;
+}
+
+}  // namespace
+
+std::optional<Fault> run_kernel(const Program& p, std::string_view kernel, const LaunchConfig& cfg, Memory& mem,
+                                Stats* stats) {
+    const Kernel* k = nullptr;
+    for (auto& kk : p.kernels)
+        if (kk.info.name == kernel) k = &kk;
+    if (!k) return Fault{kNotFound, "no kernel named '" + std::string(kernel) + "' in the module"};
+    const DeviceLimits& lim = device_limits();
+    const std::string kn = "kernel '" + k->info.name + "': ";
+    if (cfg.params_size != k->info.param_bytes || (cfg.params_size && !cfg.params))
+        return Fault{kInvalidValue, kn + "parameter buffer is " + std::to_string(cfg.params_size) + " bytes, the kernel takes " +
+                                        std::to_string(k->info.param_bytes)};
+    const Dim3& b = cfg.block;
+    const Dim3& g = cfg.grid;
+    if (!b.x || !b.y || !b.z || b.x > 1024 || b.y > 1024 || b.z > 64)
+        return Fault{kInvalidValue, kn + "block dimensions out of range (max 1024 x 1024 x 64, none zero)"};
+    if (b.count() > lim.max_threads_per_block)
+        return Fault{kInvalidValue, kn + "block of " + std::to_string(b.count()) + " threads exceeds the limit of " +
+                                        std::to_string(lim.max_threads_per_block)};
+    if (k->info.max_ntid && b.count() > k->info.max_ntid)
+        return Fault{kInvalidValue, kn + "block of " + std::to_string(b.count()) + " threads exceeds .maxntid " +
+                                        std::to_string(k->info.max_ntid)};
+    if (!g.x || !g.y || !g.z || g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535)
+        return Fault{kInvalidValue, kn + "grid dimensions out of range"};
+    uint64_t shared_total = uint64_t(k->has_dynamic_shared ? k->dynamic_shared_offset : k->info.static_shared_bytes) +
+                            cfg.dynamic_shared_bytes;
+    uint32_t shared_limit = cfg.shared_limit ? std::min(cfg.shared_limit, lim.shared_per_block_optin) : lim.shared_per_block;
+    if (shared_total > shared_limit)
+        return Fault{kInvalidValue, kn + "static + dynamic shared memory " + std::to_string(shared_total) +
+                                        " bytes exceeds the limit of " + std::to_string(shared_limit) + " bytes"};
+
+    Launch L(p, *k, cfg, mem, stats);
+    if (stats) { *stats = Stats{}; stats->launches = 1; }
+    L.watchdog = watchdog_limit();
+    L.nthreads = uint32_t(b.count());
+    L.nwarps = (L.nthreads + 31) / 32;
+    L.shared_bytes = uint32_t(shared_total);
+    L.shared.resize(shared_total);
+    L.regfile.resize(size_t(L.nwarps) * k->nregs * 32);
+    L.warps.resize(L.nwarps);
+    for (uint32_t z = 0; z < g.z; ++z)
+        for (uint32_t y = 0; y < g.y; ++y)
+            for (uint32_t x = 0; x < g.x; ++x)
+                if (!L.run_block(x, y, z)) {
+                    if (stats) stats->finish();
+                    return L.fault;
+                }
+    if (stats) stats->finish();
+    return std::nullopt;
+}
+
+}  // namespace ptxlm::emu

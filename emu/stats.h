@@ -1,0 +1,49 @@
+// Per-launch counters that emu collects while interpreting a kernel: what a
+// GPU engineer would read off a profiler for memory-bound code.
+//
+// "Requests" are warp-level instructions (one per executed ld/st/atom by a
+// warp, whatever its active mask); "sectors" are the distinct 32-byte aligned
+// global segments one such request touches, summed over requests. A warp
+// reading 32 consecutive f32 is 1 request and 4 sectors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <map>
+#include <vector>
+
+namespace ptxlm::emu {
+
+struct Stats {
+    uint64_t launches = 0;
+    uint64_t warp_instructions = 0;     // instructions issued per warp
+    uint64_t thread_instructions = 0;   // sum of active lanes over issued instructions
+    uint64_t global_load_bytes = 0;     // bytes requested by ld.global (all lanes)
+    uint64_t global_store_bytes = 0;    // bytes written by st.global
+    uint64_t global_atomic_bytes = 0;   // bytes accessed by atom/red.global
+    uint64_t global_load_requests = 0;
+    uint64_t global_store_requests = 0;
+    uint64_t global_load_sectors = 0;
+    uint64_t global_store_sectors = 0;
+    uint64_t shared_load_bytes = 0;
+    uint64_t shared_store_bytes = 0;
+    uint64_t barriers = 0;              // bar.sync completions (per block and barrier phase)
+    uint64_t unique_global_bytes = 0;   // distinct global bytes touched (ld/st/atom), filled at launch end
+
+    // Distinct global bytes touched: allocation start -> one bit per byte of
+    // the allocation (an eighth of the memory read, kept only with stats).
+    std::map<uint64_t, std::vector<uint64_t>> touched;
+
+    // Sectors per warp-level request (ideal for 4-byte loads: 4).
+    double load_sectors_per_request() const {
+        return global_load_requests ? double(global_load_sectors) / double(global_load_requests) : 0.0;
+    }
+    // Recomputes unique_global_bytes from `touched`.
+    void finish();
+    // Accumulates another launch (unique bytes merge as a union).
+    Stats& operator+=(const Stats& o);
+    // One JSON object with every counter (touched omitted).
+    std::string to_json() const;
+};
+
+}  // namespace ptxlm::emu

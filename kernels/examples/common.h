@@ -1,0 +1,36 @@
+// Shared pieces of the example kernels: block sizing and block-wide
+// reductions built from warp butterflies and a small shared scratch array.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/ptx/builder.h"
+
+namespace ptxlm::kernels {
+
+inline uint32_t ceil_div(uint64_t a, uint64_t b) { return uint32_t((a + b - 1) / b); }
+
+// Threads per block for a row of n elements: a multiple of 32 in [32, 256].
+uint32_t row_block(uint32_t n);
+
+enum class ReduceOp : uint8_t { sum_f32, max_f32, max_u64 };
+
+// A kernel with the target, params and .maxntid of its geometry set.
+ptx::Kernel start_kernel(const char* name, const ptx::Target& t, const ptx::ParamList& params,
+                         const ptx::LaunchGeometry& g);
+
+// Butterfly all-reduce within a full warp: every lane gets the result.
+ptx::Reg warp_allreduce(ptx::Kernel& k, const ptx::Reg& v, ReduceOp op);
+
+// All-reduce over a block of `threads` threads (a multiple of 32): warps
+// reduce, lane 0 writes scratch[warp], then every thread combines the warp
+// partials in ascending order (same order for all: same result). The
+// trailing barrier makes scratch reusable. `scratch` needs threads/32
+// elements of the value's type.
+ptx::Reg block_allreduce(ptx::Kernel& k, const ptx::Reg& v, ReduceOp op, const ptx::Symbol& scratch,
+                         uint32_t threads);
+
+ptx::GeneratedKernel finish(const ptx::Kernel& k, const ptx::ParamList& params, const ptx::LaunchGeometry& g,
+                            bool hot);
+
+}  // namespace ptxlm::kernels

@@ -1,0 +1,16 @@
+# tests for cuda: engine/cuda end to end against emu's libcuda.so.1, which
+# PTXLM_LIBCUDA selects (the engine never links it). emu is always built, so
+# these tests always run (CI included).
+
+# ptxlm_emu_gtest(NAME SOURCE ...): a gtest whose driver is emu.
+function(ptxlm_emu_gtest name)
+  ptxlm_gtest(${name} ${ARGN})
+  add_dependencies(${name} ptxlm_emu_libcuda)
+  target_compile_definitions(${name} PRIVATE PTXLM_EMU_LIBCUDA="$<TARGET_FILE:ptxlm_emu_libcuda>")
+  set_property(TEST ${name} APPEND PROPERTY ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>")
+endfunction()
+
+ptxlm_emu_gtest(test_cuda_driver test_cuda_driver.cpp LIBS ptxlm_engine GTest::gmock TIMEOUT 120 SANITIZE)
+# The example kernels on emu against their C++ references (the examples'
+# tolerances), plus a negative control.
+ptxlm_emu_gtest(test_examples_emu test_examples_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 300)

@@ -1,0 +1,129 @@
+// ptxas accepts every example kernel and every builder coverage kernel for
+// sm_80, sm_86, sm_89 and sm_90; the -v report is parsed, and hot kernels
+// must not spill. A missing ptxas is a failure, never a skip.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <regex>
+
+#include "kernels/examples/examples.h"
+#include "kernels/ptx/ptxas.h"
+
+using namespace ptxlm::ptx;
+namespace kx = ptxlm::kernels;
+
+#ifndef PTXLM_PTXAS
+#define PTXLM_PTXAS ""
+#endif
+
+namespace {
+
+const char* const kArches[] = {"sm_80", "sm_86", "sm_89", "sm_90"};
+
+std::string ptxas_path() { return PTXLM_PTXAS; }
+
+bool have_ptxas() {
+  std::string p = ptxas_path();
+  return !p.empty() && access(p.c_str(), X_OK) == 0;
+}
+
+std::string expected_version(const std::string& arch) {
+  return arch == "sm_80" ? "7.0" : arch == "sm_86" ? "7.1" : "7.8";
+}
+
+// Assembles one generated kernel and checks the report; returns it.
+PtxasFunctionReport assemble(const GeneratedKernel& g, const std::string& arch) {
+  PtxasResult r = run_ptxas(ptxas_path(), g.ptx, arch);
+  EXPECT_TRUE(r.ok()) << g.name << " for " << arch << ": ptxas exit " << r.exit_code << "\n" << r.log << "\n" << g.ptx;
+  EXPECT_EQ(r.log.find("warning"), std::string::npos) << g.name << " for " << arch << ":\n" << r.log;
+  const PtxasFunctionReport* f = r.find(g.name);
+  EXPECT_NE(f, nullptr) << g.name << ": no report in\n" << r.log;
+  if (!f) return {};
+  EXPECT_EQ(f->arch, arch);
+  EXPECT_GT(f->registers, 0) << g.name;
+  EXPECT_LE(f->registers, 255) << g.name;
+  if (g.hot) {
+    EXPECT_FALSE(f->spills()) << g.name << " (hot) spills on " << arch << ": " << f->spill_store_bytes << " B stores, "
+                              << f->spill_load_bytes << " B loads";
+    EXPECT_EQ(f->stack_frame_bytes, 0u) << g.name << " (hot) has a stack frame on " << arch;
+  }
+  return *f;
+}
+
+}  // namespace
+
+TEST(Ptxas, IsAvailable) {
+  ASSERT_TRUE(have_ptxas()) << "ptxas not found (configured path: '" << ptxas_path()
+                            << "'). Install the CUDA toolkit or reconfigure with "
+                               "-DPTXLM_PTXAS_EXECUTABLE=/path/to/ptxas; these tests never skip.";
+}
+
+TEST(Ptxas, ExampleKernelsAssembleWithoutSpills) {
+  ASSERT_TRUE(have_ptxas()) << "ptxas missing: see Ptxas.IsAvailable";
+  for (const char* arch : kArches) {
+    std::vector<GeneratedKernel> ks = kx::example_kernels(Target::parse(arch));
+    ASSERT_GE(ks.size(), 7u);
+    for (const GeneratedKernel& g : ks) {
+      EXPECT_NE(g.ptx.find(".version " + expected_version(arch) + "\n"), std::string::npos) << g.name << " " << arch;
+      PtxasFunctionReport f = assemble(g, arch);
+      // Reductions use a shared scratch of one value per warp and barrier 0.
+      if (g.name == "rmsnorm" || g.name == "softmax" || g.name == "sumsq_partials" || g.name == "clip_scale") {
+        if (g.geometry.block.x > 32) {
+          EXPECT_EQ(f.smem_bytes, g.geometry.block.x / 32 * 4) << g.name;
+          EXPECT_EQ(f.barriers, 1) << g.name;
+        }
+      }
+      if (g.name == "argmax") {
+        EXPECT_EQ(f.smem_bytes, g.geometry.block.x / 32 * 8);
+      }
+      if (g.name.find("backward") != std::string::npos) {
+        EXPECT_EQ(f.smem_bytes, 0u) << g.name;
+      }
+      std::printf("[ptxas] %-20s %s: %3d registers, %u barriers, %llu B smem, %llu B spills\n", g.name.c_str(), arch,
+                  f.registers, unsigned(f.barriers), (unsigned long long)f.smem_bytes,
+                  (unsigned long long)(f.spill_store_bytes + f.spill_load_bytes));
+    }
+  }
+}
+
+TEST(Ptxas, CoverageKernelsAssemble) {
+  ASSERT_TRUE(have_ptxas()) << "ptxas missing: see Ptxas.IsAvailable";
+  for (const char* arch : kArches) {
+    std::vector<GeneratedKernel> ks = kx::builder_coverage_kernels(Target::parse(arch));
+    EXPECT_EQ(ks.size(), std::string(arch) == "sm_90" ? 5u : 4u);
+    for (const GeneratedKernel& g : ks) {
+      PtxasFunctionReport f = assemble(g, arch);
+      if (g.name == "cover_sm90") {
+        EXPECT_NE(g.ptx.find(".version 8.0\n"), std::string::npos);  // elect.sync
+      }
+      if (g.name == "cover_memory") {
+        EXPECT_EQ(f.smem_bytes, 128u * 4 + 4 * 4) << "static shared only (dynamic is per launch)";
+        EXPECT_GE(f.barriers, 2);
+      }
+    }
+  }
+}
+
+TEST(Ptxas, ArchSpecificTarget) {
+  ASSERT_TRUE(have_ptxas()) << "ptxas missing: see Ptxas.IsAvailable";
+  Target t = Target::parse("sm_90a");
+  for (const GeneratedKernel& g : kx::example_kernels(t)) {
+    EXPECT_NE(g.ptx.find(".version 8.0\n.target sm_90a\n"), std::string::npos) << g.name;
+    assemble(g, "sm_90a");
+  }
+}
+
+TEST(Ptxas, RejectsBrokenPtxAndReportsIt) {
+  ASSERT_TRUE(have_ptxas()) << "ptxas missing: see Ptxas.IsAvailable";
+  // Negative control: the harness must see a failure when ptxas rejects.
+  std::string bad = kx::example_kernels()[0].ptx;
+  bad = std::regex_replace(bad, std::regex("add\\.rn\\.f32"), "add.rn.q32", std::regex_constants::format_first_only);
+  PtxasResult r = run_ptxas(ptxas_path(), bad, "sm_80");
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.log.find("error"), std::string::npos) << r.log;
+  EXPECT_TRUE(r.functions.empty());
+  // Arguments go to ptxas unquoted and unsplit: a path with spaces fails cleanly.
+  EXPECT_THROW(run_ptxas("/nonexistent dir/ptxas", bad, "sm_80"), Error);
+}
