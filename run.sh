@@ -50,7 +50,17 @@ setup_venv() {
   cp requirements.txt "$stamp"
 }
 
+# The CUDA toolkit gives the Driver API headers and ptxas (tests assemble every
+# kernel); nothing links libcuda. It is not a Debian package of a usable
+# version, so it must be present (this machine kind ships it at /usr/local/cuda).
+check_cuda_toolkit() {
+  local cuda=${CUDA_HOME:-/usr/local/cuda}
+  [ -f "$cuda/include/cuda.h" ] && [ -x "$cuda/bin/ptxas" ] && return 0
+  die "the CUDA toolkit is missing: need $cuda/include/cuda.h and $cuda/bin/ptxas (install the CUDA toolkit, or set CUDA_HOME)"
+}
+
 build() {
+  check_cuda_toolkit
   local gen=()
   command -v ninja >/dev/null && gen=(-G Ninja)
   if [ ! -f "$BUILD/CMakeCache.txt" ]; then
