@@ -16,7 +16,7 @@ inline LaunchDims launch_dims(const ptx::LaunchGeometry& g) {
 // Launches `f` with the geometry its generator chose and arguments packed
 // from its ParamList (ParamList::pack checked count and types already).
 inline void launch(const Function& f, const ptx::LaunchGeometry& g, const Stream& s, ptx::ParamPack& args) {
-    if (g.shared_bytes > 48 * 1024) f.reserve_dynamic_shared(g.shared_bytes);
+    f.reserve_dynamic_shared(g.shared_bytes);   // opts in only above 48 KiB
     launch(f, launch_dims(g), s, args.args());
 }
 
