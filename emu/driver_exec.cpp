@@ -1,6 +1,7 @@
 // emu's Driver API surface, part 2: modules, kernels, launches, occupancy,
 // streams, stream capture and graphs, and cuGetProcAddress.
 #include "emu/driver_state.h"
+#include "emu/jit_check.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -203,21 +204,38 @@ CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* module, const void* image, unsigne
         write_log("", info_buf, info_size);
         return r;
     }
+    // The real JIT's verdict first (ptxas for this device), so diagnostics and
+    // register counts match a GPU driver's; then emu's own, stricter subset.
+    const emu::DeviceLimits& L = emu::device_limits();
+    const emu::JitVerdict jit = emu::jit_check(text, "sm_" + std::to_string(L.cc_major * 10 + L.cc_minor));
+    if (!jit.checked) {
+        static bool said = false;   // once per process: no silent fallback, no noise either
+        if (!said) std::fprintf(stderr, "emu: %s\n", jit.log.c_str());
+        said = true;
+    } else if (!jit.ok) {
+        write_log(jit.log, err_buf, err_size);   // ptxas's words, as the real JIT log has them
+        write_log("", info_buf, info_size);
+        return CUDA_ERROR_INVALID_PTX;
+    }
     std::shared_ptr<const emu::Program> prog = emu::load_program(std::string_view(text), &log);
     if (!prog) {
-        write_log(log.empty() ? "emu: PTX rejected (no diagnostics)" : log, err_buf, err_size);
+        write_log(log.empty() ? "emu: PTX rejected (no diagnostics)"
+                              : (jit.checked ? "ptxas accepts this module, but emu does not implement it:\n" : "") + log,
+                  err_buf, err_size);
         write_log("", info_buf, info_size);
         return CUDA_ERROR_INVALID_PTX;
     }
     write_log("", err_buf, err_size);
-    write_log(kernel_summary(*prog), info_buf, info_size);
+    write_log(kernel_summary(*prog) + (jit.checked ? "\n" + jit.log : ""), info_buf, info_size);
     auto mod = std::make_unique<CUmod_st>();
     mod->ctx = ctx;
     mod->prog = prog;
     for (const emu::KernelInfo& k : emu::program_kernels(*prog)) {
         auto f = std::make_unique<CUfunc_st>();
         f->mod = mod.get();
-        f->info = &k;
+        f->own = k;
+        if (auto it = jit.regs.find(k.name); it != jit.regs.end()) f->own.regs_per_thread = it->second;
+        f->info = &f->own;
         f->max_dynamic_shared = kSharedWithoutOptIn - std::min(k.static_shared_bytes, kSharedWithoutOptIn);
         s.live.insert(f.get());
         mod->funcs.push_back(std::move(f));

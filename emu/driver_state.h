@@ -38,7 +38,8 @@ struct EmuLaunch {
 
 struct CUfunc_st {
     CUmod_st* mod = nullptr;
-    const ptxlm::emu::KernelInfo* info = nullptr;
+    const ptxlm::emu::KernelInfo* info = nullptr;   // points at `own`
+    ptxlm::emu::KernelInfo own;                      // the program's info, registers from ptxas when known
     uint32_t max_dynamic_shared = 48 * 1024;   // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (set to opt in)
     bool opted_in = false;
     int carveout = -1;

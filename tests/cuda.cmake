@@ -14,3 +14,6 @@ ptxlm_emu_gtest(test_cuda_driver test_cuda_driver.cpp LIBS ptxlm_engine GTest::g
 # The example kernels on emu against their C++ references (the examples'
 # tolerances), plus a negative control.
 ptxlm_emu_gtest(test_examples_emu test_examples_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 300)
+# emu's JIT check: ptxas's verdict, register counts and the content-hash cache.
+ptxlm_emu_gtest(test_emu_jit test_emu_jit.cpp LIBS ptxlm_engine GTest::gmock TIMEOUT 120)
+target_compile_definitions(test_emu_jit PRIVATE PTXLM_PTXAS="${PTXLM_PTXAS_EXE}")

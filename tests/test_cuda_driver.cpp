@@ -366,7 +366,15 @@ TEST(CudaDriver, EmuKeepsTheDriverContract) {
     Context ctx(driver());
     const Api& api = ctx.driver().api();
 
-    // A JIT log buffer smaller than the log: truncated, terminated, size written back.
+    // The whole log first, then a buffer smaller than it: truncated to the
+    // log's first bytes, terminated, size written back.
+    std::vector<char> big(8192, 0);
+    void* big_vals[] = {big.data(), reinterpret_cast<void*>(uintptr_t(big.size()))};
+    CUjit_option big_opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    CUmodule unused = nullptr;
+    ASSERT_EQ(api.cuModuleLoadDataEx(&unused, kBadPtx, 2, big_opts, big_vals), CUDA_ERROR_INVALID_PTX);
+    const std::string full(big.data());
+    EXPECT_THAT(full, HasSubstr("line 8"));
     char small[16];
     std::memset(small, 'x', sizeof small);
     CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
@@ -377,7 +385,7 @@ TEST(CudaDriver, EmuKeepsTheDriverContract) {
     EXPECT_GT(filled, 0u);
     EXPECT_LE(filled, sizeof small);
     EXPECT_LT(strnlen(small, sizeof small), sizeof small) << "log not terminated inside the buffer";
-    EXPECT_THAT(std::string(small), HasSubstr("line 8"));
+    EXPECT_EQ(std::string(small), full.substr(0, sizeof small - 1));
 
     // Frees must name an allocation's start; copies must stay inside one allocation.
     CUdeviceptr p = 0;
