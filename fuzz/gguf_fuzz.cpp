@@ -63,7 +63,7 @@ void walk(const ptxlm::gguf::File& f) {
 
 // The one entry both the fuzzer and gguf_replay use. Returns a line describing
 // the outcome: the Error's message, or a summary of what parsed.
-std::string ptxlm_gguf_fuzz_one(const uint8_t* data, size_t size) {
+std::string ptxlm_fuzz_one(const uint8_t* data, size_t size) {
     try {
         const auto f = ptxlm::gguf::File::parse({data, size}, "input");
         walk(f);
@@ -75,6 +75,6 @@ std::string ptxlm_gguf_fuzz_one(const uint8_t* data, size_t size) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    (void)ptxlm_gguf_fuzz_one(data, size);
+    (void)ptxlm_fuzz_one(data, size);
     return 0;
 }

@@ -1,4 +1,4 @@
-// gguf_replay: runs the fuzz entry over files without libFuzzer, one line per
+// gguf_replay / ptx_replay: run a fuzz entry (ptxlm_fuzz_one) over files without libFuzzer, one line per
 // file with the outcome (the reader's error message, or "ok: ..."), so a
 // reviewer sees how each malformed file is rejected. It caps its address
 // space first (--rlimit-mb, default 1024) so a claimed count that slipped past
@@ -23,7 +23,8 @@
 #include <string>
 #include <vector>
 
-std::string ptxlm_gguf_fuzz_one(const uint8_t* data, size_t size);
+// The entry of the fuzz target this replay is linked with.
+std::string ptxlm_fuzz_one(const uint8_t* data, size_t size);
 
 namespace {
 
@@ -106,7 +107,7 @@ int main(int argc, char** argv) {
             continue;
         }
         try {
-            std::printf("%s: %s\n", p.c_str(), ptxlm_gguf_fuzz_one(bytes.data(), bytes.size()).c_str());
+            std::printf("%s: %s\n", p.c_str(), ptxlm_fuzz_one(bytes.data(), bytes.size()).c_str());
         } catch (const std::exception& e) {
             // Only gguf::Error is an answer; anything else is a reader bug.
             std::printf("%s: CRASH: uncaught %s\n", p.c_str(), e.what());

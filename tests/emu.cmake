@@ -2,3 +2,11 @@
 ptxlm_gtest(test_emu_interp test_emu_interp.cpp LIBS ptxlm_emu_core TIMEOUT 120 SANITIZE)
 ptxlm_gtest(test_emu_faults test_emu_faults.cpp LIBS ptxlm_emu_core TIMEOUT 120 SANITIZE)
 ptxlm_gtest(test_emu_ops test_emu_ops.cpp LIBS ptxlm_emu_core TIMEOUT 120 SANITIZE)
+
+# emu's PTX loader and interpreter over the fuzz seeds (every builder kernel)
+# and any checked-in findings, under the same address-space cap as the GGUF
+# corpus: each must load and run, or be rejected, never crash.
+add_test(NAME emu_ptx_corpus_replay
+         COMMAND ptx_replay --rlimit-mb 2048 ${PROJECT_SOURCE_DIR}/tests/corpus/ptx)
+set_tests_properties(emu_ptx_corpus_replay PROPERTIES TIMEOUT 120 LABELS "unit;sanitize")
+add_dependencies(sanitize_tests ptx_replay)
