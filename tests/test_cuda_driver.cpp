@@ -512,6 +512,46 @@ TEST(CudaDriver, KernelFaultSurfacesAtSyncAndPoisonsTheContext) {
     fresh.synchronize();
 }
 
+TEST(CudaDriver, SpinningKernelIsStoppedByTheWatchdog) {
+    // A kernel that never stores, never arrives at a barrier and never ends:
+    // emu's watchdog stops it and the sync reports a launch timeout naming it.
+    static const char* kSpin = R"(.version 7.8
+.target sm_90
+.address_size 64
+.visible .entry spin_forever(.param .u32 n)
+{
+    .reg .b32 %r<3>;
+    .reg .pred %p<2>;
+    ld.param.u32 %r1, [n];
+    mov.u32 %r2, 0;
+LOOP:
+    add.u32 %r2, %r2, %r1;
+    setp.ne.u32 %p1, %r1, 0;
+    @%p1 bra LOOP;
+    ret;
+}
+)";
+    setenv("PTXLM_EMU_WATCHDOG", "100000", 1);   // read at each launch
+    {
+        Context ctx(driver());
+        Module mod(ctx, kSpin);
+        Function f = mod.function("spin_forever");
+        unsigned n = 1;
+        void* args[] = {&n};
+        Stream s(ctx);
+        testing::internal::CaptureStderr();
+        launch(f, {{1}, {32}, 0}, s, args);
+        Error e = expect_error([&] { s.synchronize(); });
+        std::string err = testing::internal::GetCapturedStderr();
+        EXPECT_EQ(e.code(), CUDA_ERROR_LAUNCH_TIMEOUT);
+        EXPECT_THAT(err, HasSubstr("watchdog"));
+        EXPECT_THAT(err, HasSubstr("spin_forever"));
+    }
+    unsetenv("PTXLM_EMU_WATCHDOG");
+    Context fresh(driver());   // the next context is healthy again
+    fresh.synchronize();
+}
+
 TEST(CudaDriver, EmuWritesStatsWhenTheContextIsDestroyed) {
     std::string path = (std::filesystem::temp_directory_path() /
                         ("ptxlm_emu_stats_" + std::to_string(getpid()) + ".json")).string();
