@@ -106,7 +106,7 @@ std::string str(const json& v) {
     if (v.is_string()) return v.get<std::string>();
     if (v.is_number_float()) {
         char buf[32];
-        std::snprintf(buf, sizeof buf, "%.10g", v.get<double>());
+        std::snprintf(buf, sizeof buf, "%.7g", v.get<double>());
         return buf;
     }
     return v.dump();
