@@ -21,11 +21,14 @@ std::pair<Reg, Reg> block_chunk(Kernel& k, uint32_t chunk, uint32_t n) {
   return {k.add(begin, tid), end};
 }
 
-void check_chunked(const char* what, uint32_t n, uint32_t block, uint32_t items) {
+// One block per chunk of block * items elements; the shape is checked here,
+// so every chunked kernel's geometry is this one function.
+LaunchGeometry chunked_geometry(const char* what, uint32_t n, uint32_t block, uint32_t items) {
   if (n == 0 || items == 0 || block == 0 || block % 32 || block > 1024)
     throw Error(std::string(what) + ": bad shape (n > 0, block a multiple of 32 up to 1024)");
   if (uint64_t(n) + uint64_t(block) * items > std::numeric_limits<uint32_t>::max())
     throw Error(std::string(what) + ": n too large for 32-bit indexing");
+  return LaunchGeometry{{ceil_div(n, uint64_t(block) * items), 1, 1}, {block, 1, 1}, 0};
 }
 
 }  // namespace
@@ -33,8 +36,7 @@ void check_chunked(const char* what, uint32_t n, uint32_t block, uint32_t items)
 // ---------------------------------------------------------------- argmax
 
 LaunchGeometry argmax_geometry(const ArgmaxShape& s) {
-  check_chunked("argmax", s.n, s.block, s.items_per_thread);
-  return LaunchGeometry{{ceil_div(s.n, uint64_t(s.block) * s.items_per_thread), 1, 1}, {s.block, 1, 1}, 0};
+  return chunked_geometry("argmax", s.n, s.block, s.items_per_thread);
 }
 
 GeneratedKernel argmax_kernel(const ArgmaxShape& s, Target t) {
@@ -68,8 +70,7 @@ GeneratedKernel argmax_kernel(const ArgmaxShape& s, Target t) {
 // ---------------------------------------------------------------- squared-sum partials
 
 LaunchGeometry sumsq_partials_geometry(const SumSqShape& s) {
-  check_chunked("sumsq_partials", s.n, s.block, s.items_per_thread);
-  return LaunchGeometry{{ceil_div(s.n, uint64_t(s.block) * s.items_per_thread), 1, 1}, {s.block, 1, 1}, 0};
+  return chunked_geometry("sumsq_partials", s.n, s.block, s.items_per_thread);
 }
 
 GeneratedKernel sumsq_partials_kernel(const SumSqShape& s, Target t) {
