@@ -1,0 +1,1 @@
+# tests for issue 4 (generation): filled in as the parts land
