@@ -1,0 +1,68 @@
+#include "engine/backend.h"
+
+#include <stdexcept>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/driver.h"
+
+namespace ptxlm {
+
+const char* kv_type_name(KvType t) { return t == KvType::F16 ? "f16" : "f32"; }
+
+DeviceKind parse_device(const std::string& s) {
+    if (s == "auto") return DeviceKind::Auto;
+    if (s == "cpu") return DeviceKind::Cpu;
+    if (s == "cuda") return DeviceKind::Cuda;
+    throw std::invalid_argument("--device: '" + s + "' is not a device (choose cpu, cuda or auto)");
+}
+
+uint32_t choose_context(const Model& m, uint32_t requested, uint32_t kv_bytes_per_el, std::string* note) {
+    const uint32_t trained = m.hp.n_ctx_train ? m.hp.n_ctx_train : 4096;
+    const uint32_t want = requested ? requested : trained;
+    const std::optional<uint64_t> avail = available_memory();
+    const MemoryPlan plan = plan_memory(m, want, kv_bytes_per_el);
+    // The weights are mapped from the file; they need page cache, not anonymous
+    // memory, but a machine that cannot hold them would thrash: count them.
+    if (!avail || plan.total() <= *avail) {
+        if (note) *note = "context " + std::to_string(want) + " tokens (KV cache " + format_bytes(plan.kv_cache) + ")";
+        return want;
+    }
+    const MemoryPlan at0 = plan_memory(m, 0, kv_bytes_per_el);
+    const uint64_t per_token = plan_memory(m, 1, kv_bytes_per_el).total() - at0.total();
+    const uint64_t fits = *avail > at0.total() ? (*avail - at0.total()) / per_token : 0;
+    const std::string numbers = "needs " + format_bytes(plan.total()) + " (weights " + format_bytes(plan.weights) +
+                                ", KV cache " + format_bytes(plan.kv_cache) + ", activations " +
+                                format_bytes(plan.activations) + "), " + format_bytes(*avail) + " available";
+    if (requested || fits < 256)
+        throw ModelError("the model with a context of " + std::to_string(want) + " tokens " + numbers +
+                         (fits >= 256 ? "; at most -c " + std::to_string(fits) + " fits" : "; the model does not fit"));
+    const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(fits, want)) / 256 * 256;
+    if (note)
+        *note = "context " + std::to_string(n) + " tokens, capped from the trained " + std::to_string(want) +
+                " by memory (" + numbers + ")";
+    return n;
+}
+
+std::unique_ptr<Backend> make_backend(const Model& m, DeviceKind device, const BackendOptions& opt, std::string* note) {
+    std::string why;
+    if (device == DeviceKind::Cuda)
+        throw ModelError("--device cuda: the GPU decode path is not built yet; use --device cpu (or auto)");
+    if (device == DeviceKind::Auto) {
+        // A usable driver and device would be picked here once the GPU path
+        // exists; until then say plainly that the CPU runs.
+        try {
+            cuda::Driver::load();
+            why = "a CUDA device is present, but the GPU decode path is not built yet: using the CPU";
+        } catch (const std::exception&) {
+            why = "no CUDA device: using the CPU";
+        }
+    }
+    const uint32_t kv_el = opt.kv_type == KvType::F16 ? 2 : 4;
+    std::string ctx_note;
+    const uint32_t n_ctx = choose_context(m, opt.n_ctx, kv_el, &ctx_note);
+    auto b = std::make_unique<cpu::CpuBackend>(m, n_ctx, opt.kv_type, opt.threads);
+    if (note) *note = (why.empty() ? "" : why + "; ") + b->description() + "; " + ctx_note;
+    return b;
+}
+
+}  // namespace ptxlm

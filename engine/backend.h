@@ -1,0 +1,51 @@
+// The interface both backends implement: evaluate one token at a position
+// against the backend's KV cache and, when asked, produce the logits.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/model.h"
+
+namespace ptxlm {
+
+using TokenId = int32_t;
+
+enum class KvType { F16, F32 };
+const char* kv_type_name(KvType t);
+
+enum class DeviceKind { Auto, Cpu, Cuda };
+// "cpu", "cuda", "auto"; throws std::invalid_argument naming --device.
+DeviceKind parse_device(const std::string& s);
+
+struct BackendOptions {
+    uint32_t n_ctx = 0;         // 0: the model's trained context, capped to what memory allows
+    KvType kv_type = KvType::F16;
+    int threads = 0;            // 0: every core this process may use
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual std::string description() const = 0;   // one line for people: "CPU, 2 threads, KV f16"
+    virtual uint32_t n_ctx() const = 0;
+    virtual uint32_t n_vocab() const = 0;
+    // Evaluates `token` at position `pos` < n_ctx(). The cache must hold
+    // positions [0, pos); whatever it held at pos and beyond is replaced.
+    // Writes n_vocab() logits when `logits` is not null.
+    virtual void eval(TokenId token, uint32_t pos, float* logits) = 0;
+};
+
+// The context a session gets for `requested` (0 = model default), checked
+// against memory: a default larger than memory allows is capped (and `note`
+// says so); an explicit request that does not fit throws ModelError with the
+// numbers.
+uint32_t choose_context(const Model& m, uint32_t requested, uint32_t kv_bytes_per_el, std::string* note);
+
+// Builds the backend `device` names. Auto picks CUDA when a device is usable,
+// else the CPU, and says which in `note`. Until the GPU path exists, Cuda
+// throws ModelError saying so.
+std::unique_ptr<Backend> make_backend(const Model& m, DeviceKind device, const BackendOptions& opt, std::string* note);
+
+}  // namespace ptxlm

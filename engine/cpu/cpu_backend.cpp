@@ -1,0 +1,254 @@
+#include "engine/cpu/cpu_backend.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <new>
+
+#include "engine/cpu/matvec.h"
+#include "gguf/f16.h"
+
+namespace ptxlm::cpu {
+
+namespace {
+
+// Anonymous memory committed page by page as it is touched: a long context
+// costs resident memory only as far as it is used.
+class LazyBuffer {
+public:
+    LazyBuffer() = default;
+    explicit LazyBuffer(size_t bytes) : n_(bytes) {
+        if (!bytes) return;
+        void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) throw std::bad_alloc();
+        p_ = static_cast<uint8_t*>(p);
+    }
+    LazyBuffer(LazyBuffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr; o.n_ = 0; }
+    LazyBuffer& operator=(LazyBuffer&& o) noexcept { std::swap(p_, o.p_); std::swap(n_, o.n_); return *this; }
+    ~LazyBuffer() { if (p_) munmap(p_, n_); }
+    uint8_t* data() const { return p_; }
+private:
+    uint8_t* p_ = nullptr;
+    size_t n_ = 0;
+};
+
+std::vector<float> to_floats(const Weight& w) {
+    std::vector<float> v;
+    if (!w) return v;
+    v.resize(w.cols * w.rows);
+    for (uint64_t r = 0; r < w.rows; ++r) dequantize_row(w, r, v.data() + r * w.cols);
+    return v;
+}
+
+// out = x / rms(x) · weight (weight may be null: plain normalisation).
+void rms_norm(const float* x, const float* weight, float* out, uint64_t n, float eps) {
+    double ss = 0;
+    for (uint64_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+    const float scale = 1.0f / std::sqrt(static_cast<float>(ss / double(n)) + eps);
+    for (uint64_t i = 0; i < n; ++i) out[i] = weight ? (x[i] * scale) * weight[i] : x[i] * scale;
+}
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float gelu_tanh(float x) {
+    const float k = 0.7978845608028654f;   // √(2/π)
+    return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
+}
+
+}  // namespace
+
+struct CpuBackend::Layer {
+    std::vector<float> attn_norm, ffn_norm, q_norm, k_norm, attn_post_norm, ffn_post_norm, bq, bk, bv;
+    std::vector<double> inv_freq;   // per rotated pair: base^(−2i/d) / rope_freqs[i]
+    LazyBuffer k_cache, v_cache;    // [n_ctx][kv_dim] of f16 or f32
+};
+
+CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, int threads)
+    : m_(m), n_ctx_(n_ctx), kv_(kv), pool_(threads > 0 ? threads : ThreadPool::default_threads()) {
+    const uint64_t E = m.hp.n_embd, hd = m.head_dim;
+    const std::vector<float> rope_freqs = to_floats(m.rope_freqs);
+    uint64_t max_q = 0, max_kv = 0, max_ff = 0;
+    layers_.resize(m.layers.size());
+    for (size_t il = 0; il < m.layers.size(); ++il) {
+        const LayerDesc& d = m.layers[il];
+        Layer& l = layers_[il];
+        l.attn_norm = to_floats(d.attn_norm);
+        l.ffn_norm = to_floats(d.ffn_norm);
+        l.q_norm = to_floats(d.q_norm);
+        l.k_norm = to_floats(d.k_norm);
+        l.attn_post_norm = to_floats(d.attn_post_norm);
+        l.ffn_post_norm = to_floats(d.ffn_post_norm);
+        l.bq = to_floats(d.bq);
+        l.bk = to_floats(d.bk);
+        l.bv = to_floats(d.bv);
+        l.inv_freq.resize(hd / 2);
+        for (uint64_t i = 0; i < hd / 2; ++i) {
+            l.inv_freq[i] = std::pow(double(d.rope_base), -2.0 * double(i) / double(hd));
+            if (!rope_freqs.empty()) l.inv_freq[i] /= rope_freqs[i];
+        }
+        const uint64_t el = kv == KvType::F16 ? 2 : 4;
+        l.k_cache = LazyBuffer(n_ctx * m.kv_dim(il) * el);
+        l.v_cache = LazyBuffer(n_ctx * m.kv_dim(il) * el);
+        max_q = std::max<uint64_t>(max_q, uint64_t(d.n_head) * hd);
+        max_kv = std::max<uint64_t>(max_kv, m.kv_dim(il));
+        max_ff = std::max<uint64_t>(max_ff, d.n_ff);
+    }
+    output_norm_ = to_floats(m.output_norm);
+    x_.resize(E);
+    xn_.resize(E);
+    o_.resize(E);
+    q_.resize(max_q);
+    att_.resize(max_q);
+    k_.resize(max_kv);
+    v_.resize(max_kv);
+    g_.resize(max_ff);
+    u_.resize(max_ff);
+    scores_.resize(uint64_t(pool_.size()) * n_ctx);
+}
+
+CpuBackend::~CpuBackend() = default;
+
+std::string CpuBackend::description() const {
+    return "CPU, " + std::to_string(pool_.size()) + (pool_.size() == 1 ? " thread" : " threads") +
+           ", float32 reference path, KV " + kv_type_name(kv_);
+}
+
+void CpuBackend::debug_set_rope_base(uint32_t layer, float base) {
+    Layer& l = layers_.at(layer);
+    const uint64_t hd = m_.head_dim;
+    for (uint64_t i = 0; i < hd / 2; ++i) l.inv_freq[i] = std::pow(double(base), -2.0 * double(i) / double(hd));
+}
+
+namespace {
+
+void rope(float* v, uint32_t n_heads, uint32_t hd, const std::vector<double>& inv_freq, double pos, RopeStyle style) {
+    const uint32_t half = hd / 2;
+    for (uint32_t i = 0; i < half; ++i) {
+        const double theta = pos * inv_freq[i];
+        const float c = static_cast<float>(std::cos(theta)), s = static_cast<float>(std::sin(theta));
+        for (uint32_t h = 0; h < n_heads; ++h) {
+            float* p = v + uint64_t(h) * hd;
+            const uint32_t a = style == RopeStyle::Adjacent ? 2 * i : i;
+            const uint32_t b = style == RopeStyle::Adjacent ? 2 * i + 1 : i + half;
+            const float x0 = p[a], x1 = p[b];
+            p[a] = x0 * c - x1 * s;
+            p[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+void store_row(uint8_t* cache, KvType kv, uint64_t index, const float* src, uint64_t n) {
+    if (kv == KvType::F32) {
+        std::memcpy(cache + index * n * 4, src, n * 4);
+    } else {
+        uint16_t* dst = reinterpret_cast<uint16_t*>(cache) + index * n;
+        for (uint64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+    }
+}
+
+float cache_at(const uint8_t* cache, KvType kv, uint64_t i) {
+    return kv == KvType::F32 ? reinterpret_cast<const float*>(cache)[i]
+                             : f16_to_f32(reinterpret_cast<const uint16_t*>(cache)[i]);
+}
+
+}  // namespace
+
+void CpuBackend::attention(uint32_t il, uint32_t pos) {
+    const LayerDesc& d = m_.layers[il];
+    const Layer& l = layers_[il];
+    const uint32_t hd = m_.head_dim, group = d.n_head / d.n_head_kv;
+    const uint64_t kv_dim = m_.kv_dim(il);
+    // A sliding layer sees the last `window` positions, itself included.
+    const uint32_t window = m_.hp.sliding_window;
+    const uint32_t t0 = d.sliding && pos + 1 > window ? pos + 1 - window : 0;
+    pool_.parallel_for(d.n_head, 1, [&](uint64_t hb, uint64_t he, int thread) {
+        float* sc = scores_.data() + uint64_t(thread) * n_ctx_;
+        for (uint64_t h = hb; h < he; ++h) {
+            const float* q = q_.data() + h * hd;
+            const uint64_t off = (h / group) * hd;
+            float mx = -INFINITY;
+            for (uint32_t t = t0; t <= pos; ++t) {
+                const uint64_t base = t * kv_dim + off;
+                double s = 0;
+                for (uint32_t i = 0; i < hd; ++i) s += double(q[i]) * cache_at(l.k_cache.data(), kv_, base + i);
+                sc[t] = static_cast<float>(s) * m_.attn_scale;
+                mx = std::max(mx, sc[t]);
+            }
+            double sum = 0;
+            for (uint32_t t = t0; t <= pos; ++t) {
+                sc[t] = std::exp(sc[t] - mx);
+                sum += sc[t];
+            }
+            const float inv = static_cast<float>(1.0 / sum);
+            float* out = att_.data() + h * hd;
+            std::fill(out, out + hd, 0.0f);
+            for (uint32_t t = t0; t <= pos; ++t) {
+                const float p = sc[t] * inv;
+                const uint64_t base = t * kv_dim + off;
+                for (uint32_t i = 0; i < hd; ++i) out[i] += p * cache_at(l.v_cache.data(), kv_, base + i);
+            }
+        }
+    });
+}
+
+void CpuBackend::eval(TokenId token, uint32_t pos, float* logits) {
+    if (token < 0 || uint32_t(token) >= m_.n_vocab)
+        throw ModelError("token id " + std::to_string(token) + " is outside the vocabulary (0.." +
+                         std::to_string(m_.n_vocab - 1) + ")");
+    if (pos >= n_ctx_)
+        throw ModelError("position " + std::to_string(pos) + " is past the context of " + std::to_string(n_ctx_) + " tokens");
+    const HParams& hp = m_.hp;
+    const uint64_t E = hp.n_embd;
+    const uint32_t hd = m_.head_dim;
+    const float eps = hp.rms_eps;
+
+    dequantize_row(m_.tok_embd, uint64_t(token), x_.data());
+    if (m_.embd_scale != 1.0f)
+        for (uint64_t i = 0; i < E; ++i) x_[i] *= m_.embd_scale;
+
+    for (uint32_t il = 0; il < m_.layers.size(); ++il) {
+        const LayerDesc& d = m_.layers[il];
+        Layer& l = layers_[il];
+        const uint64_t q_dim = uint64_t(d.n_head) * hd, kv_dim = m_.kv_dim(il);
+
+        rms_norm(x_.data(), l.attn_norm.data(), xn_.data(), E, eps);
+        matvec(pool_, {{&d.wq, q_.data()}, {&d.wk, k_.data()}, {&d.wv, v_.data()}}, xn_.data(), rounding_);
+        if (!l.bq.empty()) {
+            for (uint64_t i = 0; i < q_dim; ++i) q_[i] += l.bq[i];
+            for (uint64_t i = 0; i < kv_dim; ++i) k_[i] += l.bk[i];
+            for (uint64_t i = 0; i < kv_dim; ++i) v_[i] += l.bv[i];
+        }
+        if (!l.q_norm.empty()) {
+            for (uint32_t h = 0; h < d.n_head; ++h) rms_norm(&q_[h * hd], l.q_norm.data(), &q_[h * hd], hd, eps);
+            for (uint32_t h = 0; h < d.n_head_kv; ++h) rms_norm(&k_[h * hd], l.k_norm.data(), &k_[h * hd], hd, eps);
+        }
+        const double p = double(pos) * m_.rope_freq_scale;
+        rope(q_.data(), d.n_head, hd, l.inv_freq, p, hp.rope_style);
+        rope(k_.data(), d.n_head_kv, hd, l.inv_freq, p, hp.rope_style);
+        store_row(l.k_cache.data(), kv_, pos, k_.data(), kv_dim);
+        store_row(l.v_cache.data(), kv_, pos, v_.data(), kv_dim);
+
+        attention(il, pos);
+        matvec(pool_, {{&d.wo, o_.data()}}, att_.data(), rounding_);
+        if (!l.attn_post_norm.empty()) rms_norm(o_.data(), l.attn_post_norm.data(), o_.data(), E, eps);
+        for (uint64_t i = 0; i < E; ++i) x_[i] += o_[i];
+
+        rms_norm(x_.data(), l.ffn_norm.data(), xn_.data(), E, eps);
+        matvec(pool_, {{&d.gate, g_.data()}, {&d.up, u_.data()}}, xn_.data(), rounding_);
+        for (uint32_t i = 0; i < d.n_ff; ++i)
+            g_[i] = (m_.ffn == FfnKind::GeGLU ? gelu_tanh(g_[i]) : silu(g_[i])) * u_[i];
+        matvec(pool_, {{&d.down, o_.data()}}, g_.data(), rounding_);
+        if (!l.ffn_post_norm.empty()) rms_norm(o_.data(), l.ffn_post_norm.data(), o_.data(), E, eps);
+        for (uint64_t i = 0; i < E; ++i) x_[i] += o_[i];
+    }
+    if (!logits) return;
+    rms_norm(x_.data(), output_norm_.data(), xn_.data(), E, eps);
+    matvec(pool_, {{&m_.output, logits}}, xn_.data(), rounding_);
+    if (m_.final_softcap > 0) {
+        const float cap = m_.final_softcap;
+        for (uint32_t i = 0; i < m_.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+    }
+}
+
+}  // namespace ptxlm::cpu

@@ -1,0 +1,80 @@
+#include "engine/cpu/matvec.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace ptxlm::cpu {
+
+namespace {
+constexpr uint64_t kChunk = 256;   // a multiple of every block size (1, 32, 256)
+}
+
+float dot_row(const Weight& w, uint64_t r, const float* x) {
+    const gguf::TypeTraits& tt = gguf::type_traits(w.type);
+    const uint8_t* src = w.row(r);
+    alignas(64) float buf[kChunk];
+    double total = 0;
+    for (uint64_t c = 0; c < w.cols; c += kChunk) {
+        const uint64_t n = std::min(kChunk, w.cols - c);
+        tt.dequantize_row(src + (c / tt.block_elems) * tt.block_bytes, buf, static_cast<int64_t>(n));
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        uint64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            for (int k = 0; k < 8; ++k) acc[k] += buf[i + k] * x[c + i + k];
+        for (; i < n; ++i) acc[0] += buf[i] * x[c + i];
+        total += ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    }
+    return static_cast<float>(total);
+}
+
+void dequantize_row(const Weight& w, uint64_t r, float* out) {
+    gguf::type_traits(w.type).dequantize_row(w.row(r), out, static_cast<int64_t>(w.cols));
+}
+
+namespace {
+
+// x as llama.cpp's dot product for weights of type t would see it.
+void round_like_llamacpp(gguf::GgmlType t, const float* x, float* out, uint64_t n) {
+    using gguf::GgmlType;
+    GgmlType via;
+    switch (t) {
+        case GgmlType::F32: std::copy(x, x + n, out); return;
+        case GgmlType::F16: via = GgmlType::F16; break;
+        case GgmlType::BF16: via = GgmlType::BF16; break;
+        case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+            via = GgmlType::Q8_K; break;
+        default: via = GgmlType::Q8_0; break;   // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (Q8_1 rounds the same way)
+    }
+    const gguf::TypeTraits& tt = gguf::type_traits(via);
+    std::vector<uint8_t> q(n / tt.block_elems * tt.block_bytes);
+    tt.quantize_row(x, q.data(), static_cast<int64_t>(n));
+    tt.dequantize_row(q.data(), out, static_cast<int64_t>(n));
+}
+
+}  // namespace
+
+void matvec(ThreadPool& pool, std::initializer_list<MatVec> jobs, const float* x, InputRounding rounding) {
+    uint64_t total = 0;
+    for (const MatVec& j : jobs) total += j.w->rows;
+    const MatVec* js = jobs.begin();
+    if (rounding == InputRounding::LikeLlamaCpp) {
+        // One rounded copy per job (jobs sharing x may differ in type).
+        std::vector<std::vector<float>> xs(jobs.size(), std::vector<float>(js[0].w->cols));
+        for (size_t j = 0; j < jobs.size(); ++j) {
+            round_like_llamacpp(js[j].w->type, x, xs[j].data(), js[j].w->cols);
+            matvec(pool, {js[j]}, xs[j].data());
+        }
+        return;
+    }
+    pool.parallel_for(total, 16, [&](uint64_t begin, uint64_t end, int) {
+        size_t j = 0;
+        uint64_t base = 0;
+        while (begin >= base + js[j].w->rows) base += js[j++].w->rows;
+        for (uint64_t i = begin; i < end; ++i) {
+            while (i >= base + js[j].w->rows) base += js[j++].w->rows;
+            js[j].y[i - base] = dot_row(*js[j].w, i - base, x);
+        }
+    });
+}
+
+}  // namespace ptxlm::cpu

@@ -1,0 +1,81 @@
+#include "engine/cpu/thread_pool.h"
+
+#include <sched.h>
+
+#include <algorithm>
+
+namespace ptxlm::cpu {
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
+}
+
+ThreadPool::~ThreadPool() {
+    stop_.store(true);
+    generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
+    for (auto& t : workers_) t.join();
+}
+
+int ThreadPool::default_threads() {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+    return std::max(1u, std::thread::hardware_concurrency());
+}
+
+void ThreadPool::work(int thread) {
+    for (;;) {
+        uint64_t begin = next_.fetch_add(chunk_, std::memory_order_relaxed);
+        if (begin >= n_) break;
+        (*fn_)(begin, std::min(n_, begin + chunk_), thread);
+    }
+}
+
+void ThreadPool::worker(int index) {
+    uint64_t seen = 0;
+    for (;;) {
+        // Spin a little (the next job usually follows within microseconds), then sleep.
+        uint64_t g = generation_.load(std::memory_order_acquire);
+        for (int spin = 0; g == seen && spin < 20000; ++spin) {
+#if defined(__x86_64__)
+            __builtin_ia32_pause();
+#endif
+            g = generation_.load(std::memory_order_acquire);
+        }
+        while (g == seen) {
+            generation_.wait(seen, std::memory_order_acquire);
+            g = generation_.load(std::memory_order_acquire);
+        }
+        seen = g;
+        if (stop_.load()) return;
+        work(index);
+        busy_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+}
+
+void ThreadPool::parallel_for(uint64_t n, uint64_t grain, const RangeFn& fn) {
+    if (n == 0) return;
+    grain = std::max<uint64_t>(1, grain);
+    if (n_threads_ == 1 || n <= grain) {
+        fn(0, n, 0);
+        return;
+    }
+    // About four chunks per thread balances uneven rows without much contention.
+    const uint64_t per = (n + 4 * n_threads_ - 1) / (4 * n_threads_);
+    fn_ = &fn;
+    n_ = n;
+    chunk_ = std::max(grain, per);
+    next_.store(0, std::memory_order_relaxed);
+    busy_.store(n_threads_ - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
+    work(0);
+    while (busy_.load(std::memory_order_acquire) != 0) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+    }
+    fn_ = nullptr;
+}
+
+}  // namespace ptxlm::cpu

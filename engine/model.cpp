@@ -1,0 +1,222 @@
+#include "engine/model.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace ptxlm {
+
+const std::string& Weight::name() const {
+    static const std::string none = "(absent)";
+    return info ? info->name : none;
+}
+
+namespace {
+
+std::string dims(uint64_t cols, uint64_t rows) {
+    return rows == 1 ? std::to_string(cols) : std::to_string(cols) + " x " + std::to_string(rows);
+}
+
+class Loader {
+public:
+    explicit Loader(const gguf::File& f) : f_(f) {}
+
+    // rows == 0 accepts any row count (checked by the caller).
+    Weight get(const std::string& name, uint64_t cols, uint64_t rows, bool required) {
+        const gguf::TensorInfo* t = f_.find_tensor(name);
+        if (!t) {
+            if (required) throw ModelError(f_.path() + ": required tensor '" + name + "' is missing");
+            return {};
+        }
+        const uint64_t t_rows = t->ne[1] * t->ne[2] * t->ne[3];
+        if (t->ne[0] != cols || (rows && t_rows != rows) || t->ne[2] != 1 || t->ne[3] != 1)
+            throw ModelError(f_.path() + ": tensor '" + name + "' has shape " + dims(t->ne[0], t_rows) +
+                             ", expected " + (rows ? dims(cols, rows) : std::to_string(cols) + " x N"));
+        const gguf::TypeTraits* tt = gguf::find_type(t->type);
+        if (!tt || !tt->dequantize_row)
+            throw ModelError(f_.path() + ": tensor '" + name + "' has type " + gguf::type_name(t->type) +
+                             ", which ptxlm cannot compute with yet (supported: F32, F16, BF16, Q4_0, Q4_1, "
+                             "Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)");
+        Weight w;
+        w.info = t;
+        w.type = t->ggml_type();
+        w.cols = t->ne[0];
+        w.rows = t_rows;
+        w.row_bytes = *gguf::row_bytes(*tt, w.cols);
+        w.data = t->data;
+        return w;
+    }
+    Weight vec(const std::string& name, uint64_t n, bool required = true) { return get(name, n, 1, required); }
+
+private:
+    const gguf::File& f_;
+};
+
+std::string blk(uint32_t il, const char* what) { return "blk." + std::to_string(il) + "." + what; }
+
+}  // namespace
+
+Model Model::load(const std::string& path) { return from_file(gguf::File::open(path)); }
+
+Model Model::from_file(gguf::File file) {
+    Model m(std::move(file));
+    m.hp = read_hparams(m.file);
+    const HParams& hp = m.hp;
+    const std::string& path = m.file.path();
+    if (!hp.supported) {
+        std::string list;
+        for (const auto& a : supported_architectures()) list += (list.empty() ? "" : ", ") + a;
+        throw ModelError(path + ": architecture '" + hp.arch + "' is not supported (supported: " + list + ")");
+    }
+    if (hp.head_dim_k != hp.head_dim_v || hp.head_dim_k == 0)
+        throw ModelError(path + ": attention.key_length (" + std::to_string(hp.head_dim_k) +
+                         ") and value_length (" + std::to_string(hp.head_dim_v) + ") must be equal and positive");
+    if (hp.n_rot != hp.head_dim_k)
+        throw ModelError(path + ": partial RoPE (rope.dimension_count " + std::to_string(hp.n_rot) + " of head size " +
+                         std::to_string(hp.head_dim_k) + ") is not supported");
+    if (hp.head_dim_k % 2) throw ModelError(path + ": head size " + std::to_string(hp.head_dim_k) + " must be even");
+    m.head_dim = hp.head_dim_k;
+    m.attn_scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
+
+    const std::string a = hp.arch;
+    if (auto scaling = m.file.get_string(a + ".rope.scaling.type")) {
+        if (*scaling == "linear") {
+            auto factor = m.file.get_float(a + ".rope.scaling.factor");
+            if (!factor || !(*factor > 0))
+                throw ModelError(path + ": rope.scaling.type is linear but rope.scaling.factor is missing or not positive");
+            m.rope_freq_scale = static_cast<float>(1.0 / *factor);
+        } else if (*scaling != "none") {
+            throw ModelError(path + ": RoPE scaling '" + std::string(*scaling) + "' is not supported (supported: none, linear)");
+        }
+    } else if (auto factor = m.file.get_float(a + ".rope.scale_linear")) {
+        if (!(*factor > 0)) throw ModelError(path + ": rope.scale_linear must be positive");
+        m.rope_freq_scale = static_cast<float>(1.0 / *factor);
+    }
+    if (auto cap = m.file.get_float(a + ".final_logit_softcapping")) m.final_softcap = static_cast<float>(*cap);
+    if (!(m.final_softcap >= 0) || !std::isfinite(m.final_softcap))
+        throw ModelError(path + ": final_logit_softcapping must be a non-negative number");
+    if (m.file.get_float(a + ".attn_logit_softcapping").value_or(0.0) != 0.0)
+        throw ModelError(path + ": attention logit soft-capping (Gemma 2) is not supported");
+
+    const bool gemma = a == "gemma3";
+    if (gemma) {
+        m.embd_scale = std::sqrt(static_cast<float>(hp.n_embd));
+        m.ffn = FfnKind::GeGLU;
+    }
+    const float base_local =
+        static_cast<float>(m.file.get_float(a + ".rope.freq_base_swa").value_or(hp.rope_base_local.value_or(hp.rope_base)));
+
+    Loader L(m.file);
+    const uint64_t E = hp.n_embd;
+    m.tok_embd = L.get("token_embd.weight", E, 0, true);
+    if (m.tok_embd.rows > UINT32_MAX || m.tok_embd.rows == 0)
+        throw ModelError(path + ": token_embd.weight has an unusable vocabulary size " + std::to_string(m.tok_embd.rows));
+    m.n_vocab = static_cast<uint32_t>(m.tok_embd.rows);
+    if (hp.n_vocab > m.n_vocab)
+        throw ModelError(path + ": the tokenizer has " + std::to_string(hp.n_vocab) + " tokens but token_embd.weight only " +
+                         std::to_string(m.n_vocab) + " rows");
+    m.output_norm = L.vec("output_norm.weight", E);
+    m.output = L.get("output.weight", E, m.n_vocab, false);
+    if (!m.output) m.output = m.tok_embd;
+    m.rope_freqs = L.vec("rope_freqs.weight", m.head_dim / 2, false);
+
+    m.layers.resize(hp.n_layer);
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        LayerDesc& l = m.layers[il];
+        l.n_head = hp.n_head[il];
+        l.n_head_kv = hp.n_head_kv[il];
+        l.n_ff = hp.n_ff[il];
+        if (l.n_head_kv == 0 || l.n_ff == 0)
+            throw ModelError(path + ": layer " + std::to_string(il) + " has no KV heads or no feed-forward (not supported)");
+        l.sliding = hp.is_sliding_layer(il);
+        l.rope_base = l.sliding && hp.sliding_period ? base_local : hp.rope_base;
+        const uint64_t q_dim = uint64_t(l.n_head) * m.head_dim, kv_dim = uint64_t(l.n_head_kv) * m.head_dim;
+        l.attn_norm = L.vec(blk(il, "attn_norm.weight"), E);
+        l.wq = L.get(blk(il, "attn_q.weight"), E, q_dim, true);
+        l.wk = L.get(blk(il, "attn_k.weight"), E, kv_dim, true);
+        l.wv = L.get(blk(il, "attn_v.weight"), E, kv_dim, true);
+        l.wo = L.get(blk(il, "attn_output.weight"), q_dim, E, true);
+        const bool biases = a == "qwen2";
+        l.bq = L.vec(blk(il, "attn_q.bias"), q_dim, biases);
+        l.bk = L.vec(blk(il, "attn_k.bias"), kv_dim, biases);
+        l.bv = L.vec(blk(il, "attn_v.bias"), kv_dim, biases);
+        l.q_norm = L.vec(blk(il, "attn_q_norm.weight"), m.head_dim, gemma);
+        l.k_norm = L.vec(blk(il, "attn_k_norm.weight"), m.head_dim, gemma);
+        l.attn_post_norm = L.vec(blk(il, "post_attention_norm.weight"), E, gemma);
+        l.ffn_norm = L.vec(blk(il, "ffn_norm.weight"), E);
+        l.gate = L.get(blk(il, "ffn_gate.weight"), E, l.n_ff, true);
+        l.up = L.get(blk(il, "ffn_up.weight"), E, l.n_ff, true);
+        l.down = L.get(blk(il, "ffn_down.weight"), l.n_ff, E, true);
+        l.ffn_post_norm = L.vec(blk(il, "post_ffw_norm.weight"), E, gemma);
+    }
+    return m;
+}
+
+uint64_t Model::weight_bytes() const {
+    uint64_t n = 0;
+    auto add = [&](const Weight& w) { if (w) n += w.rows * w.row_bytes; };
+    add(tok_embd);
+    add(output_norm);
+    if (!tied_embeddings()) add(output);
+    add(rope_freqs);
+    for (const LayerDesc& l : layers)
+        for (const Weight* w : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
+                                &l.attn_post_norm, &l.ffn_norm, &l.gate, &l.up, &l.down, &l.ffn_post_norm})
+            add(*w);
+    return n;
+}
+
+MemoryPlan plan_memory(const Model& m, uint32_t n_ctx, uint32_t kv_bytes_per_el) {
+    MemoryPlan p;
+    p.weights = m.weight_bytes();
+    uint64_t max_ff = 0, max_q = 0;
+    for (uint32_t il = 0; il < m.layers.size(); ++il) {
+        p.kv_cache += 2ull * n_ctx * m.kv_dim(il) * kv_bytes_per_el;
+        max_ff = std::max<uint64_t>(max_ff, m.layers[il].n_ff);
+        max_q = std::max<uint64_t>(max_q, uint64_t(m.layers[il].n_head) * m.head_dim);
+    }
+    // Residual, normed input, q/k/v/attention output, two FFN vectors, the
+    // attention scores of one head per thread (bounded by 64 threads here),
+    // logits.
+    const uint64_t E = m.hp.n_embd;
+    p.activations = 4 * (4 * E + 3 * max_q + 2 * max_ff + 64ull * n_ctx + m.n_vocab);
+    return p;
+}
+
+std::optional<uint64_t> available_memory() {
+    std::optional<uint64_t> avail;
+    std::ifstream mi("/proc/meminfo");
+    std::string key;
+    uint64_t kb;
+    std::string unit;
+    while (mi >> key >> kb) {
+        std::getline(mi, unit);
+        if (key == "MemAvailable:") { avail = kb * 1024; break; }
+    }
+    // cgroup v2 limit, when one applies.
+    std::ifstream max("/sys/fs/cgroup/memory.max"), cur("/sys/fs/cgroup/memory.current");
+    std::string lim;
+    uint64_t used = 0;
+    if (max >> lim && lim != "max" && cur >> used) {
+        uint64_t limit = std::stoull(lim);
+        uint64_t left = limit > used ? limit - used : 0;
+        avail = avail ? std::min(*avail, left) : left;
+    }
+    return avail;
+}
+
+std::string format_bytes(uint64_t n) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = static_cast<double>(n);
+    int u = 0;
+    while (v >= 1024 && u < 4) { v /= 1024; ++u; }
+    char buf[32];
+    if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(n));
+    else std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+    return buf;
+}
+
+}  // namespace ptxlm

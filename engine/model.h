@@ -1,0 +1,98 @@
+// The model description: hyperparameters plus a typed view of every weight
+// tensor, built from GGUF metadata and the tensor table alone. Weights stay
+// in the file's mapping in their quantized form; backends read them from
+// here (the CPU directly, the GPU by uploading them).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/hparams.h"
+#include "gguf/gguf.h"
+#include "gguf/quant.h"
+
+namespace ptxlm {
+
+// A 1-D or 2-D weight: `rows` rows of `cols` elements, row-major in `type`'s
+// block layout. An absent optional weight has data == nullptr.
+struct Weight {
+    const gguf::TensorInfo* info = nullptr;
+    gguf::GgmlType type = gguf::GgmlType::F32;
+    uint64_t cols = 0;       // ne[0]
+    uint64_t rows = 0;       // ne[1] (1 for vectors)
+    uint64_t row_bytes = 0;
+    const uint8_t* data = nullptr;
+
+    explicit operator bool() const { return data != nullptr; }
+    const uint8_t* row(uint64_t r) const { return data + r * row_bytes; }
+    const std::string& name() const;
+};
+
+enum class FfnKind { SwiGLU, GeGLU };   // silu(gate)·up (llama, qwen2), tanh-gelu(gate)·up (gemma3)
+
+struct LayerDesc {
+    uint32_t n_head = 0, n_head_kv = 0, n_ff = 0;
+    bool sliding = false;          // attends to the last `window` positions only
+    float rope_base = 10000.0f;
+
+    Weight attn_norm;
+    Weight wq, wk, wv, wo;
+    Weight bq, bk, bv;             // qwen2's QKV biases (F32), else absent
+    Weight q_norm, k_norm;         // gemma3's per-head RMSNorm weights, else absent
+    Weight attn_post_norm;         // gemma3
+    Weight ffn_norm;
+    Weight gate, up, down;
+    Weight ffn_post_norm;          // gemma3
+};
+
+struct Model {
+    explicit Model(gguf::File f) : file(std::move(f)) {}
+
+    gguf::File file;
+    HParams hp;
+
+    uint32_t n_vocab = 0;          // rows of token_embd
+    uint32_t head_dim = 0;         // key/value head size (key_length == value_length here)
+    float attn_scale = 0;          // applied to q·k
+    float embd_scale = 1.0f;       // gemma3: √n_embd on the input embedding
+    float final_softcap = 0;       // 0 = none; else logits = cap·tanh(logits/cap)
+    float rope_freq_scale = 1.0f;  // linear RoPE scaling: position × this
+    FfnKind ffn = FfnKind::SwiGLU;
+
+    Weight tok_embd;
+    Weight output_norm;
+    Weight output;                 // = tok_embd when the embeddings are tied
+    Weight rope_freqs;             // optional per-pair divisors of the RoPE frequencies (Llama 3.x)
+    std::vector<LayerDesc> layers;
+
+    // Opens and validates `path`: the architecture must be supported, every
+    // required tensor present with the expected shape, and every weight of a
+    // type the backends can multiply. Throws ModelError (or gguf::Error) with
+    // one message naming what is wrong.
+    static Model load(const std::string& path);
+    static Model from_file(gguf::File file);
+
+    uint64_t weight_bytes() const;        // all tensors the forward pass reads
+    bool tied_embeddings() const { return output.data == tok_embd.data; }
+    uint32_t kv_dim(uint32_t il) const { return layers[il].n_head_kv * head_dim; }
+};
+
+// Memory a session needs beyond the mapped weights, for a context of n_ctx.
+struct MemoryPlan {
+    uint64_t weights = 0;     // mapped from the file (page cache)
+    uint64_t kv_cache = 0;
+    uint64_t activations = 0; // scratch and logits
+    uint64_t total() const { return weights + kv_cache + activations; }
+};
+MemoryPlan plan_memory(const Model& m, uint32_t n_ctx, uint32_t kv_bytes_per_el);
+
+// Bytes of memory the system can give us now (MemAvailable, capped by a
+// cgroup limit when one is set); nullopt when unknown.
+std::optional<uint64_t> available_memory();
+
+// "1.2 GiB", "640 KiB".
+std::string format_bytes(uint64_t n);
+
+}  // namespace ptxlm
