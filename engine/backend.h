@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "engine/model.h"
@@ -31,10 +32,15 @@ public:
     virtual std::string description() const = 0;   // one line for people: "CPU, 2 threads, KV f16"
     virtual uint32_t n_ctx() const = 0;
     virtual uint32_t n_vocab() const = 0;
-    // Evaluates `token` at position `pos` < n_ctx(). The cache must hold
-    // positions [0, pos); whatever it held at pos and beyond is replaced.
-    // Writes n_vocab() logits when `logits` is not null.
-    virtual void eval(TokenId token, uint32_t pos, float* logits) = 0;
+    // Evaluates tokens[i] at position pos + i (all < n_ctx()). The cache must
+    // hold positions [0, pos); whatever it held at pos and beyond is replaced.
+    // Writes the logits of the last n_logits tokens, n_vocab() per token in
+    // order, when `logits` is not null. At most max_batch() tokens per call.
+    // Batched and one-by-one evaluation give the same logits.
+    virtual void eval_batch(std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) = 0;
+    virtual uint32_t max_batch() const = 0;
+
+    void eval(TokenId token, uint32_t pos, float* logits) { eval_batch({&token, 1}, pos, logits, logits ? 1 : 0); }
 };
 
 // The context a session gets for `requested` (0 = model default), checked

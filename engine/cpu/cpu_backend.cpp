@@ -95,15 +95,18 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, int threads)
         max_ff = std::max<uint64_t>(max_ff, d.n_ff);
     }
     output_norm_ = to_floats(m.output_norm);
-    x_.resize(E);
-    xn_.resize(E);
-    o_.resize(E);
-    q_.resize(max_q);
-    att_.resize(max_q);
-    k_.resize(max_kv);
-    v_.resize(max_kv);
-    g_.resize(max_ff);
-    u_.resize(max_ff);
+    q_w_ = max_q;
+    kv_w_ = max_kv;
+    ff_w_ = max_ff;
+    x_.resize(kMaxBatch * E);
+    xn_.resize(kMaxBatch * E);
+    o_.resize(kMaxBatch * E);
+    q_.resize(kMaxBatch * max_q);
+    att_.resize(kMaxBatch * max_q);
+    k_.resize(kMaxBatch * max_kv);
+    v_.resize(kMaxBatch * max_kv);
+    g_.resize(kMaxBatch * max_ff);
+    u_.resize(kMaxBatch * max_ff);
     scores_.resize(uint64_t(pool_.size()) * n_ctx);
 }
 
@@ -154,100 +157,131 @@ float cache_at(const uint8_t* cache, KvType kv, uint64_t i) {
 
 }  // namespace
 
-void CpuBackend::attention(uint32_t il, uint32_t pos) {
+void CpuBackend::attention(uint32_t il, uint32_t pos, uint32_t n) {
     const LayerDesc& d = m_.layers[il];
     const Layer& l = layers_[il];
     const uint32_t hd = m_.head_dim, group = d.n_head / d.n_head_kv;
     const uint64_t kv_dim = m_.kv_dim(il);
-    // A sliding layer sees the last `window` positions, itself included.
     const uint32_t window = m_.hp.sliding_window;
-    const uint32_t t0 = d.sliding && pos + 1 > window ? pos + 1 - window : 0;
-    pool_.parallel_for(d.n_head, 1, [&](uint64_t hb, uint64_t he, int thread) {
+    // One task per (token, head); token t of the batch sits at position pos + t
+    // and sees the positions up to its own (the causal mask).
+    pool_.parallel_for(uint64_t(n) * d.n_head, 1, [&](uint64_t tb, uint64_t te, int thread) {
         float* sc = scores_.data() + uint64_t(thread) * n_ctx_;
-        for (uint64_t h = hb; h < he; ++h) {
-            const float* q = q_.data() + h * hd;
-            const uint64_t off = (h / group) * hd;
+        for (uint64_t task = tb; task < te; ++task) {
+            const uint32_t t = static_cast<uint32_t>(task / d.n_head), h = static_cast<uint32_t>(task % d.n_head);
+            const uint32_t p = pos + t;
+            // A sliding layer sees the last `window` positions, itself included.
+            const uint32_t p0 = d.sliding && p + 1 > window ? p + 1 - window : 0;
+            const float* q = q_.data() + t * q_w_ + uint64_t(h) * hd;
+            const uint64_t off = uint64_t(h / group) * hd;
             float mx = -INFINITY;
-            for (uint32_t t = t0; t <= pos; ++t) {
-                const uint64_t base = t * kv_dim + off;
+            for (uint32_t j = p0; j <= p; ++j) {
+                const uint64_t base = j * kv_dim + off;
                 double s = 0;
                 for (uint32_t i = 0; i < hd; ++i) s += double(q[i]) * cache_at(l.k_cache.data(), kv_, base + i);
-                sc[t] = static_cast<float>(s) * m_.attn_scale;
-                mx = std::max(mx, sc[t]);
+                sc[j] = static_cast<float>(s) * m_.attn_scale;
+                mx = std::max(mx, sc[j]);
             }
             double sum = 0;
-            for (uint32_t t = t0; t <= pos; ++t) {
-                sc[t] = std::exp(sc[t] - mx);
-                sum += sc[t];
+            for (uint32_t j = p0; j <= p; ++j) {
+                sc[j] = std::exp(sc[j] - mx);
+                sum += sc[j];
             }
             const float inv = static_cast<float>(1.0 / sum);
-            float* out = att_.data() + h * hd;
+            float* out = att_.data() + t * q_w_ + uint64_t(h) * hd;
             std::fill(out, out + hd, 0.0f);
-            for (uint32_t t = t0; t <= pos; ++t) {
-                const float p = sc[t] * inv;
-                const uint64_t base = t * kv_dim + off;
-                for (uint32_t i = 0; i < hd; ++i) out[i] += p * cache_at(l.v_cache.data(), kv_, base + i);
+            for (uint32_t j = p0; j <= p; ++j) {
+                const float w = sc[j] * inv;
+                const uint64_t base = j * kv_dim + off;
+                for (uint32_t i = 0; i < hd; ++i) out[i] += w * cache_at(l.v_cache.data(), kv_, base + i);
             }
         }
     });
 }
 
-void CpuBackend::eval(TokenId token, uint32_t pos, float* logits) {
-    if (token < 0 || uint32_t(token) >= m_.n_vocab)
-        throw ModelError("token id " + std::to_string(token) + " is outside the vocabulary (0.." +
-                         std::to_string(m_.n_vocab - 1) + ")");
-    if (pos >= n_ctx_)
-        throw ModelError("position " + std::to_string(pos) + " is past the context of " + std::to_string(n_ctx_) + " tokens");
+void CpuBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) {
+    const uint32_t n = static_cast<uint32_t>(tokens.size());
+    if (n == 0) return;
+    if (n > kMaxBatch) throw std::invalid_argument("eval_batch: more than " + std::to_string(kMaxBatch) + " tokens");
+    if (logits && (n_logits == 0 || n_logits > n)) throw std::invalid_argument("eval_batch: bad n_logits");
+    for (TokenId token : tokens)
+        if (token < 0 || uint32_t(token) >= m_.n_vocab)
+            throw ModelError("token id " + std::to_string(token) + " is outside the vocabulary (0.." +
+                             std::to_string(m_.n_vocab - 1) + ")");
+    if (uint64_t(pos) + n > n_ctx_)
+        throw ModelError("position " + std::to_string(pos + n - 1) + " is past the context of " + std::to_string(n_ctx_) +
+                         " tokens");
     const HParams& hp = m_.hp;
     const uint64_t E = hp.n_embd;
     const uint32_t hd = m_.head_dim;
     const float eps = hp.rms_eps;
 
-    dequantize_row(m_.tok_embd, uint64_t(token), x_.data());
-    if (m_.embd_scale != 1.0f)
-        for (uint64_t i = 0; i < E; ++i) x_[i] *= m_.embd_scale;
+    for (uint32_t t = 0; t < n; ++t) {
+        float* x = &x_[t * E];
+        dequantize_row(m_.tok_embd, uint64_t(tokens[t]), x);
+        if (m_.embd_scale != 1.0f)
+            for (uint64_t i = 0; i < E; ++i) x[i] *= m_.embd_scale;
+    }
 
     for (uint32_t il = 0; il < m_.layers.size(); ++il) {
         const LayerDesc& d = m_.layers[il];
         Layer& l = layers_[il];
         const uint64_t q_dim = uint64_t(d.n_head) * hd, kv_dim = m_.kv_dim(il);
 
-        rms_norm(x_.data(), l.attn_norm.data(), xn_.data(), E, eps);
-        matvec(pool_, {{&d.wq, q_.data()}, {&d.wk, k_.data()}, {&d.wv, v_.data()}}, xn_.data(), rounding_);
-        if (!l.bq.empty()) {
-            for (uint64_t i = 0; i < q_dim; ++i) q_[i] += l.bq[i];
-            for (uint64_t i = 0; i < kv_dim; ++i) k_[i] += l.bk[i];
-            for (uint64_t i = 0; i < kv_dim; ++i) v_[i] += l.bv[i];
+        for (uint32_t t = 0; t < n; ++t) rms_norm(&x_[t * E], l.attn_norm.data(), &xn_[t * E], E, eps);
+        matmul(pool_, {{&d.wq, q_.data(), q_w_}, {&d.wk, k_.data(), kv_w_}, {&d.wv, v_.data(), kv_w_}}, xn_.data(), n, E,
+               rounding_);
+        for (uint32_t t = 0; t < n; ++t) {
+            float* q = &q_[t * q_w_];
+            float* k = &k_[t * kv_w_];
+            float* v = &v_[t * kv_w_];
+            if (!l.bq.empty()) {
+                for (uint64_t i = 0; i < q_dim; ++i) q[i] += l.bq[i];
+                for (uint64_t i = 0; i < kv_dim; ++i) k[i] += l.bk[i];
+                for (uint64_t i = 0; i < kv_dim; ++i) v[i] += l.bv[i];
+            }
+            if (!l.q_norm.empty()) {
+                for (uint32_t h = 0; h < d.n_head; ++h) rms_norm(&q[h * hd], l.q_norm.data(), &q[h * hd], hd, eps);
+                for (uint32_t h = 0; h < d.n_head_kv; ++h) rms_norm(&k[h * hd], l.k_norm.data(), &k[h * hd], hd, eps);
+            }
+            const double p = double(pos + t) * m_.rope_freq_scale;
+            rope(q, d.n_head, hd, l.inv_freq, p, hp.rope_style);
+            rope(k, d.n_head_kv, hd, l.inv_freq, p, hp.rope_style);
+            store_row(l.k_cache.data(), kv_, pos + t, k, kv_dim);
+            store_row(l.v_cache.data(), kv_, pos + t, v, kv_dim);
         }
-        if (!l.q_norm.empty()) {
-            for (uint32_t h = 0; h < d.n_head; ++h) rms_norm(&q_[h * hd], l.q_norm.data(), &q_[h * hd], hd, eps);
-            for (uint32_t h = 0; h < d.n_head_kv; ++h) rms_norm(&k_[h * hd], l.k_norm.data(), &k_[h * hd], hd, eps);
+
+        attention(il, pos, n);
+        matmul(pool_, {{&d.wo, o_.data(), E}}, att_.data(), n, q_w_, rounding_);
+        for (uint32_t t = 0; t < n; ++t) {
+            float* o = &o_[t * E];
+            float* x = &x_[t * E];
+            if (!l.attn_post_norm.empty()) rms_norm(o, l.attn_post_norm.data(), o, E, eps);
+            for (uint64_t i = 0; i < E; ++i) x[i] += o[i];
+            rms_norm(x, l.ffn_norm.data(), &xn_[t * E], E, eps);
         }
-        const double p = double(pos) * m_.rope_freq_scale;
-        rope(q_.data(), d.n_head, hd, l.inv_freq, p, hp.rope_style);
-        rope(k_.data(), d.n_head_kv, hd, l.inv_freq, p, hp.rope_style);
-        store_row(l.k_cache.data(), kv_, pos, k_.data(), kv_dim);
-        store_row(l.v_cache.data(), kv_, pos, v_.data(), kv_dim);
-
-        attention(il, pos);
-        matvec(pool_, {{&d.wo, o_.data()}}, att_.data(), rounding_);
-        if (!l.attn_post_norm.empty()) rms_norm(o_.data(), l.attn_post_norm.data(), o_.data(), E, eps);
-        for (uint64_t i = 0; i < E; ++i) x_[i] += o_[i];
-
-        rms_norm(x_.data(), l.ffn_norm.data(), xn_.data(), E, eps);
-        matvec(pool_, {{&d.gate, g_.data()}, {&d.up, u_.data()}}, xn_.data(), rounding_);
-        for (uint32_t i = 0; i < d.n_ff; ++i)
-            g_[i] = (m_.ffn == FfnKind::GeGLU ? gelu_tanh(g_[i]) : silu(g_[i])) * u_[i];
-        matvec(pool_, {{&d.down, o_.data()}}, g_.data(), rounding_);
-        if (!l.ffn_post_norm.empty()) rms_norm(o_.data(), l.ffn_post_norm.data(), o_.data(), E, eps);
-        for (uint64_t i = 0; i < E; ++i) x_[i] += o_[i];
+        matmul(pool_, {{&d.gate, g_.data(), ff_w_}, {&d.up, u_.data(), ff_w_}}, xn_.data(), n, E, rounding_);
+        for (uint32_t t = 0; t < n; ++t) {
+            float* g = &g_[t * ff_w_];
+            const float* u = &u_[t * ff_w_];
+            for (uint32_t i = 0; i < d.n_ff; ++i)
+                g[i] = (m_.ffn == FfnKind::GeGLU ? gelu_tanh(g[i]) : silu(g[i])) * u[i];
+        }
+        matmul(pool_, {{&d.down, o_.data(), E}}, g_.data(), n, ff_w_, rounding_);
+        for (uint32_t t = 0; t < n; ++t) {
+            float* o = &o_[t * E];
+            float* x = &x_[t * E];
+            if (!l.ffn_post_norm.empty()) rms_norm(o, l.ffn_post_norm.data(), o, E, eps);
+            for (uint64_t i = 0; i < E; ++i) x[i] += o[i];
+        }
     }
     if (!logits) return;
-    rms_norm(x_.data(), output_norm_.data(), xn_.data(), E, eps);
-    matvec(pool_, {{&m_.output, logits}}, xn_.data(), rounding_);
+    const uint32_t first = n - n_logits;
+    for (uint32_t t = first; t < n; ++t) rms_norm(&x_[t * E], output_norm_.data(), &xn_[t * E], E, eps);
+    matmul(pool_, {{&m_.output, logits, m_.n_vocab}}, &xn_[first * E], n_logits, E, rounding_);
     if (m_.final_softcap > 0) {
         const float cap = m_.final_softcap;
-        for (uint32_t i = 0; i < m_.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+        for (uint64_t i = 0; i < uint64_t(n_logits) * m_.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
     }
 }
 

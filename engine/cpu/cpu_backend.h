@@ -23,7 +23,9 @@ public:
     std::string description() const override;
     uint32_t n_ctx() const override { return n_ctx_; }
     uint32_t n_vocab() const override { return m_.n_vocab; }
-    void eval(TokenId token, uint32_t pos, float* logits) override;
+    void eval_batch(std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) override;
+    uint32_t max_batch() const override { return kMaxBatch; }
+    static constexpr uint32_t kMaxBatch = 64;
 
     // Test hooks. A different RoPE base on one layer (negative controls);
     // llama.cpp's input rounding in every matrix-vector product (diagnostics).
@@ -32,7 +34,7 @@ public:
 
 private:
     struct Layer;
-    void attention(uint32_t il, uint32_t pos);
+    void attention(uint32_t il, uint32_t pos, uint32_t n);
 
     const Model& m_;
     uint32_t n_ctx_;
@@ -41,8 +43,9 @@ private:
     ThreadPool pool_;
     std::vector<Layer> layers_;
     std::vector<float> output_norm_;
-    // Activations.
+    // Activations of up to kMaxBatch tokens, row t of each at t × its width.
     std::vector<float> x_, xn_, q_, k_, v_, att_, o_, g_, u_, scores_;
+    uint64_t q_w_ = 0, kv_w_ = 0, ff_w_ = 0;
 };
 
 }  // namespace ptxlm::cpu

@@ -9,19 +9,15 @@ namespace {
 constexpr uint64_t kChunk = 256;   // a multiple of every block size (1, 32, 256)
 }
 
-float dot_row(const Weight& w, uint64_t r, const float* x) {
-    const gguf::TypeTraits& tt = gguf::type_traits(w.type);
-    const uint8_t* src = w.row(r);
-    alignas(64) float buf[kChunk];
+float dot(const float* w, const float* x, uint64_t n) {
     double total = 0;
-    for (uint64_t c = 0; c < w.cols; c += kChunk) {
-        const uint64_t n = std::min(kChunk, w.cols - c);
-        tt.dequantize_row(src + (c / tt.block_elems) * tt.block_bytes, buf, static_cast<int64_t>(n));
+    for (uint64_t c = 0; c < n; c += kChunk) {
+        const uint64_t m = std::min(kChunk, n - c);
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         uint64_t i = 0;
-        for (; i + 8 <= n; i += 8)
-            for (int k = 0; k < 8; ++k) acc[k] += buf[i + k] * x[c + i + k];
-        for (; i < n; ++i) acc[0] += buf[i] * x[c + i];
+        for (; i + 8 <= m; i += 8)
+            for (int k = 0; k < 8; ++k) acc[k] += w[c + i + k] * x[c + i + k];
+        for (; i < m; ++i) acc[0] += w[c + i] * x[c + i];
         total += ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     }
     return static_cast<float>(total);
@@ -53,26 +49,36 @@ void round_like_llamacpp(gguf::GgmlType t, const float* x, float* out, uint64_t 
 
 }  // namespace
 
-void matvec(ThreadPool& pool, std::initializer_list<MatVec> jobs, const float* x, InputRounding rounding) {
-    uint64_t total = 0;
-    for (const MatVec& j : jobs) total += j.w->rows;
+void matmul(ThreadPool& pool, std::initializer_list<MatVec> jobs, const float* x, uint64_t n_in, uint64_t ldx,
+            InputRounding rounding) {
     const MatVec* js = jobs.begin();
     if (rounding == InputRounding::LikeLlamaCpp) {
-        // One rounded copy per job (jobs sharing x may differ in type).
-        std::vector<std::vector<float>> xs(jobs.size(), std::vector<float>(js[0].w->cols));
-        for (size_t j = 0; j < jobs.size(); ++j) {
-            round_like_llamacpp(js[j].w->type, x, xs[j].data(), js[j].w->cols);
-            matvec(pool, {js[j]}, xs[j].data());
+        // One rounded copy of the inputs per job (jobs sharing x may differ in type).
+        for (const MatVec& j : jobs) {
+            const uint64_t n = j.w->cols;
+            std::vector<float> xr(n_in * n);
+            for (uint64_t t = 0; t < n_in; ++t) round_like_llamacpp(j.w->type, x + t * ldx, xr.data() + t * n, n);
+            matmul(pool, {j}, xr.data(), n_in, n);
         }
         return;
     }
-    pool.parallel_for(total, 16, [&](uint64_t begin, uint64_t end, int) {
+    uint64_t total = 0, max_cols = 0;
+    for (const MatVec& j : jobs) {
+        total += j.w->rows;
+        max_cols = std::max(max_cols, j.w->cols);
+    }
+    // One dequantized row per thread, reused across the inputs.
+    std::vector<float> rows(max_cols * pool.size());
+    pool.parallel_for(total, 16, [&](uint64_t begin, uint64_t end, int thread) {
+        float* buf = rows.data() + uint64_t(thread) * max_cols;
         size_t j = 0;
         uint64_t base = 0;
-        while (begin >= base + js[j].w->rows) base += js[j++].w->rows;
         for (uint64_t i = begin; i < end; ++i) {
             while (i >= base + js[j].w->rows) base += js[j++].w->rows;
-            js[j].y[i - base] = dot_row(*js[j].w, i - base, x);
+            const Weight& w = *js[j].w;
+            const uint64_t r = i - base;
+            dequantize_row(w, r, buf);
+            for (uint64_t t = 0; t < n_in; ++t) js[j].y[t * js[j].ldy + r] = dot(buf, x + t * ldx, w.cols);
         }
     });
 }

@@ -1,7 +1,10 @@
-// Matrix-vector products on quantized weights, the CPU backend's reference
-// arithmetic: each row is dequantized block by block into a small buffer with
-// gguf/'s reference dequantizers and multiplied with the float32 input, so no
-// matrix is ever expanded whole and every supported type takes the same path.
+// Matrix-vector (and small matrix-matrix) products on quantized weights, the
+// CPU backend's reference arithmetic: each row is dequantized into a small
+// buffer with gguf/'s reference dequantizers and multiplied with the float32
+// input, so no matrix is ever expanded whole and every supported type takes
+// the same path. A batch of inputs shares each dequantized row; the
+// arithmetic per (row, input) is the same as for one input, so batched and
+// token-by-token evaluation give bit-identical results.
 #pragma once
 
 #include <cstdint>
@@ -12,27 +15,30 @@
 
 namespace ptxlm::cpu {
 
-// Σ_c row[c]·x[c] for row r of w (accumulated in float per 256-element chunk,
-// chunks summed in double).
-float dot_row(const Weight& w, uint64_t r, const float* x);
+// Σ_c w[c]·x[c], accumulated in float (8 lanes) per 256-element chunk, the
+// chunk sums added in double. The one dot product of the reference path.
+float dot(const float* w, const float* x, uint64_t n);
 
 // Row r of w as float32.
 void dequantize_row(const Weight& w, uint64_t r, float* out);
 
-// y = W·x for each job; the rows of all jobs share one parallel pass (the
-// matrices that read the same input: Q, K and V; gate and up).
-struct MatVec {
-    const Weight* w;
-    float* y;
-};
-// How the input vector is rounded before the products. Exact keeps float32.
-// LikeLlamaCpp rounds it as llama.cpp's CPU backend does before its dot
+// How inputs are rounded before the products. Exact keeps float32.
+// LikeLlamaCpp rounds them as llama.cpp's CPU backend does before its dot
 // products (8-bit blocks of 32 for the 32-element types, of 256 for the
 // k-quants, f16 for F16 weights), which separates arithmetic differences from
 // real defects when comparing with llama.cpp's logits. A diagnostic, never the
 // default.
 enum class InputRounding { Exact, LikeLlamaCpp };
-void matvec(ThreadPool& pool, std::initializer_list<MatVec> jobs, const float* x,
+
+// Y = W·X for each job: n_in inputs X[t] = x + t·ldx, outputs y + t·ldy. The
+// rows of all jobs share one parallel pass (the matrices that read the same
+// input: Q, K and V; gate and up).
+struct MatVec {
+    const Weight* w;
+    float* y;
+    uint64_t ldy = 0;   // stride between the outputs of consecutive inputs
+};
+void matmul(ThreadPool& pool, std::initializer_list<MatVec> jobs, const float* x, uint64_t n_in, uint64_t ldx,
             InputRounding rounding = InputRounding::Exact);
 
 }  // namespace ptxlm::cpu
