@@ -1,0 +1,177 @@
+// The CPU backend on synthetic models: batched and one-by-one evaluation,
+// thread counts and prompt reuse give bit-identical logits; the f16 cache
+// stays close to the f32 one; the model loader and the memory check refuse
+// what they must, with messages that name the problem.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/cpu/cpu_backend.h"
+#include "gguf/writer.h"
+#include "models/synth/synth.h"
+
+using namespace ptxlm;
+
+namespace {
+
+gguf::File synth_file(synth::Arch arch, std::vector<uint8_t>* keep) {
+    *keep = synth::model_bytes(synth::preset(arch, synth::Size::Tiny));
+    return gguf::File::parse(*keep, std::string("synth-") + synth::arch_name(arch));
+}
+
+std::vector<TokenId> sequence(uint32_t n) {
+    std::vector<TokenId> ids{764};
+    for (uint32_t i = 1; i < n; ++i) ids.push_back(static_cast<TokenId>((i * 7919u + 13u) % 700u));
+    return ids;
+}
+
+// Logits of every position, evaluated in batches of `batch` tokens.
+std::vector<float> logits_of(Backend& b, const std::vector<TokenId>& ids, uint32_t batch) {
+    const size_t nv = b.n_vocab();
+    std::vector<float> out(ids.size() * nv);
+    for (size_t i = 0; i < ids.size(); i += batch) {
+        const uint32_t n = static_cast<uint32_t>(std::min<size_t>(batch, ids.size() - i));
+        b.eval_batch({ids.data() + i, n}, static_cast<uint32_t>(i), &out[i * nv], n);
+    }
+    return out;
+}
+
+class CpuBackendTest : public ::testing::TestWithParam<synth::Arch> {};
+
+TEST_P(CpuBackendTest, BatchedThreadedAndOneByOneAreBitIdentical) {
+    std::vector<uint8_t> bytes;
+    Model m = Model::from_file(synth_file(GetParam(), &bytes));
+    const auto ids = sequence(40);   // crosses gemma3 tiny's window of 16
+    cpu::CpuBackend one(m, 64, KvType::F16, 1), two(m, 64, KvType::F16, 2);
+    const std::vector<float> a = logits_of(one, ids, 1);
+    const std::vector<float> b = logits_of(two, ids, 17);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+    for (float v : a) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST_P(CpuBackendTest, F16CacheStaysCloseToF32) {
+    std::vector<uint8_t> bytes;
+    Model m = Model::from_file(synth_file(GetParam(), &bytes));
+    const auto ids = sequence(40);
+    cpu::CpuBackend f16(m, 64, KvType::F16, 2), f32(m, 64, KvType::F32, 2);
+    const std::vector<float> a = logits_of(f16, ids, 8), b = logits_of(f32, ids, 8);
+    float worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+    EXPECT_LT(worst, 0.05f);    // logits spread about 6
+    EXPECT_GT(worst, 0.0f);     // the cache type did take effect
+}
+
+TEST_P(CpuBackendTest, RewritingPositionsReplacesTheCache) {
+    // Evaluating a different continuation at the same positions must give the
+    // logits of a fresh run of that sequence: later positions never leak.
+    std::vector<uint8_t> bytes;
+    Model m = Model::from_file(synth_file(GetParam(), &bytes));
+    auto first = sequence(30), second = sequence(30);
+    for (size_t i = 20; i < second.size(); ++i) second[i] = static_cast<TokenId>((second[i] + 101) % 700);
+    cpu::CpuBackend reused(m, 64, KvType::F32, 2), fresh(m, 64, KvType::F32, 2);
+    logits_of(reused, first, 30);
+    const size_t nv = reused.n_vocab();
+    std::vector<float> a((second.size() - 20) * nv);
+    reused.eval_batch({second.data() + 20, second.size() - 20}, 20, a.data(), static_cast<uint32_t>(second.size() - 20));
+    const std::vector<float> b = logits_of(fresh, second, 30);
+    EXPECT_EQ(std::memcmp(a.data(), b.data() + 20 * nv, a.size() * sizeof(float)), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, CpuBackendTest,
+                         ::testing::Values(synth::Arch::Llama, synth::Arch::Qwen2, synth::Arch::Gemma3),
+                         [](const auto& info) { return std::string(synth::arch_name(info.param)); });
+
+std::string load_error(const std::vector<uint8_t>& bytes) {
+    try {
+        Model::from_file(gguf::File::parse(bytes, "patched.gguf"));
+    } catch (const ModelError& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+
+// Replaces every occurrence of `from` by `to` (same length) in the file's bytes.
+void patch(std::vector<uint8_t>& bytes, const std::string& from, const std::string& to) {
+    ASSERT_EQ(from.size(), to.size());
+    auto it = bytes.begin();
+    int n = 0;
+    while ((it = std::search(it, bytes.end(), from.begin(), from.end())) != bytes.end()) {
+        std::copy(to.begin(), to.end(), it);
+        ++n;
+    }
+    ASSERT_GT(n, 0) << from;
+}
+
+TEST(ModelLoad, MissingTensorIsNamed) {
+    std::vector<uint8_t> bytes = synth::model_bytes(synth::preset(synth::Arch::Llama, synth::Size::Tiny));
+    patch(bytes, "blk.1.attn_q.weight", "blk.1.attn_X.weight");
+    EXPECT_NE(load_error(bytes).find("required tensor 'blk.1.attn_q.weight' is missing"), std::string::npos)
+        << load_error(bytes);
+}
+
+TEST(ModelLoad, WrongShapeIsNamed) {
+    const synth::Spec spec = synth::preset(synth::Arch::Llama, synth::Size::Tiny);
+    ASSERT_NE(spec.n_head, spec.n_head_kv);
+    std::vector<uint8_t> bytes = synth::model_bytes(spec);
+    patch(bytes, "blk.0.attn_q.weight", "blk.0.attn_#.weight");
+    patch(bytes, "blk.0.attn_k.weight", "blk.0.attn_q.weight");
+    patch(bytes, "blk.0.attn_#.weight", "blk.0.attn_k.weight");
+    const std::string e = load_error(bytes);
+    EXPECT_NE(e.find("tensor 'blk.0.attn_q.weight' has shape"), std::string::npos) << e;
+}
+
+TEST(ModelLoad, UnsupportedArchitectureListsTheSupported) {
+    gguf::Writer w;
+    w.set_string("general.architecture", "mamba");
+    w.set_u32("mamba.block_count", 1);
+    w.set_u32("mamba.embedding_length", 64);
+    w.set_u32("mamba.context_length", 64);
+    w.set_u32("mamba.attention.head_count", 1);
+    w.set_u32("mamba.feed_forward_length", 64);
+    const std::string e = load_error(w.serialize());
+    EXPECT_NE(e.find("architecture 'mamba' is not supported (supported: llama, qwen2, gemma3)"), std::string::npos) << e;
+}
+
+TEST(ModelLoad, MissingKeyIsNamed) {
+    std::vector<uint8_t> bytes = synth::model_bytes(synth::preset(synth::Arch::Qwen2, synth::Size::Tiny));
+    patch(bytes, "qwen2.attention.layer_norm_rms_epsilon", "qwen2.attention.layer_norm_rms_epsiloX");
+    const std::string e = load_error(bytes);
+    EXPECT_NE(e.find("'qwen2.attention.layer_norm_rms_epsilon' is missing"), std::string::npos) << e;
+}
+
+TEST(Memory, AnExplicitContextThatDoesNotFitIsRefusedWithNumbers) {
+    std::vector<uint8_t> bytes;
+    Model m = Model::from_file(synth_file(synth::Arch::Llama, &bytes));
+    try {
+        choose_context(m, 1u << 30, 4, nullptr);   // a billion tokens of f32 cache
+        FAIL() << "no error";
+    } catch (const ModelError& e) {
+        const std::string s = e.what();
+        EXPECT_NE(s.find("KV cache"), std::string::npos) << s;
+        EXPECT_NE(s.find("available"), std::string::npos) << s;
+    }
+    std::string note;
+    EXPECT_EQ(choose_context(m, 128, 2, &note), 128u);
+    EXPECT_NE(note.find("128"), std::string::npos);
+    EXPECT_EQ(plan_memory(m, 100, 2).kv_cache * 2, plan_memory(m, 100, 4).kv_cache);
+}
+
+TEST(Backend, PositionsAndTokensAreChecked) {
+    std::vector<uint8_t> bytes;
+    Model m = Model::from_file(synth_file(synth::Arch::Llama, &bytes));
+    cpu::CpuBackend b(m, 8, KvType::F16, 1);
+    std::vector<float> logits(b.n_vocab());
+    EXPECT_THROW(b.eval(0, 8, logits.data()), ModelError);
+    EXPECT_THROW(b.eval(static_cast<TokenId>(b.n_vocab()), 0, logits.data()), ModelError);
+    EXPECT_THROW(b.eval(-1, 0, logits.data()), ModelError);
+    EXPECT_THROW(parse_device("gpu"), std::invalid_argument);
+    std::string note;
+    EXPECT_THROW(make_backend(m, DeviceKind::Cuda, {}, &note), ModelError);
+}
+
+}  // namespace
