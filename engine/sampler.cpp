@@ -1,1 +1,156 @@
-// placeholder: written in issue 4
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace ptxlm {
+
+namespace {
+
+[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
+
+}  // namespace
+
+void validate(const SamplerParams& p) {
+    if (!std::isfinite(p.temperature) || p.temperature < 0) bad("--temp must be a number >= 0");
+    if (!std::isfinite(p.top_p) || p.top_p <= 0 || p.top_p > 1) bad("--top-p must be in (0, 1]");
+    if (!std::isfinite(p.min_p) || p.min_p < 0 || p.min_p > 1) bad("--min-p must be in [0, 1]");
+    if (p.top_k < 0) bad("--top-k must be >= 0");
+    if (!std::isfinite(p.repeat_penalty) || p.repeat_penalty <= 0) bad("--repeat-penalty must be a number > 0");
+    if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2)
+        bad("--presence-penalty must be in [-2, 2]");
+    if (!std::isfinite(p.frequency_penalty) || std::fabs(p.frequency_penalty) > 2)
+        bad("--frequency-penalty must be in [-2, 2]");
+    if (p.penalty_last_n < 0) bad("--repeat-last-n must be >= 0");
+}
+
+Sampler::Sampler(SamplerParams p, int32_t n_vocab) : p_(p), n_vocab_(n_vocab), rng_(p.seed) {
+    validate(p_);
+    if (n_vocab <= 0) throw std::invalid_argument("Sampler: empty vocabulary");
+}
+
+void Sampler::reset() {
+    recent_.clear();
+    rng_.seed(p_.seed);
+}
+
+void Sampler::accept(int32_t token) {
+    if (p_.penalty_last_n <= 0) return;
+    recent_.push_back(token);
+    while (recent_.size() > size_t(p_.penalty_last_n)) recent_.pop_front();
+}
+
+void Sampler::apply_penalties(std::span<float> logits) const {
+    if (recent_.empty()) return;
+    if (p_.repeat_penalty == 1.0f && p_.presence_penalty == 0.0f && p_.frequency_penalty == 0.0f) return;
+    std::unordered_map<int32_t, int> count;
+    for (int32_t t : recent_)
+        if (t >= 0 && t < int32_t(logits.size())) ++count[t];
+    for (const auto& [t, n] : count) {
+        float& l = logits[t];
+        l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
+        l -= float(n) * p_.frequency_penalty + p_.presence_penalty;
+    }
+}
+
+int32_t Sampler::sample(std::span<float> logits) {
+    if (logits.size() != size_t(n_vocab_)) throw std::invalid_argument("Sampler: logits row has the wrong length");
+    apply_penalties(logits);
+    if (p_.temperature <= 0) {
+        // First maximum: ties go to the lowest id.
+        return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+    cand_.clear();
+    for (int32_t i = 0; i < n_vocab_; ++i)
+        if (!std::isnan(logits[i]) && logits[i] != -INFINITY) cand_.emplace_back(logits[i], i);
+    if (cand_.empty()) throw std::runtime_error("Sampler: every token is excluded");
+    auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+    size_t n = cand_.size();
+    if (p_.top_k > 0 && size_t(p_.top_k) < n) {
+        std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
+        n = size_t(p_.top_k);
+    } else {
+        std::sort(cand_.begin(), cand_.end(), by_logit);
+    }
+    cand_.resize(n);
+    // Probabilities at temperature 1 for the cuts (llama.cpp cuts before it scales).
+    auto probs = [&](float temp) {
+        std::vector<double> p(cand_.size());
+        double sum = 0;
+        for (size_t i = 0; i < cand_.size(); ++i) sum += p[i] = std::exp(double(cand_[i].first - cand_[0].first) / temp);
+        for (double& v : p) v /= sum;
+        return p;
+    };
+    if (p_.top_p < 1.0f) {
+        const std::vector<double> p = probs(1.0f);
+        double cum = 0;
+        size_t keep = cand_.size();
+        for (size_t i = 0; i < p.size(); ++i) {
+            cum += p[i];
+            if (cum >= p_.top_p) { keep = i + 1; break; }
+        }
+        cand_.resize(keep);
+    }
+    if (p_.min_p > 0.0f) {
+        // Relative to the best: p_i / p_0 = exp(l_i - l_0).
+        const float cut = cand_[0].first + std::log(p_.min_p);
+        size_t keep = 1;
+        while (keep < cand_.size() && cand_[keep].first >= cut) ++keep;
+        cand_.resize(keep);
+    }
+    const std::vector<double> p = probs(p_.temperature);
+    std::discrete_distribution<size_t> dist(p.begin(), p.end());
+    return cand_[dist(rng_)].second;
+}
+
+std::vector<std::pair<int32_t, float>> Sampler::top_logprobs(std::span<const float> logits, int n) {
+    std::vector<int32_t> order(logits.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);
+    n = std::min<int>(n, int(order.size()));
+    std::partial_sort(order.begin(), order.begin() + n, order.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    const float mx = logits[order[0]];
+    double sum = 0;
+    for (float l : logits) sum += std::exp(double(l) - mx);
+    const double lse = mx + std::log(sum);
+    std::vector<std::pair<int32_t, float>> out;
+    for (int i = 0; i < n; ++i) out.emplace_back(order[i], float(double(logits[order[i]]) - lse));
+    return out;
+}
+
+StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+    std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
+}
+
+std::string StopMatcher::push(std::string_view text) {
+    if (stopped_) return {};
+    held_ += text;
+    // A complete stop string: release what precedes the earliest one.
+    size_t first = std::string::npos;
+    for (const std::string& s : stops_) first = std::min(first, held_.find(s));
+    if (first != std::string::npos) {
+        stopped_ = true;
+        std::string out = held_.substr(0, first);
+        held_.clear();
+        return out;
+    }
+    // Hold back the longest tail that is a proper prefix of some stop string.
+    size_t hold = 0;
+    for (const std::string& s : stops_)
+        for (size_t k = std::min(s.size() - 1, held_.size()); k > hold; --k)
+            if (held_.compare(held_.size() - k, k, s, 0, k) == 0) { hold = k; break; }
+    std::string out = held_.substr(0, held_.size() - hold);
+    held_.erase(0, held_.size() - hold);
+    return out;
+}
+
+std::string StopMatcher::flush() {
+    if (stopped_) return {};
+    std::string out;
+    out.swap(held_);
+    return out;
+}
+
+}  // namespace ptxlm

@@ -1,1 +1,494 @@
-// placeholder: written in issue 4
+#include "engine/tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <sentencepiece_processor.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <queue>
+
+#include "engine/hparams.h"
+
+namespace ptxlm {
+
+namespace {
+
+enum TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+
+// ---- byte-level BPE's byte <-> unicode map ---------------------------------
+
+std::string utf8_of(uint32_t cp) {
+    std::string s;
+    if (cp < 0x80) {
+        s += char(cp);
+    } else if (cp < 0x800) {
+        s += char(0xC0 | (cp >> 6));
+        s += char(0x80 | (cp & 0x3F));
+    } else {
+        s += char(0xE0 | (cp >> 12));
+        s += char(0x80 | ((cp >> 6) & 0x3F));
+        s += char(0x80 | (cp & 0x3F));
+    }
+    return s;
+}
+
+struct ByteMap {
+    std::string to_unicode[256];                      // byte -> its printable character, as UTF-8
+    std::unordered_map<std::string, uint8_t> to_byte;  // and back
+    ByteMap() {
+        uint32_t n = 0;
+        for (uint32_t b = 0; b < 256; ++b) {
+            const bool self = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+            to_unicode[b] = utf8_of(self ? b : 0x100 + n++);
+            to_byte[to_unicode[b]] = uint8_t(b);
+        }
+    }
+};
+const ByteMap& byte_map() {
+    static const ByteMap m;
+    return m;
+}
+
+size_t utf8_len(unsigned char c) {
+    if (c < 0x80) return 1;
+    if ((c & 0xE0) == 0xC0) return 2;
+    if ((c & 0xF0) == 0xE0) return 3;
+    if ((c & 0xF8) == 0xF0) return 4;
+    return 1;   // a stray continuation or invalid byte: one on its own
+}
+
+// ---- pre-tokenizer regexes by tokenizer.ggml.pre ----------------------------
+
+const char* const kGpt2 = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))";
+const char* const kLlama3 =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const kQwen2 =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+struct PreSpec {
+    const char* name;
+    std::vector<const char*> regexes;   // applied in turn, each splitting the previous fragments
+    bool ignore_merges;                 // a word that is a vocab token is emitted whole
+};
+const std::vector<PreSpec>& pre_specs() {
+    static const std::vector<PreSpec> specs = {
+        {"gpt-2", {kGpt2}, false},       {"mpt", {kGpt2}, false},         {"olmo", {kGpt2}, false},
+        {"phi-2", {kGpt2}, false},       {"smollm", {R"(\p{N})", kGpt2}, false},
+        {"starcoder", {R"(\p{N})", kGpt2}, false}, {"refact", {R"(\p{N})", kGpt2}, false},
+        {"llama3", {kLlama3}, true},     {"llama-v3", {kLlama3}, true},   {"llama-bpe", {kLlama3}, true},
+        {"qwen2", {kQwen2}, false},      {"deepseek-r1-qwen", {kQwen2}, false},
+    };
+    return specs;
+}
+
+class Regex {
+public:
+    explicit Regex(const char* pattern) {
+        int err = 0;
+        PCRE2_SIZE off = 0;
+        code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
+                              PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &off, nullptr);
+        if (!code_) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(err, msg, sizeof msg);
+            throw std::logic_error(std::string("pre-tokenizer regex does not compile: ") + reinterpret_cast<char*>(msg));
+        }
+        pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);   // optional speed-up; the interpreter is the fallback
+    }
+    ~Regex() { pcre2_code_free(code_); }
+    Regex(const Regex&) = delete;
+    Regex& operator=(const Regex&) = delete;
+
+    // Splits s into pieces: every match, and the unmatched text between matches.
+    void split(std::string_view s, std::vector<std::string_view>& out) const {
+        pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
+        size_t pos = 0, gap = 0;
+        while (pos <= s.size()) {
+            int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), pos, 0, md, nullptr);
+            if (rc < 0) break;
+            const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+            const size_t b = ov[0], e = ov[1];
+            if (e == b) {   // an empty match: move on by one character
+                pos = b + (b < s.size() ? utf8_len(static_cast<unsigned char>(s[b])) : 1);
+                continue;
+            }
+            if (b > gap) out.push_back(s.substr(gap, b - gap));
+            out.push_back(s.substr(b, e - b));
+            gap = pos = e;
+        }
+        if (gap < s.size()) out.push_back(s.substr(gap));
+        pcre2_match_data_free(md);
+    }
+
+private:
+    pcre2_code* code_ = nullptr;
+};
+
+// ---- protobuf wire format, for the in-memory SentencePiece model -----------
+
+struct Proto {
+    std::string b;
+    void varint(uint64_t v) {
+        while (v >= 0x80) { b += char((v & 0x7F) | 0x80); v >>= 7; }
+        b += char(v);
+    }
+    void key(uint32_t field, uint32_t wire) { varint((uint64_t(field) << 3) | wire); }
+    void u(uint32_t field, uint64_t v) { key(field, 0); varint(v); }
+    void i32(uint32_t field, int32_t v) { key(field, 0); varint(uint64_t(int64_t(v))); }
+    void f32(uint32_t field, float v) {
+        key(field, 5);
+        char c[4];
+        std::memcpy(c, &v, 4);
+        b.append(c, 4);
+    }
+    void bytes(uint32_t field, std::string_view s) { key(field, 2); varint(s.size()); b.append(s); }
+};
+
+}  // namespace
+
+struct Tokenizer::Impl {
+    // SentencePiece
+    std::unique_ptr<sentencepiece::SentencePieceProcessor> spm;
+    // BPE
+    std::vector<std::unique_ptr<Regex>> regexes;
+    bool ignore_merges = false;
+    std::unordered_map<std::string, int32_t> merge_rank;   // "left right" -> rank
+    TokenId byte_token[256] = {};   // -1: the vocabulary has no token for the byte
+    // Both: the output bytes of each token (control tokens: their text).
+    std::vector<std::string> pieces;
+};
+
+std::vector<std::string> Tokenizer::supported_pre() {
+    std::vector<std::string> v;
+    for (const PreSpec& p : pre_specs()) v.push_back(p.name);
+    return v;
+}
+
+Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
+    Tokenizer t;
+    const std::string where = f.path() + ": ";
+    auto model = f.get_string("tokenizer.ggml.model");
+    if (!model) throw ModelError(where + "required key 'tokenizer.ggml.model' is missing");
+    t.model_ = std::string(*model);
+    if (t.model_ != "llama" && t.model_ != "gpt2")
+        throw ModelError(where + "tokenizer.ggml.model '" + t.model_ +
+                         "' is not supported (supported: llama (SentencePiece), gpt2 (byte-level BPE))");
+    t.pre_ = std::string(f.get_string("tokenizer.ggml.pre").value_or(""));
+    auto tokens = f.get_string_array("tokenizer.ggml.tokens");
+    if (!tokens || tokens->empty()) throw ModelError(where + "required key 'tokenizer.ggml.tokens' is missing or empty");
+    if (tokens->size() > size_t(INT32_MAX)) throw ModelError(where + "tokenizer.ggml.tokens has too many entries");
+    const size_t n = tokens->size();
+    t.tokens_.assign(tokens->begin(), tokens->end());
+    t.types_.assign(n, kNormal);
+    if (auto types = f.get_int_array("tokenizer.ggml.token_type")) {
+        if (types->size() != n)
+            throw ModelError(where + "tokenizer.ggml.token_type has " + std::to_string(types->size()) +
+                             " entries, tokenizer.ggml.tokens " + std::to_string(n));
+        for (size_t i = 0; i < n; ++i) t.types_[i] = static_cast<int32_t>((*types)[i]);
+    }
+    std::vector<float> scores(n, 0.0f);
+    if (auto s = f.get_f32_array("tokenizer.ggml.scores")) {
+        if (s->size() != n)
+            throw ModelError(where + "tokenizer.ggml.scores has " + std::to_string(s->size()) +
+                             " entries, tokenizer.ggml.tokens " + std::to_string(n));
+        scores = *s;
+    }
+    for (size_t i = 0; i < n; ++i) t.index_.emplace(t.tokens_[i], static_cast<TokenId>(i));
+    auto id_key = [&](const char* key) -> std::optional<TokenId> {
+        auto v = f.get_int(key);
+        if (!v || *v == -1) return std::nullopt;
+        if (*v < 0 || uint64_t(*v) >= n)
+            throw ModelError(where + key + " = " + std::to_string(*v) + " is outside the vocabulary of " +
+                             std::to_string(n) + " tokens");
+        return static_cast<TokenId>(*v);
+    };
+    t.bos_ = id_key("tokenizer.ggml.bos_token_id");
+    t.eos_ = id_key("tokenizer.ggml.eos_token_id");
+    t.eot_ = id_key("tokenizer.ggml.eot_token_id");
+    const std::optional<TokenId> unk = id_key("tokenizer.ggml.unknown_token_id");
+    const bool spm = t.model_ == "llama";
+    t.add_bos_ = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spm);
+    t.add_space_prefix_ = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
+    if (t.add_bos_ && !t.bos_) throw ModelError(where + "tokenizer.ggml.add_bos_token is set but there is no bos_token_id");
+
+    // Special tokens, longest text first (llama.cpp's matching order).
+    for (size_t i = 0; i < n; ++i)
+        if (t.types_[i] == kControl || t.types_[i] == kUserDefined || t.types_[i] == kUnknown)
+            if (!t.tokens_[i].empty()) t.specials_.push_back(static_cast<TokenId>(i));
+    std::stable_sort(t.specials_.begin(), t.specials_.end(),
+                     [&](TokenId a, TokenId b) { return t.tokens_[a].size() > t.tokens_[b].size(); });
+    t.eog_.assign(n, false);
+    for (auto id : {t.eos_, t.eot_})
+        if (id) t.eog_[*id] = true;
+    for (const char* s : {"<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<|end_of_text|>",
+                          "<|eom_id|>", "<EOT>", "<|EOT|>", "<|return|>"})
+        if (auto id = t.find(s); id && t.types_[*id] == kControl) t.eog_[*id] = true;
+
+    auto impl = std::make_shared<Impl>();
+    impl->pieces.resize(n);
+    if (spm) {
+        Proto m;
+        for (size_t i = 0; i < n; ++i) {
+            int32_t type = t.types_[i];
+            if (unk && TokenId(i) == *unk) type = kUnknown;
+            else if (type == kUnknown || type < kNormal || type > kByte) type = kControl;
+            Proto p;
+            p.bytes(1, t.tokens_[i].empty() ? std::string("<empty_") + std::to_string(i) + ">" : t.tokens_[i]);
+            p.f32(2, scores[i]);
+            p.u(3, static_cast<uint64_t>(type));
+            m.bytes(1, p.b);
+        }
+        if (!unk) throw ModelError(where + "a SentencePiece vocabulary needs tokenizer.ggml.unknown_token_id");
+        Proto trainer;
+        trainer.u(3, 2);   // BPE
+        trainer.u(4, n);
+        trainer.u(35, 1);  // byte_fallback
+        trainer.i32(40, *unk);
+        trainer.i32(41, t.bos_ ? *t.bos_ : -1);
+        trainer.i32(42, t.eos_ ? *t.eos_ : -1);
+        trainer.i32(43, -1);
+        m.bytes(2, trainer.b);
+        Proto norm;
+        norm.bytes(1, "identity");
+        norm.u(3, 0);      // add_dummy_prefix: done here, per fragment, as llama.cpp does
+        norm.u(4, 0);      // remove_extra_whitespaces
+        norm.u(5, 1);      // escape_whitespaces: ' ' -> U+2581
+        m.bytes(3, norm.b);
+        impl->spm = std::make_unique<sentencepiece::SentencePieceProcessor>();
+        auto st = impl->spm->LoadFromSerializedProto(m.b);
+        if (!st.ok()) throw ModelError(where + "the SentencePiece vocabulary does not load: " + st.ToString());
+        for (size_t i = 0; i < n; ++i) {
+            const std::string& s = t.tokens_[i];
+            std::string& out = impl->pieces[i];
+            if (t.types_[i] == kByte && s.size() == 6 && s.compare(0, 3, "<0x") == 0) {
+                out = char(std::stoi(s.substr(3, 2), nullptr, 16));
+            } else if (t.types_[i] == kNormal) {
+                for (size_t k = 0; k < s.size();) {
+                    if (s.compare(k, 3, "\xE2\x96\x81") == 0) { out += ' '; k += 3; }
+                    else out += s[k++];
+                }
+            } else {
+                out = s;
+            }
+        }
+    } else {
+        const PreSpec* spec = nullptr;
+        for (const PreSpec& p : pre_specs())
+            if (t.pre_ == p.name) spec = &p;
+        if (!spec) {
+            std::string list;
+            for (const std::string& p : supported_pre()) list += (list.empty() ? "" : ", ") + p;
+            throw ModelError(where + "tokenizer.ggml.pre '" + t.pre_ + "' is not supported (supported: " + list + ")");
+        }
+        for (const char* r : spec->regexes) impl->regexes.push_back(std::make_unique<Regex>(r));
+        impl->ignore_merges = spec->ignore_merges;
+        auto merges = f.get_string_array("tokenizer.ggml.merges");
+        if (!merges) throw ModelError(where + "required key 'tokenizer.ggml.merges' is missing");
+        for (size_t r = 0; r < merges->size(); ++r) impl->merge_rank.emplace(std::string((*merges)[r]), int32_t(r));
+        const ByteMap& bm = byte_map();
+        for (int b = 0; b < 256; ++b) {
+            // A vocabulary may lack tokens for bytes its training text never had.
+            impl->byte_token[b] = t.find(bm.to_unicode[b]).value_or(-1);
+        }
+        for (size_t i = 0; i < n; ++i) {
+            const std::string& s = t.tokens_[i];
+            if (t.types_[i] != kNormal && t.types_[i] != kByte) {
+                impl->pieces[i] = s;
+                continue;
+            }
+            std::string& out = impl->pieces[i];
+            for (size_t k = 0; k < s.size();) {
+                const size_t len = std::min(utf8_len(static_cast<unsigned char>(s[k])), s.size() - k);
+                auto it = bm.to_byte.find(s.substr(k, len));
+                if (it != bm.to_byte.end()) out += char(it->second);
+                else out.append(s, k, len);
+                k += len;
+            }
+        }
+    }
+    t.impl_ = std::move(impl);
+    return t;
+}
+
+std::optional<TokenId> Tokenizer::find(std::string_view text) const {
+    auto it = index_.find(std::string(text));
+    if (it == index_.end()) return std::nullopt;
+    return it->second;
+}
+
+bool Tokenizer::is_eog(TokenId id) const { return id >= 0 && size_t(id) < eog_.size() && eog_[id]; }
+bool Tokenizer::is_control(TokenId id) const { return id >= 0 && id < n_vocab() && types_[id] == kControl; }
+bool Tokenizer::is_special(TokenId id) const {
+    if (id < 0 || id >= n_vocab()) return false;
+    const int32_t ty = types_[id];
+    return ty == kControl || ty == kUserDefined || ty == kUnknown;
+}
+
+std::string Tokenizer::piece(TokenId id, bool render_special) const {
+    if (id < 0 || id >= n_vocab()) return {};
+    if ((types_[id] == kControl || types_[id] == kUnknown) && !render_special) return {};
+    return impl_->pieces[id];
+}
+
+std::string Tokenizer::decode(std::span<const TokenId> ids, bool render_special) const {
+    std::string s;
+    for (TokenId id : ids) s += piece(id, render_special);
+    return s;
+}
+
+void Tokenizer::encode_text(std::string_view text, bool prev_special, std::vector<TokenId>& out) const {
+    const Impl& im = *impl_;
+    if (im.spm) {
+        std::string s;
+        if (add_space_prefix_ && prev_special) s = " ";
+        s.append(text);
+        std::vector<int> ids;
+        if (!im.spm->Encode(s, &ids).ok()) throw std::runtime_error("SentencePiece could not encode the text");
+        out.insert(out.end(), ids.begin(), ids.end());
+        return;
+    }
+    // Byte-level BPE: the regexes cut the text into words, each merged on its own.
+    std::vector<std::string_view> words{text}, next;
+    for (const auto& re : im.regexes) {
+        next.clear();
+        for (std::string_view w : words) re->split(w, next);
+        words.swap(next);
+    }
+    const ByteMap& bm = byte_map();
+    struct Sym { std::string text; int prev, next; bool alive; };
+    for (std::string_view w : words) {
+        std::string mapped;
+        for (unsigned char c : w) mapped += bm.to_unicode[c];
+        if (im.ignore_merges) {
+            if (auto id = find(mapped)) { out.push_back(*id); continue; }
+        }
+        std::vector<Sym> sym;
+        for (unsigned char c : w) {
+            const int i = int(sym.size());
+            sym.push_back({bm.to_unicode[c], i - 1, i + 1, true});
+        }
+        if (sym.empty()) continue;
+        sym.back().next = -1;
+        // Lowest rank first, leftmost among equal ranks.
+        struct Pair { int32_t rank; int left; size_t llen, rlen; };
+        auto cmp = [](const Pair& a, const Pair& b) { return a.rank != b.rank ? a.rank > b.rank : a.left > b.left; };
+        std::priority_queue<Pair, std::vector<Pair>, decltype(cmp)> q(cmp);
+        auto try_pair = [&](int l) {
+            if (l < 0 || sym[l].next < 0) return;
+            const Sym& a = sym[l];
+            const Sym& b = sym[a.next];
+            auto it = im.merge_rank.find(a.text + " " + b.text);
+            if (it != im.merge_rank.end()) q.push({it->second, l, a.text.size(), b.text.size()});
+        };
+        for (int i = 0; i + 1 < int(sym.size()); ++i) try_pair(i);
+        while (!q.empty()) {
+            const Pair p = q.top();
+            q.pop();
+            Sym& a = sym[p.left];
+            // Stale: a side has merged since the pair was queued.
+            if (!a.alive || a.next < 0 || a.text.size() != p.llen || sym[a.next].text.size() != p.rlen) continue;
+            Sym& b = sym[a.next];
+            a.text += b.text;
+            b.alive = false;
+            a.next = b.next;
+            if (a.next >= 0) sym[a.next].prev = p.left;
+            try_pair(a.prev);
+            try_pair(p.left);
+        }
+        for (int i = 0; i >= 0; i = sym[i].next) {
+            if (auto id = find(sym[i].text)) {
+                out.push_back(*id);
+                continue;
+            }
+            // Not in the vocabulary: its bytes, one token each.
+            const std::string& s = sym[i].text;
+            for (size_t k = 0; k < s.size();) {
+                const size_t len = std::min(utf8_len(static_cast<unsigned char>(s[k])), s.size() - k);
+                auto it = bm.to_byte.find(s.substr(k, len));
+                if (it == bm.to_byte.end()) continue;
+                const TokenId bt = im.byte_token[it->second];
+                if (bt < 0) {
+                    char hex[8];
+                    std::snprintf(hex, sizeof hex, "0x%02X", unsigned(it->second));
+                    throw std::invalid_argument(std::string("the text contains byte ") + hex +
+                                                ", which this model's vocabulary cannot represent");
+                }
+                out.push_back(bt);
+                k += len;
+            }
+        }
+    }
+}
+
+std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
+    // Fragments: raw text or a special token, in order.
+    struct Frag { std::string_view text; TokenId id; };   // id < 0: raw text
+    std::vector<Frag> frags;
+    if (!text.empty()) frags.push_back({text, -1});
+    std::vector<Frag> next;
+    for (TokenId sid : specials_) {
+        if (!parse_special && types_[sid] != kUserDefined) continue;
+        const std::string& s = tokens_[sid];
+        bool any = false;
+        for (const Frag& f : frags)
+            if (f.id < 0 && f.text.find(s) != std::string_view::npos) { any = true; break; }
+        if (!any) continue;
+        next.clear();
+        for (const Frag& f : frags) {
+            if (f.id >= 0) { next.push_back(f); continue; }
+            std::string_view rest = f.text;
+            for (size_t at; (at = rest.find(s)) != std::string_view::npos;) {
+                if (at > 0) next.push_back({rest.substr(0, at), -1});
+                next.push_back({{}, sid});
+                rest = rest.substr(at + s.size());
+            }
+            if (!rest.empty()) next.push_back({rest, -1});
+        }
+        frags.swap(next);
+    }
+    std::vector<TokenId> out;
+    if (add_bos && bos_) out.push_back(*bos_);
+    bool prev_special = true;
+    for (const Frag& f : frags) {
+        if (f.id >= 0) {
+            out.push_back(f.id);
+            prev_special = true;
+        } else {
+            encode_text(f.text, prev_special, out);
+            prev_special = false;
+        }
+    }
+    return out;
+}
+
+size_t utf8_complete_prefix(std::string_view s) {
+    // Look back at most 3 bytes for the start of an unfinished character.
+    const size_t n = s.size();
+    for (size_t back = 1; back <= 3 && back <= n; ++back) {
+        const unsigned char c = static_cast<unsigned char>(s[n - back]);
+        if ((c & 0xC0) == 0x80) continue;   // a continuation byte: keep looking
+        const size_t need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+        return need > back ? n - back : n;
+    }
+    return n;
+}
+
+std::string StreamDecoder::push(TokenId id) {
+    pending_ += t_.piece(id, special_);
+    const size_t k = utf8_complete_prefix(pending_);
+    std::string out = pending_.substr(0, k);
+    pending_.erase(0, k);
+    return out;
+}
+
+std::string StreamDecoder::flush() {
+    std::string out;
+    if (!pending_.empty()) out = "\xEF\xBF\xBD";   // an unfinished character
+    pending_.clear();
+    return out;
+}
+
+}  // namespace ptxlm

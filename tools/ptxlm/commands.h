@@ -11,5 +11,10 @@ namespace ptxlm::cli {
 using Runner = std::function<int()>;
 
 Runner add_inspect(CLI::App& app);
+Runner add_run(CLI::App& app);
+Runner add_chat(CLI::App& app);
+Runner add_perplexity(CLI::App& app);
+Runner add_logits(CLI::App& app);
+Runner add_tokenize(CLI::App& app);
 
 }  // namespace ptxlm::cli

@@ -16,7 +16,12 @@ int main(int argc, char** argv) {
         ptxlm::cli::Runner run = adder(app);
         runners[app.get_subcommands({})[before]] = std::move(run);
     };
+    add(ptxlm::cli::add_run);
+    add(ptxlm::cli::add_chat);
+    add(ptxlm::cli::add_perplexity);
     add(ptxlm::cli::add_inspect);
+    add(ptxlm::cli::add_tokenize);
+    add(ptxlm::cli::add_logits);
 
     try {
         app.parse(argc, argv);

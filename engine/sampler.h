@@ -1,0 +1,76 @@
+// Choosing the next token from a row of logits, and stop strings.
+//
+// The chain, in llama.cpp's default order: penalties (repetition, presence,
+// frequency) over a window of recent tokens, then greedy when temperature
+// <= 0, else top-k, top-p, min-p, temperature, and a draw from a seeded
+// generator (same seed and same logits: same tokens).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ptxlm {
+
+struct SamplerParams {
+    float temperature = 0.8f;   // <= 0: greedy (argmax; ties go to the lowest id)
+    int32_t top_k = 40;         // <= 0: off
+    float top_p = 0.95f;        // >= 1: off
+    float min_p = 0.05f;        // <= 0: off
+    float repeat_penalty = 1.0f;      // 1: off. Divides positive logits, multiplies negative ones
+    float presence_penalty = 0.0f;    // subtracted once from every token in the window
+    float frequency_penalty = 0.0f;   // subtracted per occurrence in the window
+    int32_t penalty_last_n = 64;      // window size; 0: penalties off
+    uint64_t seed = 0;
+};
+
+// Throws std::invalid_argument naming the field (as its command-line flag) and its range.
+void validate(const SamplerParams& p);
+
+class Sampler {
+public:
+    Sampler(SamplerParams p, int32_t n_vocab);
+
+    // Applies the chain to `logits` (modified in place) and returns the token.
+    int32_t sample(std::span<float> logits);
+    // A token entering the context (prompt or generated): the penalties see it.
+    void accept(int32_t token);
+    void reset();
+
+    // The n most likely tokens with their log-probabilities under the
+    // softmax of `logits` (for logprobs reporting).
+    static std::vector<std::pair<int32_t, float>> top_logprobs(std::span<const float> logits, int n);
+
+private:
+    void apply_penalties(std::span<float> logits) const;
+
+    SamplerParams p_;
+    int32_t n_vocab_;
+    std::deque<int32_t> recent_;
+    std::mt19937_64 rng_;
+    std::vector<std::pair<float, int32_t>> cand_;   // scratch
+};
+
+// Stop strings over streamed text: push() returns what may be shown now,
+// holding back a tail that could still begin a stop string; once a stop
+// string appears, stopped() is true and neither it nor anything after it is
+// ever returned.
+class StopMatcher {
+public:
+    explicit StopMatcher(std::vector<std::string> stops);
+    std::string push(std::string_view text);
+    std::string flush();    // end of generation: release the held tail
+    bool stopped() const { return stopped_; }
+
+private:
+    std::vector<std::string> stops_;
+    std::string held_;
+    bool stopped_ = false;
+};
+
+}  // namespace ptxlm

@@ -1,0 +1,48 @@
+#include "tools/ptxlm/engine_args.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include <CLI/CLI.hpp>
+
+namespace ptxlm::cli {
+
+void add_engine_options(CLI::App& app, EngineArgs& a) {
+    app.add_option("-m,--model", a.model, "GGUF model file (default: " + default_model_path() + ")");
+    app.add_option("-c,--ctx-size", a.n_ctx, "context length in tokens (default: the model's, capped to what memory allows)")
+        ->check(CLI::Range(1u, 1u << 24));
+    app.add_option("-t,--threads", a.threads, "CPU threads (default: every core this process may use)")
+        ->check(CLI::Range(1, 1024));
+    app.add_option("--device", a.device, "cpu, cuda or auto (CUDA when a device is usable, else the CPU)")
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+    app.add_option("--kv-type", a.kv_type, "KV cache element type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}));
+}
+
+std::string default_model_path() {
+    if (const char* env = std::getenv("PTXLM_MODEL"); env && *env) return env;
+    return std::string(PTXLM_DEFAULT_MODEL);
+}
+
+Engine open_engine(const EngineArgs& a) {
+    Engine e;
+    const std::string path = a.model.empty() ? default_model_path() : a.model;
+    if (a.model.empty() && !std::filesystem::exists(path))
+        throw ModelError("the default model " + path + " is missing: run models/fetch (./run.sh does), or pass -m MODEL");
+    e.model = std::make_unique<Model>(Model::load(path));
+    e.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(e.model->file));
+    if (uint32_t(e.tokenizer->n_vocab()) > e.model->n_vocab)
+        throw ModelError(path + ": the tokenizer has more tokens than the model has embeddings");
+    BackendOptions opt;
+    opt.n_ctx = a.n_ctx;
+    opt.threads = a.threads;
+    opt.kv_type = a.kv_type == "f32" ? KvType::F32 : KvType::F16;
+    std::string note;
+    e.backend = make_backend(*e.model, parse_device(a.device), opt, &note);
+    std::fprintf(stderr, "ptxlm: %s (%s, %s)\n", path.c_str(), e.model->hp.arch.c_str(),
+                 format_bytes(e.model->weight_bytes()).c_str());
+    std::fprintf(stderr, "ptxlm: %s\n", note.c_str());
+    return e;
+}
+
+}  // namespace ptxlm::cli

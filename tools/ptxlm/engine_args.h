@@ -1,0 +1,41 @@
+// Options shared by the subcommands that run a model (run, chat, perplexity,
+// logits), and opening the engine they describe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+
+namespace CLI { class App; }
+
+namespace ptxlm::cli {
+
+struct EngineArgs {
+    std::string model;            // empty: the default model
+    uint32_t n_ctx = 0;           // 0: the model's, capped by memory
+    int threads = 0;              // 0: all cores this process may use
+    std::string device = "auto";
+    std::string kv_type = "f16";
+};
+
+// Registers -m/--model, -c/--ctx-size, -t/--threads, --device, --kv-type.
+void add_engine_options(CLI::App& app, EngineArgs& args);
+
+struct Engine {
+    std::unique_ptr<Model> model;
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::unique_ptr<Backend> backend;
+};
+
+// Loads the model, its tokenizer and the backend; says on stderr what runs
+// where (device, threads, context). Throws with one clear message.
+Engine open_engine(const EngineArgs& args);
+
+// $PTXLM_MODEL if set, else the default model fetched by models/fetch.
+std::string default_model_path();
+
+}  // namespace ptxlm::cli

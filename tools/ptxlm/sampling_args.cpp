@@ -1,0 +1,39 @@
+#include "tools/ptxlm/sampling_args.h"
+
+#include <random>
+
+#include <CLI/CLI.hpp>
+
+namespace ptxlm::cli {
+
+void add_sampling_options(CLI::App& app, SamplingArgs& a) {
+    SamplerParams& p = a.params;
+    app.add_option("-n,--n-predict", a.n_predict, "tokens to generate at most (default: until the end of generation or a full context)")
+        ->check(CLI::Range(-1, 1 << 30));
+    app.add_option("--temp", p.temperature, "temperature; 0 is greedy (default 0.8)");
+    app.add_option("--top-k", p.top_k, "keep the K most likely tokens; 0 disables (default 40)");
+    app.add_option("--top-p", p.top_p, "nucleus sampling threshold; 1 disables (default 0.95)");
+    app.add_option("--min-p", p.min_p, "drop tokens below this fraction of the best one's probability; 0 disables (default 0.05)");
+    app.add_option("--repeat-penalty", p.repeat_penalty, "penalty for repeated tokens; 1 disables (default 1.0)");
+    app.add_option("--repeat-last-n", p.penalty_last_n, "tokens the penalties look back over (default 64)");
+    app.add_option("--presence-penalty", p.presence_penalty, "subtracted from the logit of every token seen (default 0)");
+    app.add_option("--frequency-penalty", p.frequency_penalty, "subtracted once per occurrence of a token seen (default 0)");
+    app.add_option("--seed", p.seed, "random seed (default: drawn at start and reported)")->each([&a](const std::string&) { a.seed_given = true; });
+    app.add_option("--stop", a.stop, "stop before this text (repeatable)");
+    app.add_flag("--ignore-eos", a.ignore_eos, "never stop at an end-of-generation token");
+}
+
+GenerateOptions generate_options(SamplingArgs& a) {
+    if (!a.seed_given) a.params.seed = std::random_device{}();
+    validate(a.params);
+    for (const auto& s : a.stop)
+        if (s.empty()) throw std::invalid_argument("--stop: a stop string must not be empty");
+    GenerateOptions o;
+    o.max_tokens = a.n_predict;
+    o.sampling = a.params;
+    o.stop = a.stop;
+    o.ignore_eos = a.ignore_eos;
+    return o;
+}
+
+}  // namespace ptxlm::cli

@@ -1,0 +1,30 @@
+// Sampling and generation options shared by run and chat.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/session.h"
+
+namespace CLI { class App; }
+
+namespace ptxlm::cli {
+
+struct SamplingArgs {
+    SamplerParams params;
+    bool seed_given = false;
+    int32_t n_predict = -1;
+    std::vector<std::string> stop;
+    bool ignore_eos = false;
+};
+
+// --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
+// --presence-penalty, --frequency-penalty, --seed, -n, --stop, --ignore-eos.
+void add_sampling_options(CLI::App& app, SamplingArgs& args);
+
+// The options checked (std::invalid_argument naming the flag) and a seed
+// drawn when none was given.
+GenerateOptions generate_options(SamplingArgs& args);
+
+}  // namespace ptxlm::cli
