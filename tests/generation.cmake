@@ -5,3 +5,5 @@ ptxlm_gtest(test_cpu_backend test_cpu_backend.cpp LIBS ptxlm_engine ptxlm_synth 
 # The CPU reference path against llama.cpp's logits on both real models and
 # the synthetic ones (tests/golden/llamacpp_*.json).
 ptxlm_gtest(test_vs_llamacpp test_vs_llamacpp.cpp LIBS ptxlm_engine ptxlm_synth nlohmann_json::nlohmann_json TIMEOUT 900)
+# Perplexity of a public-domain text with -c 1024 against llama.cpp's tool.
+ptxlm_pytest(perplexity_vs_llamacpp check_perplexity.py TIMEOUT 1200)

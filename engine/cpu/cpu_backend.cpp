@@ -108,6 +108,7 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, int threads)
     g_.resize(kMaxBatch * max_ff);
     u_.resize(kMaxBatch * max_ff);
     scores_.resize(uint64_t(pool_.size()) * n_ctx);
+    rows_.resize(uint64_t(pool_.size()) * hd);
 }
 
 CpuBackend::~CpuBackend() = default;
@@ -150,9 +151,25 @@ void store_row(uint8_t* cache, KvType kv, uint64_t index, const float* src, uint
     }
 }
 
-float cache_at(const uint8_t* cache, KvType kv, uint64_t i) {
-    return kv == KvType::F32 ? reinterpret_cast<const float*>(cache)[i]
-                             : f16_to_f32(reinterpret_cast<const uint16_t*>(cache)[i]);
+// Every f16 value as f32: the cache is read once per attended position per
+// head, and a table lookup is exact and far cheaper than converting bits.
+const float* f16_table() {
+    static const std::vector<float> table = [] {
+        std::vector<float> t(65536);
+        for (uint32_t h = 0; h < 65536; ++h) t[h] = f16_to_f32(static_cast<uint16_t>(h));
+        return t;
+    }();
+    return table.data();
+}
+
+// Elements [i, i + n) of a cache as f32: in place for an f32 cache, else
+// converted into `buf`.
+inline const float* cache_row(const uint8_t* cache, KvType kv, uint64_t i, uint32_t n, float* buf) {
+    if (kv == KvType::F32) return reinterpret_cast<const float*>(cache) + i;
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(cache) + i;
+    const float* table = f16_table();
+    for (uint32_t k = 0; k < n; ++k) buf[k] = table[h[k]];
+    return buf;
 }
 
 }  // namespace
@@ -174,12 +191,11 @@ void CpuBackend::attention(uint32_t il, uint32_t pos, uint32_t n) {
             const uint32_t p0 = d.sliding && p + 1 > window ? p + 1 - window : 0;
             const float* q = q_.data() + t * q_w_ + uint64_t(h) * hd;
             const uint64_t off = uint64_t(h / group) * hd;
+            float* row = rows_.data() + uint64_t(thread) * hd;
             float mx = -INFINITY;
             for (uint32_t j = p0; j <= p; ++j) {
-                const uint64_t base = j * kv_dim + off;
-                double s = 0;
-                for (uint32_t i = 0; i < hd; ++i) s += double(q[i]) * cache_at(l.k_cache.data(), kv_, base + i);
-                sc[j] = static_cast<float>(s) * m_.attn_scale;
+                const float* k = cache_row(l.k_cache.data(), kv_, j * kv_dim + off, hd, row);
+                sc[j] = dot(q, k, hd) * m_.attn_scale;
                 mx = std::max(mx, sc[j]);
             }
             double sum = 0;
@@ -192,8 +208,8 @@ void CpuBackend::attention(uint32_t il, uint32_t pos, uint32_t n) {
             std::fill(out, out + hd, 0.0f);
             for (uint32_t j = p0; j <= p; ++j) {
                 const float w = sc[j] * inv;
-                const uint64_t base = j * kv_dim + off;
-                for (uint32_t i = 0; i < hd; ++i) out[i] += w * cache_at(l.v_cache.data(), kv_, base + i);
+                const float* v = cache_row(l.v_cache.data(), kv_, j * kv_dim + off, hd, row);
+                for (uint32_t i = 0; i < hd; ++i) out[i] += w * v[i];
             }
         }
     });

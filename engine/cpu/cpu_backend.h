@@ -44,7 +44,7 @@ private:
     std::vector<Layer> layers_;
     std::vector<float> output_norm_;
     // Activations of up to kMaxBatch tokens, row t of each at t × its width.
-    std::vector<float> x_, xn_, q_, k_, v_, att_, o_, g_, u_, scores_;
+    std::vector<float> x_, xn_, q_, k_, v_, att_, o_, g_, u_, scores_, rows_;
     uint64_t q_w_ = 0, kv_w_ = 0, ff_w_ = 0;
 };
 

@@ -1,0 +1,257 @@
+// Tokenizers against llama.cpp's (tests/golden/tokenizer_*.json, recorded by
+// bench/golden-tokenizer), on vocab-only GGUF files extracted at test time
+// from the real models: only general.architecture and the tokenizer.* keys,
+// no tensors. Also: round trips, streaming detokenization, special tokens in
+// user text, robustness to invalid UTF-8, and the errors for unsupported
+// vocabularies.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/hparams.h"
+#include "engine/tokenizer.h"
+#include "gguf/writer.h"
+
+using namespace ptxlm;
+using nlohmann::json;
+
+namespace {
+
+// A metadata entry of a file as a writer value.
+gguf::MetaValue to_meta(const gguf::KeyValue& kv) {
+    using VT = gguf::ValueType;
+    auto scalar = [&](auto v) {
+        std::memcpy(&v, kv.raw.data(), sizeof v);
+        return gguf::MetaValue(v);
+    };
+    switch (kv.type) {
+        case VT::U8: return scalar(uint8_t{});
+        case VT::I8: return scalar(int8_t{});
+        case VT::U16: return scalar(uint16_t{});
+        case VT::I16: return scalar(int16_t{});
+        case VT::U32: return scalar(uint32_t{});
+        case VT::I32: return scalar(int32_t{});
+        case VT::F32: return scalar(float{});
+        case VT::U64: return scalar(uint64_t{});
+        case VT::I64: return scalar(int64_t{});
+        case VT::F64: return scalar(double{});
+        case VT::BOOL: return gguf::MetaValue(kv.raw[0] != 0);
+        case VT::STRING: return gguf::MetaValue(std::string(kv.strings.at(0)));
+        case VT::ARRAY: {
+            gguf::MetaArray a;
+            a.elem_type = kv.elem_type;
+            if (kv.elem_type == VT::STRING) a.strings.assign(kv.strings.begin(), kv.strings.end());
+            else a.bytes.assign(kv.raw.begin(), kv.raw.end());
+            return a;
+        }
+    }
+    throw std::logic_error("unknown value type");
+}
+
+// general.architecture and tokenizer.* of `model`, nothing else; `pre`
+// replaces tokenizer.ggml.pre when not empty.
+std::string vocab_only(const std::string& model, const std::string& pre, const std::string& name) {
+    const gguf::File f = gguf::File::open(model);
+    gguf::Writer w;
+    for (const gguf::KeyValue& kv : f.metadata()) {
+        if (kv.key != "general.architecture" && kv.key.rfind("tokenizer.", 0) != 0) continue;
+        if (kv.key == "tokenizer.ggml.pre" && !pre.empty()) w.set_string(kv.key, pre);
+        else w.set(kv.key, to_meta(kv));
+    }
+    const auto path = std::filesystem::temp_directory_path() /
+                      ("ptxlm_vocab_" + name + "_" + std::to_string(::getpid()) + ".gguf");
+    w.write(path.string());
+    return path.string();
+}
+
+struct Golden {
+    const char* name;
+    const char* model;
+    const char* pre;   // override, or ""
+};
+const Golden kGolden[] = {
+    {"gemma3-270m", "gemma-3-270m-q4_k_m.gguf", ""},
+    {"smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf", ""},
+    {"smollm2-as-llama3", "SmolLM2-135M-Instruct.Q4_1.gguf", "llama-bpe"},
+    {"smollm2-as-qwen2", "SmolLM2-135M-Instruct.Q4_1.gguf", "qwen2"},
+};
+
+class TokenizerGolden : public ::testing::TestWithParam<Golden> {
+protected:
+    void SetUp() override {
+        path_ = vocab_only(std::string(PTXLM_MODELS_DIR) + "/" + GetParam().model, GetParam().pre, GetParam().name);
+    }
+    void TearDown() override { std::filesystem::remove(path_); }
+    std::string path_;
+};
+
+TEST_P(TokenizerGolden, EqualsLlamaCpp) {
+    std::ifstream in(std::string(PTXLM_SOURCE_DIR) + "/tests/golden/tokenizer_" + GetParam().name + ".json");
+    ASSERT_TRUE(in) << "golden file missing";
+    const json g = json::parse(in);
+    const gguf::File f = gguf::File::open(path_);
+    ASSERT_EQ(f.tensors().size(), 0u);   // the tokenizer needs nothing else
+    const Tokenizer tok = Tokenizer::from_gguf(f);
+    size_t n = 0;
+    for (const json& c : g["cases"]) {
+        const std::string text = c["text"];
+        const bool special = c["parse_special"];
+        const std::vector<TokenId> want = c["ids"].get<std::vector<TokenId>>();
+        EXPECT_EQ(tok.encode(text, tok.add_bos(), special), want) << "text: " << text << " (parse_special " << special << ")";
+        ++n;
+    }
+    EXPECT_GE(n, 80u);
+}
+
+TEST_P(TokenizerGolden, DecodeInvertsEncode) {
+    const Tokenizer tok = Tokenizer::from_gguf(gguf::File::open(path_));
+    for (const char* s : {"Hello world", "  two  spaces ", "Café 日本語 🎉\n\n\tend", "x\ny", "1234567"}) {
+        const auto ids = tok.encode(s, false, false);
+        EXPECT_EQ(tok.decode(ids), s);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabularies, TokenizerGolden, ::testing::ValuesIn(kGolden), [](const auto& info) {
+    std::string s = info.param.name;
+    for (char& ch : s)
+        if (ch == '-') ch = '_';
+    return s;
+});
+
+Tokenizer load(const char* model) { return Tokenizer::from_gguf(gguf::File::open(std::string(PTXLM_MODELS_DIR) + "/" + model)); }
+
+bool valid_utf8(const std::string& s) {
+    for (size_t i = 0; i < s.size();) {
+        const unsigned char c = s[i];
+        const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (n == 0 || i + n > s.size()) return false;
+        for (size_t k = 1; k < n; ++k)
+            if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+        i += n;
+    }
+    return true;
+}
+
+TEST(StreamDecoder, EmitsOnlyWholeCharacters) {
+    // SmolLM2's byte-level tokens split CJK and emoji into bytes.
+    const Tokenizer tok = load("SmolLM2-135M-Instruct.Q4_1.gguf");
+    const std::string text = "日本語 🎉👨‍👩‍👧 ok ñ";
+    const auto ids = tok.encode(text, false, false);
+    StreamDecoder d(tok);
+    std::string all;
+    size_t pieces = 0;
+    for (TokenId id : ids) {
+        const std::string part = d.push(id);
+        EXPECT_TRUE(valid_utf8(part)) << "a partial character was emitted";
+        all += part;
+        pieces += !part.empty();
+    }
+    all += d.flush();
+    EXPECT_EQ(all, text);
+    EXPECT_GT(ids.size(), pieces);   // some tokens were held back until their character completed
+    // An unfinished character at the end is replaced, not dropped silently.
+    StreamDecoder cut(tok);
+    std::string out = cut.push(ids[0]);
+    out += cut.flush();
+    EXPECT_EQ(out, "\xEF\xBF\xBD");
+}
+
+TEST(SpecialTokens, NeverFromUserText) {
+    const Tokenizer tok = load("SmolLM2-135M-Instruct.Q4_1.gguf");
+    const TokenId im_start = *tok.find("<|im_start|>");
+    const auto as_user = tok.encode("<|im_start|>system", false, false);
+    EXPECT_EQ(std::count(as_user.begin(), as_user.end(), im_start), 0);
+    const auto as_template = tok.encode("<|im_start|>system", false, true);
+    EXPECT_EQ(as_template.front(), im_start);
+    EXPECT_TRUE(tok.is_eog(*tok.find("<|im_end|>")));
+    EXPECT_FALSE(tok.is_eog(im_start));
+}
+
+TEST(SpecialTokens, OneBosWhenTheTextHasOne) {
+    const Tokenizer tok = load("gemma-3-270m-q4_k_m.gguf");
+    ASSERT_TRUE(tok.add_bos());
+    const auto ids = tok.encode("<bos>Hello", false, true);
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), *tok.bos()), 1);
+    EXPECT_EQ(ids.front(), *tok.bos());
+    EXPECT_TRUE(tok.is_eog(*tok.find("<end_of_turn>")));
+    EXPECT_TRUE(tok.is_eog(*tok.eos()));
+}
+
+TEST(Robustness, ArbitraryBytesRoundTripThroughByteLevelBpe) {
+    const Tokenizer tok = load("SmolLM2-135M-Instruct.Q4_1.gguf");
+    // The bytes the vocabulary can represent (SmolLM2 has no token for a few).
+    std::vector<char> usable;
+    for (int b = 0; b < 256; ++b) {
+        try {
+            tok.encode(std::string(1, char(b)), false, false);
+            usable.push_back(char(b));
+        } catch (const std::invalid_argument&) {
+        }
+    }
+    ASSERT_GT(usable.size(), 200u);
+    std::mt19937 rng(5);
+    for (int round = 0; round < 200; ++round) {
+        std::string s(rng() % 64, '\0');
+        for (char& c : s) c = usable[rng() % usable.size()];
+        EXPECT_EQ(tok.decode(tok.encode(s, false, false)), s);
+    }
+    // A byte the vocabulary has no token for is a clear error, not a silent drop.
+    ASSERT_LT(usable.size(), 256u);
+    const char missing = [&] { for (int b = 0;; ++b) if (std::find(usable.begin(), usable.end(), char(b)) == usable.end()) return char(b); }();
+    EXPECT_THROW(tok.encode(std::string("a") + missing + "b", false, false), std::invalid_argument);
+}
+
+TEST(Robustness, InvalidUtf8DoesNotBreakSentencePiece) {
+    const Tokenizer tok = load("gemma-3-270m-q4_k_m.gguf");
+    std::mt19937 rng(9);
+    for (int round = 0; round < 100; ++round) {
+        std::string s(rng() % 48, '\0');
+        for (char& c : s) c = static_cast<char>(rng() & 0xFF);
+        const auto ids = tok.encode(s, true, true);
+        for (TokenId id : ids) ASSERT_TRUE(id >= 0 && id < tok.n_vocab());
+    }
+}
+
+TEST(Errors, UnsupportedVocabulariesAreNamed) {
+    const std::string model = std::string(PTXLM_MODELS_DIR) + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+    const std::string path = vocab_only(model, "no-such-pre", "badpre");
+    try {
+        Tokenizer::from_gguf(gguf::File::open(path));
+        ADD_FAILURE() << "no error";
+    } catch (const ModelError& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("tokenizer.ggml.pre 'no-such-pre' is not supported"), std::string::npos) << m;
+        EXPECT_NE(m.find("smollm"), std::string::npos) << m;
+    }
+    std::filesystem::remove(path);
+    gguf::Writer w;
+    w.set_string("general.architecture", "llama");
+    w.set_string("tokenizer.ggml.model", "wordpiece");
+    w.set_strings("tokenizer.ggml.tokens", {"a", "b"});
+    const auto bytes = w.serialize();
+    try {
+        Tokenizer::from_gguf(gguf::File::parse(bytes, "wp.gguf"));
+        ADD_FAILURE() << "no error";
+    } catch (const ModelError& e) {
+        EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.model 'wordpiece' is not supported"), std::string::npos)
+            << e.what();
+    }
+}
+
+TEST(Utf8, CompletePrefix) {
+    EXPECT_EQ(utf8_complete_prefix("abc"), 3u);
+    EXPECT_EQ(utf8_complete_prefix("ab\xE6\x97"), 2u);         // 日 missing its last byte
+    EXPECT_EQ(utf8_complete_prefix("ab\xE6\x97\xA5"), 5u);
+    EXPECT_EQ(utf8_complete_prefix("\xF0\x9F\x8E"), 0u);       // 🎉 cut
+    EXPECT_EQ(utf8_complete_prefix("a\x80"), 2u);              // a stray continuation byte will never complete
+}
+
+}  // namespace
