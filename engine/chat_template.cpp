@@ -26,7 +26,9 @@ std::string trim(std::string_view s) {
 // The literal of `'<|im_start|>system\n TEXT <|im_end|>\n'` in a ChatML
 // template: its built-in system prompt.
 std::string chatml_default_system(std::string_view src) {
-    for (const char* open : {"'<|im_start|>system\\n", "\"<|im_start|>system\\n"}) {
+    // The newline after "system" may be written as an escape or literally.
+    for (const char* open : {"'<|im_start|>system\\n", "\"<|im_start|>system\\n", "'<|im_start|>system\n",
+                             "\"<|im_start|>system\n"}) {
         const char quote = open[0];
         for (size_t at = src.find(open); at != std::string_view::npos; at = src.find(open, at + 1)) {
             const size_t b = at + std::string_view(open).size();

@@ -1,1 +1,5 @@
-# tests for issue 4 (chat): filled in as the parts land
+# Chat templates against the real templates rendered by jinja2, and the sampler.
+add_executable(render_template tools/render_template.cpp)
+target_link_libraries(render_template PRIVATE ptxlm_engine nlohmann_json::nlohmann_json)
+ptxlm_gtest(test_sampler test_sampler.cpp LIBS ptxlm_engine TIMEOUT 120 SANITIZE)
+ptxlm_pytest(chat_templates_vs_jinja2 check_templates.py ARGS $<TARGET_FILE:render_template> TIMEOUT 300)
