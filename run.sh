@@ -109,8 +109,7 @@ case "$cmd" in
   chat)
     setup
     shift
-    # Until `ptxlm chat` exists, describe the default model.
-    exec "$BUILD/tools/ptxlm/ptxlm" inspect "$DEFAULT_MODEL" "$@" ;;
+    exec "$BUILD/tools/ptxlm/ptxlm" chat -m "$DEFAULT_MODEL" "$@" ;;
   *)
     setup
     exec "$BUILD/tools/ptxlm/ptxlm" "$@" ;;
