@@ -14,20 +14,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checks import check, finish  # noqa: E402
+
 SRC = Path(os.environ.get("PTXLM_SOURCE_DIR", "."))
 MODELS = Path(os.environ.get("PTXLM_MODELS_DIR", SRC / "models"))
 PTXLM = os.environ.get("PTXLM_BIN", "build/tools/ptxlm/ptxlm")
 SMOL = str(MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf")
 GEMMA = str(MODELS / "gemma-3-270m-q4_k_m.gguf")
-
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
 
 
 def ptxlm(*args, stdin=None, timeout=300):
@@ -111,11 +105,7 @@ def main():
             msg = p.stderr.strip()
             check(0 < p.returncode < 128, f"{args}: exit {p.returncode}")
             check(needle in msg, f"{args}: message {msg!r} does not mention {needle!r}")
-    if failures:
-        print(f"{len(failures)} failure(s)")
-        return 1
-    print("OK")
-    return 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -21,18 +21,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import check_synth as cs  # noqa: E402
+from checks import check, finish  # noqa: E402
 
 PTXLM = os.environ.get("PTXLM_BIN", "build/tools/ptxlm/ptxlm")
 TOL_F32 = 2e-3
 TOL_F16 = 5e-2
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
 
 
 def ptxlm_logits(path, tokens, kv):
@@ -86,11 +79,7 @@ def main():
             miss = np.abs(ptxlm_logits(path, tokens, "f32") - bad).max()
             print(f"{arch} negative control (layer 1 RoPE base +1%): max |logit diff| {miss:.2e}")
             check(miss > 10 * TOL_F32, f"{arch}: the RoPE defect stays within tolerance ({miss:.2e}): the test cannot see it")
-    if failures:
-        print(f"{len(failures)} failure(s)")
-        return 1
-    print("OK")
-    return 0
+    return finish()
 
 
 if __name__ == "__main__":

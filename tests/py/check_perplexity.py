@@ -15,6 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checks import check, finish  # noqa: E402
+
 SRC = Path(os.environ.get("PTXLM_SOURCE_DIR", "."))
 MODELS = Path(os.environ.get("PTXLM_MODELS_DIR", SRC / "models"))
 PTXLM = os.environ.get("PTXLM_BIN", "build/tools/ptxlm/ptxlm")
@@ -22,15 +25,6 @@ TEXT = SRC / "tests/data/alice_ch1-2.txt"
 GOLDEN = SRC / "tests/golden/llamacpp_perplexity.json"
 REL = 0.005
 REL_CHUNK = 0.01
-
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
 
 
 def sha256(p):
@@ -59,11 +53,7 @@ def main():
             check(abs(a - b) / b <= REL_CHUNK, f"{name}: after chunk {i + 1}: {a:.4f} vs {b:.4f}")
         check(abs(ours["ppl_stderr"] - ref["ppl_stderr"]) / ref["ppl_stderr"] <= 0.05,
               f"{name}: standard error {ours['ppl_stderr']:.4f} vs {ref['ppl_stderr']:.4f}")
-    if failures:
-        print(f"{len(failures)} failure(s)")
-        return 1
-    print("OK")
-    return 0
+    return finish()
 
 
 if __name__ == "__main__":

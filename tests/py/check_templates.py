@@ -20,6 +20,9 @@ import gguf
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checks import check, finish  # noqa: E402
+
 SRC = Path(os.environ.get("PTXLM_SOURCE_DIR", "."))
 MODELS = Path(os.environ.get("PTXLM_MODELS_DIR", SRC / "models"))
 RENDER = sys.argv[1] if len(sys.argv) > 1 else "build/tests/render_template"
@@ -41,15 +44,6 @@ U1 = {"role": "user", "content": "Hello! How are you?"}
 A1 = {"role": "assistant", "content": "  I am fine, thank you.  "}
 U2 = {"role": "user", "content": "\nWhat is 2 + 2?\n\nAnd café, 日本語, 🎉?  "}
 CONVERSATIONS = [[U1], [S, U1], [U1, A1, U2], [S, U1, A1, U2], [{"role": "user", "content": "x"}]]
-
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
 
 
 def raise_exception(msg):
@@ -91,11 +85,7 @@ def main():
     check(rc == 2 and "--chat-template" in got.get("error", ""), f"an unknown template name was not refused clearly: {got}")
     rc, got = ours({"name": "gemma", "messages": [U1, U2]})
     check(rc == 2 and "alternate" in got.get("error", ""), f"gemma accepted two user turns in a row: {got}")
-    if failures:
-        print(f"{len(failures)} failure(s)")
-        return 1
-    print("OK")
-    return 0
+    return finish()
 
 
 if __name__ == "__main__":
