@@ -81,7 +81,7 @@ def main():
     p = ptxlm("chat", "-m", SMOL, "--temp", "0", "-n", "4", stdin="")
     check(p.returncode == 0 and p.stdout == "", f"empty input: {p.returncode} {p.stdout!r}")
 
-    # Bad input: non-zero exit, one clear message, no crash (exit codes < 128).
+    # Bad input: exit 2 and one clear message, never a crash.
     with tempfile.TemporaryDirectory() as d:
         short = Path(d) / "short.txt"
         short.write_text("Too short to score.")
@@ -103,7 +103,7 @@ def main():
         for args, needle in bad:
             p = ptxlm(*args)
             msg = p.stderr.strip()
-            check(0 < p.returncode < 128, f"{args}: exit {p.returncode}")
+            check(p.returncode == 2, f"{args}: exit {p.returncode}, want 2")
             check(needle in msg, f"{args}: message {msg!r} does not mention {needle!r}")
     return finish()
 

@@ -5,6 +5,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "engine/hparams.h"
+#include "engine/session.h"
+#include "gguf/gguf.h"
 #include "tools/ptxlm/commands.h"
 
 int main(int argc, char** argv) {
@@ -31,8 +34,22 @@ int main(int argc, char** argv) {
     }
     for (auto& [sub, run] : runners) {
         if (sub->parsed()) {
+            // Exit 2 for input the user can fix (a flag, a file, a prompt too
+            // long for the context), 1 for anything else.
             try {
                 return run();
+            } catch (const std::invalid_argument& e) {
+                std::fprintf(stderr, "ptxlm %s: %s\n", sub->get_name().c_str(), e.what());
+                return 2;
+            } catch (const ptxlm::ModelError& e) {
+                std::fprintf(stderr, "ptxlm %s: %s\n", sub->get_name().c_str(), e.what());
+                return 2;
+            } catch (const ptxlm::ContextFullError& e) {
+                std::fprintf(stderr, "ptxlm %s: %s\n", sub->get_name().c_str(), e.what());
+                return 2;
+            } catch (const ptxlm::gguf::Error& e) {
+                std::fprintf(stderr, "ptxlm %s: %s\n", sub->get_name().c_str(), e.what());
+                return 2;
             } catch (const std::exception& e) {
                 std::fprintf(stderr, "ptxlm %s: %s\n", sub->get_name().c_str(), e.what());
                 return 1;

@@ -39,17 +39,18 @@ double log_sum_exp(const float* l, uint32_t n) {
 
 int run(const Args& a) {
     std::ifstream in(a.file, std::ios::binary);
-    if (!in) throw std::runtime_error("-f " + a.file + ": cannot open the file");
+    if (!in) throw std::invalid_argument("-f " + a.file + ": cannot open the file");
     std::stringstream ss;
     ss << in.rdbuf();
     const std::string text = ss.str();
 
-    if (a.engine.n_ctx == 0) throw std::invalid_argument("-c/--ctx-size is required (the chunk length, e.g. -c 512)");
-    if (a.engine.n_ctx < 4) throw std::invalid_argument("-c/--ctx-size must be at least 4 for perplexity");
-    Engine e = open_engine(a.engine);
+    EngineArgs engine = a.engine;
+    if (engine.n_ctx == 0) engine.n_ctx = 512;   // the chunk length; llama.cpp's perplexity figures are usually quoted at 512
+    if (engine.n_ctx < 4) throw std::invalid_argument("-c/--ctx-size must be at least 4 for perplexity");
+    Engine e = open_engine(engine);
     const Tokenizer& tok = *e.tokenizer;
     Backend& b = *e.backend;
-    const uint32_t n_ctx = a.engine.n_ctx;
+    const uint32_t n_ctx = engine.n_ctx;
 
     std::vector<TokenId> tokens = tok.encode(text, tok.add_bos(), false);
     if (tokens.size() < 2ull * n_ctx)
@@ -118,6 +119,7 @@ Runner add_perplexity(CLI::App& app) {
     CLI::App* sub = app.add_subcommand("perplexity", "perplexity of a text file, scored as llama.cpp's perplexity tool does");
     add_engine_options(*sub, a->engine);
     sub->add_option("-f,--file", a->file, "text file to score")->required();
+    sub->footer("-c sets the chunk length (default 512).");
     sub->add_option("--chunks", a->chunks, "score at most this many chunks (default: all)")->check(CLI::PositiveNumber);
     sub->add_flag("--json", a->json, "print one JSON object instead of the summary line");
     return [a] { return run(*a); };
