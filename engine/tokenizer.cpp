@@ -108,7 +108,13 @@ public:
         size_t pos = 0, gap = 0;
         while (pos <= s.size()) {
             int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), pos, 0, md, nullptr);
-            if (rc < 0) break;
+            if (rc == PCRE2_ERROR_NOMATCH) break;
+            if (rc < 0) {
+                pcre2_match_data_free(md);
+                PCRE2_UCHAR msg[256];
+                pcre2_get_error_message(rc, msg, sizeof msg);
+                throw std::runtime_error(std::string("pre-tokenizer regex failed: ") + reinterpret_cast<char*>(msg));
+            }
             const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
             const size_t b = ov[0], e = ov[1];
             if (e == b) {   // an empty match: move on by one character
@@ -476,17 +482,65 @@ size_t utf8_complete_prefix(std::string_view s) {
     return n;
 }
 
+namespace {
+
+// The character at s[i]: its length and whether it is well-formed. An
+// ill-formed one is the maximal prefix of a possible character (so a cut
+// character counts once, as Unicode's replacement practice asks).
+std::pair<size_t, bool> utf8_char_at(std::string_view s, size_t i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) return {1, true};
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xBF;   // allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) { n = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
+    else if (c >= 0xF0 && c <= 0xF4) { n = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+    else return {1, false};
+    size_t k = 1;
+    if (i + 1 < s.size()) {
+        const unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
+        if (c1 >= lo && c1 <= hi) {
+            k = 2;
+            while (k < n && i + k < s.size() && (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80) ++k;
+        }
+    }
+    return {k, k == n};
+}
+
+}  // namespace
+
+std::string utf8_sanitize(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (size_t i = 0; i < s.size();) {
+        const auto [n, ok] = utf8_char_at(s, i);
+        if (ok) out.append(s.substr(i, n));
+        else out += "\xEF\xBF\xBD";
+        i += n;
+    }
+    return out;
+}
+
+bool utf8_valid(std::string_view s) {
+    for (size_t i = 0; i < s.size();) {
+        const auto [n, ok] = utf8_char_at(s, i);
+        if (!ok) return false;
+        i += n;
+    }
+    return true;
+}
+
 std::string StreamDecoder::push(TokenId id) {
     pending_ += t_.piece(id, special_);
     const size_t k = utf8_complete_prefix(pending_);
-    std::string out = pending_.substr(0, k);
+    std::string out = utf8_sanitize(std::string_view(pending_).substr(0, k));
     pending_.erase(0, k);
     return out;
 }
 
 std::string StreamDecoder::flush() {
-    std::string out;
-    if (!pending_.empty()) out = "\xEF\xBF\xBD";   // an unfinished character
+    // An unfinished character at the end: its bytes can no longer complete.
+    std::string out = utf8_sanitize(pending_);
     pending_.clear();
     return out;
 }

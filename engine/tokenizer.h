@@ -78,8 +78,10 @@ private:
     std::shared_ptr<const Impl> impl_;
 };
 
-// Streaming detokenization: push ids, get back only complete UTF-8
-// characters; flush() returns what remains (an incomplete sequence as U+FFFD).
+// Streaming detokenization: push ids, get back only complete, valid UTF-8
+// characters (a byte sequence that can never become a character, as models
+// sometimes produce, comes out as U+FFFD); flush() returns what remains
+// (an unfinished character as U+FFFD).
 class StreamDecoder {
 public:
     explicit StreamDecoder(const Tokenizer& t, bool render_special = false) : t_(t), special_(render_special) {}
@@ -96,5 +98,11 @@ private:
 // out at most 3 trailing bytes of a character that may still be completed.
 // Invalid bytes count as whole (they will never be completed).
 size_t utf8_complete_prefix(std::string_view s);
+
+// s with every byte that is not part of a well-formed UTF-8 character
+// (RFC 3629: no overlongs, surrogates or code points above U+10FFFF)
+// replaced by U+FFFD.
+std::string utf8_sanitize(std::string_view s);
+bool utf8_valid(std::string_view s);
 
 }  // namespace ptxlm

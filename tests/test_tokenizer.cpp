@@ -252,6 +252,14 @@ TEST(Utf8, CompletePrefix) {
     EXPECT_EQ(utf8_complete_prefix("ab\xE6\x97\xA5"), 5u);
     EXPECT_EQ(utf8_complete_prefix("\xF0\x9F\x8E"), 0u);       // 🎉 cut
     EXPECT_EQ(utf8_complete_prefix("a\x80"), 2u);              // a stray continuation byte will never complete
+    const std::string bad = "\xEF\xBF\xBD";
+    EXPECT_EQ(utf8_sanitize("ok 日本"), "ok 日本");
+    EXPECT_EQ(utf8_sanitize("a\xE6\x97" "b"), "a" + bad + "b");      // a cut character: one replacement
+    EXPECT_EQ(utf8_sanitize("\xC0\xAF"), bad + bad);                 // overlong
+    EXPECT_EQ(utf8_sanitize("\xED\xA0\x80"), bad + bad + bad);      // a surrogate
+    EXPECT_EQ(utf8_sanitize("\xF4\x90\x80\x80"), bad + bad + bad + bad);   // above U+10FFFF
+    EXPECT_TRUE(utf8_valid("🎉"));
+    EXPECT_FALSE(utf8_valid("\xF0\x9F\x8E"));
 }
 
 }  // namespace
