@@ -13,6 +13,14 @@ namespace {
 
 }  // namespace
 
+double log_sum_exp(std::span<const float> logits) {
+    if (logits.empty()) return -INFINITY;
+    const float mx = *std::max_element(logits.begin(), logits.end());
+    double s = 0;
+    for (float l : logits) s += std::exp(double(l) - mx);
+    return mx + std::log(s);
+}
+
 void validate(const SamplerParams& p) {
     if (!std::isfinite(p.temperature) || p.temperature < 0) bad("--temp must be a number >= 0");
     if (!std::isfinite(p.top_p) || p.top_p <= 0 || p.top_p > 1) bad("--top-p must be in (0, 1]");
@@ -111,10 +119,7 @@ std::vector<std::pair<int32_t, float>> Sampler::top_logprobs(std::span<const flo
     n = std::min<int>(n, int(order.size()));
     std::partial_sort(order.begin(), order.begin() + n, order.end(),
                       [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-    const float mx = logits[order[0]];
-    double sum = 0;
-    for (float l : logits) sum += std::exp(double(l) - mx);
-    const double lse = mx + std::log(sum);
+    const double lse = log_sum_exp(logits);
     std::vector<std::pair<int32_t, float>> out;
     for (int i = 0; i < n; ++i) out.emplace_back(order[i], float(double(logits[order[i]]) - lse));
     return out;

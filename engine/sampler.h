@@ -29,6 +29,9 @@ struct SamplerParams {
     uint64_t seed = 0;
 };
 
+// log Σ exp(logits), in double (the normaliser of log-probabilities).
+double log_sum_exp(std::span<const float> logits);
+
 // Throws std::invalid_argument naming the field (as its command-line flag) and its range.
 void validate(const SamplerParams& p);
 

@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/cpu/cpu_backend.h"
+#include "engine/sampler.h"
 #include "models/synth/synth.h"
 
 using namespace ptxlm;
@@ -82,14 +83,6 @@ struct Stats {
     size_t prompts = 0, identical = 0, divergences_off_tie = 0;
 };
 
-double log_sum_exp(const float* l, size_t n) {
-    float mx = l[0];
-    for (size_t i = 1; i < n; ++i) mx = std::max(mx, l[i]);
-    double s = 0;
-    for (size_t i = 0; i < n; ++i) s += std::exp(double(l[i]) - mx);
-    return mx + std::log(s);
-}
-
 uint32_t argmax(const float* l, size_t n) { return uint32_t(std::max_element(l, l + n) - l); }
 
 // Teacher-forced logits of seq[0..n-1) (row i predicts seq[i+1]).
@@ -117,7 +110,7 @@ Stats compare(Backend& b, const json& golden, float tol, bool verbose) {
         for (size_t i = 0; i < pos.size(); ++i) {
             const float* r = &rows[i * nv];
             const json& top = pos[i]["top"];
-            const double our_lse = log_sum_exp(r, nv), their_lse = pos[i]["lse"].get<double>();
+            const double our_lse = log_sum_exp({r, nv}), their_lse = pos[i]["lse"].get<double>();
             for (const json& pair : top) {
                 const float ours = r[pair[0].get<int>()], theirs = pair[1].get<float>();
                 st.max_logit_diff = std::max(st.max_logit_diff, std::fabs(ours - theirs));

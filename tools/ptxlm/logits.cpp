@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/cpu/cpu_backend.h"
+#include "engine/sampler.h"
 #include "tools/ptxlm/commands.h"
 #include "tools/ptxlm/engine_args.h"
 
@@ -67,11 +68,9 @@ int run(const Args& a) {
         std::iota(order.begin(), order.end(), 0u);
         std::partial_sort(order.begin(), order.begin() + k, order.end(),
                           [&](uint32_t x, uint32_t y) { return logits[x] > logits[y] || (logits[x] == logits[y] && x < y); });
-        double mx = logits[order[0]], s = 0;
-        for (float l : logits) s += std::exp(double(l) - mx);
         nlohmann::json top = nlohmann::json::array();
         for (int i = 0; i < k; ++i) top.push_back({order[i], logits[order[i]]});
-        nlohmann::json row = {{"top", top}, {"lse", mx + std::log(s)}};
+        nlohmann::json row = {{"top", top}, {"lse", log_sum_exp(logits)}};
         if (a.full) row["logits"] = logits;
         rows.push_back(std::move(row));
     }

@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "engine/sampler.h"
 #include "tools/ptxlm/commands.h"
 #include "tools/ptxlm/engine_args.h"
 
@@ -28,14 +29,6 @@ struct Args {
     int32_t chunks = -1;
     bool json = false;
 };
-
-double log_sum_exp(const float* l, uint32_t n) {
-    float mx = l[0];
-    for (uint32_t i = 1; i < n; ++i) mx = std::max(mx, l[i]);
-    double s = 0;
-    for (uint32_t i = 0; i < n; ++i) s += std::exp(double(l[i]) - mx);
-    return mx + std::log(s);
-}
 
 int run(const Args& a) {
     std::ifstream in(a.file, std::ios::binary);
@@ -85,7 +78,7 @@ int run(const Args& a) {
             for (uint32_t k = 0; k < n_logits; ++k) {
                 const uint32_t j = scored_from + k;
                 const float* row = logits.data() + uint64_t(k) * nv;
-                const double lp = double(row[chunk[j + 1]]) - log_sum_exp(row, nv);
+                const double lp = double(row[chunk[j + 1]]) - log_sum_exp({row, nv});
                 nll -= lp;
                 nll2 += lp * lp;
                 ++count;
