@@ -64,7 +64,7 @@ public:
 
 private:
     Tokenizer() = default;
-    void encode_text(std::string_view text, bool first_fragment, std::vector<TokenId>& out) const;
+    void encode_text(std::string_view text, bool prev_special, std::vector<TokenId>& out) const;
 
     std::string model_, pre_;
     std::vector<std::string> tokens_;
