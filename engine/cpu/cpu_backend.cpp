@@ -50,6 +50,17 @@ void rms_norm(const float* x, const float* weight, float* out, uint64_t n, float
     for (uint64_t i = 0; i < n; ++i) out[i] = weight ? (x[i] * scale) * weight[i] : x[i] * scale;
 }
 
+// RoPE's per-pair rates base^(−2i/d), divided by the model's rope_freqs
+// factors when it has them.
+std::vector<double> inverse_frequencies(float base, uint32_t hd, const std::vector<float>& factors) {
+    std::vector<double> f(hd / 2);
+    for (uint32_t i = 0; i < hd / 2; ++i) {
+        f[i] = std::pow(double(base), -2.0 * double(i) / double(hd));
+        if (!factors.empty()) f[i] /= factors[i];
+    }
+    return f;
+}
+
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 float gelu_tanh(float x) {
     const float k = 0.7978845608028654f;   // √(2/π)
@@ -82,11 +93,7 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, int threads)
         l.bq = to_floats(d.bq);
         l.bk = to_floats(d.bk);
         l.bv = to_floats(d.bv);
-        l.inv_freq.resize(hd / 2);
-        for (uint64_t i = 0; i < hd / 2; ++i) {
-            l.inv_freq[i] = std::pow(double(d.rope_base), -2.0 * double(i) / double(hd));
-            if (!rope_freqs.empty()) l.inv_freq[i] /= rope_freqs[i];
-        }
+        l.inv_freq = inverse_frequencies(d.rope_base, uint32_t(hd), rope_freqs);
         const uint64_t el = kv == KvType::F16 ? 2 : 4;
         l.k_cache = LazyBuffer(n_ctx * m.kv_dim(il) * el);
         l.v_cache = LazyBuffer(n_ctx * m.kv_dim(il) * el);
@@ -119,9 +126,7 @@ std::string CpuBackend::description() const {
 }
 
 void CpuBackend::debug_set_rope_base(uint32_t layer, float base) {
-    Layer& l = layers_.at(layer);
-    const uint64_t hd = m_.head_dim;
-    for (uint64_t i = 0; i < hd / 2; ++i) l.inv_freq[i] = std::pow(double(base), -2.0 * double(i) / double(hd));
+    layers_.at(layer).inv_freq = inverse_frequencies(base, m_.head_dim, to_floats(m_.rope_freqs));
 }
 
 namespace {
