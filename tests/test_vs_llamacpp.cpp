@@ -96,7 +96,8 @@ std::vector<float> teacher_forced(Backend& b, const std::vector<TokenId>& seq) {
     return rows;
 }
 
-Stats compare(Backend& b, const json& golden, float tol, bool verbose) {
+// free_run: also decode greedily from each prompt and compare the outputs.
+Stats compare(Backend& b, const json& golden, float tol, bool verbose, bool free_run = true) {
     Stats st;
     const size_t nv = b.n_vocab();
     for (const json& p : golden["prompts"]) {
@@ -125,8 +126,9 @@ Stats compare(Backend& b, const json& golden, float tol, bool verbose) {
             ++st.checked;
             if (int(argmax(r, nv)) != top[0][0].get<int>()) ++st.argmax_wrong;
         }
-        // Free-running greedy from the prompt.
         ++st.prompts;
+        if (!free_run) continue;
+        // Free-running greedy from the prompt.
         std::vector<TokenId> ours = prompt;
         std::vector<float> logits(nv);
         for (size_t i = 0; i < prompt.size(); i += b.max_batch()) {
@@ -211,7 +213,9 @@ TEST_P(VsLlamaCpp, QuantizedRunAgreesWithinLlamaCppsOwnNoise) {
     Model m = load_model(c, &keep);
     ASSERT_EQ(golden["sha256"].get<std::string>().size(), 64u);
     cpu::CpuBackend b(m, 1024, KvType::F16, 0);
-    const Stats st = compare(b, golden, c.tol_q, false);
+    // llama.cpp's own argmax flips between its batched and one-by-one runs
+    // here, so free-running outputs are not compared on the quantized files.
+    const Stats st = compare(b, golden, c.tol_q, false, false);
     print("(quantized file, as llama.cpp runs it)", c, st, c.tol_q);
     std::printf("    llama.cpp's own batched vs one-by-one difference on this file: %s\n",
                 golden["tolerance_hint"].dump().c_str());
