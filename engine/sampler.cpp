@@ -11,6 +11,18 @@ namespace {
 
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
 
+// The length of an incomplete UTF-8 sequence ending `s` (0 when the last
+// character is whole or the bytes are not UTF-8 at all).
+size_t utf8_unfinished_tail(std::string_view s) {
+    for (size_t k = 1; k <= std::min<size_t>(3, s.size()); ++k) {
+        const unsigned char c = static_cast<unsigned char>(s[s.size() - k]);
+        if ((c & 0xC0) == 0x80) continue;   // a continuation byte: look further back
+        const size_t need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+        return need > k ? k : 0;
+    }
+    return 0;
+}
+
 }  // namespace
 
 double log_sum_exp(std::span<const float> logits) {
@@ -67,49 +79,67 @@ int32_t Sampler::sample(std::span<float> logits) {
     if (logits.size() != size_t(n_vocab_)) throw std::invalid_argument("Sampler: logits row has the wrong length");
     apply_penalties(logits);
     if (p_.temperature <= 0) {
-        // First maximum: ties go to the lowest id.
-        return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        // First maximum: ties go to the lowest id (NaN never wins).
+        int32_t best = -1;
+        for (int32_t i = 0; i < n_vocab_; ++i)
+            if (!std::isnan(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
+        if (best < 0) throw std::runtime_error("Sampler: every logit is NaN");
+        return best;
     }
+
+    // Candidates: every token a draw may reach (NaN and -inf are out).
     cand_.clear();
+    float mx = -INFINITY;
     for (int32_t i = 0; i < n_vocab_; ++i)
-        if (!std::isnan(logits[i]) && logits[i] != -INFINITY) cand_.emplace_back(logits[i], i);
-    if (cand_.empty()) throw std::runtime_error("Sampler: every token is excluded");
-    auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-    size_t n = cand_.size();
-    if (p_.top_k > 0 && size_t(p_.top_k) < n) {
-        std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
-        n = size_t(p_.top_k);
-    } else {
-        std::sort(cand_.begin(), cand_.end(), by_logit);
-    }
-    cand_.resize(n);
-    // Probabilities at temperature 1 for the cuts (llama.cpp cuts before it scales).
-    auto probs = [&](float temp) {
-        std::vector<double> p(cand_.size());
-        double sum = 0;
-        for (size_t i = 0; i < cand_.size(); ++i) sum += p[i] = std::exp(double(cand_[i].first - cand_[0].first) / temp);
-        for (double& v : p) v /= sum;
-        return p;
-    };
-    if (p_.top_p < 1.0f) {
-        const std::vector<double> p = probs(1.0f);
-        double cum = 0;
-        size_t keep = cand_.size();
-        for (size_t i = 0; i < p.size(); ++i) {
-            cum += p[i];
-            if (cum >= p_.top_p) { keep = i + 1; break; }
+        if (!std::isnan(logits[i]) && logits[i] != -INFINITY) {
+            cand_.emplace_back(logits[i], i);
+            mx = std::max(mx, logits[i]);
         }
-        cand_.resize(keep);
+    if (cand_.empty()) throw std::runtime_error("Sampler: every token is excluded");
+    if (mx == INFINITY) {   // an infinite logit takes all the mass: those tokens only
+        std::erase_if(cand_, [](const auto& c) { return c.first != INFINITY; });
+        for (auto& c : cand_) c.first = 0.0f;
+        mx = 0.0f;
     }
-    if (p_.min_p > 0.0f) {
-        // Relative to the best: p_i / p_0 = exp(l_i - l_0).
-        const float cut = cand_[0].first + std::log(p_.min_p);
-        size_t keep = 1;
-        while (keep < cand_.size() && cand_[keep].first >= cut) ++keep;
-        cand_.resize(keep);
+    // Highest logit first, lowest id first among equals: the order top-k and
+    // top-p read, and a deterministic one.
+    auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+
+    // top-k.
+    if (p_.top_k > 0 && size_t(p_.top_k) < cand_.size()) {
+        std::nth_element(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
+        cand_.resize(size_t(p_.top_k));
     }
-    const std::vector<double> p = probs(p_.temperature);
-    std::discrete_distribution<size_t> dist(p.begin(), p.end());
+    // The softmax normaliser at temperature 1 over the remaining candidates:
+    // top-p and min-p cut on these probabilities (llama.cpp cuts before
+    // scaling by the temperature).
+    double z = 0;
+    for (const auto& c : cand_) z += std::exp(double(c.first) - mx);
+    // min-p keeps p_i >= min_p * p_max, i.e. l_i >= l_max + log(min_p). A
+    // token below that never survives, whatever top-p keeps, so it can leave
+    // before the sort (z above still counts it, as top-p must); with top-k
+    // off this spares sorting the whole vocabulary.
+    const float min_p_cut = p_.min_p > 0.0f ? mx + std::log(p_.min_p) : -INFINITY;
+    if (p_.min_p > 0.0f) std::erase_if(cand_, [&](const auto& c) { return c.first < min_p_cut; });
+    std::sort(cand_.begin(), cand_.end(), by_logit);
+
+    // top-p: the smallest prefix whose probability reaches top_p.
+    if (p_.top_p < 1.0f) {
+        double cum = 0;
+        for (size_t i = 0; i < cand_.size(); ++i) {
+            cum += std::exp(double(cand_[i].first) - mx) / z;
+            if (cum >= p_.top_p) {
+                cand_.resize(i + 1);
+                break;
+            }
+        }
+    }
+    // (min-p is already applied: its survivors are a prefix of the sorted list.)
+
+    // Temperature, then one draw from the renormalised distribution.
+    weights_.resize(cand_.size());
+    for (size_t i = 0; i < cand_.size(); ++i) weights_[i] = std::exp(double(cand_[i].first - mx) / p_.temperature);
+    std::discrete_distribution<size_t> dist(weights_.begin(), weights_.end());
     return cand_[dist(rng_)].second;
 }
 
@@ -146,6 +176,8 @@ std::string StopMatcher::push(std::string_view text) {
     for (const std::string& s : stops_)
         for (size_t k = std::min(s.size() - 1, held_.size()); k > hold; --k)
             if (held_.compare(held_.size() - k, k, s, 0, k) == 0) { hold = k; break; }
+    // Nor split a UTF-8 character: keep an unfinished sequence at the end.
+    hold = std::max(hold, utf8_unfinished_tail(held_));
     std::string out = held_.substr(0, held_.size() - hold);
     held_.erase(0, held_.size() - hold);
     return out;

@@ -1,9 +1,20 @@
 // Choosing the next token from a row of logits, and stop strings.
 //
-// The chain, in llama.cpp's default order: penalties (repetition, presence,
-// frequency) over a window of recent tokens, then greedy when temperature
-// <= 0, else top-k, top-p, min-p, temperature, and a draw from a seeded
-// generator (same seed and same logits: same tokens).
+// The chain, in llama.cpp's default order (common_sampler: penalties, top-k,
+// top-p, min-p, temperature, dist):
+//   1. penalties over the last penalty_last_n accepted tokens: repetition
+//      (positive logits divided, negative multiplied), then frequency
+//      (per occurrence) and presence (once) subtracted;
+//   2. temperature <= 0: greedy, the argmax (ties to the lowest id);
+//   3. top-k keeps the k highest logits;
+//   4. top-p keeps the smallest highest-first prefix whose softmax mass (at
+//      temperature 1) reaches top_p;
+//   5. min-p keeps tokens whose probability is >= min_p times the best's;
+//   6. the survivors' logits are divided by the temperature and one token is
+//      drawn from their softmax with a seeded std::mt19937_64 (same seed and
+//      same logits: same tokens).
+// The cuts read temperature-1 probabilities, as llama.cpp's do, so the
+// temperature only reshapes the distribution among the survivors.
 #pragma once
 
 #include <cstdint>
@@ -56,13 +67,15 @@ private:
     int32_t n_vocab_;
     std::deque<int32_t> recent_;
     std::mt19937_64 rng_;
-    std::vector<std::pair<float, int32_t>> cand_;   // scratch
+    std::vector<std::pair<float, int32_t>> cand_;   // scratch: (logit, id)
+    std::vector<double> weights_;                   // scratch: the draw's weights
 };
 
 // Stop strings over streamed text: push() returns what may be shown now,
-// holding back a tail that could still begin a stop string; once a stop
-// string appears, stopped() is true and neither it nor anything after it is
-// ever returned.
+// holding back a tail that could still begin a stop string (and an
+// incomplete UTF-8 sequence at the end, so what is returned never splits a
+// character); once a stop string appears, stopped() is true and neither it
+// nor anything after it is ever returned.
 class StopMatcher {
 public:
     explicit StopMatcher(std::vector<std::string> stops);

@@ -18,6 +18,11 @@ namespace {
 
 enum TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
 
+// Tokens whose output is their vocabulary text as written (control and
+// unknown ones only when specials are rendered). Unused tokens and types
+// outside the enum give nothing, as in llama.cpp.
+bool renders_as_text(int32_t type) { return type == kUnknown || type == kControl || type == kUserDefined; }
+
 // ---- byte-level BPE's byte <-> unicode map ---------------------------------
 
 std::string utf8_of(uint32_t cp) {
@@ -68,18 +73,28 @@ const char* const kLlama3 =
 const char* const kQwen2 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// llama.cpp's fallback for vocabularies converted without a pre-tokenizer
+// name: punctuation runs first, then GPT-2's regex, then digit runs cut into
+// threes. Only chosen when the file says "default"; a missing key is an error.
+const char* const kDefaultPunct = R"([\p{P}\$\+<=>\^~\|]+)";
+
 struct PreSpec {
     const char* name;
     std::vector<const char*> regexes;   // applied in turn, each splitting the previous fragments
     bool ignore_merges;                 // a word that is a vocab token is emitted whole
+    bool add_bos;                       // tokenizer.ggml.add_bos_token when the key is absent (as llama.cpp)
 };
 const std::vector<PreSpec>& pre_specs() {
     static const std::vector<PreSpec> specs = {
-        {"gpt-2", {kGpt2}, false},       {"mpt", {kGpt2}, false},         {"olmo", {kGpt2}, false},
-        {"phi-2", {kGpt2}, false},       {"smollm", {R"(\p{N})", kGpt2}, false},
-        {"starcoder", {R"(\p{N})", kGpt2}, false}, {"refact", {R"(\p{N})", kGpt2}, false},
-        {"llama3", {kLlama3}, true},     {"llama-v3", {kLlama3}, true},   {"llama-bpe", {kLlama3}, true},
-        {"qwen2", {kQwen2}, false},      {"deepseek-r1-qwen", {kQwen2}, false},
+        {"default", {kDefaultPunct, kGpt2, R"(\p{N}+)", "[0-9][0-9][0-9]"}, false, false},
+        {"gpt-2", {kGpt2}, false, false},       {"mpt", {kGpt2}, false, false},
+        {"olmo", {kGpt2}, false, false},        {"phi-2", {kGpt2}, false, false},
+        {"smollm", {R"(\p{N})", kGpt2}, false, false},
+        {"starcoder", {R"(\p{N})", kGpt2}, false, false},
+        {"refact", {R"(\p{N})", kGpt2}, false, false},
+        {"llama3", {kLlama3}, true, true},      {"llama-v3", {kLlama3}, true, true},
+        {"llama-bpe", {kLlama3}, true, true},
+        {"qwen2", {kQwen2}, false, false},      {"deepseek-r1-qwen", {kQwen2}, false, false},
     };
     return specs;
 }
@@ -216,7 +231,21 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
     t.eot_ = id_key("tokenizer.ggml.eot_token_id");
     const std::optional<TokenId> unk = id_key("tokenizer.ggml.unknown_token_id");
     const bool spm = t.model_ == "llama";
-    t.add_bos_ = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spm);
+    const PreSpec* spec = nullptr;
+    if (!spm) {
+        const auto& specs = pre_specs();
+        auto it = std::find_if(specs.begin(), specs.end(), [&](const PreSpec& p) { return t.pre_ == p.name; });
+        if (it == specs.end()) {
+            std::string list;
+            for (const std::string& p : supported_pre()) list += (list.empty() ? "" : ", ") + p;
+            throw ModelError(where + (f.get_string("tokenizer.ggml.pre")
+                                          ? "tokenizer.ggml.pre '" + t.pre_ + "' is not supported"
+                                          : std::string("required key 'tokenizer.ggml.pre' is missing")) +
+                             " (supported: " + list + ")");
+        }
+        spec = &*it;
+    }
+    t.add_bos_ = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spm || spec->add_bos);
     t.add_space_prefix_ = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
     if (t.add_bos_ && !t.bos_) throw ModelError(where + "tokenizer.ggml.add_bos_token is set but there is no bos_token_id");
 
@@ -251,7 +280,10 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
         Proto trainer;
         trainer.u(3, 2);   // BPE
         trainer.u(4, n);
-        trainer.u(35, 1);  // byte_fallback
+        // byte_fallback: sentencepiece insists on all 256 <0xXX> pieces for it;
+        // a vocabulary without them encodes unknown characters as <unk>.
+        const size_t n_byte = size_t(std::count(t.types_.begin(), t.types_.end(), int32_t(kByte)));
+        trainer.u(35, n_byte == 256 ? 1 : 0);
         trainer.i32(40, *unk);
         trainer.i32(41, t.bos_ ? *t.bos_ : -1);
         trainer.i32(42, t.eos_ ? *t.eos_ : -1);
@@ -276,19 +308,11 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
                     if (s.compare(k, 3, "\xE2\x96\x81") == 0) { out += ' '; k += 3; }
                     else out += s[k++];
                 }
-            } else {
+            } else if (renders_as_text(t.types_[i])) {
                 out = s;
             }
         }
     } else {
-        const PreSpec* spec = nullptr;
-        for (const PreSpec& p : pre_specs())
-            if (t.pre_ == p.name) spec = &p;
-        if (!spec) {
-            std::string list;
-            for (const std::string& p : supported_pre()) list += (list.empty() ? "" : ", ") + p;
-            throw ModelError(where + "tokenizer.ggml.pre '" + t.pre_ + "' is not supported (supported: " + list + ")");
-        }
         for (const char* r : spec->regexes) impl->regexes.push_back(std::make_unique<Regex>(r));
         impl->ignore_merges = spec->ignore_merges;
         auto merges = f.get_string_array("tokenizer.ggml.merges");
@@ -302,7 +326,7 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
         for (size_t i = 0; i < n; ++i) {
             const std::string& s = t.tokens_[i];
             if (t.types_[i] != kNormal && t.types_[i] != kByte) {
-                impl->pieces[i] = s;
+                if (renders_as_text(t.types_[i])) impl->pieces[i] = s;
                 continue;
             }
             std::string& out = impl->pieces[i];
@@ -414,7 +438,8 @@ void Tokenizer::encode_text(std::string_view text, bool prev_special, std::vecto
             for (size_t k = 0; k < s.size();) {
                 const size_t len = std::min(utf8_len(static_cast<unsigned char>(s[k])), s.size() - k);
                 auto it = bm.to_byte.find(s.substr(k, len));
-                if (it == bm.to_byte.end()) continue;
+                // Symbols are built from mapped bytes only, so every character maps back.
+                if (it == bm.to_byte.end()) throw std::logic_error("byte-level BPE symbol with an unmapped character");
                 const TokenId bt = im.byte_token[it->second];
                 if (bt < 0) {
                     char hex[8];

@@ -1,5 +1,6 @@
 # Chat templates against the real templates rendered by jinja2, and the sampler.
 add_executable(render_template tools/render_template.cpp)
 target_link_libraries(render_template PRIVATE ptxlm_engine nlohmann_json::nlohmann_json)
+ptxlm_gtest(test_chat_template test_chat_template.cpp LIBS ptxlm_engine SANITIZE)
 ptxlm_gtest(test_sampler test_sampler.cpp LIBS ptxlm_engine TIMEOUT 120 SANITIZE)
 ptxlm_pytest(chat_templates_vs_jinja2 check_templates.py ARGS $<TARGET_FILE:render_template> TIMEOUT 300)

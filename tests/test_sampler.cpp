@@ -71,6 +71,142 @@ TEST(Sampler, MinPDropsTokensBelowTheFractionOfTheBest) {
     std::set<int> seen;
     for (auto& [id, _] : f) seen.insert(id);
     EXPECT_EQ(seen, (std::set<int>{2, 3}));
+    EXPECT_NEAR(f[3], 4.0 / 7.0, 0.015);
+    EXPECT_NEAR(f[2], 3.0 / 7.0, 0.015);
+}
+
+TEST(Sampler, TemperatureReshapesTheSurvivors) {
+    // At temperature 0.5 the weights are p^2: 1, 4, 9, 16 over 30.
+    const std::vector<float> l{0.0f, std::log(2.0f), std::log(3.0f), std::log(4.0f)};
+    auto f = draw(plain(0.5f), l);
+    for (int i = 0; i < 4; ++i) EXPECT_NEAR(f[i], (i + 1) * (i + 1) / 30.0, 0.015) << i;
+    // The cuts read temperature-1 probabilities: top-p 0.65 keeps ids 3 and 2
+    // even at a temperature that would make id 3 alone hold 0.65.
+    SamplerParams p = plain(0.5f);
+    p.top_p = 0.65f;
+    f = draw(p, l);
+    EXPECT_EQ(f.count(0) + f.count(1), 0u);
+    EXPECT_NEAR(f[3], 16.0 / 25.0, 0.015);
+    EXPECT_NEAR(f[2], 9.0 / 25.0, 0.015);
+}
+
+TEST(Sampler, TopKKeepsTheKHighest) {
+    SamplerParams p = plain(1.0f);
+    p.top_k = 2;
+    const std::vector<float> l{std::log(4.0f), 0.0f, std::log(3.0f), std::log(2.0f)};
+    auto f = draw(p, l);
+    EXPECT_EQ(f.count(1) + f.count(3), 0u);
+    EXPECT_NEAR(f[0], 4.0 / 7.0, 0.015);
+    EXPECT_NEAR(f[2], 3.0 / 7.0, 0.015);
+}
+
+TEST(Sampler, TheChainCutsInLlamaCppOrder) {
+    // p = 0.05 0.1 0.15 0.3 0.4 (ids 0..4). top-k 4 drops id 0 and leaves
+    // 0.1/0.95 ... ; top-p 0.8 over those keeps 0.4, 0.3, 0.15 (0.4/0.95 +
+    // 0.3/0.95 = 0.737 < 0.8); min-p 0.5 then drops 0.15 (< 0.5 * 0.4).
+    const std::vector<float> l{std::log(0.05f), std::log(0.1f), std::log(0.15f), std::log(0.3f), std::log(0.4f)};
+    SamplerParams p = plain(1.0f);
+    p.top_k = 4;
+    p.top_p = 0.8f;
+    auto f = draw(p, l);
+    EXPECT_EQ(f.count(0) + f.count(1), 0u);
+    EXPECT_NEAR(f[2], 0.15 / 0.85, 0.015);
+    p.min_p = 0.5f;
+    f = draw(p, l);
+    EXPECT_EQ(f.count(0) + f.count(1) + f.count(2), 0u);
+    EXPECT_NEAR(f[4], 4.0 / 7.0, 0.015);
+}
+
+// The chain written the plain way (sort everything, cut in order): the
+// survivors and their probabilities.
+std::map<int, double> reference_chain(const std::vector<float>& l, SamplerParams p) {
+    std::vector<int> ids(l.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int(i);
+    std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) { return l[a] > l[b]; });
+    if (p.top_k > 0 && size_t(p.top_k) < ids.size()) ids.resize(size_t(p.top_k));
+    auto softmax = [&](double temp) {
+        std::vector<double> q(ids.size());
+        double z = 0;
+        for (size_t i = 0; i < ids.size(); ++i) z += q[i] = std::exp((double(l[ids[i]]) - l[ids[0]]) / temp);
+        for (double& v : q) v /= z;
+        return q;
+    };
+    if (p.top_p < 1.0f) {
+        const std::vector<double> q = softmax(1.0);
+        double cum = 0;
+        for (size_t i = 0; i < q.size(); ++i)
+            if ((cum += q[i]) >= p.top_p) { ids.resize(i + 1); break; }
+    }
+    if (p.min_p > 0.0f) {
+        const std::vector<double> q = softmax(1.0);
+        size_t keep = 0;
+        while (keep < q.size() && q[keep] >= p.min_p * q[0]) ++keep;
+        ids.resize(keep);
+    }
+    const std::vector<double> q = softmax(p.temperature);
+    std::map<int, double> out;
+    for (size_t i = 0; i < ids.size(); ++i) out[ids[i]] = q[i];
+    return out;
+}
+
+TEST(Sampler, MatchesThePlainChainOnAWideVocabulary) {
+    // With top-k off the sampler drops min-p losers before sorting; the
+    // survivors and their frequencies must be those of the plain chain.
+    const int32_t n = 3000;
+    std::vector<float> l(n);
+    for (int32_t i = 0; i < n; ++i) l[i] = 2.5f * std::sin(0.37f * float(i)) + 0.01f * float(i % 13);
+    for (int32_t top_k : {0, 50}) {
+        for (float min_p : {0.0f, 0.3f, 0.7f}) {
+            for (float top_p : {1.0f, 0.2f, 0.05f}) {
+                SamplerParams p = plain(0.8f);
+                p.top_k = top_k;
+                p.min_p = min_p;
+                p.top_p = top_p;
+                const std::map<int, double> want = reference_chain(l, p);
+                const std::map<int, double> got = draw(p, l, 4000);
+                for (const auto& [id, freq] : got)
+                    ASSERT_TRUE(want.count(id)) << id << " drawn, outside the chain's survivors (top_k " << top_k
+                                                << " min_p " << min_p << " top_p " << top_p << ")";
+                for (const auto& [id, prob] : want) {
+                    if (prob <= 0.05) continue;
+                    EXPECT_NEAR(got.count(id) ? got.at(id) : 0.0, prob, 0.03) << id;
+                }
+            }
+        }
+    }
+}
+
+TEST(Sampler, ExcludedTokensAreNeverDrawn) {
+    const float inf = INFINITY;
+    std::vector<float> l{-inf, 1.0f, NAN, 1.0f, -inf};
+    auto f = draw(plain(2.0f), l, 2000);
+    EXPECT_EQ(f.count(0) + f.count(2) + f.count(4), 0u);
+    Sampler g(plain(0), 5);
+    std::vector<float> m{NAN, 1.0f, 2.0f, NAN, 2.0f};
+    EXPECT_EQ(g.sample(m), 2);
+    std::vector<float> all_out{-inf, -inf};
+    Sampler s(plain(1.0f), 2);
+    EXPECT_THROW(s.sample(all_out), std::runtime_error);
+}
+
+TEST(Sampler, ResetReplaysTheSameDraws) {
+    SamplerParams p = plain(1.0f);
+    p.seed = 42;
+    p.repeat_penalty = 1.5f;
+    Sampler s(p, 8);
+    std::vector<float> base{1, 2, 3, 4, 4, 3, 2, 1};
+    auto run = [&] {
+        std::vector<int32_t> out;
+        for (int i = 0; i < 50; ++i) {
+            std::vector<float> l = base;
+            out.push_back(s.sample(l));
+            s.accept(out.back());
+        }
+        return out;
+    };
+    const auto first = run();
+    s.reset();
+    EXPECT_EQ(run(), first);
 }
 
 TEST(Sampler, SameSeedReplays) {
@@ -109,6 +245,19 @@ TEST(Sampler, PenaltiesChangeTheLogitsAsSpecified) {
     EXPECT_FLOAT_EQ(l[1], 4.0f / 2.0f - 2 * 0.25f - 0.5f);
     EXPECT_FLOAT_EQ(l[2], -2.0f * 2.0f - 0.25f - 0.5f);
     EXPECT_FLOAT_EQ(l[3], 1.0f);
+}
+
+TEST(Sampler, PresenceAndFrequencyAloneSubtract) {
+    SamplerParams p = plain(0);
+    p.presence_penalty = 1.0f;
+    p.frequency_penalty = 0.5f;
+    Sampler s(p, 3);
+    for (int32_t t : {0, 0, 0, 2}) s.accept(t);
+    std::vector<float> l{3.0f, 1.0f, -1.0f};
+    s.sample(l);
+    EXPECT_FLOAT_EQ(l[0], 3.0f - 1.0f - 3 * 0.5f);
+    EXPECT_FLOAT_EQ(l[1], 1.0f);
+    EXPECT_FLOAT_EQ(l[2], -1.0f - 1.0f - 0.5f);
 }
 
 TEST(Sampler, PenaltyWindowForgetsOldTokens) {
@@ -154,6 +303,30 @@ TEST(Sampler, ValidateNamesTheFlag) {
     p.repeat_penalty = 0;
     EXPECT_NE(msg(p).find("--repeat-penalty"), std::string::npos);
     p = {};
+    p.top_p = 1.0f;   // 1: off, allowed
+    p.min_p = 0.0f;
+    p.top_k = 0;
+    p.temperature = 0;
+    EXPECT_EQ(msg(p), "");
+    p = {};
+    p.min_p = 1.5f;
+    EXPECT_NE(msg(p).find("--min-p"), std::string::npos);
+    p = {};
+    p.top_p = NAN;
+    EXPECT_NE(msg(p).find("--top-p"), std::string::npos);
+    p = {};
+    p.presence_penalty = INFINITY;
+    EXPECT_NE(msg(p).find("--presence-penalty"), std::string::npos);
+    p = {};
+    p.frequency_penalty = -3;
+    EXPECT_NE(msg(p).find("--frequency-penalty"), std::string::npos);
+    p = {};
+    p.penalty_last_n = -1;
+    EXPECT_NE(msg(p).find("--repeat-last-n"), std::string::npos);
+    p = {};
+    p.temperature = -1;
+    EXPECT_THROW(Sampler(p, 4), std::invalid_argument);
+    p = {};
     EXPECT_EQ(msg(p), "");
 }
 
@@ -191,6 +364,47 @@ TEST(StopMatcher, NoStopReleasesEverythingAtTheEnd) {
     StopMatcher m({"STOP", "halt"});
     EXPECT_EQ(feed(m, {"ST", "O", "ry ha", "l"}), "STOry hal");
     EXPECT_FALSE(m.stopped());
+}
+
+TEST(StopMatcher, OverlappingPrefixes) {
+    StopMatcher a({"ab"});
+    EXPECT_EQ(a.push("aab"), "a");
+    EXPECT_TRUE(a.stopped());
+    // "abab" may still become "ababac" from the second a: hold "ab" only.
+    StopMatcher b({"abac"});
+    EXPECT_EQ(b.push("xabab"), "xab");
+    EXPECT_EQ(b.push("ac tail"), "");
+    EXPECT_TRUE(b.stopped());
+    EXPECT_EQ(b.flush(), "");
+    StopMatcher c({"abac"});
+    EXPECT_EQ(c.push("abab"), "ab");
+    EXPECT_EQ(c.push("ab"), "ab");   // "abab" again
+    EXPECT_EQ(c.flush(), "ab");
+    EXPECT_FALSE(c.stopped());
+}
+
+TEST(StopMatcher, NoStopsPassesEverythingThrough) {
+    StopMatcher m({});
+    EXPECT_EQ(m.push("abc"), "abc");
+    StopMatcher e({""});   // an empty stop string matches nothing
+    EXPECT_EQ(e.push("abc"), "abc");
+    EXPECT_FALSE(e.stopped());
+}
+
+TEST(StopMatcher, ReturnedTextNeverSplitsACharacter) {
+    StopMatcher m({"STOP"});
+    // 日 = E6 97 A5, 本 = E6 9C AC, 🎉 = F0 9F 8E 89.
+    EXPECT_EQ(m.push("\xE6\x97\xA5\xE6"), "\xE6\x97\xA5");
+    EXPECT_EQ(m.push("\x9C"), "");
+    EXPECT_EQ(m.push("\xAC\xF0\x9F\x8E"), "\xE6\x9C\xAC");
+    EXPECT_EQ(m.push("\x89!"), "\xF0\x9F\x8E\x89!");
+    EXPECT_EQ(m.push("\xF0\x9F"), "");
+    EXPECT_EQ(m.flush(), "\xF0\x9F");   // the end releases even a broken tail
+    // A stop string that starts inside a multi-byte character's bytes.
+    StopMatcher s({"\xE6\x9C\xAC!"});
+    EXPECT_EQ(s.push("\xE6\x97\xA5\xE6\x9C"), "\xE6\x97\xA5");
+    EXPECT_EQ(s.push("\xAC!after"), "");
+    EXPECT_TRUE(s.stopped());
 }
 
 TEST(StopMatcher, EarliestStopWinsAndUtf8StaysWhole) {
