@@ -35,7 +35,9 @@ int run(const Args& a) {
     if (!in) throw std::invalid_argument("-f " + a.file + ": cannot open the file");
     std::stringstream ss;
     ss << in.rdbuf();
-    const std::string text = ss.str();
+    std::string text = ss.str();
+    // As llama.cpp reads -f: one trailing newline is dropped.
+    if (!text.empty() && text.back() == '\n') text.pop_back();
 
     EngineArgs engine = a.engine;
     if (engine.n_ctx == 0) engine.n_ctx = 512;   // the chunk length; llama.cpp's perplexity figures are usually quoted at 512
