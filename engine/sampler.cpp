@@ -1,5 +1,7 @@
 #include "engine/sampler.h"
 
+#include "engine/tokenizer.h"   // utf8_complete_prefix
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -10,18 +12,6 @@ namespace ptxlm {
 namespace {
 
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
-
-// The length of an incomplete UTF-8 sequence ending `s` (0 when the last
-// character is whole or the bytes are not UTF-8 at all).
-size_t utf8_unfinished_tail(std::string_view s) {
-    for (size_t k = 1; k <= std::min<size_t>(3, s.size()); ++k) {
-        const unsigned char c = static_cast<unsigned char>(s[s.size() - k]);
-        if ((c & 0xC0) == 0x80) continue;   // a continuation byte: look further back
-        const size_t need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
-        return need > k ? k : 0;
-    }
-    return 0;
-}
 
 }  // namespace
 
@@ -177,7 +167,7 @@ std::string StopMatcher::push(std::string_view text) {
         for (size_t k = std::min(s.size() - 1, held_.size()); k > hold; --k)
             if (held_.compare(held_.size() - k, k, s, 0, k) == 0) { hold = k; break; }
     // Nor split a UTF-8 character: keep an unfinished sequence at the end.
-    hold = std::max(hold, utf8_unfinished_tail(held_));
+    hold = std::max(hold, held_.size() - utf8_complete_prefix(held_));
     std::string out = held_.substr(0, held_.size() - hold);
     held_.erase(0, held_.size() - hold);
     return out;

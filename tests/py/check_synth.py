@@ -34,14 +34,8 @@ ARCHS = ["llama", "qwen2", "gemma3"]
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "llamacpp_synth_tiny.json"
 LOGIT_STD = 6.0   # kLogitStd in models/synth/synth.cpp
 
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checks import check, finish  # noqa: E402
 
 
 def run(*args):
@@ -365,11 +359,7 @@ def main():
             readers[arch] = check_model(str(path), arch)
         if "llama" in readers:
             check_vocab_and_template(readers["llama"])
-    if failures:
-        print(f"{len(failures)} failure(s)")
-        return 1
-    print("OK")
-    return 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -38,21 +38,13 @@ int main(int argc, char** argv) {
             // long for the context), 1 for anything else.
             try {
                 return run();
-            } catch (const std::invalid_argument& e) {
-                std::fprintf(stderr, "ptxlm %s: %s\n", sub->get_name().c_str(), e.what());
-                return 2;
-            } catch (const ptxlm::ModelError& e) {
-                std::fprintf(stderr, "ptxlm %s: %s\n", sub->get_name().c_str(), e.what());
-                return 2;
-            } catch (const ptxlm::ContextFullError& e) {
-                std::fprintf(stderr, "ptxlm %s: %s\n", sub->get_name().c_str(), e.what());
-                return 2;
-            } catch (const ptxlm::gguf::Error& e) {
-                std::fprintf(stderr, "ptxlm %s: %s\n", sub->get_name().c_str(), e.what());
-                return 2;
             } catch (const std::exception& e) {
                 std::fprintf(stderr, "ptxlm %s: %s\n", sub->get_name().c_str(), e.what());
-                return 1;
+                const bool users_input = dynamic_cast<const std::invalid_argument*>(&e) ||
+                                         dynamic_cast<const ptxlm::ModelError*>(&e) ||
+                                         dynamic_cast<const ptxlm::ContextFullError*>(&e) ||
+                                         dynamic_cast<const ptxlm::gguf::Error*>(&e);
+                return users_input ? 2 : 1;
             }
         }
     }
