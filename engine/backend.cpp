@@ -1,5 +1,6 @@
 #include "engine/backend.h"
 
+#include <fstream>
 #include <stdexcept>
 
 #include "engine/cpu/cpu_backend.h"
@@ -8,6 +9,19 @@
 namespace ptxlm {
 
 const char* kv_type_name(KvType t) { return t == KvType::F16 ? "f16" : "f32"; }
+
+std::string cpu_model_name() {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("model name", 0) != 0) continue;
+        const size_t colon = line.find(':');
+        if (colon == std::string::npos) break;
+        const size_t b = line.find_first_not_of(" \t", colon + 1);
+        if (b != std::string::npos) return line.substr(b);
+    }
+    return "unknown CPU";
+}
 
 DeviceKind parse_device(const std::string& s) {
     if (s == "auto") return DeviceKind::Auto;

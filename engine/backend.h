@@ -26,10 +26,24 @@ struct BackendOptions {
     int threads = 0;            // 0: every core this process may use
 };
 
+// What a backend runs on, for reports (bench, logs).
+struct DeviceInfo {
+    std::string kind;           // "cpu" or "cuda"
+    std::string name;           // CPU model or GPU name
+    int units = 0;              // CPU cores this process may use, or GPU SMs
+    int threads = 0;            // CPU threads the backend uses (0 on a GPU)
+    std::string kv_type;        // "f16" or "f32"
+    uint32_t kv_bytes_per_el = 2;
+};
+
+// The CPU's model name (/proc/cpuinfo), "unknown CPU" when it cannot be read.
+std::string cpu_model_name();
+
 class Backend {
 public:
     virtual ~Backend() = default;
     virtual std::string description() const = 0;   // one line for people: "CPU, 2 threads, KV f16"
+    virtual DeviceInfo device_info() const = 0;
     virtual uint32_t n_ctx() const = 0;
     virtual uint32_t n_vocab() const = 0;
     // Evaluates tokens[i] at position pos + i (all < n_ctx()). The cache must

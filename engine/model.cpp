@@ -157,15 +157,28 @@ Model Model::from_file(gguf::File file) {
 
 uint64_t Model::weight_bytes() const {
     uint64_t n = 0;
-    auto add = [&](const Weight& w) { if (w) n += w.rows * w.row_bytes; };
-    add(tok_embd);
-    add(output_norm);
-    if (!tied_embeddings()) add(output);
-    add(rope_freqs);
-    for (const LayerDesc& l : layers)
-        for (const Weight* w : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
-                                &l.attn_post_norm, &l.ffn_norm, &l.gate, &l.up, &l.down, &l.ffn_post_norm})
-            add(*w);
+    for_each_weight([&](const Weight& w) { n += w.rows * w.row_bytes; });
+    return n;
+}
+
+PassTraffic pass_traffic(const Model& m) {
+    PassTraffic t;
+    m.for_each_weight([&](const Weight& w) {
+        if (&w != &m.tok_embd && &w != &m.output_norm) t.weights += w.rows * w.row_bytes;
+    });
+    t.lm_head = m.output.rows * m.output.row_bytes + m.output_norm.rows * m.output_norm.row_bytes;
+    if (!m.tied_embeddings()) t.weights -= m.output.rows * m.output.row_bytes;
+    t.embd_row = m.tok_embd.row_bytes;
+    return t;
+}
+
+uint64_t kv_read_bytes(const Model& m, uint32_t pos, uint32_t kv_bytes_per_el) {
+    uint64_t n = 0;
+    for (uint32_t il = 0; il < m.layers.size(); ++il) {
+        uint64_t visible = uint64_t(pos) + 1;
+        if (m.layers[il].sliding && m.hp.sliding_window) visible = std::min<uint64_t>(visible, m.hp.sliding_window);
+        n += 2 * visible * m.kv_dim(il) * kv_bytes_per_el;
+    }
     return n;
 }
 

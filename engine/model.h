@@ -75,9 +75,38 @@ struct Model {
     static Model from_file(gguf::File file);
 
     uint64_t weight_bytes() const;        // all tensors the forward pass reads
+    // Calls fn(const Weight&) once for each weight the forward pass reads
+    // (the tied output matrix once, as the token embedding).
+    template <class Fn> void for_each_weight(Fn&& fn) const;
     bool tied_embeddings() const { return output.data == tok_embd.data; }
     uint32_t kv_dim(uint32_t il) const { return layers[il].n_head_kv * head_dim; }
 };
+
+template <class Fn> void Model::for_each_weight(Fn&& fn) const {
+    auto visit = [&](const Weight& w) { if (w) fn(w); };
+    visit(tok_embd);
+    visit(output_norm);
+    if (!tied_embeddings()) visit(output);
+    visit(rope_freqs);
+    for (const LayerDesc& l : layers)
+        for (const Weight* w : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
+                                &l.attn_post_norm, &l.ffn_norm, &l.gate, &l.up, &l.down, &l.ffn_post_norm})
+            visit(*w);
+}
+
+// Bytes one forward pass reads from memory: what bounds single-stream decode.
+// A pass over a batch of tokens reads every weight once (the token embedding
+// only one row per token; the LM head once when the pass produces logits),
+// and each token's attention reads its visible part of the KV cache.
+struct PassTraffic {
+    uint64_t weights = 0;      // all weights but the token embedding table and the LM head
+    uint64_t lm_head = 0;      // output matrix (+ final norm)
+    uint64_t embd_row = 0;     // one row of the token embedding
+};
+PassTraffic pass_traffic(const Model& m);
+// KV-cache bytes attention reads for the token at `pos` (K and V of every
+// visible position, every layer; sliding layers see their window).
+uint64_t kv_read_bytes(const Model& m, uint32_t pos, uint32_t kv_bytes_per_el);
 
 // Memory a session needs beyond the mapped weights, for a context of n_ctx.
 struct MemoryPlan {

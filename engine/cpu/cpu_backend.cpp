@@ -125,6 +125,17 @@ std::string CpuBackend::description() const {
            ", float32 reference path, KV " + kv_type_name(kv_);
 }
 
+DeviceInfo CpuBackend::device_info() const {
+    DeviceInfo d;
+    d.kind = "cpu";
+    d.name = cpu_model_name();
+    d.units = ThreadPool::default_threads();
+    d.threads = pool_.size();
+    d.kv_type = kv_type_name(kv_);
+    d.kv_bytes_per_el = kv_ == KvType::F32 ? 4 : 2;
+    return d;
+}
+
 void CpuBackend::debug_set_rope_base(uint32_t layer, float base) {
     layers_.at(layer).inv_freq = inverse_frequencies(base, m_.head_dim, to_floats(m_.rope_freqs));
 }

@@ -21,6 +21,7 @@ public:
     ~CpuBackend() override;
 
     std::string description() const override;
+    DeviceInfo device_info() const override;
     uint32_t n_ctx() const override { return n_ctx_; }
     uint32_t n_vocab() const override { return m_.n_vocab; }
     void eval_batch(std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) override;

@@ -16,5 +16,6 @@ Runner add_chat(CLI::App& app);
 Runner add_perplexity(CLI::App& app);
 Runner add_logits(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
+Runner add_bench(CLI::App& app);
 
 }  // namespace ptxlm::cli

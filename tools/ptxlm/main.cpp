@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
     add(ptxlm::cli::add_inspect);
     add(ptxlm::cli::add_tokenize);
     add(ptxlm::cli::add_logits);
+    add(ptxlm::cli::add_bench);
 
     try {
         app.parse(argc, argv);

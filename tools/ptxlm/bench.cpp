@@ -1,0 +1,441 @@
+// `ptxlm bench -m MODEL`: throughput measured the way llama-bench measures
+// it, so the two compare row for row (bench/compare runs both).
+//
+// Tests: prompt processing `ppN` (N prompt tokens evaluated in batches of the
+// backend's max_batch, logits of the last token of each batch, as llama-bench's
+// n_batch chunks ask for) and token generation `tgN` (N tokens evaluated one
+// at a time with their logits), each at KV depth D (D tokens already in the
+// cache; filling it is not timed). Tokens are pseudo-random ids from a fixed
+// seed; speed does not depend on them. Each test runs once untimed to warm up
+// (a batch, or one token), then `-r` timed repetitions: tokens/s is the mean
+// and sample standard deviation of the repetitions' rates.
+//
+// Each row also reports the bytes a token reads from memory (pass_traffic and
+// kv_read_bytes: weights once per pass, the LM head once per pass that makes
+// logits, the visible KV cache per token), the bandwidth that implies, and its
+// share of the machine's peak: on the CPU a memory-copy rate measured at start
+// with the same thread count (bytes read + bytes written, as STREAM counts).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <fstream>
+#include <thread>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "engine/cpu/thread_pool.h"
+#include "gguf/quant.h"
+#include "tools/ptxlm/commands.h"
+#include "tools/ptxlm/engine_args.h"
+
+namespace ptxlm::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+    EngineArgs engine;
+    std::string prompt = "512", gen = "128", depth = "0";
+    uint32_t reps = 5;
+    std::string output = "md";
+};
+
+// "512", "128,256", "0-1024+256" (step), "64-512*2" (factor): llama-bench's
+// list and range forms. Throws std::invalid_argument naming the flag.
+std::vector<uint32_t> parse_sizes(const std::string& flag, const std::string& text) {
+    constexpr uint64_t kMax = 1u << 22;
+    auto bad = [&](const std::string& why) {
+        return std::invalid_argument(flag + " '" + text + "': " + why);
+    };
+    auto number = [&](const std::string& s) -> uint64_t {
+        if (s.empty() || s.size() > 8 || s.find_first_not_of("0123456789") != std::string::npos)
+            throw bad("'" + s + "' is not a non-negative whole number");
+        const uint64_t v = std::stoull(s);
+        if (v > kMax) throw bad(s + " is larger than " + std::to_string(kMax));
+        return v;
+    };
+    std::vector<uint32_t> out;
+    size_t start = 0;
+    while (start <= text.size()) {
+        size_t comma = text.find(',', start);
+        if (comma == std::string::npos) comma = text.size();
+        const std::string item = text.substr(start, comma - start);
+        const size_t dash = item.find('-');
+        if (dash == std::string::npos) {
+            out.push_back(uint32_t(number(item)));
+        } else {
+            const size_t op = item.find_first_of("+*", dash);
+            const uint64_t first = number(item.substr(0, dash));
+            const uint64_t last = number(item.substr(dash + 1, op == std::string::npos ? std::string::npos : op - dash - 1));
+            const uint64_t step = op == std::string::npos ? 1 : number(item.substr(op + 1));
+            const bool mul = op != std::string::npos && item[op] == '*';
+            if (last < first) throw bad("a range must not run backwards");
+            if (mul ? step < 2 || first == 0 : step == 0) throw bad(mul ? "a factor needs a start above 0 and a factor of at least 2" : "a step must be at least 1");
+            for (uint64_t v = first; v <= last; v = mul ? v * step : v + step) {
+                out.push_back(uint32_t(v));
+                if (out.size() > 256) throw bad("more than 256 values");
+            }
+        }
+        if (out.size() > 256) throw bad("more than 256 values");
+        start = comma + 1;
+    }
+    return out;
+}
+
+struct Test {
+    uint32_t n_prompt = 0, n_gen = 0, depth = 0;
+    uint32_t tokens() const { return n_prompt + n_gen; }
+    std::string name() const {
+        std::string s = n_prompt ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
+        if (depth) s += " @ d" + std::to_string(depth);
+        return s;
+    }
+};
+
+struct MeanSd {
+    double mean = 0, sd = 0;
+};
+MeanSd mean_sd(const std::vector<double>& v) {
+    MeanSd r;
+    for (double x : v) r.mean += x;
+    r.mean /= double(v.size());
+    if (v.size() > 1) {
+        double ss = 0;
+        for (double x : v) ss += (x - r.mean) * (x - r.mean);
+        r.sd = std::sqrt(ss / double(v.size() - 1));
+    }
+    return r;
+}
+
+// Memory-copy bandwidth with `threads` threads, each copying its slice of a
+// 256 MiB buffer (far beyond any cache here); the best of 5 copies, counting
+// the bytes read plus the bytes written.
+double memcpy_gbs_here(int threads) {
+    const size_t bytes = size_t(256) << 20;
+    std::vector<char> src(bytes, 1), dst(bytes, 0);
+    const size_t slice = bytes / size_t(threads);
+    double best = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+        const auto t0 = Clock::now();
+        std::vector<std::thread> pool;
+        for (int t = 1; t < threads; ++t)
+            pool.emplace_back([&, t] { std::memcpy(dst.data() + t * slice, src.data() + t * slice, slice); });
+        std::memcpy(dst.data(), src.data(), slice);
+        for (std::thread& th : pool) th.join();
+        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+        best = std::max(best, 2.0 * double(slice) * threads / s / 1e9);
+    }
+    return best;
+}
+
+// memcpy_gbs_here in a child process, so its 512 MiB of buffers do not count
+// in this process's peak resident memory (VmHWM, which bench/compare
+// reports). Call before any thread starts. 0 when it cannot be measured.
+double memcpy_gbs(int threads) {
+    int fd[2];
+    if (pipe(fd) != 0) return 0;
+    const pid_t pid = fork();
+    if (pid < 0) {
+        close(fd[0]);
+        close(fd[1]);
+        return 0;
+    }
+    if (pid == 0) {
+        close(fd[0]);
+        const double v = memcpy_gbs_here(threads);
+        const ssize_t w = write(fd[1], &v, sizeof v);
+        _exit(w == ssize_t(sizeof v) ? 0 : 1);
+    }
+    close(fd[1]);
+    double v = 0;
+    const ssize_t r = read(fd[0], &v, sizeof v);
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return r == ssize_t(sizeof v) && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? v : 0;
+}
+
+// This process's peak resident memory (VmHWM), 0 when unknown.
+uint64_t peak_rss_bytes() {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+    return 0;
+}
+
+// Drives the backend through the tests, keeping track of how much of the
+// cache holds the fixed token sequence so depth is filled only when needed.
+class TestDriver {
+public:
+    TestDriver(Backend& b, uint32_t n_tokens) : b_(b), logits_(b.n_vocab()) {
+        std::mt19937 rng(1234);
+        seq_.resize(n_tokens);
+        for (TokenId& t : seq_) t = TokenId(rng() % b.n_vocab());
+    }
+
+    // Evaluates seq[pos, pos + n) at pos: in batches with the last token's
+    // logits (prompt), or one by one with logits (generation). Returns the
+    // tokens evaluated.
+    uint64_t eval(uint32_t pos, uint32_t n, bool one_by_one) {
+        const uint32_t step = one_by_one ? 1 : b_.max_batch();
+        uint64_t done = 0;
+        for (uint32_t i = 0; i < n; i += step) {
+            const uint32_t k = std::min(step, n - i);
+            b_.eval_batch({seq_.data() + pos + i, k}, pos + i, logits_.data(), 1);
+            done += k;
+        }
+        valid_ = pos + n;
+        return done;
+    }
+
+    // Makes positions [0, depth) hold seq[0, depth); untimed.
+    void fill(uint32_t depth) {
+        if (valid_ < depth) eval(valid_, depth - valid_, false);
+    }
+
+private:
+    Backend& b_;
+    std::vector<TokenId> seq_;
+    std::vector<float> logits_;
+    uint32_t valid_ = 0;
+};
+
+struct Row {
+    Test test;
+    std::vector<double> samples_ns, samples_ts;
+    uint64_t n_tokens = 0;      // tokens evaluated per timed repetition
+    double bytes_per_token = 0;
+};
+
+// Bytes read per token for a test: every pass reads the weights and makes
+// logits of its last token; each token reads one embedding row and its
+// visible KV cache.
+double bytes_per_token(const Model& m, const Test& t, uint32_t max_batch, uint32_t kv_el) {
+    const PassTraffic p = pass_traffic(m);
+    const uint32_t n = t.tokens();
+    const uint64_t passes = t.n_prompt ? (n + max_batch - 1) / max_batch : n;
+    double total = double(passes) * double(p.weights + p.lm_head);
+    for (uint32_t i = 0; i < n; ++i) total += double(p.embd_row + kv_read_bytes(m, t.depth + i, kv_el));
+    return total / n;
+}
+
+std::string type_mix(const std::map<std::string, uint64_t>& types, uint64_t total) {
+    std::vector<std::pair<uint64_t, std::string>> v;
+    for (const auto& [name, bytes] : types) v.push_back({bytes, name});
+    std::sort(v.rbegin(), v.rend());
+    std::string s;
+    size_t shown = 0;
+    for (const auto& [bytes, name] : v) {
+        const double pct = 100.0 * double(bytes) / double(total);
+        if (pct < 5 && shown > 0) break;
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%s%s %.0f%%", shown ? ", " : "", name.c_str(), pct);
+        s += buf;
+        ++shown;
+    }
+    if (shown < v.size()) s += ", +" + std::to_string(v.size() - shown);
+    return s;
+}
+
+std::string fmt(const char* f, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, f, v);
+    return buf;
+}
+
+int run(const Args& a) {
+    if (a.output != "md" && a.output != "json" && a.output != "csv")
+        throw std::invalid_argument("-o: '" + a.output + "' is not an output format (md, json or csv)");
+    const std::vector<uint32_t> pps = parse_sizes("-p", a.prompt), tgs = parse_sizes("-n", a.gen),
+                                depths = parse_sizes("-d", a.depth);
+    std::vector<Test> tests;
+    for (uint32_t d : depths) {
+        for (uint32_t p : pps)
+            if (p) tests.push_back({p, 0, d});
+        for (uint32_t n : tgs)
+            if (n) tests.push_back({0, n, d});
+    }
+    if (tests.empty()) throw std::invalid_argument("-p and -n: every size is 0, so there is nothing to measure");
+
+    EngineArgs engine = a.engine;
+    uint32_t need = 0;
+    for (const Test& t : tests) need = std::max(need, t.depth + t.tokens());
+    if (engine.n_ctx == 0) engine.n_ctx = need;
+    for (const Test& t : tests)
+        if (t.depth + t.tokens() > engine.n_ctx)
+            throw std::invalid_argument("-c " + std::to_string(engine.n_ctx) + ": test " + t.name() + " needs a context of " +
+                                        std::to_string(t.depth + t.tokens()) + " tokens");
+    // The memory-copy figure for the CPU's peak, measured before the engine
+    // starts its threads (see memcpy_gbs).
+    double peak = 0;
+    std::string peak_source;
+    if (engine.device != "cuda") {
+        const int threads = engine.threads ? engine.threads : cpu::ThreadPool::default_threads();
+        std::fprintf(stderr, "bench: measuring memory-copy bandwidth (%d threads)\n", threads);
+        peak = memcpy_gbs(threads);
+        if (peak > 0) std::fprintf(stderr, "bench: memory copy %.1f GB/s\n", peak);
+        else std::fprintf(stderr, "bench: the memory-copy measurement failed; no peak bandwidth\n");
+        peak_source = "memcpy, " + std::to_string(threads) + " threads, read + write";
+    }
+    Engine e = open_engine(engine);
+    const Model& m = *e.model;
+    Backend& b = *e.backend;
+    const DeviceInfo dev = b.device_info();
+    if (dev.kind != "cpu") peak = 0, peak_source.clear();
+
+    // Static description of the model and the machine, shared by every row.
+    std::map<std::string, uint64_t> types;
+    uint64_t n_params = 0;
+    m.for_each_weight([&](const Weight& w) {
+        types[gguf::type_name(uint32_t(w.type))] += w.rows * w.row_bytes;
+        n_params += w.rows * w.cols;
+    });
+    const uint64_t size = m.weight_bytes();
+    const std::string file = std::filesystem::path(m.file.path()).filename().string();
+    const std::string ftype = m.hp.file_type ? file_type_name(m.hp.file_type) : "";
+    const std::string device = dev.name + " (" + std::to_string(dev.units) + (dev.kind == "cpu" ? " cores)" : " SMs)");
+
+    auto row_json = [&](const Row& r) {
+        const MeanSd ts = mean_sd(r.samples_ts), ns = mean_sd(r.samples_ns);
+        nlohmann::json j = {
+            {"model_filename", m.file.path()},
+            {"model_arch", m.hp.arch},
+            {"model_file_type", ftype},
+            {"model_types", types},
+            {"model_size", size},
+            {"model_n_params", n_params},
+            {"device", dev.kind},
+            {"device_name", dev.name},
+            {"device_units", dev.units},
+            {"n_threads", dev.threads},
+            {"schedule", nullptr},
+            {"kv_type", dev.kv_type},
+            {"n_ctx", b.n_ctx()},
+            {"n_batch", b.max_batch()},
+            {"test", r.test.name()},
+            {"n_prompt", r.test.n_prompt},
+            {"n_gen", r.test.n_gen},
+            {"n_depth", r.test.depth},
+            {"n_tokens", r.n_tokens},
+            {"repetitions", r.samples_ts.size()},
+            {"samples_ns", r.samples_ns},
+            {"samples_ts", r.samples_ts},
+            {"avg_ns", ns.mean},
+            {"stddev_ns", ns.sd},
+            {"avg_ts", ts.mean},
+            {"stddev_ts", ts.sd},
+            {"ms_per_token", 1000.0 / ts.mean},
+            {"bytes_per_token", r.bytes_per_token},
+            {"bandwidth_gbs", r.bytes_per_token * ts.mean / 1e9},
+            {"peak_gbs", peak > 0 ? nlohmann::json(peak) : nlohmann::json(nullptr)},
+            {"peak_source", peak_source},
+            {"peak_share", peak > 0 ? nlohmann::json(r.bytes_per_token * ts.mean / 1e9 / peak) : nlohmann::json(nullptr)},
+            {"peak_rss_bytes", peak_rss_bytes()},
+        };
+        return j;
+    };
+
+    static const char* kCsvFields[] = {"model_filename", "model_arch", "model_file_type", "model_types", "model_size",
+                                       "model_n_params", "device", "device_name", "device_units", "n_threads",
+                                       "schedule", "kv_type", "n_ctx", "n_batch", "test", "n_prompt", "n_gen",
+                                       "n_depth", "n_tokens", "repetitions", "samples_ns", "samples_ts", "avg_ns",
+                                       "stddev_ns", "avg_ts", "stddev_ts", "ms_per_token", "bytes_per_token",
+                                       "bandwidth_gbs", "peak_gbs", "peak_source", "peak_share", "peak_rss_bytes"};
+    auto csv_cell = [](const nlohmann::json& v) -> std::string {
+        std::string s;
+        if (v.is_string()) s = v.get<std::string>();
+        else if (v.is_null()) s = "";
+        else if (v.is_array()) {
+            for (const auto& x : v) s += (s.empty() ? "" : ";") + x.dump();
+        } else if (v.is_object()) {
+            for (const auto& [k, x] : v.items()) s += (s.empty() ? "" : ";") + k + ":" + x.dump();
+        } else s = v.dump();
+        if (s.find_first_of(",\"\n") == std::string::npos) return s;
+        std::string q = "\"";
+        for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+        return q + "\"";
+    };
+
+    if (a.output == "md") {
+        std::printf("| model | types | size | params | device | threads | test | t/s | ms/tok | MB/tok | GB/s | %% of peak |\n");
+        std::printf("| --- | --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+    } else if (a.output == "csv") {
+        for (size_t i = 0; i < std::size(kCsvFields); ++i) std::printf("%s%s", i ? "," : "", kCsvFields[i]);
+        std::printf("\n");
+    }
+    std::fflush(stdout);
+
+    const bool tty = isatty(STDERR_FILENO);
+    TestDriver runner(b, need);
+    nlohmann::json all = nlohmann::json::array();
+    for (const Test& t : tests) {
+        Row r;
+        r.test = t;
+        r.bytes_per_token = bytes_per_token(m, t, b.max_batch(), dev.kv_bytes_per_el);
+        // Warm-up: one batch or one token at the test's depth.
+        runner.fill(t.depth);
+        runner.eval(t.depth, t.n_prompt ? std::min(t.n_prompt, b.max_batch()) : 1, t.n_prompt == 0);
+        for (uint32_t rep = 0; rep < a.reps; ++rep) {
+            runner.fill(t.depth);
+            const auto t0 = Clock::now();
+            const uint64_t n = runner.eval(t.depth, t.tokens(), t.n_prompt == 0);
+            const double ns = double(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+            if (rep == 0) r.n_tokens = n;
+            if (n != r.n_tokens) throw std::logic_error("bench: repetitions evaluated different token counts");
+            r.samples_ns.push_back(ns);
+            r.samples_ts.push_back(double(n) * 1e9 / ns);
+            if (tty)
+                std::fprintf(stderr, "\rbench: %-16s %u/%u  %.2f tok/s ", t.name().c_str(), rep + 1, a.reps,
+                             r.samples_ts.back());
+        }
+        const nlohmann::json j = row_json(r);
+        std::fprintf(stderr, "%sbench: %-16s %.2f ± %.2f tok/s (%u repetition%s)\n", tty ? "\r" : "", t.name().c_str(),
+                     j["avg_ts"].get<double>(), j["stddev_ts"].get<double>(), a.reps, a.reps == 1 ? "" : "s");
+        if (a.output == "md") {
+            const double bw = j["bandwidth_gbs"];
+            std::printf("| %s | %s | %s | %.1fM | %s | %d | %s | %.2f ± %.2f | %.2f | %.1f | %.2f | %s |\n",
+                        file.c_str(), type_mix(types, size).c_str(), format_bytes(size).c_str(), double(n_params) / 1e6,
+                        device.c_str(), dev.threads, t.name().c_str(), j["avg_ts"].get<double>(),
+                        j["stddev_ts"].get<double>(), j["ms_per_token"].get<double>(), r.bytes_per_token / 1e6, bw,
+                        peak > 0 ? fmt("%.0f%%", 100.0 * bw / peak).c_str() : "n/a");
+        } else if (a.output == "csv") {
+            for (size_t i = 0; i < std::size(kCsvFields); ++i)
+                std::printf("%s%s", i ? "," : "", csv_cell(j[kCsvFields[i]]).c_str());
+            std::printf("\n");
+        }
+        std::fflush(stdout);
+        all.push_back(j);
+    }
+    if (a.output == "json") std::printf("%s\n", all.dump(2).c_str());
+    else if (a.output == "md" && peak > 0)
+        std::printf("\npeak: %.1f GB/s (%s); MB/tok: weights + KV cache read per token\n", peak, peak_source.c_str());
+    return 0;
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& app) {
+    auto a = std::make_shared<Args>();
+    CLI::App* sub = app.add_subcommand("bench", "tokens per second, as llama-bench measures them");
+    add_engine_options(*sub, a->engine);
+    sub->add_option("-p,--n-prompt", a->prompt, "prompt sizes: N, a list N,M, or ranges A-B+STEP, A-B*FACTOR (default 512; 0 skips)");
+    sub->add_option("-n,--n-gen", a->gen, "generation sizes, as -p (default 128; 0 skips)");
+    sub->add_option("-d,--n-depth", a->depth, "KV depths to test at, as -p (default 0)");
+    sub->add_option("-r,--repetitions", a->reps, "timed repetitions per test, after one warm-up (default 5)")
+        ->check(CLI::Range(1u, 1000u));
+    sub->add_option("-o,--output", a->output, "md (a table), json or csv (default md)");
+    return [a] { return run(*a); };
+}
+
+}  // namespace ptxlm::cli
