@@ -2,3 +2,6 @@
 ptxlm_pytest(inspect_vs_gguf_py check_inspect.py TIMEOUT 300)
 # run, chat, tokenize and perplexity as a user drives them, errors included.
 ptxlm_pytest(cli_generation check_cli_generation.py TIMEOUT 600)
+# ptxlm bench and bench/compare (against a stand-in llama-bench): output
+# structure and consistency, never speed.
+ptxlm_pytest(bench check_bench.py TIMEOUT 600)
