@@ -45,6 +45,9 @@ struct DeviceLimits {
     uint32_t warp_size = 32;
     uint64_t total_mem = 8ull << 30;             // PTXLM_EMU_MEM_MB overrides
     int cc_major = 9, cc_minor = 0;
+    // H100 SXM5's figures (HBM3): peak = 2 × clock × bus width = 3.35 TB/s.
+    int memory_clock_khz = 2619000;
+    int memory_bus_bits = 5120;
 };
 const DeviceLimits& device_limits();
 

@@ -160,6 +160,9 @@ TEST(CudaDriver, LoadsEmuAndDescribesTheDevice) {
     EXPECT_GT(d.regs_per_sm, 0);
     EXPECT_TRUE(d.cooperative_launch);
     EXPECT_GT(d.total_mem, uint64_t(1) << 30);
+    // emu reports H100 SXM5's memory: 2 × 2619 MHz × 5120 bits = 3352 GB/s.
+    EXPECT_EQ(d.memory_bus_bits, 5120);
+    EXPECT_NEAR(d.peak_bandwidth_gbs(), 3352.3, 0.1);
 }
 
 TEST(CudaDriver, MemoryRoundTrip) {

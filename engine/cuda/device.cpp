@@ -47,6 +47,11 @@ Context::Context(std::shared_ptr<const Driver> driver, int ordinal) : driver_(st
         info_.regs_per_block = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
         info_.regs_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR);
         info_.cooperative_launch = attr(CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH) != 0;
+        // Only for reports (bench's share of peak): a driver that no longer
+        // answers these leaves them 0, meaning unknown.
+        if (d.api().cuDeviceGetAttribute(&info_.memory_clock_khz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, dev_) != CUDA_SUCCESS ||
+            d.api().cuDeviceGetAttribute(&info_.memory_bus_bits, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, dev_) != CUDA_SUCCESS)
+            info_.memory_clock_khz = info_.memory_bus_bits = 0;
     } catch (...) {
         d.api().cuDevicePrimaryCtxRelease_v2(dev_);
         throw;

@@ -31,6 +31,11 @@ struct DeviceInfo {
     bool cooperative_launch = false;
     uint64_t total_mem = 0;           // bytes
     int driver_version = 0;
+    int memory_clock_khz = 0;         // 0 when the driver does not say
+    int memory_bus_bits = 0;
+    // Peak DRAM bandwidth in GB/s (10^9 bytes): two transfers per clock over
+    // the bus; 0 when unknown.
+    double peak_bandwidth_gbs() const { return 2.0 * memory_clock_khz * 1e3 * (memory_bus_bits / 8.0) / 1e9; }
 };
 
 // The device's primary context, retained and made current on the creating
