@@ -17,3 +17,6 @@ ptxlm_emu_gtest(test_examples_emu test_examples_emu.cpp LIBS ptxlm_engine ptxlm_
 # emu's JIT check: ptxas's verdict, register counts and the content-hash cache.
 ptxlm_emu_gtest(test_emu_jit test_emu_jit.cpp LIBS ptxlm_engine GTest::gmock TIMEOUT 120)
 target_compile_definitions(test_emu_jit PRIVATE PTXLM_PTXAS="${PTXLM_PTXAS_EXE}")
+# The decode path's GEMV kernels on emu against the dequantized reference,
+# with negative controls.
+ptxlm_emu_gtest(test_gemv_emu test_gemv_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 300)

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <regex>
 
+#include "kernels/decode/gemv.h"
 #include "kernels/examples/examples.h"
 #include "kernels/ptx/ptxas.h"
 
@@ -84,6 +85,36 @@ TEST(Ptxas, ExampleKernelsAssembleWithoutSpills) {
       std::printf("[ptxas] %-20s %s: %3d registers, %u barriers, %llu B smem, %llu B spills\n", g.name.c_str(), arch,
                   f.registers, unsigned(f.barriers), (unsigned long long)f.smem_bytes,
                   (unsigned long long)(f.spill_store_bytes + f.spill_load_bytes));
+    }
+  }
+}
+
+// The decode GEMVs at real shapes: Llama-3-8B's fused QKV, gate/up and down
+// (14336 inputs: 57 KiB of staged input, above the 48 KiB default), and a
+// 640-wide model's; every one without spills, with at most 255 registers at
+// 256 threads (ptxas must fit .maxntid).
+TEST(Ptxas, GemvKernelsAssembleWithoutSpills) {
+  ASSERT_TRUE(have_ptxas()) << "ptxas missing: see Ptxas.IsAvailable";
+  using ptxlm::gguf::GgmlType;
+  auto shape = [](uint32_t n_in, std::vector<uint32_t> rows, bool norm, bool acc) {
+    kx::GemvShape s;
+    s.n_in = n_in;
+    s.norm = norm;
+    s.accumulate = acc;
+    for (uint32_t r : rows) s.segments.push_back({GgmlType::Q4_K, r});
+    return s;
+  };
+  const std::vector<kx::GemvShape> shapes = {shape(4096, {4096, 1024, 1024}, true, false),
+                                             shape(4096, {14336, 14336}, true, false),
+                                             shape(14336, {4096}, false, true), shape(1024, {640}, false, true)};
+  for (const char* arch : kArches) {
+    for (const kx::GemvShape& s : shapes) {
+      const GeneratedKernel g = kx::gemv_kernel(s, Target::parse(arch));
+      EXPECT_TRUE(g.hot);
+      PtxasFunctionReport f = assemble(g, arch);
+      std::printf("[ptxas] %-40s %s: %3d registers, %llu B smem, %llu B spills, grid %u x %u threads\n", g.name.c_str(),
+                  arch, f.registers, (unsigned long long)f.smem_bytes,
+                  (unsigned long long)(f.spill_store_bytes + f.spill_load_bytes), g.geometry.grid.x, g.geometry.block.x);
     }
   }
 }

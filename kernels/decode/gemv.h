@@ -1,0 +1,62 @@
+// Batch-1 matrix-vector products over quantized weights, with the RMSNorm of
+// the input fused in and every matrix that shares the input computed by one
+// launch (Q, K and V; gate and up). Each matrix keeps its own quant type:
+// the generated kernel walks a per-segment table (rows, type) fixed at
+// generation, with one weight and one output pointer per segment.
+//
+// Layout of the work: a block stages the input vector in shared memory once
+// (multiplied by the norm weight when the norm is fused; the norm's scalar
+// 1/rms multiplies each finished row), then each warp computes whole rows,
+// its lanes striding over the row's quant blocks with 16-byte loads, and a
+// butterfly reduction ends the row.
+//
+// Numerics: f32 products and sums, block-local sums factored as
+// d·sc·Σq·x − dmin·m·Σx (Q4_K); not bit-equal to the CPU reference, which
+// dequantizes first. gemv_tolerance gives the bound a comparison should use.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "gguf/quant.h"
+#include "kernels/ptx/builder.h"
+#include "kernels/ptx/params.h"
+
+namespace ptxlm::kernels {
+
+struct GemvSegment {
+  gguf::GgmlType type = gguf::GgmlType::Q4_K;
+  uint32_t rows = 0;
+};
+
+struct GemvShape {
+  uint32_t n_in = 0;                   // columns: a multiple of 256 (Q4_K) and of 4
+  std::vector<GemvSegment> segments;   // one per matrix sharing the input
+  bool norm = false;                   // multiply rmsnorm(x) ∘ norm_w instead of x
+  float eps = 1e-6f;
+  bool accumulate = false;             // y += W·x (a residual add fused in)
+};
+
+// Types gemv_kernel multiplies (the others are refused with an Error).
+bool gemv_supports(gguf::GgmlType t);
+
+// Warps per block and rows each warp computes, chosen from the shape alone.
+struct GemvPlan {
+  uint32_t warps = 8;
+  uint32_t rows_per_warp = 1;
+  uint32_t rows_per_block() const { return warps * rows_per_warp; }
+};
+GemvPlan gemv_plan(const GemvShape& s);
+
+ptx::LaunchGeometry gemv_geometry(const GemvShape& s);
+
+// Params: x (n_in f32), norm_w (n_in f32; present only with norm), then per
+// segment i: w<i> (rows × the type's row bytes, 16-byte aligned), y<i>
+// (rows f32). x must not alias any y.
+ptx::GeneratedKernel gemv_kernel(const GemvShape& s, ptx::Target t = {});
+
+// |y - ref| bound for one row: ref computed in double from the dequantized
+// row and the f32 normalised input, with `abs_dot` = Σ|w·x| over the row.
+double gemv_tolerance(double abs_dot, uint32_t n_in);
+
+}  // namespace ptxlm::kernels

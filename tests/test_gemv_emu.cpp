@@ -1,0 +1,227 @@
+// The fused RMSNorm + GEMV kernels (kernels/decode/gemv) through the engine's
+// real CUDA path on emu, against a double-precision product of the
+// dequantized rows (gguf's reference dequantizers) with the normalised input,
+// at gemv_tolerance. Negative controls: one corrupted Q4_K sub-block scale in
+// one matrix, and a kernel generated without its norm, must fail.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "engine/cuda/device.h"
+#include "engine/cuda/driver.h"
+#include "engine/cuda/launch.h"
+#include "engine/cuda/module.h"
+#include "gguf/quant.h"
+#include "kernels/decode/gemv.h"
+
+namespace {
+
+using namespace ptxlm;
+namespace kx = ptxlm::kernels;
+using gguf::GgmlType;
+using ptx::DevPtr;
+
+struct Matrix {
+  GgmlType type;
+  uint32_t rows = 0, cols = 0;
+  std::vector<uint8_t> bytes;
+  size_t row_bytes() const { return bytes.size() / rows; }
+  std::vector<float> row(uint32_t r) const {
+    std::vector<float> out(cols);
+    gguf::type_traits(type).dequantize_row(bytes.data() + r * row_bytes(), out.data(), cols);
+    return out;
+  }
+};
+
+class GemvOnEmu : public ::testing::Test {
+protected:
+  static void SetUpTestSuite() {
+    driver_ = cuda::Driver::load();   // PTXLM_LIBCUDA points at emu (set by ctest)
+    ctx_ = new cuda::Context(driver_);
+  }
+  static void TearDownTestSuite() {
+    delete ctx_;
+    ctx_ = nullptr;
+    driver_.reset();
+  }
+
+  std::vector<float> randv(size_t n, float sd) {
+    std::normal_distribution<float> nd(0.0f, sd);
+    std::vector<float> v(n);
+    for (float& x : v) x = nd(rng_);
+    return v;
+  }
+  Matrix random_matrix(GgmlType t, uint32_t rows, uint32_t cols) {
+    Matrix m{t, rows, cols, {}};
+    const gguf::TypeTraits& tt = gguf::type_traits(t);
+    const size_t rb = cols / tt.block_elems * tt.block_bytes;
+    m.bytes.resize(rb * rows);
+    for (uint32_t r = 0; r < rows; ++r) {
+      const std::vector<float> w = randv(cols, 0.05f);
+      tt.quantize_row(w.data(), m.bytes.data() + r * rb, cols);
+    }
+    return m;
+  }
+  cuda::DeviceBuffer upload(const void* p, size_t n) {
+    cuda::DeviceBuffer b(*ctx_, n);
+    b.upload(p, n);
+    return b;
+  }
+
+  struct Case {
+    kx::GemvShape shape;
+    std::vector<Matrix> mats;
+    std::vector<float> x, norm_w;
+    std::vector<std::vector<float>> y0;   // initial outputs (accumulate)
+  };
+
+  Case make_case(const kx::GemvShape& s) {
+    Case c{s, {}, randv(s.n_in, 1.0f), {}, {}};
+    if (s.norm) {
+      c.norm_w = randv(s.n_in, 0.3f);
+      for (float& w : c.norm_w) w += 1.0f;
+    }
+    for (const kx::GemvSegment& seg : s.segments) {
+      c.mats.push_back(random_matrix(seg.type, seg.rows, s.n_in));
+      c.y0.push_back(s.accumulate ? randv(seg.rows, 1.0f) : std::vector<float>(seg.rows, 0.0f));
+    }
+    return c;
+  }
+
+  // Runs `g` on the case's buffers; returns each segment's output.
+  std::vector<std::vector<float>> run(const ptx::GeneratedKernel& g, const Case& c) {
+    std::vector<cuda::DeviceBuffer> bufs;
+    std::vector<ptx::ParamValue> args;
+    bufs.push_back(upload(c.x.data(), c.x.size() * 4));
+    args.push_back(DevPtr{bufs.back().ptr()});
+    if (c.shape.norm) {
+      bufs.push_back(upload(c.norm_w.data(), c.norm_w.size() * 4));
+      args.push_back(DevPtr{bufs.back().ptr()});
+    }
+    std::vector<size_t> outs;
+    for (size_t i = 0; i < c.mats.size(); ++i) {
+      bufs.push_back(upload(c.mats[i].bytes.data(), c.mats[i].bytes.size()));
+      args.push_back(DevPtr{bufs.back().ptr()});
+      bufs.push_back(upload(c.y0[i].data(), c.y0[i].size() * 4));
+      args.push_back(DevPtr{bufs.back().ptr()});
+      outs.push_back(bufs.size() - 1);
+    }
+    cuda::Module m(*ctx_, g.ptx);
+    cuda::Stream s(*ctx_);
+    ptx::ParamPack pack = g.params.pack(args);
+    cuda::launch(m.function(g.name), g.geometry, s, pack);
+    s.synchronize();
+    std::vector<std::vector<float>> ys;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      ys.emplace_back(c.mats[i].rows);
+      bufs[outs[i]].download(ys.back().data(), ys.back().size() * 4);
+    }
+    return ys;
+  }
+
+  // Rows outside gemv_tolerance of the double-precision reference.
+  size_t mismatches(const Case& c, const std::vector<std::vector<float>>& ys, bool report = true) {
+    const kx::GemvShape& s = c.shape;
+    std::vector<float> xn = c.x;
+    if (s.norm) {
+      double ss = 0;
+      for (float v : c.x) ss += double(v) * v;
+      const float scale = float(1.0 / std::sqrt(ss / s.n_in + s.eps));
+      for (uint32_t i = 0; i < s.n_in; ++i) xn[i] = c.x[i] * scale * c.norm_w[i];
+    }
+    size_t bad = 0;
+    double worst = 0;
+    for (size_t si = 0; si < c.mats.size(); ++si) {
+      for (uint32_t r = 0; r < c.mats[si].rows; ++r) {
+        const std::vector<float> w = c.mats[si].row(r);
+        double dot = 0, abs_dot = 0;
+        for (uint32_t i = 0; i < s.n_in; ++i) {
+          dot += double(w[i]) * xn[i];
+          abs_dot += std::fabs(double(w[i]) * xn[i]);
+        }
+        const double ref = dot + (s.accumulate ? c.y0[si][r] : 0.0);
+        const double err = std::fabs(ys[si][r] - ref), tol = kx::gemv_tolerance(abs_dot, s.n_in);
+        worst = std::max(worst, err / tol);
+        if (!(err <= tol) && bad++ < 3 && report)
+          ADD_FAILURE() << "segment " << si << " row " << r << ": got " << ys[si][r] << ", reference " << ref
+                        << " (error " << err << ", tolerance " << tol << ")";
+      }
+    }
+    if (report) std::printf("[gemv] n_in %u: worst error %.3g of the tolerance\n", s.n_in, worst);
+    return bad;
+  }
+
+  static std::shared_ptr<const cuda::Driver> driver_;
+  static cuda::Context* ctx_;
+  std::mt19937 rng_{7};
+};
+std::shared_ptr<const cuda::Driver> GemvOnEmu::driver_;
+cuda::Context* GemvOnEmu::ctx_ = nullptr;
+
+kx::GemvShape shape(uint32_t n_in, std::vector<uint32_t> rows, bool norm, bool acc = false) {
+  kx::GemvShape s;
+  s.n_in = n_in;
+  s.norm = norm;
+  s.eps = 1e-6f;
+  s.accumulate = acc;
+  for (uint32_t r : rows) s.segments.push_back({GgmlType::Q4_K, r});
+  return s;
+}
+
+TEST_F(GemvOnEmu, Q4kSingleMatrix) {
+  const Case c = make_case(shape(512, {40}, false));
+  EXPECT_EQ(mismatches(c, run(kx::gemv_kernel(c.shape), c)), 0u);
+}
+
+TEST_F(GemvOnEmu, Q4kFusedNormQkv) {
+  // Q, K and V of a 1024-wide model sharing one normalised input.
+  const Case c = make_case(shape(1024, {64, 16, 16}, true));
+  EXPECT_EQ(mismatches(c, run(kx::gemv_kernel(c.shape), c)), 0u);
+}
+
+TEST_F(GemvOnEmu, Q4kAccumulatesIntoTheResidual) {
+  const Case c = make_case(shape(768, {33}, false, true));
+  EXPECT_EQ(mismatches(c, run(kx::gemv_kernel(c.shape), c)), 0u);
+}
+
+TEST_F(GemvOnEmu, Q4kSeveralRowsPerWarpAndAPartialLastBlock) {
+  const kx::GemvShape s = shape(256, {3000, 1301}, true);
+  ASSERT_GE(kx::gemv_plan(s).rows_per_warp, 2u);
+  ASSERT_NE((3000 + 1301) % kx::gemv_plan(s).rows_per_block(), 0u);
+  const Case c = make_case(s);
+  EXPECT_EQ(mismatches(c, run(kx::gemv_kernel(c.shape), c)), 0u);
+}
+
+TEST_F(GemvOnEmu, NegativeControlCorruptedSubBlockScale) {
+  const Case c = make_case(shape(512, {8, 8}, true));
+  Case bad = c;
+  // Row 5 of the second matrix, block 1: scales[2] (sub-block 2's 6-bit scale) += 9.
+  uint8_t* blk = bad.mats[1].bytes.data() + 5 * bad.mats[1].row_bytes() + 144;
+  blk[4 + 2] = uint8_t((blk[4 + 2] & 0xC0) | (((blk[4 + 2] & 63) + 9) & 63));
+  EXPECT_GE(mismatches(c, run(kx::gemv_kernel(c.shape), bad), false), 1u)
+      << "a corrupted sub-block scale passed the comparison";
+  EXPECT_EQ(mismatches(c, run(kx::gemv_kernel(c.shape), c)), 0u);
+}
+
+TEST_F(GemvOnEmu, NegativeControlMissingNorm) {
+  const Case c = make_case(shape(512, {16}, true));
+  kx::GemvShape no_norm = c.shape;
+  no_norm.norm = false;
+  Case plain = c;
+  plain.shape = no_norm;
+  EXPECT_GE(mismatches(c, run(kx::gemv_kernel(no_norm), plain), false), 8u)
+      << "a GEMV without its norm passed the comparison";
+}
+
+TEST(Gemv, RefusesShapesItCannotRun) {
+  EXPECT_THROW(kx::gemv_kernel(shape(300, {4}, false)), ptx::Error);       // not a multiple of 256
+  EXPECT_THROW(kx::gemv_kernel(shape(512, {}, false)), ptx::Error);        // no segments
+  EXPECT_THROW(kx::gemv_kernel(shape(512, {0}, false)), ptx::Error);       // an empty segment
+  kx::GemvShape q6 = shape(512, {4}, false);
+  q6.segments[0].type = GgmlType::Q6_K;
+  EXPECT_THROW(kx::gemv_kernel(q6), ptx::Error);                           // not yet supported
+}
+
+}  // namespace
