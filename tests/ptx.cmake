@@ -11,3 +11,5 @@ if(NOT PTXLM_PTXAS_EXECUTABLE)
 endif()
 ptxlm_gtest(test_ptxas test_ptxas.cpp LIBS ptxlm_kernels TIMEOUT 300)
 target_compile_definitions(test_ptxas PRIVATE PTXLM_PTXAS="${PTXLM_PTXAS_EXECUTABLE}")
+# The device weight layout: alignment and exact round trips.
+ptxlm_gtest(test_layout test_layout.cpp LIBS ptxlm_kernels TIMEOUT 60 SANITIZE)

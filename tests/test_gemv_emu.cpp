@@ -15,6 +15,7 @@
 #include "engine/cuda/module.h"
 #include "gguf/quant.h"
 #include "kernels/decode/gemv.h"
+#include "kernels/decode/layout.h"
 
 namespace {
 
@@ -102,7 +103,9 @@ protected:
     }
     std::vector<size_t> outs;
     for (size_t i = 0; i < c.mats.size(); ++i) {
-      bufs.push_back(upload(c.mats[i].bytes.data(), c.mats[i].bytes.size()));
+      const kx::RowLayout l = kx::row_layout(c.mats[i].type, c.mats[i].cols);
+      const std::vector<uint8_t> dev = kx::repack_rows(l, c.mats[i].bytes.data(), c.mats[i].rows);
+      bufs.push_back(upload(dev.data(), dev.size()));
       args.push_back(DevPtr{bufs.back().ptr()});
       bufs.push_back(upload(c.y0[i].data(), c.y0[i].size() * 4));
       args.push_back(DevPtr{bufs.back().ptr()});
@@ -160,13 +163,14 @@ protected:
 std::shared_ptr<const cuda::Driver> GemvOnEmu::driver_;
 cuda::Context* GemvOnEmu::ctx_ = nullptr;
 
-kx::GemvShape shape(uint32_t n_in, std::vector<uint32_t> rows, bool norm, bool acc = false) {
+kx::GemvShape shape(uint32_t n_in, std::vector<uint32_t> rows, bool norm, bool acc = false,
+                    std::vector<GgmlType> types = {}) {
   kx::GemvShape s;
   s.n_in = n_in;
   s.norm = norm;
   s.eps = 1e-6f;
   s.accumulate = acc;
-  for (uint32_t r : rows) s.segments.push_back({GgmlType::Q4_K, r});
+  for (size_t i = 0; i < rows.size(); ++i) s.segments.push_back({i < types.size() ? types[i] : GgmlType::Q4_K, rows[i]});
   return s;
 }
 
@@ -194,6 +198,44 @@ TEST_F(GemvOnEmu, Q4kSeveralRowsPerWarpAndAPartialLastBlock) {
   EXPECT_EQ(mismatches(c, run(kx::gemv_kernel(c.shape), c)), 0u);
 }
 
+TEST_F(GemvOnEmu, EveryBlock32Type) {
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0}) {
+    SCOPED_TRACE(gguf::type_traits(t).name);
+    const Case c = make_case(shape(576, {37}, true, false, {t}));
+    EXPECT_EQ(mismatches(c, run(kx::gemv_kernel(c.shape), c)), 0u);
+    const Case a = make_case(shape(1280, {19}, false, true, {t}));
+    EXPECT_EQ(mismatches(a, run(kx::gemv_kernel(a.shape), a)), 0u);
+  }
+}
+
+TEST_F(GemvOnEmu, Q6kIntoTheResidual) {
+  // gemma-3-270m's ffn_down: 2048 inputs, Q6_K, added to the residual.
+  const Case c = make_case(shape(2048, {24}, false, true, {GgmlType::Q6_K}));
+  EXPECT_EQ(mismatches(c, run(kx::gemv_kernel(c.shape), c)), 0u);
+  Case bad = c;
+  // Row 3, block 5: scale byte 9 (half 1, sub-block 1) off by one.
+  bad.mats[0].bytes[3 * bad.mats[0].row_bytes() + 5 * 210 + 192 + 9] += 1;
+  EXPECT_GE(mismatches(c, run(kx::gemv_kernel(c.shape), bad), false), 1u) << "a corrupted Q6_K scale passed";
+}
+
+TEST_F(GemvOnEmu, MixedTypesInOneLaunch) {
+  // gemma-3-270m's QKV (640 wide: Q5_0 Q and K, Q8_0 V) and SmolLM2's (576: Q4_1).
+  const Case g = make_case(shape(640, {1024, 256, 256}, true, false, {GgmlType::Q5_0, GgmlType::Q5_0, GgmlType::Q8_0}));
+  EXPECT_EQ(mismatches(g, run(kx::gemv_kernel(g.shape), g)), 0u);
+  const Case m = make_case(
+      shape(512, {64, 48, 16, 9}, true, false, {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q6_K}));
+  EXPECT_EQ(mismatches(m, run(kx::gemv_kernel(m.shape), m)), 0u);
+}
+
+TEST_F(GemvOnEmu, NegativeControlCorruptedBlockScaleQ8) {
+  const Case c = make_case(shape(640, {12}, false, false, {GgmlType::Q8_0}));
+  Case bad = c;
+  // Row 7, block 3: mantissa bit 6 of its f16 scale flipped (about 6%).
+  bad.mats[0].bytes[7 * bad.mats[0].row_bytes() + 3 * 34] ^= 0x40;
+  EXPECT_GE(mismatches(c, run(kx::gemv_kernel(c.shape), bad), false), 1u)
+      << "a corrupted Q8_0 block scale passed the comparison";
+}
+
 TEST_F(GemvOnEmu, NegativeControlCorruptedSubBlockScale) {
   const Case c = make_case(shape(512, {8, 8}, true));
   Case bad = c;
@@ -217,11 +259,12 @@ TEST_F(GemvOnEmu, NegativeControlMissingNorm) {
 
 TEST(Gemv, RefusesShapesItCannotRun) {
   EXPECT_THROW(kx::gemv_kernel(shape(300, {4}, false)), ptx::Error);       // not a multiple of 256
+  EXPECT_THROW(kx::gemv_kernel(shape(640, {4}, false)), ptx::Error);       // Q4_K needs 256
   EXPECT_THROW(kx::gemv_kernel(shape(512, {}, false)), ptx::Error);        // no segments
   EXPECT_THROW(kx::gemv_kernel(shape(512, {0}, false)), ptx::Error);       // an empty segment
-  kx::GemvShape q6 = shape(512, {4}, false);
-  q6.segments[0].type = GgmlType::Q6_K;
-  EXPECT_THROW(kx::gemv_kernel(q6), ptx::Error);                           // not yet supported
+  kx::GemvShape q2 = shape(512, {4}, false);
+  q2.segments[0].type = GgmlType::Q2_K;
+  EXPECT_THROW(kx::gemv_kernel(q2), ptx::Error);                           // not supported
 }
 
 }  // namespace

@@ -104,9 +104,21 @@ TEST(Ptxas, GemvKernelsAssembleWithoutSpills) {
     for (uint32_t r : rows) s.segments.push_back({GgmlType::Q4_K, r});
     return s;
   };
-  const std::vector<kx::GemvShape> shapes = {shape(4096, {4096, 1024, 1024}, true, false),
-                                             shape(4096, {14336, 14336}, true, false),
-                                             shape(14336, {4096}, false, true), shape(1024, {640}, false, true)};
+  std::vector<kx::GemvShape> shapes = {shape(4096, {4096, 1024, 1024}, true, false),
+                                       shape(4096, {14336, 14336}, true, false), shape(14336, {4096}, false, true),
+                                       shape(1024, {640}, false, true)};
+  // Llama-3-8B Q4_K_M's Q6_K down projection; gemma-3-270m's QKV
+  // (Q5_0, Q5_0, Q8_0) and down (Q6_K); SmolLM2's QKV (Q4_1, Q8_0) and a Q4_0.
+  auto typed = [&](uint32_t n_in, std::vector<std::pair<GgmlType, uint32_t>> segs, bool norm, bool acc) {
+    kx::GemvShape s = shape(n_in, {}, norm, acc);
+    for (auto [t, rows] : segs) s.segments.push_back({t, rows});
+    return s;
+  };
+  shapes.push_back(typed(14336, {{GgmlType::Q6_K, 4096}}, false, true));
+  shapes.push_back(typed(640, {{GgmlType::Q5_0, 1024}, {GgmlType::Q5_0, 256}, {GgmlType::Q8_0, 256}}, true, false));
+  shapes.push_back(typed(2048, {{GgmlType::Q6_K, 640}}, false, true));
+  shapes.push_back(typed(576, {{GgmlType::Q4_1, 576}, {GgmlType::Q4_1, 192}, {GgmlType::Q8_0, 192}}, true, false));
+  shapes.push_back(typed(576, {{GgmlType::Q4_0, 1536}}, true, false));
   for (const char* arch : kArches) {
     for (const kx::GemvShape& s : shapes) {
       const GeneratedKernel g = kx::gemv_kernel(s, Target::parse(arch));

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/decode/layout.h"
 #include "kernels/examples/common.h"
 
 namespace ptxlm::kernels {
@@ -25,7 +26,7 @@ uint32_t total_rows(const GemvShape& s) {
 
 void check_shape(const GemvShape& s) {
   if (s.segments.empty()) throw Error("gemv: no segments");
-  if (s.n_in == 0 || s.n_in % 4) throw Error("gemv: n_in " + std::to_string(s.n_in) + " is not a positive multiple of 4");
+  if (s.n_in == 0 || s.n_in % 32) throw Error("gemv: n_in " + std::to_string(s.n_in) + " is not a positive multiple of 32");
   if (uint64_t(s.n_in) * 4 > 200 * 1024) throw Error("gemv: n_in " + std::to_string(s.n_in) + " does not fit in shared memory");
   for (const GemvSegment& g : s.segments) {
     if (!gemv_supports(g.type))
@@ -64,12 +65,164 @@ Reg half_to_f32(Kernel& k, const Reg& word, unsigned lo) {
   return k.cvt(Type::f32, h);
 }
 
+// Loads 4 × 32 bits at `a` (16-byte aligned) through the non-coherent path.
+std::vector<Reg> ld_v4_nc(Kernel& k, Type t, const Reg& a, int64_t offset = 0) {
+  std::vector<Reg> v = {k.reg(t), k.reg(t), k.reg(t), k.reg(t)};
+  MemOpt nc;
+  nc.nc = true;
+  k.ld(Space::global, v, at(a, offset), nc);
+  return v;
+}
+
+// The per-warp dot product of one row of a 32-element block type (Q8_0,
+// Q4_0, Q4_1, Q5_0) in the device layout (layout.h: quants plane, then
+// high bits, then scales). Lane l takes blocks l, l + 32, ...; Q4_x and
+// Q5_0 hold element j in the low nibble of byte j and element j + 16 in its
+// high nibble. Returns the lane's partial sum.
+Reg block32_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xs, const Reg& xsum8) {
+  const GgmlType t = l.type;
+  const uint32_t qbytes = l.planes[0].bytes_per_block;
+  Reg acc = k.mov(Type::f32, 0.0f);
+  Reg b = k.reg(Type::u32);
+  k.for_range(b, lane, l.blocks, 32u, [&] {
+    Reg qa = k.add(wrow, k.mul_wide(b, qbytes));
+    std::vector<Reg> q = ld_v4_nc(k, Type::u32, qa);
+    if (t == GgmlType::Q8_0) {
+      std::vector<Reg> q2 = ld_v4_nc(k, Type::u32, qa, 16);
+      q.insert(q.end(), q2.begin(), q2.end());
+    }
+    Reg xa = k.mad_lo(b, 128u, xs);
+    std::vector<Reg> x;
+    for (uint32_t c = 0; c < 8; ++c) {
+      std::vector<Reg> v = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
+      k.ld(Space::shared, v, at(xa, 16 * c));
+      x.insert(x.end(), v.begin(), v.end());
+    }
+    // The scale plane(s), one small aligned load each.
+    auto plane_addr = [&](size_t p, uint32_t bytes) {
+      return k.add(wrow, k.cvt(Type::u64, k.mad_lo(b, bytes, l.planes[p].offset)));
+    };
+    MemOpt nc;
+    nc.nc = true;
+    auto half_at = [&](size_t p) {
+      Reg bits = k.reg(Type::u16);
+      k.ld(Space::global, bits, at(plane_addr(p, 2)), nc);
+      return k.cvt(Type::f32, k.bitcast(Type::f16, bits));
+    };
+    Reg out;
+    if (t == GgmlType::Q8_0) {
+      Reg dot = k.mov(Type::f32, 0.0f);
+      for (uint32_t j = 0; j < 32; ++j) {
+        Reg qv = k.cvt(Type::f32, k.bfe(k.bitcast(Type::s32, q[j / 4]), 8 * (j % 4), 8u));
+        k.fma(dot, qv, x[j], dot);
+      }
+      out = k.mul(half_at(1), dot);
+    } else {
+      Reg qh;
+      if (t == GgmlType::Q5_0) {
+        qh = k.reg(Type::u32);
+        k.ld(Space::global, qh, at(plane_addr(1, 4)), nc);
+      }
+      Reg dot = k.mov(Type::f32, 0.0f);
+      for (uint32_t j = 0; j < 16; ++j) {
+        Reg lo = k.bfe(q[j / 4], 8 * (j % 4), 4u), hi = k.bfe(q[j / 4], 8 * (j % 4) + 4, 4u);
+        if (t == GgmlType::Q5_0) {   // the fifth bit: qh bit j (low nibble), bit j + 16 (high)
+          lo = k.or_(lo, k.shl(k.bfe(qh, j, 1u), 4u));
+          hi = k.or_(hi, k.shl(k.bfe(qh, j + 16, 1u), 4u));
+        }
+        k.fma(dot, k.cvt(Type::f32, lo), x[j], dot);
+        k.fma(dot, k.cvt(Type::f32, hi), x[j + 16], dot);
+      }
+      // Σx over the block, from the four staged 8-element sums.
+      std::vector<Reg> s4 = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
+      k.ld(Space::shared, s4, at(k.mad_lo(b, 16u, xsum8)));
+      Reg s01 = k.add(s4[0], s4[1]);
+      Reg sum = k.add(s01, k.add(s4[2], s4[3]));
+      if (t == GgmlType::Q4_1) {   // y = d·q + m
+        Reg dm = k.reg(Type::u32);
+        k.ld(Space::global, dm, at(plane_addr(1, 4)), nc);
+        Reg d = half_to_f32(k, dm, 0);
+        out = k.fma(d, dot, k.mul(half_to_f32(k, dm, 16), sum));
+      } else {                     // y = d·(q - 8) or d·(q - 16)
+        const float offset = t == GgmlType::Q5_0 ? 16.0f : 8.0f;
+        Reg d = half_at(t == GgmlType::Q5_0 ? 2 : 1);
+        out = k.mul(d, k.sub(dot, k.mul(sum, offset)));
+      }
+    }
+    k.add(acc, acc, out);
+  });
+  return acc;
+}
+
+// The per-warp dot product of one Q6_K row in the device layout (planes ql,
+// qh, scales, d). Lane l takes part p = l % 8 of blocks l / 8, l / 8 + 4, ...:
+// half n = p / 4 of the block (128 elements) and l in 8(p % 4) .. +7, i.e.
+// the 6-bit values q1..q4 at elements 128n + l + {0, 32, 64, 96}:
+// q1 = low nibble of ql[64n + l] | bits 0-1 of qh[32n + l] << 4, q2 = low
+// nibble of ql[64n + l + 32] | bits 2-3, q3 = high nibble of ql[64n + l] |
+// bits 4-5, q4 = high nibble of ql[64n + l + 32] | bits 6-7; each minus 32,
+// times the int8 scale sc[8n + l / 16 + {0, 2, 4, 6}] and d.
+Reg q6k_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xs, const Reg& xsum8) {
+  Reg part = k.and_(lane, 7u), first = k.shr(lane, 3u);
+  Reg n = k.shr(part, 2u), l0 = k.shl(k.and_(part, 3u), 3u);
+  Reg is8 = k.shl(k.shr(l0, 4u), 3u);                  // 8 · (l / 16): the scale byte's bit offset
+  Reg is8_2 = k.add(is8, 16u);                          // ... of scale is + 2 (same word)
+  Reg ql_off = k.cvt(Type::u64, k.mad_lo(n, 64u, l0));
+  Reg qh_off = k.cvt(Type::u64, k.mad_lo(n, 32u, k.add(l0, l.planes[1].offset)));
+  Reg sc_off = k.cvt(Type::u64, k.mad_lo(n, 8u, l.planes[2].offset));
+  Reg elem = k.mad_lo(n, 128u, l0);
+  Reg x0 = k.mad_lo(elem, 4u, xs);
+  Reg s0 = k.add(xsum8, k.shr(elem, 1u));
+  MemOpt nc;
+  nc.nc = true;
+  auto ld2 = [&](const Reg& a) {
+    std::vector<Reg> v = {k.reg(Type::u32), k.reg(Type::u32)};
+    k.ld(Space::global, v, at(a), nc);
+    return v;
+  };
+  Reg acc = k.mov(Type::f32, 0.0f);
+  Reg b = k.reg(Type::u32);
+  k.for_range(b, first, l.blocks, 4u, [&] {
+    Reg ql = k.add(k.add(wrow, k.mul_wide(b, 128u)), ql_off);
+    std::vector<Reg> qa = ld2(ql);
+    std::vector<Reg> qb = ld2(k.add(ql, 32));
+    std::vector<Reg> qh = ld2(k.add(k.add(wrow, k.mul_wide(b, 64u)), qh_off));
+    std::vector<Reg> sc = ld2(k.add(k.add(wrow, k.mul_wide(b, 16u)), sc_off));
+    Reg dbits = k.reg(Type::u16);
+    k.ld(Space::global, dbits, at(k.add(wrow, k.cvt(Type::u64, k.mad_lo(b, 2u, l.planes[3].offset)))), nc);
+    Reg d = k.cvt(Type::f32, k.bitcast(Type::f16, dbits));
+    Reg xa = k.mad_lo(b, 1024u, x0);
+    Reg sa = k.mad_lo(b, 128u, s0);
+    Reg total = k.mov(Type::f32, 0.0f);
+    for (uint32_t q = 0; q < 4; ++q) {   // q1..q4: elements 32q further, scale 2q further
+      Reg dot = k.mov(Type::f32, 0.0f);
+      for (uint32_t c = 0; c < 2; ++c) {
+        std::vector<Reg> x = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
+        k.ld(Space::shared, x, at(xa, 128 * q + 16 * c));
+        for (uint32_t e = 0; e < 4; ++e) {
+          const uint32_t i = 4 * c + e;   // l - l0
+          const Reg& src = (q % 2 == 0 ? qa : qb)[i / 4];
+          Reg lo = k.bfe(src, 8 * (i % 4) + (q >= 2 ? 4 : 0), 4u);
+          Reg hi = k.bfe(qh[i / 4], 8 * (i % 4) + 2 * q, 2u);
+          Reg u = k.or_(lo, k.shl(hi, 4u));
+          k.fma(dot, k.cvt(Type::f32, u), x[e], dot);
+        }
+      }
+      Reg s = k.ld_shared(Type::f32, at(sa, 16 * q));   // Σx of these 8 elements
+      Reg scale = k.cvt(Type::f32, k.bfe(k.bitcast(Type::s32, sc[q / 2]), q % 2 ? is8_2 : is8, 8u));
+      k.fma(total, scale, k.sub(dot, k.mul(s, 32.0f)), total);
+    }
+    k.fma(acc, d, total, acc);
+  });
+  return acc;
+}
+
 // The per-warp dot product of one Q4_K row with the staged input. Lane l
 // takes the 16 quant bytes `part` = l % 8 of blocks l / 8, l / 8 + 4, ...:
 // the low nibbles are elements 64j + 16h .. +15 of sub-block 2j, the high
 // nibbles the same offsets 32 further in sub-block 2j + 1 (j = part / 2,
 // h = part % 2). Returns the lane's partial sum (unreduced).
-Reg q4k_row_dot(Kernel& k, const Reg& wrow, uint32_t n_in, const Reg& lane, const Reg& xs, const Reg& xsum16) {
+Reg q4k_row_dot(Kernel& k, const Reg& wrow, uint32_t n_in, const Reg& lane, const Reg& xs, const Reg& xsum8) {
   const uint32_t nb = n_in / 256;
   Reg part = k.and_(lane, 7u), first = k.shr(lane, 3u);
   Reg j = k.shr(part, 1u), half = k.and_(part, 1u);
@@ -77,10 +230,10 @@ Reg q4k_row_dot(Kernel& k, const Reg& wrow, uint32_t n_in, const Reg& lane, cons
   Reg shift_lo = k.shl(k.and_(j, 1u), 4u);
   Reg shift_hi = k.add(shift_lo, 8u);
   Reg qoff = k.cvt(Type::u64, k.mad_lo(part, 16u, 16u));
-  // Byte offsets into the staged input and its 16-element sums, for block 0.
+  // Byte offsets into the staged input and its 8-element sums, for block 0.
   Reg elem = k.mad_lo(j, 64u, k.shl(half, 4u));
   Reg x0 = k.mad_lo(elem, 4u, xs);
-  Reg s0 = k.add(xsum16, k.shr(elem, 2u));   // sum (elem / 16), 4 bytes each
+  Reg s0 = k.add(xsum8, k.shr(elem, 1u));   // sum elem / 8, 4 bytes each
 
   Reg acc = k.mov(Type::f32, 0.0f);
   Reg b = k.reg(Type::u32);
@@ -101,8 +254,9 @@ Reg q4k_row_dot(Kernel& k, const Reg& wrow, uint32_t n_in, const Reg& lane, cons
     auto scale_min = [&](const Reg& shift, Reg& sc, Reg& mn) {
       Reg b1 = k.bfe(h[1], shift, 8u), b2 = k.bfe(h[2], shift, 8u), b3 = k.bfe(h[3], shift, 8u);
       Reg sc_small = k.and_(b1, 63u), mn_small = k.and_(b2, 63u);
-      Reg sc_big = k.or_(k.and_(b3, 15u), k.shl(k.shr(b1, 6u), 4u));
-      Reg mn_big = k.or_(k.shr(b3, 4u), k.shl(k.shr(b2, 6u), 4u));
+      Reg b3_lo = k.and_(b3, 15u), b3_hi = k.shr(b3, 4u);   // one emitting call per argument list
+      Reg sc_big = k.or_(b3_lo, k.shl(k.shr(b1, 6u), 4u));
+      Reg mn_big = k.or_(b3_hi, k.shl(k.shr(b2, 6u), 4u));
       sc = k.cvt(Type::f32, k.selp(sc_big, sc_small, big, Type::u32));
       mn = k.cvt(Type::f32, k.selp(mn_big, mn_small, big, Type::u32));
     };
@@ -125,11 +279,15 @@ Reg q4k_row_dot(Kernel& k, const Reg& wrow, uint32_t n_in, const Reg& lane, cons
       }
     }
     // The mins multiply the sums of the same 16 inputs, staged beforehand.
-    Reg sa = k.mad_lo(b, 64u, s0);   // 16 sums of 16 per block
-    Reg sum_lo = k.ld_shared(Type::f32, at(sa));
-    Reg sum_hi = k.ld_shared(Type::f32, at(sa, 8));   // 32 elements further: two sums on
-    Reg part_lo = k.sub(k.mul(k.mul(d, sc_lo), dot_lo), k.mul(k.mul(dmin, mn_lo), sum_lo));
-    Reg part_hi = k.sub(k.mul(k.mul(d, sc_hi), dot_hi), k.mul(k.mul(dmin, mn_hi), sum_hi));
+    Reg sa = k.mad_lo(b, 128u, s0);   // 32 sums of 8 per block
+    std::vector<Reg> sl = {k.reg(Type::f32), k.reg(Type::f32)}, sh = {k.reg(Type::f32), k.reg(Type::f32)};
+    k.ld(Space::shared, sl, at(sa));
+    k.ld(Space::shared, sh, at(sa, 16));   // 32 elements further: four sums on
+    Reg sum_lo = k.add(sl[0], sl[1]);
+    Reg sum_hi = k.add(sh[0], sh[1]);
+    Reg pos_lo = k.mul(k.mul(d, sc_lo), dot_lo), pos_hi = k.mul(k.mul(d, sc_hi), dot_hi);
+    Reg part_lo = k.sub(pos_lo, k.mul(k.mul(dmin, mn_lo), sum_lo));
+    Reg part_hi = k.sub(pos_hi, k.mul(k.mul(dmin, mn_hi), sum_hi));
     k.add(acc, acc, k.add(part_lo, part_hi));
   });
   return acc;
@@ -137,7 +295,10 @@ Reg q4k_row_dot(Kernel& k, const Reg& wrow, uint32_t n_in, const Reg& lane, cons
 
 }  // namespace
 
-bool gemv_supports(GgmlType t) { return t == GgmlType::Q4_K; }
+bool gemv_supports(GgmlType t) {
+  return t == GgmlType::Q4_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0 || t == GgmlType::Q4_0 ||
+         t == GgmlType::Q4_1 || t == GgmlType::Q5_0;
+}
 
 GemvPlan gemv_plan(const GemvShape& s) {
   GemvPlan p;
@@ -152,7 +313,7 @@ LaunchGeometry gemv_geometry(const GemvShape& s) {
   LaunchGeometry g;
   g.grid = {ceil_div(total_rows(s), p.rows_per_block()), 1, 1};
   g.block = {32 * p.warps, 1, 1};
-  g.shared_bytes = s.n_in * 4 + s.n_in / 16 * 4;   // the staged input, then its 16-element sums
+  g.shared_bytes = s.n_in * 4 + s.n_in / 8 * 4;   // the staged input, then its 8-element sums
   return g;
 }
 
@@ -173,7 +334,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t) {
   Reg tid = k.special(Sreg::tid_x);
   Reg lane = k.and_(tid, 31u), warp = k.shr(tid, 5u);
   Reg xs = k.mov(Type::u32, Operand::symbol(dyn.name));
-  Reg xsum16 = k.add(xs, s.n_in * 4);
+  Reg xsum8 = k.add(xs, s.n_in * 4);
 
   k.comment("stage the input (times the norm weight) in shared memory; sum of squares for the norm");
   Reg ss = k.mov(Type::f32, 0.0f);
@@ -196,12 +357,12 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t) {
     k.st(Space::shared, at(k.mad_lo(i, 16u, xs)), out);
   });
   k.bar_sync(0);
-  k.comment("sums of each 16 staged inputs (the Q4_K mins multiply them)");
-  k.for_range(i, tid, s.n_in / 16, threads, [&] {
-    Reg src = k.mad_lo(i, 64u, xs);
+  k.comment("sums of each 8 staged inputs (the quant offsets and mins multiply them)");
+  k.for_range(i, tid, s.n_in / 8, threads, [&] {
+    Reg src = k.mad_lo(i, 32u, xs);
     Reg sum = k.ld_shared(Type::f32, at(src));
-    for (uint32_t e = 1; e < 16; ++e) sum = k.add(sum, k.ld_shared(Type::f32, at(src, 4 * e)));
-    k.st_shared(at(k.mad_lo(i, 4u, xsum16)), sum);
+    for (uint32_t e = 1; e < 8; ++e) sum = k.add(sum, k.ld_shared(Type::f32, at(src, 4 * e)));
+    k.st_shared(at(k.mad_lo(i, 4u, xsum8)), sum);
   });
   Reg scale;
   if (s.norm) {
@@ -226,9 +387,12 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t) {
       Reg local = k.sub(row, base);   // wraps above rows when row < base
       k.if_(k.setp(Cmp::lt, local, seg.rows), [&] {
         Reg w = k.param(indexed("w", si)), y = k.param(indexed("y", si));
-        const uint64_t row_bytes = uint64_t(s.n_in / 256) * kQ4kBytes;
-        Reg wrow = k.add(w, k.mul_wide(local, uint32_t(row_bytes)));
-        Reg acc = warp_allreduce(k, q4k_row_dot(k, wrow, s.n_in, lane, xs, xsum16), ReduceOp::sum_f32);
+        const RowLayout layout = row_layout(seg.type, s.n_in);
+        Reg wrow = k.add(w, k.mul_wide(local, layout.row_bytes));
+        Reg part = seg.type == GgmlType::Q4_K   ? q4k_row_dot(k, wrow, s.n_in, lane, xs, xsum8)
+                   : seg.type == GgmlType::Q6_K ? q6k_row_dot(k, layout, wrow, lane, xs, xsum8)
+                                                : block32_row_dot(k, layout, wrow, lane, xs, xsum8);
+        Reg acc = warp_allreduce(k, part, ReduceOp::sum_f32);
         if (s.norm) acc = k.mul(acc, scale);
         Reg ya = k.add(y, k.mul_wide(local, 4u));
         k.when(is_lane0, [&] {

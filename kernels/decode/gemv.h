@@ -10,9 +10,13 @@
 // its lanes striding over the row's quant blocks with 16-byte loads, and a
 // butterfly reduction ends the row.
 //
+// Types: Q4_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 (F16 and F32 next).
+//
 // Numerics: f32 products and sums, block-local sums factored as
-// d·sc·Σq·x − dmin·m·Σx (Q4_K); not bit-equal to the CPU reference, which
-// dequantizes first. gemv_tolerance gives the bound a comparison should use.
+// d·sc·Σq·x − dmin·m·Σx (Q4_K; d·(Σq·x − 8Σx) for Q4_0 and so on, with Σx
+// over 8-element groups staged once per block); not bit-equal to the CPU
+// reference, which dequantizes first. gemv_tolerance gives the bound a
+// comparison should use.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +34,7 @@ struct GemvSegment {
 };
 
 struct GemvShape {
-  uint32_t n_in = 0;                   // columns: a multiple of 256 (Q4_K) and of 4
+  uint32_t n_in = 0;                   // columns: a multiple of every segment's block (32, 256 for Q4_K)
   std::vector<GemvSegment> segments;   // one per matrix sharing the input
   bool norm = false;                   // multiply rmsnorm(x) ∘ norm_w instead of x
   float eps = 1e-6f;
@@ -51,8 +55,8 @@ GemvPlan gemv_plan(const GemvShape& s);
 ptx::LaunchGeometry gemv_geometry(const GemvShape& s);
 
 // Params: x (n_in f32), norm_w (n_in f32; present only with norm), then per
-// segment i: w<i> (rows × the type's row bytes, 16-byte aligned), y<i>
-// (rows f32). x must not alias any y.
+// segment i: w<i> (rows in the device layout of kernels/decode/layout.h),
+// y<i> (rows f32). x must not alias any y.
 ptx::GeneratedKernel gemv_kernel(const GemvShape& s, ptx::Target t = {});
 
 // |y - ref| bound for one row: ref computed in double from the dequantized

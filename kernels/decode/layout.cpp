@@ -1,0 +1,95 @@
+#include "kernels/decode/layout.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace ptxlm::kernels {
+
+using gguf::GgmlType;
+
+namespace {
+
+struct Field {
+  uint32_t offset, bytes;
+};
+
+// Each type's block fields in device plane order: the widest (the quants)
+// first. Offsets and sizes are ggml's block layouts (gguf/quant.h).
+std::vector<Field> fields(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::Q4_K: return {};             // kept as they are
+    case GgmlType::Q4_0: return {{2, 16}, {0, 2}};               // qs, d
+    case GgmlType::Q4_1: return {{4, 16}, {0, 4}};               // qs, (d, m)
+    case GgmlType::Q5_0: return {{6, 16}, {2, 4}, {0, 2}};       // qs, qh, d
+    case GgmlType::Q8_0: return {{2, 32}, {0, 2}};               // qs, d
+    case GgmlType::Q6_K: return {{0, 128}, {128, 64}, {192, 16}, {208, 2}};   // ql, qh, scales, d
+    default: break;
+  }
+  throw std::invalid_argument(std::string("device layout: weight type ") + gguf::type_traits(t).name +
+                              " is not supported on the GPU path");
+}
+
+uint32_t round16(uint64_t n) {
+  if (n > (1ull << 31)) throw std::invalid_argument("device layout: a row of more than 2 GiB");
+  return uint32_t((n + 15) / 16 * 16);
+}
+
+}  // namespace
+
+RowLayout row_layout(GgmlType t, uint32_t cols) {
+  const gguf::TypeTraits& tt = gguf::type_traits(t);
+  const std::vector<Field> fs = fields(t);
+  if (cols == 0 || cols % tt.block_elems)
+    throw std::invalid_argument("device layout: " + std::to_string(cols) + " columns is not a multiple of " + tt.name +
+                                "'s " + std::to_string(tt.block_elems) + "-element block");
+  RowLayout l;
+  l.type = t;
+  l.cols = cols;
+  l.blocks = cols / tt.block_elems;
+  l.file_row_bytes = uint32_t(uint64_t(l.blocks) * tt.block_bytes);
+  if (fs.empty()) {
+    l.planes.push_back({0, uint32_t(tt.block_bytes), 0});
+    l.row_bytes = round16(l.file_row_bytes);
+    return l;
+  }
+  uint32_t off = 0;
+  for (const Field& f : fs) {
+    l.planes.push_back({f.offset, f.bytes, off});
+    off = round16(uint64_t(off) + uint64_t(f.bytes) * l.blocks);
+  }
+  l.row_bytes = off;
+  return l;
+}
+
+std::vector<uint8_t> repack_rows(const RowLayout& l, const uint8_t* src, uint64_t rows) {
+  std::vector<uint8_t> out(rows * l.row_bytes, 0);
+  const uint32_t block_bytes = uint32_t(gguf::type_traits(l.type).block_bytes);
+  for (uint64_t r = 0; r < rows; ++r) {
+    const uint8_t* s = src + r * l.file_row_bytes;
+    uint8_t* d = out.data() + r * l.row_bytes;
+    for (const Plane& p : l.planes)
+      for (uint32_t b = 0; b < l.blocks; ++b)
+        std::memcpy(d + p.offset + uint64_t(b) * p.bytes_per_block, s + uint64_t(b) * block_bytes + p.src_offset,
+                    p.bytes_per_block);
+  }
+  return out;
+}
+
+std::vector<uint8_t> unpack_rows(const RowLayout& l, const uint8_t* src, uint64_t rows) {
+  std::vector<uint8_t> out(rows * l.file_row_bytes, 0);
+  const uint32_t block_bytes = uint32_t(gguf::type_traits(l.type).block_bytes);
+  for (uint64_t r = 0; r < rows; ++r) {
+    const uint8_t* s = src + r * l.row_bytes;
+    uint8_t* d = out.data() + r * l.file_row_bytes;
+    for (const Plane& p : l.planes)
+      for (uint32_t b = 0; b < l.blocks; ++b)
+        std::memcpy(d + uint64_t(b) * block_bytes + p.src_offset, s + p.offset + uint64_t(b) * p.bytes_per_block,
+                    p.bytes_per_block);
+  }
+  return out;
+}
+
+}  // namespace ptxlm::kernels
