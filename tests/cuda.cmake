@@ -20,3 +20,5 @@ target_compile_definitions(test_emu_jit PRIVATE PTXLM_PTXAS="${PTXLM_PTXAS_EXE}"
 # The decode path's GEMV kernels on emu against the dequantized reference,
 # with negative controls.
 ptxlm_emu_gtest(test_gemv_emu test_gemv_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 300)
+# RoPE + KV append and split attention on emu against host references.
+ptxlm_emu_gtest(test_attention_emu test_attention_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 300)

@@ -9,13 +9,10 @@
 #include <random>
 #include <vector>
 
-#include "engine/cuda/device.h"
-#include "engine/cuda/driver.h"
-#include "engine/cuda/launch.h"
-#include "engine/cuda/module.h"
 #include "gguf/quant.h"
 #include "kernels/decode/gemv.h"
 #include "kernels/decode/layout.h"
+#include "tests/emu_cuda_fixture.h"
 
 namespace {
 
@@ -36,24 +33,8 @@ struct Matrix {
   }
 };
 
-class GemvOnEmu : public ::testing::Test {
+class GemvOnEmu : public testing_util::EmuCudaTest {
 protected:
-  static void SetUpTestSuite() {
-    driver_ = cuda::Driver::load();   // PTXLM_LIBCUDA points at emu (set by ctest)
-    ctx_ = new cuda::Context(driver_);
-  }
-  static void TearDownTestSuite() {
-    delete ctx_;
-    ctx_ = nullptr;
-    driver_.reset();
-  }
-
-  std::vector<float> randv(size_t n, float sd) {
-    std::normal_distribution<float> nd(0.0f, sd);
-    std::vector<float> v(n);
-    for (float& x : v) x = nd(rng_);
-    return v;
-  }
   Matrix random_matrix(GgmlType t, uint32_t rows, uint32_t cols) {
     Matrix m{t, rows, cols, {}};
     const gguf::TypeTraits& tt = gguf::type_traits(t);
@@ -64,11 +45,6 @@ protected:
       tt.quantize_row(w.data(), m.bytes.data() + r * rb, cols);
     }
     return m;
-  }
-  cuda::DeviceBuffer upload(const void* p, size_t n) {
-    cuda::DeviceBuffer b(*ctx_, n);
-    b.upload(p, n);
-    return b;
   }
 
   struct Case {
@@ -111,11 +87,7 @@ protected:
       args.push_back(DevPtr{bufs.back().ptr()});
       outs.push_back(bufs.size() - 1);
     }
-    cuda::Module m(*ctx_, g.ptx);
-    cuda::Stream s(*ctx_);
-    ptx::ParamPack pack = g.params.pack(args);
-    cuda::launch(m.function(g.name), g.geometry, s, pack);
-    s.synchronize();
+    launch(g, args);
     std::vector<std::vector<float>> ys;
     for (size_t i = 0; i < outs.size(); ++i) {
       ys.emplace_back(c.mats[i].rows);
@@ -156,12 +128,7 @@ protected:
     return bad;
   }
 
-  static std::shared_ptr<const cuda::Driver> driver_;
-  static cuda::Context* ctx_;
-  std::mt19937 rng_{7};
 };
-std::shared_ptr<const cuda::Driver> GemvOnEmu::driver_;
-cuda::Context* GemvOnEmu::ctx_ = nullptr;
 
 kx::GemvShape shape(uint32_t n_in, std::vector<uint32_t> rows, bool norm, bool acc = false,
                     std::vector<GgmlType> types = {}) {

@@ -113,6 +113,7 @@ TEST(PtxBuilder, TypeErrorsNameOpAndTypes) {
   expect_error([&] { k.mul(f, f, d); }, {"mul.f32", ".f64"});
   expect_error([&] { k.tanh_approx(d); }, {"tanh.approx", ".f64"});
   expect_error([&] { k.ex2_approx(h); }, {"ex2.approx", ".f16"});
+  expect_error([&] { k.comment("x \xc2\xb7 y"); }, {"comment", "non-ASCII"});   // ptxas rejects the module
   expect_error([&] { k.rem(f, f, f); }, {"rem", ".f32"});
   expect_error([&] { k.and_(u, u, f); }, {"and.b32", ".f32"});
   expect_error([&] { k.neg(u); }, {"neg", ".u32"});

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <regex>
 
+#include "kernels/decode/attention.h"
 #include "kernels/decode/gemv.h"
 #include "kernels/examples/examples.h"
 #include "kernels/ptx/ptxas.h"
@@ -127,6 +128,33 @@ TEST(Ptxas, GemvKernelsAssembleWithoutSpills) {
       std::printf("[ptxas] %-40s %s: %3d registers, %llu B smem, %llu B spills, grid %u x %u threads\n", g.name.c_str(),
                   arch, f.registers, (unsigned long long)f.smem_bytes,
                   (unsigned long long)(f.spill_store_bytes + f.spill_load_bytes), g.geometry.grid.x, g.geometry.block.x);
+    }
+  }
+}
+
+// RoPE + KV append and split attention at SmolLM2's, qwen2's, gemma3's and
+// Llama-3-8B's head shapes.
+TEST(Ptxas, AttentionKernelsAssembleWithoutSpills) {
+  ASSERT_TRUE(have_ptxas()) << "ptxas missing: see Ptxas.IsAvailable";
+  const std::vector<kx::RopeShape> ropes = {{9, 3, 64, false, false, false, 1e-5f},
+                                            {14, 2, 64, true, true, false, 1e-6f},
+                                            {4, 1, 256, true, false, true, 1e-6f},
+                                            {32, 8, 128, false, false, false, 1e-5f}};
+  const std::vector<kx::AttentionShape> attns = {{9, 3, 64, 8192, 0, 0.125f, 256},
+                                                 {4, 1, 256, 32768, 512, 0.0625f, 256},
+                                                 {32, 8, 128, 8192, 0, 0.088f, 256}};
+  for (const char* arch : kArches) {
+    std::vector<GeneratedKernel> ks;
+    for (const kx::RopeShape& r : ropes) ks.push_back(kx::rope_append_kernel(r, Target::parse(arch)));
+    for (const kx::AttentionShape& a : attns) {
+      ks.push_back(kx::attention_split_kernel(a, Target::parse(arch)));
+      ks.push_back(kx::attention_reduce_kernel(a, Target::parse(arch)));
+    }
+    for (const GeneratedKernel& g : ks) {
+      EXPECT_TRUE(g.hot);
+      PtxasFunctionReport f = assemble(g, arch);
+      std::printf("[ptxas] %-40s %s: %3d registers, %llu B smem, %llu B spills\n", g.name.c_str(), arch, f.registers,
+                  (unsigned long long)f.smem_bytes, (unsigned long long)(f.spill_store_bytes + f.spill_load_bytes));
     }
   }
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/decode/layout.h"
+#include "kernels/decode/util.h"
 #include "kernels/examples/common.h"
 
 namespace ptxlm::kernels {
@@ -58,20 +59,9 @@ std::string kernel_name(const GemvShape& s) {
   return n;
 }
 
-// f16 in bits [lo, lo+16) of a u32 register, as f32.
-Reg half_to_f32(Kernel& k, const Reg& word, unsigned lo) {
-  Reg bits = lo ? k.shr(word, lo) : word;
-  Reg h = k.bitcast(Type::f16, k.cvt(Type::u16, bits));
-  return k.cvt(Type::f32, h);
-}
-
 // Loads 4 × 32 bits at `a` (16-byte aligned) through the non-coherent path.
 std::vector<Reg> ld_v4_nc(Kernel& k, Type t, const Reg& a, int64_t offset = 0) {
-  std::vector<Reg> v = {k.reg(t), k.reg(t), k.reg(t), k.reg(t)};
-  MemOpt nc;
-  nc.nc = true;
-  k.ld(Space::global, v, at(a, offset), nc);
-  return v;
+  return ld_vec(k, Space::global, t, 4, a, offset, true);
 }
 
 // The per-warp dot product of one row of a 32-element block type (Q8_0,

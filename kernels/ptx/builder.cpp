@@ -78,6 +78,8 @@ Reg Kernel::reg(Type t) {
 
 void Kernel::comment(std::string_view text) {
   if (text.find('\n') != std::string_view::npos) throw Error("comment: newline in comment");
+  for (char c : text)
+    if (static_cast<unsigned char>(c) >= 0x80) throw Error("comment: non-ASCII character (ptxas rejects it)");
   body_.push_back("\t// " + std::string(text));
 }
 
