@@ -22,3 +22,5 @@ target_compile_definitions(test_emu_jit PRIVATE PTXLM_PTXAS="${PTXLM_PTXAS_EXE}"
 ptxlm_emu_gtest(test_gemv_emu test_gemv_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 300)
 # RoPE + KV append and split attention on emu against host references.
 ptxlm_emu_gtest(test_attention_emu test_attention_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 300)
+# The embedding row (bit-equal to gguf's dequantizers) and gemma3's normalised add.
+ptxlm_emu_gtest(test_elementwise_emu test_elementwise_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 120)

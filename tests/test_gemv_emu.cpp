@@ -50,12 +50,12 @@ protected:
   struct Case {
     kx::GemvShape shape;
     std::vector<Matrix> mats;
-    std::vector<float> x, norm_w;
+    std::vector<float> x, norm_w, up;   // up: the second input of a GLU
     std::vector<std::vector<float>> y0;   // initial outputs (accumulate)
   };
 
   Case make_case(const kx::GemvShape& s) {
-    Case c{s, {}, randv(s.n_in, 1.0f), {}, {}};
+    Case c{s, {}, randv(s.n_in, 1.0f), {}, {}, {}};
     if (s.norm) {
       c.norm_w = randv(s.n_in, 0.3f);
       for (float& w : c.norm_w) w += 1.0f;
@@ -73,6 +73,10 @@ protected:
     std::vector<ptx::ParamValue> args;
     bufs.push_back(upload(c.x.data(), c.x.size() * 4));
     args.push_back(DevPtr{bufs.back().ptr()});
+    if (c.shape.input != kx::GemvInput::Plain) {
+      bufs.push_back(upload(c.up.data(), c.up.size() * 4));
+      args.push_back(DevPtr{bufs.back().ptr()});
+    }
     if (c.shape.norm) {
       bufs.push_back(upload(c.norm_w.data(), c.norm_w.size() * 4));
       args.push_back(DevPtr{bufs.back().ptr()});
@@ -201,6 +205,29 @@ TEST_F(GemvOnEmu, NegativeControlCorruptedBlockScaleQ8) {
   bad.mats[0].bytes[7 * bad.mats[0].row_bytes() + 3 * 34] ^= 0x40;
   EXPECT_GE(mismatches(c, run(kx::gemv_kernel(c.shape), bad), false), 1u)
       << "a corrupted Q8_0 block scale passed the comparison";
+}
+
+TEST_F(GemvOnEmu, GatedActivationStagedOnTheWayIn) {
+  // The FFN's down projection of act(gate) · up, both activations.
+  for (kx::GemvInput in : {kx::GemvInput::SwiGlu, kx::GemvInput::GeGlu}) {
+    kx::GemvShape s = shape(512, {24}, false, true, {GgmlType::Q6_K});
+    s.input = in;
+    Case c = make_case(s);
+    const std::vector<float> gate = randv(s.n_in, 2.0f), up = c.x;
+    // The reference multiplies act(gate) · up, computed as the CPU backend computes it.
+    Case ref = c;
+    for (uint32_t i = 0; i < s.n_in; ++i) {
+      const float g = gate[i];
+      const float a = in == kx::GemvInput::SwiGlu
+                          ? g / (1.0f + std::exp(-g))
+                          : 0.5f * g * (1.0f + std::tanh(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+      ref.x[i] = a * up[i];
+    }
+    ref.shape.input = kx::GemvInput::Plain;
+    c.x = gate;
+    c.up = up;
+    EXPECT_EQ(mismatches(ref, run(kx::gemv_kernel(s), c)), 0u) << (in == kx::GemvInput::SwiGlu ? "swiglu" : "geglu");
+  }
 }
 
 TEST_F(GemvOnEmu, NegativeControlCorruptedSubBlockScale) {

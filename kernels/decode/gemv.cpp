@@ -27,6 +27,7 @@ uint32_t total_rows(const GemvShape& s) {
 
 void check_shape(const GemvShape& s) {
   if (s.segments.empty()) throw Error("gemv: no segments");
+  if (s.norm && s.input != GemvInput::Plain) throw Error("gemv: a fused norm needs a plain input");
   if (s.n_in == 0 || s.n_in % 32) throw Error("gemv: n_in " + std::to_string(s.n_in) + " is not a positive multiple of 32");
   if (uint64_t(s.n_in) * 4 > 200 * 1024) throw Error("gemv: n_in " + std::to_string(s.n_in) + " does not fit in shared memory");
   for (const GemvSegment& g : s.segments) {
@@ -49,6 +50,8 @@ std::string indexed(const char* prefix, size_t i) {
 // gemv[_norm][_acc]_<n_in>_<type>x<rows>... e.g. gemv_norm_4096_q4_kx4096_q4_kx1024.
 std::string kernel_name(const GemvShape& s) {
   std::string n(s.norm ? "gemv_norm" : "gemv");
+  if (s.input == GemvInput::SwiGlu) n.append("_swiglu");
+  if (s.input == GemvInput::GeGlu) n.append("_geglu");
   if (s.accumulate) n.append("_acc");
   n.append("_").append(std::to_string(s.n_in));
   for (const GemvSegment& g : s.segments) {
@@ -283,6 +286,25 @@ Reg q4k_row_dot(Kernel& k, const Reg& wrow, uint32_t n_in, const Reg& lane, cons
   return acc;
 }
 
+// silu(g) = g / (1 + e^-g), or gelu_tanh(g) = 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))),
+// in the CPU reference's order of operations; e^y as 2^(y·log2 e) and
+// tanh(y) = 1 - 2 / (1 + e^(2y)) (exact at the extremes, ~1e-7 absolute).
+Reg glu_activation(Kernel& k, const Reg& g, GemvInput kind) {
+  constexpr double kLog2e = 1.4426950408889634;
+  if (kind == GemvInput::SwiGlu) {
+    Reg e = k.ex2_approx(k.mul(g, -kLog2e));
+    return k.div(g, k.add(e, 1.0f));
+  }
+  Reg g3 = k.mul(k.mul(k.mul(g, 0.044715f), g), g);
+  Reg y = k.mul(k.add(g, g3), 0.7978845608028654f);
+  Reg e2 = k.ex2_approx(k.mul(y, 2.0 * kLog2e));
+  Reg q = k.reg(Type::f32), th = k.reg(Type::f32);
+  k.div(q, 2.0f, k.add(e2, 1.0f));
+  k.sub(th, 1.0f, q);
+  Reg half_g = k.mul(g, 0.5f);
+  return k.mul(half_g, k.add(th, 1.0f));
+}
+
 }  // namespace
 
 bool gemv_supports(GgmlType t) {
@@ -313,6 +335,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t) {
   const uint32_t threads = g.block.x;
   ParamList params;
   params.add_ptr("x");
+  if (s.input != GemvInput::Plain) params.add_ptr("up");
   if (s.norm) params.add_ptr("norm_w");
   for (size_t i = 0; i < s.segments.size(); ++i) params.add_ptr(indexed("w", i)).add_ptr(indexed("y", i));
   Kernel k = start_kernel(kernel_name(s).c_str(), t, params, g);
@@ -320,6 +343,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t) {
   Symbol scratch = k.shared_array("red", Type::f32, plan.warps);
 
   Reg x = k.param("x");
+  Reg up = s.input != GemvInput::Plain ? k.param("up") : Reg{};
   Reg norm_w = s.norm ? k.param("norm_w") : Reg{};
   Reg tid = k.special(Sreg::tid_x);
   Reg lane = k.and_(tid, 31u), warp = k.shr(tid, 5u);
@@ -336,6 +360,11 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t) {
     std::vector<Reg> v = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
     k.ld(Space::global, v, at(k.add(x, off)), nc);
     std::vector<Operand> out(v.begin(), v.end());
+    if (s.input != GemvInput::Plain) {
+      std::vector<Reg> u = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
+      k.ld(Space::global, u, at(k.add(up, off)), nc);
+      for (int c = 0; c < 4; ++c) out[c] = k.mul(glu_activation(k, v[c], s.input), u[c]);
+    }
     if (s.norm) {
       std::vector<Reg> w = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
       k.ld(Space::global, w, at(k.add(norm_w, off)), nc);

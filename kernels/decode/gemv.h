@@ -33,10 +33,16 @@ struct GemvSegment {
   uint32_t rows = 0;
 };
 
+// What the kernel multiplies: the input as given, or the gated activation of
+// two inputs (the FFN's act(gate) · up, staged on the way in: no separate
+// activation launch).
+enum class GemvInput : uint8_t { Plain, SwiGlu, GeGlu };
+
 struct GemvShape {
   uint32_t n_in = 0;                   // columns: a multiple of every segment's block (32, 256 for Q4_K)
+  GemvInput input = GemvInput::Plain;
   std::vector<GemvSegment> segments;   // one per matrix sharing the input
-  bool norm = false;                   // multiply rmsnorm(x) ∘ norm_w instead of x
+  bool norm = false;                   // multiply rmsnorm(x) ∘ norm_w instead of x (Plain input only)
   float eps = 1e-6f;
   bool accumulate = false;             // y += W·x (a residual add fused in)
 };
@@ -54,7 +60,8 @@ GemvPlan gemv_plan(const GemvShape& s);
 
 ptx::LaunchGeometry gemv_geometry(const GemvShape& s);
 
-// Params: x (n_in f32), norm_w (n_in f32; present only with norm), then per
+// Params: x (n_in f32; the gate with a GLU input), up (n_in f32; only with a
+// GLU input), norm_w (n_in f32; only with norm), then per
 // segment i: w<i> (rows in the device layout of kernels/decode/layout.h),
 // y<i> (rows f32). x must not alias any y.
 ptx::GeneratedKernel gemv_kernel(const GemvShape& s, ptx::Target t = {});

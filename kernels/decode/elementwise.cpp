@@ -1,0 +1,181 @@
+#include "kernels/decode/elementwise.h"
+
+#include <string>
+
+#include "kernels/decode/layout.h"
+#include "kernels/decode/util.h"
+#include "kernels/examples/common.h"
+
+namespace ptxlm::kernels {
+
+using namespace ptx;
+using gguf::GgmlType;
+
+namespace {
+
+constexpr uint32_t kThreads = 256;
+
+Reg ld_byte(Kernel& k, const Reg& addr, Type mem = Type::u8) {
+  Reg v = k.reg(mem == Type::s8 ? Type::s32 : Type::u32);
+  MemOpt o;
+  o.nc = true;
+  o.mem_type = mem;
+  k.ld(Space::global, v, at(addr), o);
+  return v;
+}
+
+Reg half_at(Kernel& k, const Reg& addr) {
+  Reg bits = k.reg(Type::u16);
+  MemOpt o;
+  o.nc = true;
+  k.ld(Space::global, bits, at(addr), o);
+  return k.cvt(Type::f32, k.bitcast(Type::f16, bits));
+}
+
+Reg plus(Kernel& k, const Reg& base, const Reg& offset_u32) { return k.add(base, k.cvt(Type::u64, offset_u32)); }
+
+// Element e of the row at `row`, as gguf's reference dequantizer computes it.
+Reg dequant_element(Kernel& k, const RowLayout& l, const Reg& row, const Reg& e) {
+  switch (l.type) {
+    case GgmlType::F32: return k.ld_global_nc(Type::f32, at(k.add(row, k.mul_wide(e, 4u))));
+    case GgmlType::F16: return half_at(k, k.add(row, k.mul_wide(e, 2u)));
+    case GgmlType::Q8_0: {
+      Reg b = k.shr(e, 5u), j = k.and_(e, 31u);
+      Reg q = ld_byte(k, plus(k, row, k.mad_lo(b, 32u, j)), Type::s8);
+      Reg d = half_at(k, plus(k, row, k.mad_lo(b, 2u, l.planes[1].offset)));
+      return k.mul(k.cvt(Type::f32, q), d);
+    }
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0: {
+      Reg b = k.shr(e, 5u), j = k.and_(e, 31u);
+      Reg byte = ld_byte(k, plus(k, row, k.mad_lo(b, 16u, k.and_(j, 15u))));
+      Reg nib = k.and_(k.shr(byte, k.shl(k.shr(j, 4u), 2u)), 15u);   // low nibble for j < 16, high after
+      if (l.type == GgmlType::Q4_1) {
+        Reg dm = k.ld_global_nc(Type::u32, at(plus(k, row, k.mad_lo(b, 4u, l.planes[1].offset))));
+        Reg d = half_to_f32(k, dm, 0);
+        Reg dq = k.mul(k.cvt(Type::f32, nib), d);
+        return k.add(dq, half_to_f32(k, dm, 16));
+      }
+      Reg q = nib;
+      int offset = 8;
+      size_t d_plane = 1;
+      if (l.type == GgmlType::Q5_0) {   // fifth bit: qh bit j for either nibble
+        Reg qh = k.ld_global_nc(Type::u32, at(plus(k, row, k.mad_lo(b, 4u, l.planes[1].offset))));
+        q = k.or_(nib, k.shl(k.and_(k.shr(qh, j), 1u), 4u));
+        offset = 16;
+        d_plane = 2;
+      }
+      Reg qs = k.sub(k.bitcast(Type::s32, q), offset);
+      Reg d = half_at(k, plus(k, row, k.mad_lo(b, 2u, l.planes[d_plane].offset)));
+      return k.mul(k.cvt(Type::f32, qs), d);
+    }
+    case GgmlType::Q4_K: {
+      Reg blk = k.add(row, k.mul_wide(k.shr(e, 8u), 144u));
+      Reg r = k.and_(e, 255u), c = k.shr(r, 6u), li = k.and_(r, 63u);
+      Reg hi = k.shr(li, 5u);                       // 0: low nibble (sub-block 2c), 1: high (2c + 1)
+      Reg s = k.add(k.shl(c, 1u), hi);
+      Reg byte = ld_byte(k, plus(k, blk, k.add(k.mad_lo(c, 32u, k.and_(li, 31u)), 16u)));
+      Reg nib = k.and_(k.shr(byte, k.shl(hi, 2u)), 15u);
+      Reg h0 = k.ld_global_nc(Type::u32, at(blk));
+      Reg h1 = k.ld_global_nc(Type::u32, at(blk, 4)), h2 = k.ld_global_nc(Type::u32, at(blk, 8));
+      Reg h3 = k.ld_global_nc(Type::u32, at(blk, 12));
+      Reg shift = k.shl(k.and_(s, 3u), 3u);
+      Reg big = k.setp(Cmp::ge, s, 4u);
+      Reg b1 = k.bfe(h1, shift, 8u), b2 = k.bfe(h2, shift, 8u), b3 = k.bfe(h3, shift, 8u);
+      Reg b3_lo = k.and_(b3, 15u), b3_hi = k.shr(b3, 4u);
+      Reg sc_big = k.or_(b3_lo, k.shl(k.shr(b1, 6u), 4u)), mn_big = k.or_(b3_hi, k.shl(k.shr(b2, 6u), 4u));
+      Reg sc_small = k.and_(b1, 63u), mn_small = k.and_(b2, 63u);
+      Reg sc = k.selp(sc_big, sc_small, big, Type::u32), mn = k.selp(mn_big, mn_small, big, Type::u32);
+      Reg d = half_to_f32(k, h0, 0), dmin = half_to_f32(k, h0, 16);
+      Reg d1 = k.mul(d, k.cvt(Type::f32, sc)), m1 = k.mul(dmin, k.cvt(Type::f32, mn));
+      return k.sub(k.mul(d1, k.cvt(Type::f32, nib)), m1);
+    }
+    case GgmlType::Q6_K: {
+      Reg b = k.shr(e, 8u), r = k.and_(e, 255u);
+      Reg h = k.shr(r, 7u), rr = k.and_(r, 127u);
+      Reg qi = k.shr(rr, 5u), li = k.and_(rr, 31u);   // q1..q4 and l
+      Reg odd32 = k.shl(k.and_(qi, 1u), 5u);   // q2 and q4 read ql 32 further
+      Reg ql_idx = k.add(odd32, k.mad_lo(h, 64u, li));
+      Reg ql = ld_byte(k, plus(k, row, k.mad_lo(b, 128u, ql_idx)));
+      Reg nib = k.and_(k.shr(ql, k.shl(k.shr(qi, 1u), 2u)), 15u);
+      Reg qh_idx = k.add(k.mad_lo(h, 32u, li), l.planes[1].offset);
+      Reg qh = ld_byte(k, plus(k, row, k.mad_lo(b, 64u, qh_idx)));
+      Reg hb = k.and_(k.shr(qh, k.shl(qi, 1u)), 3u);
+      Reg q = k.sub(k.bitcast(Type::s32, k.or_(nib, k.shl(hb, 4u))), 32);
+      Reg two_q = k.shl(qi, 1u);   // scale is + 2·(q index)
+      Reg sc_idx = k.add(k.add(two_q, k.mad_lo(h, 8u, k.shr(li, 4u))), l.planes[2].offset);
+      Reg sc = ld_byte(k, plus(k, row, k.mad_lo(b, 16u, sc_idx)), Type::s8);
+      Reg d = half_at(k, plus(k, row, k.mad_lo(b, 2u, l.planes[3].offset)));
+      Reg dsc = k.mul(d, k.cvt(Type::f32, sc));
+      return k.mul(dsc, k.cvt(Type::f32, q));
+    }
+    default: break;
+  }
+  throw Error(std::string("embed: weight type ") + gguf::type_traits(l.type).name + " is not supported");
+}
+
+}  // namespace
+
+LaunchGeometry embed_geometry(const EmbedShape& s) {
+  row_layout(s.type, s.n);   // checks the type and the width
+  return LaunchGeometry{{ceil_div(s.n, kThreads), 1, 1}, {kThreads, 1, 1}, 0};
+}
+
+GeneratedKernel embed_kernel(const EmbedShape& s, Target t) {
+  const LaunchGeometry g = embed_geometry(s);
+  const RowLayout l = row_layout(s.type, s.n);
+  ParamList params;
+  params.add_ptr("w").add_ptr("token").add_ptr("x");
+  std::string name("embed_");
+  name.append(std::to_string(s.n)).append("_").append(std::to_string(unsigned(s.type)));
+  Kernel k = start_kernel(name.c_str(), t, params, g);
+  Reg e = k.global_index_x();
+  Reg w = k.param("w"), tok = k.param("token"), x = k.param("x");
+  k.if_(k.setp(Cmp::lt, e, s.n), [&] {
+    Reg token = k.ld_global(Type::u32, at(tok));
+    Reg row = k.add(w, k.mul_wide(token, l.row_bytes));
+    Reg v = dequant_element(k, l, row, e);
+    if (s.scale != 1.0f) v = k.mul(v, s.scale);
+    k.st_global(at(k.add(x, k.mul_wide(e, 4u))), v);
+  });
+  return finish(k, params, g, true);
+}
+
+LaunchGeometry add_norm_geometry(const AddNormShape& s) {
+  if (s.n == 0 || s.n % 4) throw Error("add_norm: n must be a positive multiple of 4");
+  return LaunchGeometry{{1, 1, 1}, {kThreads, 1, 1}, 0};
+}
+
+GeneratedKernel add_norm_kernel(const AddNormShape& s, Target t) {
+  const LaunchGeometry g = add_norm_geometry(s);
+  ParamList params;
+  params.add_ptr("x").add_ptr("o").add_ptr("w");
+  std::string name("add_norm_");
+  name.append(std::to_string(s.n));
+  Kernel k = start_kernel(name.c_str(), t, params, g);
+  Symbol red = k.shared_array("red", Type::f32, kThreads / 32);
+  Reg x = k.param("x"), o = k.param("o"), w = k.param("w");
+  Reg tid = k.special(Sreg::tid_x);
+  Reg i = k.reg(Type::u32);
+  Reg ss = k.mov(Type::f32, 0.0f);
+  k.for_range(i, tid, s.n, kThreads, [&] {
+    Reg v = k.ld_global(Type::f32, at(k.add(o, k.mul_wide(i, 4u))));
+    k.fma(ss, v, v, ss);
+  });
+  Reg total = block_allreduce(k, ss, ReduceOp::sum_f32, red, kThreads);
+  Reg root = k.sqrt(k.add(k.div(total, float(s.n)), s.eps));
+  Reg scale = k.reg(Type::f32);
+  k.div(scale, 1.0f, root);
+  k.for_range(i, tid, s.n, kThreads, [&] {
+    Reg off = k.mul_wide(i, 4u);
+    Reg v = k.ld_global(Type::f32, at(k.add(o, off)));
+    Reg wv = k.ld_global_nc(Type::f32, at(k.add(w, off)));
+    Reg a = k.add(x, off);
+    Reg scaled = k.mul(k.mul(v, scale), wv);
+    k.st_global(at(a), k.add(k.ld_global(Type::f32, at(a)), scaled));
+  });
+  return finish(k, params, g, true);
+}
+
+}  // namespace ptxlm::kernels
