@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/driver.h"
 
 namespace ptxlm {
@@ -59,16 +60,27 @@ uint32_t choose_context(const Model& m, uint32_t requested, uint32_t kv_bytes_pe
 
 std::unique_ptr<Backend> make_backend(const Model& m, DeviceKind device, const BackendOptions& opt, std::string* note) {
     std::string why;
-    if (device == DeviceKind::Cuda)
-        throw ModelError("--device cuda: the GPU decode path is not built yet; use --device cpu (or auto)");
-    if (device == DeviceKind::Auto) {
-        // A usable driver and device would be picked here once the GPU path
-        // exists; until then say plainly that the CPU runs.
+    if (device == DeviceKind::Cuda || device == DeviceKind::Auto) {
+        std::shared_ptr<const cuda::Driver> drv;
         try {
-            cuda::Driver::load();
-            why = "a CUDA device is present, but the GPU decode path is not built yet: using the CPU";
-        } catch (const std::exception&) {
+            drv = cuda::Driver::load();
+        } catch (const std::exception& e) {
+            if (device == DeviceKind::Cuda) throw ModelError(std::string("--device cuda: no CUDA device found: ") + e.what());
             why = "no CUDA device: using the CPU";
+        }
+        if (drv) {
+            try {
+                if (opt.kv_type != KvType::F16) throw ModelError("the GPU path keeps an f16 KV cache (--kv-type f16)");
+                std::string ctx_note;
+                auto b = std::make_unique<cuda::CudaBackend>(m, drv, opt.n_ctx, &ctx_note);
+                if (note)
+                    *note = b->description() + "; context " + std::to_string(b->n_ctx()) + " tokens" +
+                            (ctx_note.empty() ? "" : " (" + ctx_note + ")");
+                return b;
+            } catch (const std::exception& e) {
+                if (device == DeviceKind::Cuda) throw;
+                why = std::string("the GPU path cannot run this model (") + e.what() + "): using the CPU";
+            }
         }
     }
     const uint32_t kv_el = opt.kv_type == KvType::F16 ? 2 : 4;

@@ -63,9 +63,10 @@ public:
 // numbers.
 uint32_t choose_context(const Model& m, uint32_t requested, uint32_t kv_bytes_per_el, std::string* note);
 
-// Builds the backend `device` names. Auto picks CUDA when a device is usable,
-// else the CPU, and says which in `note`. Until the GPU path exists, Cuda
-// throws ModelError saying so.
+// Builds the backend `device` names. Auto picks CUDA when a driver loads and
+// the GPU path can run the model, else the CPU, and says which and why in
+// `note`. Cuda throws ModelError when no device is found or the model cannot
+// run there.
 std::unique_ptr<Backend> make_backend(const Model& m, DeviceKind device, const BackendOptions& opt, std::string* note);
 
 }  // namespace ptxlm

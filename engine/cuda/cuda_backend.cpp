@@ -1,0 +1,332 @@
+#include "engine/cuda/cuda_backend.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "engine/cuda/device.h"
+#include "engine/cuda/launch.h"
+#include "engine/cuda/module.h"
+#include "kernels/decode/attention.h"
+#include "kernels/decode/elementwise.h"
+#include "kernels/decode/gemv.h"
+#include "kernels/decode/layout.h"
+
+namespace ptxlm::cuda {
+
+namespace kx = ptxlm::kernels;
+using ptx::DevPtr;
+
+namespace {
+
+constexpr uint32_t kChunk = 256;   // attention positions per split
+
+std::vector<float> to_floats(const Weight& w) {
+    std::vector<float> v(w.rows * w.cols);
+    for (uint64_t r = 0; r < w.rows; ++r)
+        gguf::type_traits(w.type).dequantize_row(w.row(r), v.data() + r * w.cols, int64_t(w.cols));
+    return v;
+}
+
+// RoPE's per-pair rates, as the CPU backend computes them.
+std::vector<double> inverse_frequencies(float base, uint32_t hd, const std::vector<float>& factors) {
+    std::vector<double> f(hd / 2);
+    for (uint32_t i = 0; i < hd / 2; ++i) {
+        f[i] = std::pow(double(base), -2.0 * double(i) / double(hd));
+        if (!factors.empty()) f[i] /= factors[i];
+    }
+    return f;
+}
+
+}  // namespace
+
+struct CudaBackend::Impl {
+    const Model& m;
+    Context ctx;
+    Stream stream;
+    ptx::Target target;
+    uint32_t n_ctx = 0;
+
+    std::map<const uint8_t*, DeviceBuffer> weights;   // by file data: a tied LM head shares the embedding
+    std::vector<DeviceBuffer> vectors;                 // norms and biases as f32
+    std::map<float, DeviceBuffer> rope_tables;         // by RoPE base
+    std::vector<DeviceBuffer> k_cache, v_cache;
+    DeviceBuffer x, q, k, v, att, o, g, u, logits, part, state;
+    PinnedBuffer state_host;
+
+    struct Kernel {
+        std::unique_ptr<Module> module;
+        std::unique_ptr<Function> fn;
+    };
+    std::map<std::string, Kernel> kernels;   // by kernel name (names encode shapes)
+    struct Op {
+        const Function* fn;
+        ptx::LaunchGeometry geometry;
+        ptx::ParamPack args;
+    };
+    std::vector<Op> chain;
+
+    Impl(const Model& model, std::shared_ptr<const Driver> drv) : m(model), ctx(std::move(drv)), stream(ctx) {}
+
+    DevPtr weight(const Weight& w) {
+        auto it = weights.find(w.data);
+        if (it != weights.end()) return DevPtr{it->second.ptr()};
+        const kx::RowLayout l = kx::row_layout(w.type, uint32_t(w.cols));
+        const std::vector<uint8_t> bytes = kx::repack_rows(l, w.data, w.rows);
+        DeviceBuffer b(ctx, bytes.size());
+        b.upload(bytes.data(), bytes.size());
+        return DevPtr{weights.emplace(w.data, std::move(b)).first->second.ptr()};
+    }
+    DevPtr vector(const Weight& w) {
+        const std::vector<float> f = to_floats(w);
+        vectors.emplace_back(ctx, f.size() * 4);
+        vectors.back().upload(f.data(), f.size() * 4);
+        return DevPtr{vectors.back().ptr()};
+    }
+    static DevPtr ptr(const DeviceBuffer& b, size_t offset = 0) { return DevPtr{b.ptr() + offset}; }
+
+    void add(const ptx::GeneratedKernel& g, const std::vector<ptx::ParamValue>& args) {
+        auto it = kernels.find(g.name);
+        if (it == kernels.end()) {
+            Kernel k;
+            k.module = std::make_unique<Module>(ctx, g.ptx);
+            k.fn = std::make_unique<Function>(k.module->function(g.name));
+            it = kernels.emplace(g.name, std::move(k)).first;
+        }
+        chain.push_back({it->second.fn.get(), g.geometry, g.params.pack(args)});
+    }
+
+    void check_weight(const Weight& w) {
+        if (!kx::gemv_supports(w.type))
+            throw ModelError(w.name() + ": weight type " + gguf::type_traits(w.type).name +
+                             " is not supported on the GPU path yet");
+    }
+};
+
+CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx, std::string* note)
+    : p_(std::make_unique<Impl>(m, std::move(driver))) {
+    Impl& p = *p_;
+    const cuda::DeviceInfo& dev = p.ctx.info();
+    const unsigned sm = unsigned(dev.cc_major * 10 + dev.cc_minor);
+    if (sm < 80) throw ModelError(dev.name + " is sm_" + std::to_string(sm) + "; the GPU path needs sm_80 or newer");
+    p.target = ptx::Target::parse("sm_" + std::to_string(std::min(sm, 90u)));
+    const HParams& hp = m.hp;
+    const uint32_t E = hp.n_embd, hd = m.head_dim;
+    if (hp.n_rot != hd) throw ModelError("the GPU path rotates whole heads; this model rotates " + std::to_string(hp.n_rot) +
+                                         " of " + std::to_string(hd) + " dimensions");
+    if (m.final_softcap > 0) throw ModelError("final logit soft-capping is not on the GPU path yet");
+    for (const LayerDesc& l : m.layers)
+        for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) p.check_weight(*w);
+    p.check_weight(m.output);
+
+    // The memory plan, against the device's free memory, before allocating.
+    uint64_t max_q = 0, max_kv = 0, max_ff = 0, kv_per_token = 0, weight_bytes = 0;
+    for (uint32_t il = 0; il < m.layers.size(); ++il) {
+        max_q = std::max<uint64_t>(max_q, uint64_t(m.layers[il].n_head) * hd);
+        max_kv = std::max<uint64_t>(max_kv, m.kv_dim(il));
+        max_ff = std::max<uint64_t>(max_ff, m.layers[il].n_ff);
+        kv_per_token += 2ull * m.kv_dim(il) * 2;
+    }
+    m.for_each_weight([&](const Weight& w) {
+        weight_bytes += w.rows == 1 ? w.cols * 4 : uint64_t(kx::row_layout(w.type, uint32_t(w.cols)).row_bytes) * w.rows;
+    });
+    std::map<float, int> bases;
+    for (const LayerDesc& l : m.layers) bases[l.rope_base] = 1;
+    const uint64_t per_token = kv_per_token + bases.size() * uint64_t(hd) * 4;   // KV + RoPE tables
+    const uint64_t fixed = weight_bytes + 4 * (3 * E + 3 * max_q + 2 * max_kv + 2 * max_ff + m.n_vocab) + (64 << 20);
+    const Context::MemoryInfo mem = p.ctx.memory_info();
+    const uint32_t want = n_ctx ? n_ctx : (hp.n_ctx_train ? hp.n_ctx_train : 4096);
+    const uint64_t fits = mem.free > fixed ? (mem.free - fixed) / per_token : 0;
+    if (fits < want) {
+        const std::string numbers = "weights " + format_bytes(weight_bytes) + " + " + format_bytes(per_token) +
+                                    " per token of context; " + format_bytes(mem.free) + " free on " + dev.name;
+        if (n_ctx || fits < 256)
+            throw ModelError("the model with a context of " + std::to_string(want) + " tokens does not fit: " + numbers +
+                             (fits >= 256 ? "; at most -c " + std::to_string(fits) + " fits" : ""));
+        p.n_ctx = uint32_t(fits / 256 * 256);
+        if (note) *note = "context capped to " + std::to_string(p.n_ctx) + " by device memory (" + numbers + ")";
+    } else {
+        p.n_ctx = want;
+    }
+    const uint32_t C = p.n_ctx;
+
+    // Weights, with progress (the upload of a large model takes a while).
+    const bool tty = isatty(STDERR_FILENO);
+    uint64_t done = 0;
+    auto progress = [&](uint64_t add) {
+        done += add;
+        if (tty) std::fprintf(stderr, "\rptxlm: uploading weights %3.0f%%", 100.0 * double(done) / double(weight_bytes));
+    };
+    std::vector<DevPtr> attn_norm, wq, wk, wv, wo, bq, bk, bv, qn, kn, post_attn, ffn_norm, wg, wu, wd, post_ffn;
+    for (const LayerDesc& l : m.layers) {
+        attn_norm.push_back(p.vector(l.attn_norm));
+        ffn_norm.push_back(p.vector(l.ffn_norm));
+        for (auto [w, dst] : {std::pair{&l.wq, &wq}, {&l.wk, &wk}, {&l.wv, &wv}, {&l.wo, &wo}, {&l.gate, &wg},
+                              {&l.up, &wu}, {&l.down, &wd}}) {
+            dst->push_back(p.weight(*w));
+            progress(w->rows * w->row_bytes);
+        }
+        bq.push_back(l.bq ? p.vector(l.bq) : DevPtr{});
+        bk.push_back(l.bk ? p.vector(l.bk) : DevPtr{});
+        bv.push_back(l.bv ? p.vector(l.bv) : DevPtr{});
+        qn.push_back(l.q_norm ? p.vector(l.q_norm) : DevPtr{});
+        kn.push_back(l.k_norm ? p.vector(l.k_norm) : DevPtr{});
+        post_attn.push_back(l.attn_post_norm ? p.vector(l.attn_post_norm) : DevPtr{});
+        post_ffn.push_back(l.ffn_post_norm ? p.vector(l.ffn_post_norm) : DevPtr{});
+    }
+    const DevPtr embd = p.weight(m.tok_embd), out_norm = p.vector(m.output_norm), out = p.weight(m.output);
+    progress(m.tok_embd.rows * m.tok_embd.row_bytes);
+    if (tty) std::fprintf(stderr, "\n");
+
+    // RoPE tables: cos, sin of (pos · freq_scale) · rate, in double then f32.
+    const std::vector<float> factors = m.rope_freqs ? to_floats(m.rope_freqs) : std::vector<float>{};
+    for (const auto& [base, unused] : bases) {
+        (void)unused;
+        const std::vector<double> inv = inverse_frequencies(base, hd, factors);
+        std::vector<float> t(size_t(C) * hd);
+        for (uint32_t pos = 0; pos < C; ++pos) {
+            const double ps = double(pos) * m.rope_freq_scale;
+            for (uint32_t i = 0; i < hd / 2; ++i) {
+                t[(size_t(pos) * hd / 2 + i) * 2] = float(std::cos(ps * inv[i]));
+                t[(size_t(pos) * hd / 2 + i) * 2 + 1] = float(std::sin(ps * inv[i]));
+            }
+        }
+        DeviceBuffer b(p.ctx, t.size() * 4);
+        b.upload(t.data(), t.size() * 4);
+        p.rope_tables.emplace(base, std::move(b));
+    }
+    for (uint32_t il = 0; il < m.layers.size(); ++il) {
+        p.k_cache.emplace_back(p.ctx, size_t(C) * m.kv_dim(il) * 2);
+        p.v_cache.emplace_back(p.ctx, size_t(C) * m.kv_dim(il) * 2);
+    }
+    uint32_t max_heads = 0;
+    for (const LayerDesc& l : m.layers) max_heads = std::max(max_heads, l.n_head);
+    const uint32_t splits = (C + kChunk - 1) / kChunk;
+    p.x = DeviceBuffer(p.ctx, E * 4);
+    p.q = DeviceBuffer(p.ctx, max_q * 4);
+    p.k = DeviceBuffer(p.ctx, max_kv * 4);
+    p.v = DeviceBuffer(p.ctx, max_kv * 4);
+    p.att = DeviceBuffer(p.ctx, max_q * 4);
+    p.o = DeviceBuffer(p.ctx, E * 4);
+    p.g = DeviceBuffer(p.ctx, max_ff * 4);
+    p.u = DeviceBuffer(p.ctx, max_ff * 4);
+    p.logits = DeviceBuffer(p.ctx, size_t(m.n_vocab) * 4);
+    p.part = DeviceBuffer(p.ctx, size_t(max_heads) * splits * (hd + 2) * 4);
+    p.state = DeviceBuffer(p.ctx, 8);
+    p.state_host = PinnedBuffer(p.ctx, 8);
+    const DevPtr token_ptr = Impl::ptr(p.state), pos_ptr = Impl::ptr(p.state, 4);
+    const DevPtr X = Impl::ptr(p.x), Q = Impl::ptr(p.q), K = Impl::ptr(p.k), V = Impl::ptr(p.v), ATT = Impl::ptr(p.att),
+                 O = Impl::ptr(p.o), G = Impl::ptr(p.g), U = Impl::ptr(p.u), PART = Impl::ptr(p.part);
+    const float eps = hp.rms_eps;
+    const ptx::Target& T = p.target;
+
+    // The chain.
+    p.add(kx::embed_kernel({m.tok_embd.type, E, m.embd_scale}, T), {embd, token_ptr, X});
+    for (uint32_t il = 0; il < m.layers.size(); ++il) {
+        const LayerDesc& l = m.layers[il];
+        const uint32_t q_dim = l.n_head * hd;
+        kx::GemvShape qkv;
+        qkv.n_in = E;
+        qkv.norm = true;
+        qkv.eps = eps;
+        qkv.segments = {{l.wq.type, q_dim}, {l.wk.type, m.kv_dim(il)}, {l.wv.type, m.kv_dim(il)}};
+        p.add(kx::gemv_kernel(qkv, T), {X, attn_norm[il], wq[il], Q, wk[il], K, wv[il], V});
+
+        kx::RopeShape rs{l.n_head, l.n_head_kv, hd, hp.rope_style == RopeStyle::Neox, bool(l.bq), bool(l.q_norm), eps};
+        std::vector<ptx::ParamValue> ra = {Q, K, V};
+        if (rs.bias) ra.insert(ra.end(), {bq[il], bk[il], bv[il]});
+        if (rs.qk_norm) ra.insert(ra.end(), {qn[il], kn[il]});
+        ra.insert(ra.end(), {Impl::ptr(p.rope_tables.at(l.rope_base)), pos_ptr, Impl::ptr(p.k_cache[il]),
+                             Impl::ptr(p.v_cache[il])});
+        p.add(kx::rope_append_kernel(rs, T), ra);
+
+        const kx::AttentionShape as{l.n_head, l.n_head_kv, hd, C, l.sliding ? hp.sliding_window : 0, m.attn_scale, kChunk};
+        p.add(kx::attention_split_kernel(as, T), {Q, Impl::ptr(p.k_cache[il]), Impl::ptr(p.v_cache[il]), pos_ptr, PART});
+        p.add(kx::attention_reduce_kernel(as, T), {PART, pos_ptr, ATT});
+
+        kx::GemvShape wo_s;
+        wo_s.n_in = q_dim;
+        wo_s.segments = {{l.wo.type, E}};
+        wo_s.accumulate = !l.attn_post_norm;
+        p.add(kx::gemv_kernel(wo_s, T), {ATT, wo[il], l.attn_post_norm ? O : X});
+        if (l.attn_post_norm) p.add(kx::add_norm_kernel({E, eps}, T), {X, O, post_attn[il]});
+
+        kx::GemvShape gu;
+        gu.n_in = E;
+        gu.norm = true;
+        gu.eps = eps;
+        gu.segments = {{l.gate.type, l.n_ff}, {l.up.type, l.n_ff}};
+        p.add(kx::gemv_kernel(gu, T), {X, ffn_norm[il], wg[il], G, wu[il], U});
+
+        kx::GemvShape down;
+        down.n_in = l.n_ff;
+        down.input = m.ffn == FfnKind::GeGLU ? kx::GemvInput::GeGlu : kx::GemvInput::SwiGlu;
+        down.segments = {{l.down.type, E}};
+        down.accumulate = !l.ffn_post_norm;
+        p.add(kx::gemv_kernel(down, T), {G, U, wd[il], l.ffn_post_norm ? O : X});
+        if (l.ffn_post_norm) p.add(kx::add_norm_kernel({E, eps}, T), {X, O, post_ffn[il]});
+    }
+    kx::GemvShape head;
+    head.n_in = E;
+    head.norm = true;
+    head.eps = eps;
+    head.segments = {{m.output.type, m.n_vocab}};
+    p.add(kx::gemv_kernel(head, T), {X, out_norm, out, Impl::ptr(p.logits)});
+}
+
+CudaBackend::~CudaBackend() = default;
+
+std::string CudaBackend::description() const {
+    const cuda::DeviceInfo& d = p_->ctx.info();
+    return "CUDA " + d.name + " (sm_" + std::to_string(d.cc_major * 10 + d.cc_minor) + ", " + std::to_string(d.sm_count) +
+           " SMs), chain schedule, " + std::to_string(p_->chain.size()) + " launches per token, KV f16";
+}
+
+ptxlm::DeviceInfo CudaBackend::device_info() const {
+    const cuda::DeviceInfo& d = p_->ctx.info();
+    ptxlm::DeviceInfo i;
+    i.kind = "cuda";
+    i.name = d.name;
+    i.units = d.sm_count;
+    i.kv_type = "f16";
+    i.kv_bytes_per_el = 2;
+    return i;
+}
+
+uint32_t CudaBackend::n_ctx() const { return p_->n_ctx; }
+uint32_t CudaBackend::n_vocab() const { return p_->m.n_vocab; }
+size_t CudaBackend::launches_per_token() const { return p_->chain.size(); }
+
+void CudaBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) {
+    Impl& p = *p_;
+    const uint32_t n = uint32_t(tokens.size());
+    if (n == 0) return;
+    if (n > max_batch()) throw std::invalid_argument("eval_batch: more than " + std::to_string(max_batch()) + " tokens");
+    if (logits && (n_logits == 0 || n_logits > n)) throw std::invalid_argument("eval_batch: bad n_logits");
+    for (TokenId t : tokens)
+        if (t < 0 || uint32_t(t) >= p.m.n_vocab)
+            throw ModelError("token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                             std::to_string(p.m.n_vocab - 1) + ")");
+    if (uint64_t(pos) + n > p.n_ctx)
+        throw ModelError("position " + std::to_string(pos + n - 1) + " is past the context of " +
+                         std::to_string(p.n_ctx) + " tokens");
+    p.ctx.make_current();
+    auto* host = static_cast<uint32_t*>(p.state_host.data());
+    for (uint32_t i = 0; i < n; ++i) {
+        // The pinned state is rewritten only after the previous token's copy
+        // has run (the stream is synchronised below before the next write).
+        host[0] = uint32_t(tokens[i]);
+        host[1] = pos + i;
+        p.state.upload_async(host, 8, p.stream);
+        for (Impl::Op& op : p.chain) launch(*op.fn, op.geometry, p.stream, op.args);
+        if (logits && i >= n - n_logits)
+            p.logits.download_async(logits + size_t(i - (n - n_logits)) * p.m.n_vocab, size_t(p.m.n_vocab) * 4, p.stream);
+        p.stream.synchronize();
+    }
+}
+
+}  // namespace ptxlm::cuda

@@ -1,0 +1,47 @@
+// The GPU backend: the model's weights on the device in their quantized form
+// (kernels/decode/layout.h), an f16 KV cache, and the per-token chain of
+// generated kernels (kernels/decode), built once from the model description:
+//
+//   embed → per layer: fused RMSNorm + QKV GEMV → RoPE + KV append → split
+//   attention → its reduction → output GEMV (+ residual, or gemma3's
+//   normalised add) → fused RMSNorm + gate/up GEMV → down GEMV of act(gate)·up
+//   (+ residual or normalised add) → final norm + LM head.
+//
+// The token id and position live in device memory (written with a
+// stream-ordered copy from pinned memory before each token), so every launch
+// and its arguments stay the same from token to token. Schedule: `chain`
+// (plain launches, one after another on one stream).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/backend.h"
+#include "engine/cuda/driver.h"
+
+namespace ptxlm::cuda {
+
+class CudaBackend final : public Backend {
+public:
+    // n_ctx = 0: the model's trained context, capped to what device memory
+    // allows. Throws ModelError naming what the GPU path cannot run (a weight
+    // type, a head size) or what does not fit (with the numbers).
+    CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx, std::string* note = nullptr);
+    ~CudaBackend() override;
+
+    std::string description() const override;
+    ptxlm::DeviceInfo device_info() const override;
+    uint32_t n_ctx() const override;
+    uint32_t n_vocab() const override;
+    void eval_batch(std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) override;
+    uint32_t max_batch() const override { return 64; }
+
+    // Launches per token (the chain's length).
+    size_t launches_per_token() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> p_;
+};
+
+}  // namespace ptxlm::cuda
