@@ -24,3 +24,7 @@ ptxlm_emu_gtest(test_gemv_emu test_gemv_emu.cpp LIBS ptxlm_engine ptxlm_kernels 
 ptxlm_emu_gtest(test_attention_emu test_attention_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 300)
 # The embedding row (bit-equal to gguf's dequantizers) and gemma3's normalised add.
 ptxlm_emu_gtest(test_elementwise_emu test_elementwise_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 120)
+# The GPU decode path end to end on emu against the CPU reference: synthetic
+# models teacher-forced over 36 positions (with a negative control), SmolLM2
+# over its first 4.
+ptxlm_emu_gtest(test_cuda_backend test_cuda_backend.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 900)

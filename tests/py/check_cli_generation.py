@@ -89,7 +89,7 @@ def main():
             (["run", "-m", "/nonexistent.gguf", "-p", "x"], "nonexistent.gguf"),
             (["run", "-m", SMOL, "-p", "x", "--temp", "-1"], "--temp"),
             (["run", "-m", SMOL, "-p", "x", "--top-p", "0"], "--top-p"),
-            (["run", "-m", SMOL, "-p", "x", "--device", "cuda"], "GPU"),
+            (["run", "-m", SMOL, "-p", "x", "--device", "cuda"], "no CUDA device found"),
             (["run", "-m", SMOL, "-p", "x", "--device", "tpu"], "--device"),
             (["run", "-m", SMOL], "--prompt"),
             (["run", "-m", SMOL, "-p", "x", "-c", "16000000"], "KV cache"),

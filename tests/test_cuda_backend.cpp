@@ -1,0 +1,136 @@
+// The GPU decode path (engine/cuda/cuda_backend) end to end on emu, against
+// the CPU reference (f16 KV cache, like the GPU's): teacher-forced on the
+// CPU's own 32-token greedy continuation of a prompt, the logits agree within
+// a tolerance at every position and the argmax agrees wherever the CPU's
+// top-2 margin exceeds twice that tolerance (at least 90% of positions). A
+// corrupted Q4_K sub-block scale in one matrix makes the comparison fail.
+// Real models: the first positions of a prompt, the same way.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/tokenizer.h"
+#include "models/synth/synth.h"
+
+using namespace ptxlm;
+
+namespace {
+
+struct Comparison {
+  double max_diff = 0;      // over every logit of every position
+  size_t positions = 0, checked = 0, argmax_mismatches = 0;
+};
+
+// Teacher-forced logits of both backends over `ids`, one token at a time.
+Comparison compare(Backend& cpu, Backend& gpu, const std::vector<TokenId>& ids, double tol,
+                   const std::vector<float>* cpu_logits = nullptr) {
+  const size_t nv = cpu.n_vocab();
+  std::vector<float> a(nv), b(nv);
+  Comparison c;
+  for (uint32_t i = 0; i < ids.size(); ++i) {
+    if (cpu_logits) std::copy_n(cpu_logits->data() + i * nv, nv, a.data());
+    else cpu.eval(ids[i], i, a.data());
+    gpu.eval(ids[i], i, b.data());
+    double md = 0;
+    for (size_t t = 0; t < nv; ++t) md = std::max(md, std::fabs(double(a[t]) - b[t]));
+    c.max_diff = std::max(c.max_diff, md);
+    std::vector<float> sorted = a;
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+    ++c.positions;
+    if (sorted[0] - sorted[1] > 2 * tol) {
+      ++c.checked;
+      const auto am = std::max_element(a.begin(), a.end()) - a.begin(), bm = std::max_element(b.begin(), b.end()) - b.begin();
+      if (am != bm) ++c.argmax_mismatches;
+    }
+  }
+  return c;
+}
+
+// The CPU's greedy continuation of `prompt` to `n` tokens, and its logits.
+std::vector<TokenId> greedy(Backend& cpu, std::vector<TokenId> ids, size_t n, std::vector<float>* logits) {
+  const size_t nv = cpu.n_vocab();
+  logits->clear();
+  std::vector<float> l(nv);
+  for (uint32_t i = 0; i < n; ++i) {
+    cpu.eval(ids[i], i, l.data());
+    logits->insert(logits->end(), l.begin(), l.end());
+    if (i + 1 == ids.size() && ids.size() < n)
+      ids.push_back(TokenId(std::max_element(l.begin(), l.end()) - l.begin()));
+  }
+  return ids;
+}
+
+class CudaBackendSynth : public ::testing::TestWithParam<synth::Arch> {};
+
+TEST_P(CudaBackendSynth, TeacherForcedLogitsMatchTheCpu) {
+  std::vector<uint8_t> bytes = synth::model_bytes(synth::preset(GetParam(), synth::Size::Tiny));
+  Model m = Model::from_file(gguf::File::parse(bytes, std::string("synth-") + synth::arch_name(GetParam())));
+  cpu::CpuBackend cpu(m, 64, KvType::F16, 2);
+  std::vector<float> ref;
+  const std::vector<TokenId> ids = greedy(cpu, {764, 17, 301, 52}, 36, &ref);
+  ASSERT_EQ(ids.size(), 36u);
+
+  cuda::CudaBackend gpu(m, cuda::Driver::load(), 64);
+  EXPECT_EQ(gpu.n_ctx(), 64u);
+  // Both caches are f16: a K or V value whose f32 results differ in the
+  // last bits can round to neighbouring halves (1e-3 apart), which moves
+  // logits by ~1e-3; 1e-2 leaves room for that and nothing more.
+  const double tol = 1e-2;
+  const Comparison c = compare(cpu, gpu, ids, tol, &ref);
+  std::printf("[cuda-backend] %s: %zu launches/token, max |logit diff| %.2e (tolerance %.0e), %zu/%zu positions checked, "
+              "%zu argmax mismatches\n", synth::arch_name(GetParam()), gpu.launches_per_token(), c.max_diff, tol,
+              c.checked, c.positions, c.argmax_mismatches);
+  EXPECT_LE(c.max_diff, tol);
+  EXPECT_GE(c.checked * 10, c.positions * 9);
+  EXPECT_EQ(c.argmax_mismatches, 0u);
+
+  // Negative control: one Q4_K sub-block scale of one matrix, 9 steps off.
+  const Weight* victim = nullptr;
+  for (const LayerDesc& l : m.layers)
+    for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down})
+      if (!victim && w->type == gguf::GgmlType::Q4_K) victim = w;
+  ASSERT_NE(victim, nullptr) << "no Q4_K matrix in the synthetic model";
+  uint8_t* scale = const_cast<uint8_t*>(victim->data) + 4 + 1;   // row 0, block 0, scales[1]
+  const uint8_t saved = *scale;
+  *scale = uint8_t((saved & 0xC0) | (((saved & 63) + 9) & 63));
+  cuda::CudaBackend broken(m, cuda::Driver::load(), 64);
+  *scale = saved;
+  const Comparison bad = compare(cpu, broken, ids, tol, &ref);
+  std::printf("[cuda-backend] %s with a corrupted scale in %s: max |logit diff| %.2e\n", synth::arch_name(GetParam()),
+              victim->name().c_str(), bad.max_diff);
+  EXPECT_GT(bad.max_diff, tol) << "a corrupted scale in " << victim->name() << " passed the comparison";
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, CudaBackendSynth,
+                         ::testing::Values(synth::Arch::Llama, synth::Arch::Qwen2, synth::Arch::Gemma3),
+                         [](const auto& info) { return std::string(synth::arch_name(info.param)); });
+
+// The first `n` positions of a prompt on a real model (emu runs a few
+// seconds per token of these).
+void check_real_model(const char* file, uint32_t n) {
+  const std::string path = std::string(PTXLM_MODELS_DIR) + "/" + file;
+  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: models/fetch (run by ./run.sh) puts it there";
+  Model m = Model::load(path);
+  const Tokenizer tok = Tokenizer::from_gguf(m.file);
+  const std::vector<TokenId> ids = tok.encode("The capital of France is", tok.add_bos(), false);
+  ASSERT_GE(ids.size(), n);
+  cpu::CpuBackend cpu(m, 16, KvType::F16, 2);
+  cuda::CudaBackend gpu(m, cuda::Driver::load(), 16);
+  const double tol = 1e-2;
+  const Comparison c = compare(cpu, gpu, {ids.begin(), ids.begin() + n}, tol);
+  std::printf("[cuda-backend] %s: %zu launches/token, max |logit diff| %.2e over %u positions (tolerance %.0e)\n", file,
+              gpu.launches_per_token(), c.max_diff, n, tol);
+  EXPECT_LE(c.max_diff, tol);
+  EXPECT_EQ(c.argmax_mismatches, 0u);
+}
+
+TEST(CudaBackendReal, SmolLM2FirstPositions) { check_real_model("SmolLM2-135M-Instruct.Q4_1.gguf", 4); }
+TEST(CudaBackendReal, Gemma3FirstPositions) { check_real_model("gemma-3-270m-q4_k_m.gguf", 3); }
+
+}  // namespace
