@@ -28,3 +28,6 @@ ptxlm_emu_gtest(test_elementwise_emu test_elementwise_emu.cpp LIBS ptxlm_engine 
 # models teacher-forced over 36 positions (with a negative control), SmolLM2
 # over its first 4.
 ptxlm_emu_gtest(test_cuda_backend test_cuda_backend.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 900)
+# ptxlm run/bench on the GPU path with emu as the driver, as a user drives it.
+ptxlm_pytest(cli_cuda_emu check_cli_cuda_emu.py TIMEOUT 1200)
+set_property(TEST cli_cuda_emu APPEND PROPERTY ENVIRONMENT "PTXLM_EMU_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>")

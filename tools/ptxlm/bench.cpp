@@ -293,6 +293,10 @@ int run(const Args& a) {
     Backend& b = *e.backend;
     const DeviceInfo dev = b.device_info();
     if (dev.kind != "cpu") peak = 0, peak_source.clear();
+    const bool emulated = dev.kind == "cuda" && dev.name.find("emu") != std::string::npos;
+    if (emulated)
+        std::fprintf(stderr, "bench: %s is emu, the CPU interpreter of the driver: these times say nothing about a GPU\n",
+                     dev.name.c_str());
 
     // Static description of the model and the machine, shared by every row.
     std::map<std::string, uint64_t> types;
@@ -319,7 +323,8 @@ int run(const Args& a) {
             {"device_name", dev.name},
             {"device_units", dev.units},
             {"n_threads", dev.threads},
-            {"schedule", nullptr},
+            {"schedule", dev.kind == "cuda" ? nlohmann::json("chain") : nlohmann::json(nullptr)},
+            {"emulated", emulated},
             {"kv_type", dev.kv_type},
             {"n_ctx", b.n_ctx()},
             {"n_batch", b.max_batch()},
@@ -348,7 +353,7 @@ int run(const Args& a) {
 
     static const char* kCsvFields[] = {"model_filename", "model_arch", "model_file_type", "model_types", "model_size",
                                        "model_n_params", "device", "device_name", "device_units", "n_threads",
-                                       "schedule", "kv_type", "n_ctx", "n_batch", "test", "n_prompt", "n_gen",
+                                       "schedule", "emulated", "kv_type", "n_ctx", "n_batch", "test", "n_prompt", "n_gen",
                                        "n_depth", "n_tokens", "repetitions", "samples_ns", "samples_ts", "avg_ns",
                                        "stddev_ns", "avg_ts", "stddev_ts", "ms_per_token", "bytes_per_token",
                                        "bandwidth_gbs", "peak_gbs", "peak_source", "peak_share", "peak_rss_bytes"};

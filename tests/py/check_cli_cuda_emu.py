@@ -1,0 +1,75 @@
+"""`ptxlm` on the GPU path with emu as the driver (PTXLM_LIBCUDA), as a user
+would drive it: `run --device cuda` prints the same greedy text as `--device
+cpu` on SmolLM2 (8 tokens) and on a synthetic gemma3 model (past its sliding
+window); `--device auto` picks the GPU and says so; `bench` on the GPU path
+reports the device, the chain schedule and that emu's times mean nothing;
+without a driver, `--device cuda` fails with one clear message and `auto`
+falls back to the CPU saying why.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import check_synth as cs  # noqa: E402
+from checks import check, finish  # noqa: E402
+
+MODELS = Path(os.environ.get("PTXLM_MODELS_DIR", "models"))
+PTXLM = os.environ.get("PTXLM_BIN", "build/tools/ptxlm/ptxlm")
+EMU = os.environ["PTXLM_EMU_LIBCUDA"]
+SMOL = str(MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def ptxlm(*args, emu=True, timeout=900):
+    env = dict(os.environ)
+    env.pop("PTXLM_LIBCUDA", None)
+    if emu:
+        env["PTXLM_LIBCUDA"] = EMU
+    return subprocess.run([PTXLM, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def greedy(model, prompt, n, device, ctx):
+    p = ptxlm("run", "-m", model, "-p", prompt, "-n", str(n), "--temp", "0", "-c", str(ctx), "--json",
+              "--device", device, "-t", "2")
+    if not check(p.returncode == 0, f"run --device {device} on {model}: {p.stderr[-400:]}"):
+        return None, p.stderr
+    return json.loads(p.stdout), p.stderr
+
+
+def main():
+    with tempfile.TemporaryDirectory() as d:
+        gemma = str(Path(d) / "gemma3.gguf")
+        subprocess.run([str(cs.BIN), "--arch", "gemma3", "--size", "tiny", "--out", gemma], check=True, capture_output=True)
+        for model, prompt, n in ((SMOL, "The capital of France is", 8), (gemma, "Once upon a time", 24)):
+            gpu, err = greedy(model, prompt, n, "cuda", 64)
+            cpu, _ = greedy(model, prompt, n, "cpu", 64)
+            if gpu and cpu:
+                print(f"{Path(model).name}: cuda {gpu['text']!r}, cpu {cpu['text']!r}")
+                check(gpu["tokens"] == cpu["tokens"], f"{model}: GPU tokens {gpu['tokens']} != CPU tokens {cpu['tokens']}")
+                check("CUDA" in err and "chain schedule" in err, f"the GPU run does not say what runs: {err[-300:]}")
+        auto = ptxlm("run", "-m", gemma, "-p", "Hi", "-n", "2", "--temp", "0", "-c", "32")
+        check(auto.returncode == 0 and "CUDA" in auto.stderr, f"--device auto with a driver: {auto.stderr[-300:]}")
+
+        b = ptxlm("bench", "-m", gemma, "--device", "cuda", "-p", "8", "-n", "2", "-r", "1", "-o", "json")
+        if check(b.returncode == 0, f"bench on the GPU path: {b.stderr[-400:]}"):
+            rows = json.loads(b.stdout)
+            check([r["test"] for r in rows] == ["pp8", "tg2"], f"bench tests {rows}")
+            for r in rows:
+                check(r["device"] == "cuda" and "emu" in r["device_name"] and r["schedule"] == "chain" and r["emulated"],
+                      f"bench row device fields: {r}")
+                check(r["n_tokens"] == r["n_prompt"] + r["n_gen"] and r["peak_gbs"] is None, f"bench row: {r}")
+            check("say nothing about a GPU" in b.stderr, "bench does not say emu's times mean nothing")
+
+        # No driver at all.
+        p = ptxlm("run", "-m", gemma, "-p", "Hi", "-n", "2", "--device", "cuda", emu=False)
+        check(p.returncode == 2 and "no CUDA device found" in p.stderr, f"--device cuda without a driver: {p.stderr!r}")
+        p = ptxlm("run", "-m", gemma, "-p", "Hi", "-n", "2", "--temp", "0", emu=False)
+        check(p.returncode == 0 and "no CUDA device: using the CPU" in p.stderr, f"auto without a driver: {p.stderr!r}")
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
