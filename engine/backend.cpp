@@ -24,6 +24,15 @@ std::string cpu_model_name() {
     return "unknown CPU";
 }
 
+Schedule parse_schedule(const std::string& s) {
+    if (s == "default") return Schedule::Default;
+    if (s == "chain") return Schedule::Chain;
+    if (s == "graph") return Schedule::Graph;
+    throw std::invalid_argument("--schedule: '" + s + "' is not a schedule (choose chain or graph)");
+}
+
+const char* schedule_name(Schedule s) { return s == Schedule::Chain ? "chain" : "graph"; }
+
 DeviceKind parse_device(const std::string& s) {
     if (s == "auto") return DeviceKind::Auto;
     if (s == "cpu") return DeviceKind::Cpu;
@@ -72,7 +81,7 @@ std::unique_ptr<Backend> make_backend(const Model& m, DeviceKind device, const B
             try {
                 if (opt.kv_type != KvType::F16) throw ModelError("the GPU path keeps an f16 KV cache (--kv-type f16)");
                 std::string ctx_note;
-                auto b = std::make_unique<cuda::CudaBackend>(m, drv, opt.n_ctx, &ctx_note);
+                auto b = std::make_unique<cuda::CudaBackend>(m, drv, opt.n_ctx, opt.schedule, &ctx_note);
                 if (note)
                     *note = b->description() + "; context " + std::to_string(b->n_ctx()) + " tokens" +
                             (ctx_note.empty() ? "" : " (" + ctx_note + ")");
@@ -83,6 +92,9 @@ std::unique_ptr<Backend> make_backend(const Model& m, DeviceKind device, const B
             }
         }
     }
+    if (opt.schedule != Schedule::Default)
+        throw std::invalid_argument("--schedule applies to the GPU path; the CPU runs without one" +
+                                    (why.empty() ? std::string() : " (" + why + ")"));
     const uint32_t kv_el = opt.kv_type == KvType::F16 ? 2 : 4;
     std::string ctx_note;
     const uint32_t n_ctx = choose_context(m, opt.n_ctx, kv_el, &ctx_note);

@@ -20,8 +20,16 @@ enum class DeviceKind { Auto, Cpu, Cuda };
 // "cpu", "cuda", "auto"; throws std::invalid_argument naming --device.
 DeviceKind parse_device(const std::string& s);
 
+// How the GPU path issues a token's kernels: `chain` launches them one by
+// one (for debugging), `graph` replays them captured once as a CUDA graph.
+enum class Schedule { Default, Chain, Graph };
+// "chain", "graph" or "default"; throws std::invalid_argument naming --schedule.
+Schedule parse_schedule(const std::string& s);
+const char* schedule_name(Schedule s);
+
 struct BackendOptions {
     uint32_t n_ctx = 0;         // 0: the model's trained context, capped to what memory allows
+    Schedule schedule = Schedule::Default;   // GPU only; Default = Graph
     KvType kv_type = KvType::F16;
     int threads = 0;            // 0: every core this process may use
 };
@@ -31,6 +39,7 @@ struct DeviceInfo {
     std::string kind;           // "cpu" or "cuda"
     std::string name;           // CPU model or GPU name
     int units = 0;              // CPU cores this process may use, or GPU SMs
+    std::string schedule;       // GPU: "chain" or "graph"; empty on the CPU
     int threads = 0;            // CPU threads the backend uses (0 on a GPU)
     std::string kv_type;        // "f16" or "f32"
     uint32_t kv_bytes_per_el = 2;

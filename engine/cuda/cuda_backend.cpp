@@ -69,6 +69,12 @@ struct CudaBackend::Impl {
         ptx::ParamPack args;
     };
     std::vector<Op> chain;
+    Schedule schedule = Schedule::Graph;
+    std::unique_ptr<GraphExec> graph;   // the chain, captured once (graph schedule)
+
+    void launch_chain() {
+        for (Op& op : chain) launch(*op.fn, op.geometry, stream, op.args);
+    }
 
     Impl(const Model& model, std::shared_ptr<const Driver> drv) : m(model), ctx(std::move(drv)), stream(ctx) {}
 
@@ -107,9 +113,11 @@ struct CudaBackend::Impl {
     }
 };
 
-CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx, std::string* note)
+CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx, Schedule schedule,
+                         std::string* note)
     : p_(std::make_unique<Impl>(m, std::move(driver))) {
     Impl& p = *p_;
+    p.schedule = schedule == Schedule::Chain ? Schedule::Chain : Schedule::Graph;
     const cuda::DeviceInfo& dev = p.ctx.info();
     const unsigned sm = unsigned(dev.cc_major * 10 + dev.cc_minor);
     if (sm < 80) throw ModelError(dev.name + " is sm_" + std::to_string(sm) + "; the GPU path needs sm_80 or newer");
@@ -276,6 +284,23 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     head.eps = eps;
     head.segments = {{m.output.type, m.n_vocab}};
     p.add(kx::gemv_kernel(head, T), {X, out_norm, out, Impl::ptr(p.logits)});
+
+    if (p.schedule == Schedule::Graph) {
+        // Captured once: the launches read the token and position from device
+        // memory, so the same graph serves every token.
+        p.stream.begin_capture();
+        try {
+            p.launch_chain();
+        } catch (...) {
+            try {
+                p.stream.end_capture();
+            } catch (...) {
+            }
+            throw;
+        }
+        Graph g = p.stream.end_capture();
+        p.graph = std::make_unique<GraphExec>(g.instantiate());
+    }
 }
 
 CudaBackend::~CudaBackend() = default;
@@ -283,7 +308,8 @@ CudaBackend::~CudaBackend() = default;
 std::string CudaBackend::description() const {
     const cuda::DeviceInfo& d = p_->ctx.info();
     return "CUDA " + d.name + " (sm_" + std::to_string(d.cc_major * 10 + d.cc_minor) + ", " + std::to_string(d.sm_count) +
-           " SMs), chain schedule, " + std::to_string(p_->chain.size()) + " launches per token, KV f16";
+           " SMs), " + schedule_name(p_->schedule) + " schedule, " + std::to_string(p_->chain.size()) +
+           " kernels per token, KV f16";
 }
 
 ptxlm::DeviceInfo CudaBackend::device_info() const {
@@ -294,6 +320,7 @@ ptxlm::DeviceInfo CudaBackend::device_info() const {
     i.units = d.sm_count;
     i.kv_type = "f16";
     i.kv_bytes_per_el = 2;
+    i.schedule = schedule_name(p_->schedule);
     return i;
 }
 
@@ -322,7 +349,8 @@ void CudaBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, floa
         host[0] = uint32_t(tokens[i]);
         host[1] = pos + i;
         p.state.upload_async(host, 8, p.stream);
-        for (Impl::Op& op : p.chain) launch(*op.fn, op.geometry, p.stream, op.args);
+        if (p.graph) p.graph->launch(p.stream);
+        else p.launch_chain();
         if (logits && i >= n - n_logits)
             p.logits.download_async(logits + size_t(i - (n - n_logits)) * p.m.n_vocab, size_t(p.m.n_vocab) * 4, p.stream);
         p.stream.synchronize();

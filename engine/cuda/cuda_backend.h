@@ -9,8 +9,9 @@
 //
 // The token id and position live in device memory (written with a
 // stream-ordered copy from pinned memory before each token), so every launch
-// and its arguments stay the same from token to token. Schedule: `chain`
-// (plain launches, one after another on one stream).
+// and its arguments stay the same from token to token. Schedules: `chain`
+// (plain launches, one after another on one stream) and `graph` (the chain
+// captured once into a CUDA graph, replayed per token: one launch call).
 #pragma once
 
 #include <memory>
@@ -26,7 +27,8 @@ public:
     // n_ctx = 0: the model's trained context, capped to what device memory
     // allows. Throws ModelError naming what the GPU path cannot run (a weight
     // type, a head size) or what does not fit (with the numbers).
-    CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx, std::string* note = nullptr);
+    CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx,
+                Schedule schedule = Schedule::Default, std::string* note = nullptr);
     ~CudaBackend() override;
 
     std::string description() const override;

@@ -2,7 +2,9 @@
 would drive it: `run --device cuda` prints the same greedy text as `--device
 cpu` on SmolLM2 (8 tokens) and on a synthetic gemma3 model (past its sliding
 window); `--device auto` picks the GPU and says so; `bench` on the GPU path
-reports the device, the chain schedule and that emu's times mean nothing;
+reports the device, the schedule and that emu's times mean nothing; the
+`chain` and `graph` schedules give the same tokens; `--schedule` on the CPU
+is refused;
 without a driver, `--device cuda` fails with one clear message and `auto`
 falls back to the CPU saying why.
 """
@@ -49,7 +51,13 @@ def main():
             if gpu and cpu:
                 print(f"{Path(model).name}: cuda {gpu['text']!r}, cpu {cpu['text']!r}")
                 check(gpu["tokens"] == cpu["tokens"], f"{model}: GPU tokens {gpu['tokens']} != CPU tokens {cpu['tokens']}")
-                check("CUDA" in err and "chain schedule" in err, f"the GPU run does not say what runs: {err[-300:]}")
+                check("CUDA" in err and "graph schedule" in err, f"the GPU run does not say what runs: {err[-300:]}")
+        chain = ptxlm("run", "-m", gemma, "-p", "Once upon a time", "-n", "24", "--temp", "0", "-c", "64", "--json",
+                      "--device", "cuda", "--schedule", "chain")
+        if check(chain.returncode == 0 and "chain schedule" in chain.stderr, f"--schedule chain: {chain.stderr[-300:]}"):
+            check(json.loads(chain.stdout)["tokens"] == gpu["tokens"], "the chain and graph schedules differ")
+        p = ptxlm("run", "-m", gemma, "-p", "Hi", "--device", "cpu", "--schedule", "graph")
+        check(p.returncode == 2 and "--schedule" in p.stderr, f"--schedule on the CPU: {p.stderr[-300:]}")
         auto = ptxlm("run", "-m", gemma, "-p", "Hi", "-n", "2", "--temp", "0", "-c", "32")
         check(auto.returncode == 0 and "CUDA" in auto.stderr, f"--device auto with a driver: {auto.stderr[-300:]}")
 
@@ -58,7 +66,7 @@ def main():
             rows = json.loads(b.stdout)
             check([r["test"] for r in rows] == ["pp8", "tg2"], f"bench tests {rows}")
             for r in rows:
-                check(r["device"] == "cuda" and "emu" in r["device_name"] and r["schedule"] == "chain" and r["emulated"],
+                check(r["device"] == "cuda" and "emu" in r["device_name"] and r["schedule"] == "graph" and r["emulated"],
                       f"bench row device fields: {r}")
                 check(r["n_tokens"] == r["n_prompt"] + r["n_gen"] and r["peak_gbs"] is None, f"bench row: {r}")
             check("say nothing about a GPU" in b.stderr, "bench does not say emu's times mean nothing")

@@ -323,7 +323,7 @@ int run(const Args& a) {
             {"device_name", dev.name},
             {"device_units", dev.units},
             {"n_threads", dev.threads},
-            {"schedule", dev.kind == "cuda" ? nlohmann::json("chain") : nlohmann::json(nullptr)},
+            {"schedule", dev.schedule.empty() ? nlohmann::json(nullptr) : nlohmann::json(dev.schedule)},
             {"emulated", emulated},
             {"kv_type", dev.kv_type},
             {"n_ctx", b.n_ctx()},

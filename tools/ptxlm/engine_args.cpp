@@ -17,6 +17,9 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
     app.add_option("--device", a.device, "cpu, cuda or auto (CUDA when a device is usable, else the CPU)")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     app.add_option("--kv-type", a.kv_type, "KV cache element type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}));
+    app.add_option("--schedule", a.schedule,
+                   "GPU path: graph (the token's kernels replayed as one CUDA graph; the default) or chain (plain launches)")
+        ->check(CLI::IsMember({"default", "chain", "graph"}));
 }
 
 std::string default_model_path() {
@@ -37,6 +40,7 @@ Engine open_engine(const EngineArgs& a) {
     opt.n_ctx = a.n_ctx;
     opt.threads = a.threads;
     opt.kv_type = a.kv_type == "f32" ? KvType::F32 : KvType::F16;
+    opt.schedule = parse_schedule(a.schedule);
     std::string note;
     e.backend = make_backend(*e.model, parse_device(a.device), opt, &note);
     std::fprintf(stderr, "ptxlm: %s (%s, %s)\n", path.c_str(), e.model->hp.arch.c_str(),

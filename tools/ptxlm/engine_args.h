@@ -20,9 +20,10 @@ struct EngineArgs {
     int threads = 0;              // 0: all cores this process may use
     std::string device = "auto";
     std::string kv_type = "f16";
+    std::string schedule = "default";   // GPU: chain or graph (default graph)
 };
 
-// Registers -m/--model, -c/--ctx-size, -t/--threads, --device, --kv-type.
+// Registers -m/--model, -c/--ctx-size, -t/--threads, --device, --kv-type, --schedule.
 void add_engine_options(CLI::App& app, EngineArgs& args);
 
 struct Engine {
