@@ -8,6 +8,7 @@
 #include <map>
 #include <vector>
 
+#include "engine/cuda/decode_plan.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/launch.h"
 #include "engine/cuda/module.h"
@@ -23,7 +24,6 @@ using ptx::DevPtr;
 
 namespace {
 
-constexpr uint32_t kChunk = 256;   // attention positions per split
 
 std::vector<float> to_floats(const Weight& w) {
     std::vector<float> v(w.rows * w.cols);
@@ -106,11 +106,6 @@ struct CudaBackend::Impl {
         chain.push_back({it->second.fn.get(), g.geometry, g.params.pack(args)});
     }
 
-    void check_weight(const Weight& w) {
-        if (!kx::gemv_supports(w.type))
-            throw ModelError(w.name() + ": weight type " + gguf::type_traits(w.type).name +
-                             " is not supported on the GPU path yet");
-    }
 };
 
 CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx, Schedule schedule,
@@ -124,12 +119,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     p.target = ptx::Target::parse("sm_" + std::to_string(std::min(sm, 90u)));
     const HParams& hp = m.hp;
     const uint32_t E = hp.n_embd, hd = m.head_dim;
-    if (hp.n_rot != hd) throw ModelError("the GPU path rotates whole heads; this model rotates " + std::to_string(hp.n_rot) +
-                                         " of " + std::to_string(hd) + " dimensions");
-    if (m.final_softcap > 0) throw ModelError("final logit soft-capping is not on the GPU path yet");
-    for (const LayerDesc& l : m.layers)
-        for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) p.check_weight(*w);
-    p.check_weight(m.output);
+    decode_plan(m, 1);   // refuses what the GPU path cannot run before anything is allocated
 
     // The memory plan, against the device's free memory, before allocating.
     uint64_t max_q = 0, max_kv = 0, max_ff = 0, kv_per_token = 0, weight_bytes = 0;
@@ -213,7 +203,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     }
     uint32_t max_heads = 0;
     for (const LayerDesc& l : m.layers) max_heads = std::max(max_heads, l.n_head);
-    const uint32_t splits = (C + kChunk - 1) / kChunk;
+    const uint32_t splits = (C + kAttentionChunk - 1) / kAttentionChunk;
     p.x = DeviceBuffer(p.ctx, E * 4);
     p.q = DeviceBuffer(p.ctx, max_q * 4);
     p.k = DeviceBuffer(p.ctx, max_kv * 4);
@@ -229,61 +219,29 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     const DevPtr token_ptr = Impl::ptr(p.state), pos_ptr = Impl::ptr(p.state, 4);
     const DevPtr X = Impl::ptr(p.x), Q = Impl::ptr(p.q), K = Impl::ptr(p.k), V = Impl::ptr(p.v), ATT = Impl::ptr(p.att),
                  O = Impl::ptr(p.o), G = Impl::ptr(p.g), U = Impl::ptr(p.u), PART = Impl::ptr(p.part);
-    const float eps = hp.rms_eps;
     const ptx::Target& T = p.target;
 
-    // The chain.
-    p.add(kx::embed_kernel({m.tok_embd.type, E, m.embd_scale}, T), {embd, token_ptr, X});
+    // The chain, from the plan.
+    const DecodePlan plan = decode_plan(m, C);
+    p.add(kx::embed_kernel(plan.embed, T), {embd, token_ptr, X});
     for (uint32_t il = 0; il < m.layers.size(); ++il) {
-        const LayerDesc& l = m.layers[il];
-        const uint32_t q_dim = l.n_head * hd;
-        kx::GemvShape qkv;
-        qkv.n_in = E;
-        qkv.norm = true;
-        qkv.eps = eps;
-        qkv.segments = {{l.wq.type, q_dim}, {l.wk.type, m.kv_dim(il)}, {l.wv.type, m.kv_dim(il)}};
-        p.add(kx::gemv_kernel(qkv, T), {X, attn_norm[il], wq[il], Q, wk[il], K, wv[il], V});
-
-        kx::RopeShape rs{l.n_head, l.n_head_kv, hd, hp.rope_style == RopeStyle::Neox, bool(l.bq), bool(l.q_norm), eps};
+        const LayerPlan& lp = plan.layers[il];
+        const DevPtr kc = Impl::ptr(p.k_cache[il]), vc = Impl::ptr(p.v_cache[il]);
+        p.add(kx::gemv_kernel(lp.qkv, T), {X, attn_norm[il], wq[il], Q, wk[il], K, wv[il], V});
         std::vector<ptx::ParamValue> ra = {Q, K, V};
-        if (rs.bias) ra.insert(ra.end(), {bq[il], bk[il], bv[il]});
-        if (rs.qk_norm) ra.insert(ra.end(), {qn[il], kn[il]});
-        ra.insert(ra.end(), {Impl::ptr(p.rope_tables.at(l.rope_base)), pos_ptr, Impl::ptr(p.k_cache[il]),
-                             Impl::ptr(p.v_cache[il])});
-        p.add(kx::rope_append_kernel(rs, T), ra);
-
-        const kx::AttentionShape as{l.n_head, l.n_head_kv, hd, C, l.sliding ? hp.sliding_window : 0, m.attn_scale, kChunk};
-        p.add(kx::attention_split_kernel(as, T), {Q, Impl::ptr(p.k_cache[il]), Impl::ptr(p.v_cache[il]), pos_ptr, PART});
-        p.add(kx::attention_reduce_kernel(as, T), {PART, pos_ptr, ATT});
-
-        kx::GemvShape wo_s;
-        wo_s.n_in = q_dim;
-        wo_s.segments = {{l.wo.type, E}};
-        wo_s.accumulate = !l.attn_post_norm;
-        p.add(kx::gemv_kernel(wo_s, T), {ATT, wo[il], l.attn_post_norm ? O : X});
-        if (l.attn_post_norm) p.add(kx::add_norm_kernel({E, eps}, T), {X, O, post_attn[il]});
-
-        kx::GemvShape gu;
-        gu.n_in = E;
-        gu.norm = true;
-        gu.eps = eps;
-        gu.segments = {{l.gate.type, l.n_ff}, {l.up.type, l.n_ff}};
-        p.add(kx::gemv_kernel(gu, T), {X, ffn_norm[il], wg[il], G, wu[il], U});
-
-        kx::GemvShape down;
-        down.n_in = l.n_ff;
-        down.input = m.ffn == FfnKind::GeGLU ? kx::GemvInput::GeGlu : kx::GemvInput::SwiGlu;
-        down.segments = {{l.down.type, E}};
-        down.accumulate = !l.ffn_post_norm;
-        p.add(kx::gemv_kernel(down, T), {G, U, wd[il], l.ffn_post_norm ? O : X});
-        if (l.ffn_post_norm) p.add(kx::add_norm_kernel({E, eps}, T), {X, O, post_ffn[il]});
+        if (lp.rope.bias) ra.insert(ra.end(), {bq[il], bk[il], bv[il]});
+        if (lp.rope.qk_norm) ra.insert(ra.end(), {qn[il], kn[il]});
+        ra.insert(ra.end(), {Impl::ptr(p.rope_tables.at(m.layers[il].rope_base)), pos_ptr, kc, vc});
+        p.add(kx::rope_append_kernel(lp.rope, T), ra);
+        p.add(kx::attention_split_kernel(lp.attention, T), {Q, kc, vc, pos_ptr, PART});
+        p.add(kx::attention_reduce_kernel(lp.attention, T), {PART, pos_ptr, ATT});
+        p.add(kx::gemv_kernel(lp.wo, T), {ATT, wo[il], lp.post_attn_norm ? O : X});
+        if (lp.post_attn_norm) p.add(kx::add_norm_kernel(plan.add_norm, T), {X, O, post_attn[il]});
+        p.add(kx::gemv_kernel(lp.gate_up, T), {X, ffn_norm[il], wg[il], G, wu[il], U});
+        p.add(kx::gemv_kernel(lp.down, T), {G, U, wd[il], lp.post_ffn_norm ? O : X});
+        if (lp.post_ffn_norm) p.add(kx::add_norm_kernel(plan.add_norm, T), {X, O, post_ffn[il]});
     }
-    kx::GemvShape head;
-    head.n_in = E;
-    head.norm = true;
-    head.eps = eps;
-    head.segments = {{m.output.type, m.n_vocab}};
-    p.add(kx::gemv_kernel(head, T), {X, out_norm, out, Impl::ptr(p.logits)});
+    p.add(kx::gemv_kernel(plan.head, T), {X, out_norm, out, Impl::ptr(p.logits)});
 
     if (p.schedule == Schedule::Graph) {
         // Captured once: the launches read the token and position from device

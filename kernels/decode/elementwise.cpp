@@ -1,5 +1,6 @@
 #include "kernels/decode/elementwise.h"
 
+#include <cctype>
 #include <string>
 
 #include "kernels/decode/layout.h"
@@ -127,8 +128,10 @@ GeneratedKernel embed_kernel(const EmbedShape& s, Target t) {
   const RowLayout l = row_layout(s.type, s.n);
   ParamList params;
   params.add_ptr("w").add_ptr("token").add_ptr("x");
+  std::string type = gguf::type_traits(s.type).name;
+  for (char& c : type) c = char(std::tolower(static_cast<unsigned char>(c)));
   std::string name("embed_");
-  name.append(std::to_string(s.n)).append("_").append(std::to_string(unsigned(s.type)));
+  name.append(std::to_string(s.n)).append("_").append(type);
   Kernel k = start_kernel(name.c_str(), t, params, g);
   Reg e = k.global_index_x();
   Reg w = k.param("w"), tok = k.param("token"), x = k.param("x");

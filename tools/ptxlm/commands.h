@@ -17,5 +17,6 @@ Runner add_perplexity(CLI::App& app);
 Runner add_logits(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_bench(CLI::App& app);
+Runner add_ptx(CLI::App& app);
 
 }  // namespace ptxlm::cli

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
     add(ptxlm::cli::add_tokenize);
     add(ptxlm::cli::add_logits);
     add(ptxlm::cli::add_bench);
+    add(ptxlm::cli::add_ptx);
 
     try {
         app.parse(argc, argv);

@@ -1,0 +1,86 @@
+#include "engine/cuda/decode_plan.h"
+
+#include <set>
+#include <string>
+
+namespace ptxlm::cuda {
+
+namespace kx = ptxlm::kernels;
+
+namespace {
+
+void check_weight(const Weight& w) {
+    if (!kx::gemv_supports(w.type))
+        throw ModelError(w.name() + ": weight type " + gguf::type_traits(w.type).name +
+                         " is not supported on the GPU path yet");
+}
+
+kx::GemvShape gemv(uint32_t n_in, std::vector<kx::GemvSegment> segments, bool norm, float eps, bool accumulate) {
+    kx::GemvShape s;
+    s.n_in = n_in;
+    s.segments = std::move(segments);
+    s.norm = norm;
+    s.eps = eps;
+    s.accumulate = accumulate;
+    return s;
+}
+
+}  // namespace
+
+DecodePlan decode_plan(const Model& m, uint32_t n_ctx) {
+    const HParams& hp = m.hp;
+    const uint32_t E = hp.n_embd, hd = m.head_dim;
+    const float eps = hp.rms_eps;
+    if (hp.n_rot != hd)
+        throw ModelError("the GPU path rotates whole heads; this model rotates " + std::to_string(hp.n_rot) + " of " +
+                         std::to_string(hd) + " dimensions");
+    if (m.final_softcap > 0) throw ModelError("final logit soft-capping is not on the GPU path yet");
+    check_weight(m.output);
+    DecodePlan p;
+    p.embed = {m.tok_embd.type, E, m.embd_scale};
+    p.add_norm = {E, eps};
+    for (uint32_t il = 0; il < m.layers.size(); ++il) {
+        const LayerDesc& l = m.layers[il];
+        for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) check_weight(*w);
+        if (bool(l.q_norm) != bool(l.k_norm) || bool(l.bq) != bool(l.bk) || bool(l.bq) != bool(l.bv))
+            throw ModelError("layer " + std::to_string(il) + ": q/k norms and q/k/v biases must come together");
+        const uint32_t q_dim = l.n_head * hd, kv = m.kv_dim(il);
+        LayerPlan lp;
+        lp.qkv = gemv(E, {{l.wq.type, q_dim}, {l.wk.type, kv}, {l.wv.type, kv}}, true, eps, false);
+        lp.rope = {l.n_head, l.n_head_kv, hd, hp.rope_style == RopeStyle::Neox, bool(l.bq), bool(l.q_norm), eps};
+        lp.attention = {l.n_head, l.n_head_kv, hd, n_ctx, l.sliding ? hp.sliding_window : 0, m.attn_scale, kAttentionChunk};
+        lp.post_attn_norm = bool(l.attn_post_norm);
+        lp.post_ffn_norm = bool(l.ffn_post_norm);
+        lp.wo = gemv(q_dim, {{l.wo.type, E}}, false, eps, !lp.post_attn_norm);
+        lp.gate_up = gemv(E, {{l.gate.type, l.n_ff}, {l.up.type, l.n_ff}}, true, eps, false);
+        lp.down = gemv(l.n_ff, {{l.down.type, E}}, false, eps, !lp.post_ffn_norm);
+        lp.down.input = m.ffn == FfnKind::GeGLU ? kx::GemvInput::GeGlu : kx::GemvInput::SwiGlu;
+        p.layers.push_back(lp);
+    }
+    p.head = gemv(E, {{m.output.type, m.n_vocab}}, true, eps, false);
+    return p;
+}
+
+std::vector<ptx::GeneratedKernel> decode_kernels(const DecodePlan& plan, const ptx::Target& t) {
+    std::vector<ptx::GeneratedKernel> out;
+    std::set<std::string> seen;
+    auto add = [&](ptx::GeneratedKernel g) {
+        if (seen.insert(g.name).second) out.push_back(std::move(g));
+    };
+    add(kx::embed_kernel(plan.embed, t));
+    for (const LayerPlan& l : plan.layers) {
+        add(kx::gemv_kernel(l.qkv, t));
+        add(kx::rope_append_kernel(l.rope, t));
+        add(kx::attention_split_kernel(l.attention, t));
+        add(kx::attention_reduce_kernel(l.attention, t));
+        add(kx::gemv_kernel(l.wo, t));
+        if (l.post_attn_norm) add(kx::add_norm_kernel(plan.add_norm, t));
+        add(kx::gemv_kernel(l.gate_up, t));
+        add(kx::gemv_kernel(l.down, t));
+        if (l.post_ffn_norm) add(kx::add_norm_kernel(plan.add_norm, t));
+    }
+    add(kx::gemv_kernel(plan.head, t));
+    return out;
+}
+
+}  // namespace ptxlm::cuda

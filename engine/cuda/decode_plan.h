@@ -1,0 +1,42 @@
+// The shapes of every kernel a model's decode chain launches, from the model
+// description alone (no device): what CudaBackend builds its chain from, and
+// what `ptxlm ptx` writes out and the tests assemble with ptxas.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/model.h"
+#include "kernels/decode/attention.h"
+#include "kernels/decode/elementwise.h"
+#include "kernels/decode/gemv.h"
+
+namespace ptxlm::cuda {
+
+constexpr uint32_t kAttentionChunk = 256;   // positions per attention split
+
+struct LayerPlan {
+    kernels::GemvShape qkv;        // fused attn_norm + Q, K, V
+    kernels::RopeShape rope;
+    kernels::AttentionShape attention;
+    kernels::GemvShape wo;         // accumulates into the residual unless post_attn_norm
+    kernels::GemvShape gate_up;    // fused ffn_norm + gate, up
+    kernels::GemvShape down;       // of act(gate)·up; accumulates unless post_ffn_norm
+    bool post_attn_norm = false, post_ffn_norm = false;   // gemma3: normalised adds
+};
+
+struct DecodePlan {
+    kernels::EmbedShape embed;
+    std::vector<LayerPlan> layers;
+    kernels::AddNormShape add_norm;   // used where a layer has post norms
+    kernels::GemvShape head;          // fused output_norm + LM head
+};
+
+// Throws ModelError naming what the GPU path cannot run (a weight type, a
+// partial rotation, soft-capped logits).
+DecodePlan decode_plan(const Model& m, uint32_t n_ctx);
+
+// Every distinct kernel of the plan, in chain order, generated for `t`.
+std::vector<ptx::GeneratedKernel> decode_kernels(const DecodePlan& plan, const ptx::Target& t);
+
+}  // namespace ptxlm::cuda

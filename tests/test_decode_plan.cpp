@@ -1,0 +1,75 @@
+// Every kernel the decode chains of the real models and the synthetic ones
+// need, assembled by ptxas for sm_80, sm_86, sm_89 and sm_90: accepted, no
+// warnings, and no spills or stack frames (they are all hot).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/decode_plan.h"
+#include "kernels/ptx/ptxas.h"
+#include "models/synth/synth.h"
+
+#ifndef PTXLM_PTXAS
+#define PTXLM_PTXAS ""
+#endif
+
+using namespace ptxlm;
+
+namespace {
+
+void assemble_all(const Model& m, const std::string& what) {
+  ASSERT_FALSE(std::string(PTXLM_PTXAS).empty()) << "ptxas not found: these tests never skip";
+  const cuda::DecodePlan plan = cuda::decode_plan(m, 4096);
+  for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90"}) {
+    const std::vector<ptx::GeneratedKernel> ks = cuda::decode_kernels(plan, ptx::Target::parse(arch));
+    EXPECT_GE(ks.size(), 8u);
+    int max_regs = 0;
+    for (const ptx::GeneratedKernel& g : ks) {
+      const ptx::PtxasResult r = ptx::run_ptxas(PTXLM_PTXAS, g.ptx, arch);
+      ASSERT_TRUE(r.ok()) << what << " " << g.name << " for " << arch << ":\n" << r.log;
+      EXPECT_EQ(r.log.find("warning"), std::string::npos) << g.name << ":\n" << r.log;
+      const ptx::PtxasFunctionReport* f = r.find(g.name);
+      ASSERT_NE(f, nullptr) << g.name;
+      EXPECT_TRUE(g.hot);
+      EXPECT_FALSE(f->spills()) << what << " " << g.name << " spills on " << arch;
+      EXPECT_EQ(f->stack_frame_bytes, 0u) << what << " " << g.name << " on " << arch;
+      max_regs = std::max(max_regs, f->registers);
+    }
+    std::printf("[decode-plan] %s %s: %zu kernels, at most %d registers, no spills\n", what.c_str(), arch, ks.size(),
+                max_regs);
+  }
+}
+
+TEST(DecodePlan, RealModelsKernelsAssemble) {
+  for (const char* file : {"SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"}) {
+    const std::string path = std::string(PTXLM_MODELS_DIR) + "/" + file;
+    ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: models/fetch (run by ./run.sh) puts it there";
+    assemble_all(Model::load(path), file);
+  }
+}
+
+TEST(DecodePlan, SyntheticModelsKernelsAssemble) {
+  for (synth::Arch a : synth::all_archs()) {
+    std::vector<uint8_t> bytes = synth::model_bytes(synth::preset(a, synth::Size::Small));
+    assemble_all(Model::from_file(gguf::File::parse(bytes, "synth")), std::string("synth ") + synth::arch_name(a));
+  }
+}
+
+TEST(DecodePlan, LayerShapesFollowTheModel) {
+  const Model m = Model::load(std::string(PTXLM_MODELS_DIR) + "/gemma-3-270m-q4_k_m.gguf");
+  const cuda::DecodePlan p = cuda::decode_plan(m, 1024);
+  ASSERT_EQ(p.layers.size(), m.layers.size());
+  for (size_t il = 0; il < p.layers.size(); ++il) {
+    const cuda::LayerPlan& l = p.layers[il];
+    EXPECT_EQ(l.attention.window, m.layers[il].sliding ? m.hp.sliding_window : 0u) << il;
+    EXPECT_TRUE(l.post_attn_norm && l.post_ffn_norm && l.rope.qk_norm && l.rope.neox);
+    EXPECT_FALSE(l.wo.accumulate || l.down.accumulate);   // gemma3 adds through its post norms
+    EXPECT_EQ(l.down.input, kernels::GemvInput::GeGlu);
+  }
+  EXPECT_EQ(p.head.segments.at(0).rows, m.n_vocab);
+  EXPECT_EQ(p.embed.scale, m.embd_scale);
+}
+
+}  // namespace
