@@ -1,7 +1,8 @@
 """`ptxlm` on the GPU path with emu as the driver (PTXLM_LIBCUDA), as a user
 would drive it: `run --device cuda` prints the same greedy text as `--device
 cpu` on SmolLM2 (8 tokens) and on a synthetic gemma3 model (past its sliding
-window); `--device auto` picks the GPU and says so; `bench` on the GPU path
+window); `--device auto` picks the GPU and says so; `selftest` passes every
+kernel `ptx` writes; `bench` on the GPU path
 reports the device, the schedule and that emu's times mean nothing; the
 `chain` and `graph` schedules give the same tokens; `--schedule` on the CPU
 is refused;
@@ -70,6 +71,19 @@ def main():
                       f"bench row device fields: {r}")
                 check(r["n_tokens"] == r["n_prompt"] + r["n_gen"] and r["peak_gbs"] is None, f"bench row: {r}")
             check("say nothing about a GPU" in b.stderr, "bench does not say emu's times mean nothing")
+
+        # selftest: every kernel of the chain against the CPU reference, all within tolerance;
+        # one row per kernel `ptxlm ptx` writes (attention's reduction is checked with its split).
+        for model in (SMOL, gemma):
+            st = ptxlm("selftest", "-m", model, "--json")
+            px = ptxlm("ptx", "-m", model, "--out", str(Path(d) / "ptx" / Path(model).stem), "-c", "256", emu=False)
+            if check(st.returncode == 0 and px.returncode == 0, f"selftest/ptx on {model}: {st.stderr[-300:]} {px.stderr[-300:]}"):
+                rows = json.loads(st.stdout)["kernels"]
+                files = [f for f in os.listdir(Path(d) / "ptx" / Path(model).stem) if not f.startswith("attention_reduce")]
+                check(all(r["pass"] and r["max_error"] <= r["tolerance"] for r in rows), f"selftest failures: {rows}")
+                check(sorted(r["kernel"] + ".ptx" for r in rows) == sorted(files), f"selftest kernels {rows} vs ptx files {files}")
+        p = ptxlm("selftest", "-m", gemma, emu=False)
+        check(p.returncode == 2 and "no CUDA device found" in p.stderr, f"selftest without a driver: {p.stderr!r}")
 
         # No driver at all.
         p = ptxlm("run", "-m", gemma, "-p", "Hi", "-n", "2", "--device", "cuda", emu=False)

@@ -18,5 +18,6 @@ Runner add_logits(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_ptx(CLI::App& app);
+Runner add_selftest(CLI::App& app);
 
 }  // namespace ptxlm::cli

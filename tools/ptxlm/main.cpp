@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
     add(ptxlm::cli::add_logits);
     add(ptxlm::cli::add_bench);
     add(ptxlm::cli::add_ptx);
+    add(ptxlm::cli::add_selftest);
 
     try {
         app.parse(argc, argv);

@@ -1,0 +1,31 @@
+// `ptxlm selftest`: every kernel a model's decode chain needs, run on the
+// device at the model's shapes (its own weights, random activations) and
+// compared with the CPU reference of the same op. On emu it runs in CI; on a
+// real GPU it is the first thing to run.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/driver.h"
+#include "engine/model.h"
+
+namespace ptxlm::cuda {
+
+struct SelftestResult {
+    std::string kernel;
+    std::string what;        // the op, in words
+    double max_error = 0;    // largest |device - reference|
+    double tolerance = 0;    // the bound at that element (bit-equal ops: 0)
+    bool pass = false;
+};
+
+// Runs each distinct kernel once, in chain order; `report` sees each result
+// as it is known. Positions are the last of an n_ctx context (the largest
+// RoPE angles, the fullest cache).
+std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx,
+                                         uint32_t seed, const std::function<void(const SelftestResult&)>& report);
+
+}  // namespace ptxlm::cuda
