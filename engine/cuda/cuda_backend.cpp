@@ -64,6 +64,7 @@ struct CudaBackend::Impl {
     };
     std::map<std::string, Kernel> kernels;   // by kernel name (names encode shapes)
     struct Op {
+        std::string kernel;
         const Function* fn;
         ptx::LaunchGeometry geometry;
         ptx::ParamPack args;
@@ -103,7 +104,7 @@ struct CudaBackend::Impl {
             k.fn = std::make_unique<Function>(k.module->function(g.name));
             it = kernels.emplace(g.name, std::move(k)).first;
         }
-        chain.push_back({it->second.fn.get(), g.geometry, g.params.pack(args)});
+        chain.push_back({g.name, it->second.fn.get(), g.geometry, g.params.pack(args)});
     }
 
 };
@@ -285,6 +286,13 @@ ptxlm::DeviceInfo CudaBackend::device_info() const {
 uint32_t CudaBackend::n_ctx() const { return p_->n_ctx; }
 uint32_t CudaBackend::n_vocab() const { return p_->m.n_vocab; }
 size_t CudaBackend::launches_per_token() const { return p_->chain.size(); }
+Schedule CudaBackend::schedule() const { return p_->schedule; }
+
+std::vector<CudaBackend::Launch> CudaBackend::launches() const {
+    std::vector<Launch> out;
+    for (const Impl::Op& op : p_->chain) out.push_back({op.kernel, op.geometry.grid.count()});
+    return out;
+}
 
 void CudaBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) {
     Impl& p = *p_;

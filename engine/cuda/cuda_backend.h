@@ -16,6 +16,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/backend.h"
 #include "engine/cuda/driver.h"
@@ -40,6 +41,13 @@ public:
 
     // Launches per token (the chain's length).
     size_t launches_per_token() const;
+    // The chain, in order: each launch's kernel and grid size (blocks).
+    struct Launch {
+        std::string kernel;
+        uint64_t blocks = 0;
+    };
+    std::vector<Launch> launches() const;
+    Schedule schedule() const;
 
 private:
     struct Impl;

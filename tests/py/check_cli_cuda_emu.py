@@ -3,7 +3,8 @@ would drive it: `run --device cuda` prints the same greedy text as `--device
 cpu` on SmolLM2 (8 tokens) and on a synthetic gemma3 model (past its sliding
 window); `--device auto` picks the GPU and says so; `selftest` passes every
 kernel `ptx` writes; `bench` on the GPU path
-reports the device, the schedule and that emu's times mean nothing; the
+reports the device, the schedule and that emu's times mean nothing, and its
+counted mode emu's per-token counts with a projection; the
 `chain` and `graph` schedules give the same tokens; `--schedule` on the CPU
 is refused;
 without a driver, `--device cuda` fails with one clear message and `auto`
@@ -71,6 +72,24 @@ def main():
                       f"bench row device fields: {r}")
                 check(r["n_tokens"] == r["n_prompt"] + r["n_gen"] and r["peak_gbs"] is None, f"bench row: {r}")
             check("say nothing about a GPU" in b.stderr, "bench does not say emu's times mean nothing")
+        # Counted mode: emu's per-token counts and a projection, labelled as such.
+        b = ptxlm("bench", "-m", gemma, "--device", "cuda", "-p", "0", "-n", "1", "-r", "1", "-o", "json", "--project", "a100")
+        if check(b.returncode == 0, f"bench --project: {b.stderr[-400:]}"):
+            c = json.loads(b.stdout)[0]["counted"]
+            kernels = int(b.stderr.split(" kernels per token")[0].rsplit(" ", 1)[-1])
+            pj = c["projected"]
+            check(c["launches"] == kernels, f"counted launches {c['launches']} vs {kernels} kernels per token")
+            check(0.95 <= c["unique_over_weights"] <= 1.5, f"unique bytes / token bytes {c['unique_over_weights']}")
+            check(c["requested_over_weights"] >= c["unique_over_weights"] and 0 < c["sector_efficiency"] <= 1, f"counted {c}")
+            check(pj["gpu"] == "a100" and "projected" in pj["label"] and pj["schedule"] == "graph", f"projection {pj}")
+            check(abs(pj["tokens_per_s"] * pj["us_per_token"] - 1e6) < 1e-3 * 1e6 and pj["bandwidth_share"] <= 0.9,
+                  f"projection arithmetic {pj}")
+            check(abs(pj["us_per_token"] - pj["launch_us"] - pj["memory_us"]) < 1e-6 * pj["us_per_token"], f"{pj}")
+            check(abs(pj["launch_us"] - 1.3 * kernels) < 1e-6 * kernels, f"graph launch overhead {pj['launch_us']}")
+        for args, needle in ((["--device", "cuda", "--project", "h100"], "--project h100"),
+                             (["--device", "cpu", "--project", "a100"], "counted mode needs emu")):
+            b = ptxlm("bench", "-m", gemma, "-p", "0", "-n", "1", "-r", "1", *args)
+            check(b.returncode == 2 and needle in b.stderr, f"bench {args}: {b.returncode} {b.stderr[-300:]!r}")
 
         # selftest: every kernel of the chain against the CPU reference, all within tolerance;
         # one row per kernel `ptxlm ptx` writes (attention's reduction is checked with its split).

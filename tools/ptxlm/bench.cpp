@@ -22,6 +22,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 #include <fstream>
 #include <thread>
@@ -33,6 +34,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/cpu/thread_pool.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/projection.h"
 #include "gguf/quant.h"
 #include "tools/ptxlm/commands.h"
 #include "tools/ptxlm/engine_args.h"
@@ -48,6 +51,7 @@ struct Args {
     std::string prompt = "512", gen = "128", depth = "0";
     uint32_t reps = 5;
     std::string output = "md";
+    std::string project;   // counted mode's GPU (emu only); default h100-sxm
 };
 
 // "512", "128,256", "0-1024+256" (step), "64-512*2" (factor): llama-bench's
@@ -174,6 +178,85 @@ uint64_t peak_rss_bytes() {
     return 0;
 }
 
+// Counted mode (the device is emu): one token at depth 0 in a fresh backend
+// with emu's counters on (PTXLM_EMU_STATS is read when the primary context is
+// retained and written when it is released), then the per-token figures and
+// the projection for `gpu` (engine/projection.h). Call with no other
+// CudaBackend alive.
+nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& gpu) {
+    char path[] = "/tmp/ptxlm-emu-stats-XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) throw std::runtime_error("bench: cannot create a file for emu's counters");
+    close(fd);
+    setenv("PTXLM_EMU_STATS", path, 1);
+    std::vector<cuda::CudaBackend::Launch> launches;
+    Schedule used;
+    try {
+        cuda::CudaBackend b(m, cuda::Driver::load(), 64, schedule);
+        std::vector<float> logits(b.n_vocab());
+        b.eval(0, 0, logits.data());
+        launches = b.launches();
+        used = b.schedule();
+    } catch (...) {
+        unsetenv("PTXLM_EMU_STATS");
+        std::remove(path);
+        throw;
+    }
+    unsetenv("PTXLM_EMU_STATS");
+    std::ifstream in(path);
+    nlohmann::json stats;
+    try {
+        in >> stats;
+    } catch (const std::exception& e) {
+        std::remove(path);
+        throw std::runtime_error(std::string("bench: emu's counters are unreadable: ") + e.what());
+    }
+    std::remove(path);
+    const nlohmann::json& ks = stats.at("kernels");
+    // Requested: what reaches L2, the 32-byte sectors each warp-level access
+    // touches (plus atomics); unique: distinct bytes, summed over kernels.
+    uint64_t n_launch = 0, requested = 0, unique = 0;
+    for (const auto& [name, k] : ks.items()) {
+        n_launch += k.at("launches").get<uint64_t>();
+        requested += 32 * (k.at("global_load_sectors").get<uint64_t>() + k.at("global_store_sectors").get<uint64_t>()) +
+                     k.at("global_atomic_bytes").get<uint64_t>();
+        unique += k.at("unique_global_bytes").get<uint64_t>();
+    }
+    if (n_launch != launches.size())
+        throw std::runtime_error("bench: emu counted " + std::to_string(n_launch) + " launches for a chain of " +
+                                 std::to_string(launches.size()));
+    std::vector<LaunchCost> costs;
+    uint64_t below = 0;
+    for (const cuda::CudaBackend::Launch& l : launches) {
+        const nlohmann::json& k = ks.at(l.kernel);
+        costs.push_back({l.blocks, k.at("unique_global_bytes").get<uint64_t>() / k.at("launches").get<uint64_t>()});
+        below += l.blocks < uint64_t(gpu.sms);
+    }
+    const Projection p = project(costs, 1, gpu, used == Schedule::Graph ? LaunchMode::Graph : LaunchMode::Stream);
+    const PassTraffic t = pass_traffic(m);
+    const double token_bytes = double(t.weights + t.lm_head + t.embd_row);
+    return {{"tokens", 1},
+            {"depth", 0},
+            {"launches", n_launch},
+            {"token_bytes", token_bytes},
+            {"unique_bytes", unique},
+            {"requested_bytes", requested},
+            {"unique_over_weights", double(unique) / token_bytes},
+            {"requested_over_weights", double(requested) / token_bytes},
+            {"sector_efficiency", requested ? double(unique) / double(requested) : 0.0},
+            {"launches_below_sm_count", below},
+            {"projected",
+             {{"label", "projected from emu's counts, not measured"},
+              {"gpu", gpu.name},
+              {"description", gpu.description},
+              {"schedule", schedule_name(used)},
+              {"us_per_token", p.us_per_token},
+              {"launch_us", p.launch_us},
+              {"memory_us", p.memory_us},
+              {"tokens_per_s", p.tokens_per_s},
+              {"bandwidth_share", p.bandwidth_share}}}};
+}
+
 // Drives the backend through the tests, keeping track of how much of the
 // cache holds the fixed token sequence so depth is filled only when needed.
 class TestDriver {
@@ -268,6 +351,9 @@ int run(const Args& a) {
     }
     if (tests.empty()) throw std::invalid_argument("-p and -n: every size is 0, so there is nothing to measure");
 
+    std::optional<GpuSpec> gpu;
+    if (!a.project.empty() && !(gpu = find_gpu(a.project)))
+        throw std::invalid_argument("--project " + a.project + ": not a GPU bench knows (" + gpu_names() + ")");
     EngineArgs engine = a.engine;
     uint32_t need = 0;
     for (const Test& t : tests) need = std::max(need, t.depth + t.tokens());
@@ -297,6 +383,7 @@ int run(const Args& a) {
     if (emulated)
         std::fprintf(stderr, "bench: %s is emu, the CPU interpreter of the driver: these times say nothing about a GPU\n",
                      dev.name.c_str());
+    if (!emulated && gpu) throw std::invalid_argument("--project: counted mode needs emu as the driver (PTXLM_LIBCUDA)");
 
     // Static description of the model and the machine, shared by every row.
     std::map<std::string, uint64_t> types;
@@ -422,6 +509,29 @@ int run(const Args& a) {
         std::fflush(stdout);
         all.push_back(j);
     }
+    if (emulated) {
+        if (!gpu) gpu = find_gpu("h100-sxm");
+        const Schedule sched = parse_schedule(dev.schedule);
+        e.backend.reset();   // releases the context, so the counted one starts fresh
+        std::fprintf(stderr, "bench: counting one token on emu\n");
+        const nlohmann::json c = counted_token(m, sched, *gpu);
+        for (nlohmann::json& row : all) row["counted"] = c;
+        if (a.output == "md") {
+            const nlohmann::json& pj = c["projected"];
+            std::printf("\ncounted on emu (1 token at depth 0): %llu launches; unique global bytes %.3f x and L2 sector "
+                        "traffic %.3f x the %.1f MB a token must read (sector efficiency %.0f%%); %llu launches "
+                        "with fewer blocks than %s's %d SMs\n",
+                        (unsigned long long)c["launches"].get<uint64_t>(), c["unique_over_weights"].get<double>(),
+                        c["requested_over_weights"].get<double>(), c["token_bytes"].get<double>() / 1e6,
+                        100 * c["sector_efficiency"].get<double>(),
+                        (unsigned long long)c["launches_below_sm_count"].get<uint64_t>(), gpu->name, gpu->sms);
+            std::printf("projected for %s (%s schedule): %.0f tok/s, %.1f us per token (%.1f launch overhead + %.1f "
+                        "memory), %.0f%% of peak bandwidth: %s\n",
+                        gpu->description, pj["schedule"].get<std::string>().c_str(), pj["tokens_per_s"].get<double>(),
+                        pj["us_per_token"].get<double>(), pj["launch_us"].get<double>(), pj["memory_us"].get<double>(),
+                        100 * pj["bandwidth_share"].get<double>(), pj["label"].get<std::string>().c_str());
+        }
+    }
     if (a.output == "json") std::printf("%s\n", all.dump(2).c_str());
     else if (a.output == "md" && peak > 0)
         std::printf("\npeak: %.1f GB/s (%s); MB/tok: weights + KV cache read per token\n", peak, peak_source.c_str());
@@ -440,6 +550,9 @@ Runner add_bench(CLI::App& app) {
     sub->add_option("-r,--repetitions", a->reps, "timed repetitions per test, after one warm-up (default 5)")
         ->check(CLI::Range(1u, 1000u));
     sub->add_option("-o,--output", a->output, "md (a table), json or csv (default md)");
+    sub->add_option("--project", a->project,
+                    "counted mode on emu: project the speed for h100-sxm, h100-pcie, h200, a100 or rtx4090 "
+                    "(default h100-sxm; always labelled projected)");
     return [a] { return run(*a); };
 }
 
