@@ -161,6 +161,26 @@ uint64_t Model::weight_bytes() const {
     return n;
 }
 
+std::vector<float> to_floats(const Weight& w) {
+    std::vector<float> v;
+    if (!w) return v;
+    v.resize(w.cols * w.rows);
+    for (uint64_t r = 0; r < w.rows; ++r)
+        gguf::type_traits(w.type).dequantize_row(w.row(r), v.data() + r * w.cols, static_cast<int64_t>(w.cols));
+    return v;
+}
+
+std::vector<double> rope_rates(const Model& m, float base) {
+    const uint32_t hd = m.head_dim;
+    const std::vector<float> factors = to_floats(m.rope_freqs);
+    std::vector<double> f(hd / 2);
+    for (uint32_t i = 0; i < hd / 2; ++i) {
+        f[i] = std::pow(double(base), -2.0 * double(i) / double(hd));
+        if (!factors.empty()) f[i] /= factors[i];
+    }
+    return f;
+}
+
 PassTraffic pass_traffic(const Model& m) {
     PassTraffic t;
     m.for_each_weight([&](const Weight& w) {

@@ -94,6 +94,15 @@ template <class Fn> void Model::for_each_weight(Fn&& fn) const {
             visit(*w);
 }
 
+// Every element of `w` as f32 (empty when w is absent), through gguf's
+// reference dequantizers.
+std::vector<float> to_floats(const Weight& w);
+
+// RoPE's per-pair rates for a layer with base `base`: base^(−2i/head_dim),
+// divided by the model's rope_freqs factors when it has them. The angle of
+// pair i at position p is (p · rope_freq_scale) · rate[i], in double.
+std::vector<double> rope_rates(const Model& m, float base);
+
 // Bytes one forward pass reads from memory: what bounds single-stream decode.
 // A pass over a batch of tokens reads every weight once (the token embedding
 // only one row per token; the LM head once when the pass produces logits),

@@ -34,31 +34,12 @@ private:
     size_t n_ = 0;
 };
 
-std::vector<float> to_floats(const Weight& w) {
-    std::vector<float> v;
-    if (!w) return v;
-    v.resize(w.cols * w.rows);
-    for (uint64_t r = 0; r < w.rows; ++r) dequantize_row(w, r, v.data() + r * w.cols);
-    return v;
-}
-
 // out = x / rms(x) · weight (weight may be null: plain normalisation).
 void rms_norm(const float* x, const float* weight, float* out, uint64_t n, float eps) {
     double ss = 0;
     for (uint64_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
     const float scale = 1.0f / std::sqrt(static_cast<float>(ss / double(n)) + eps);
     for (uint64_t i = 0; i < n; ++i) out[i] = weight ? (x[i] * scale) * weight[i] : x[i] * scale;
-}
-
-// RoPE's per-pair rates base^(−2i/d), divided by the model's rope_freqs
-// factors when it has them.
-std::vector<double> inverse_frequencies(float base, uint32_t hd, const std::vector<float>& factors) {
-    std::vector<double> f(hd / 2);
-    for (uint32_t i = 0; i < hd / 2; ++i) {
-        f[i] = std::pow(double(base), -2.0 * double(i) / double(hd));
-        if (!factors.empty()) f[i] /= factors[i];
-    }
-    return f;
 }
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
@@ -78,7 +59,6 @@ struct CpuBackend::Layer {
 CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, int threads)
     : m_(m), n_ctx_(n_ctx), kv_(kv), pool_(threads > 0 ? threads : ThreadPool::default_threads()) {
     const uint64_t E = m.hp.n_embd, hd = m.head_dim;
-    const std::vector<float> rope_freqs = to_floats(m.rope_freqs);
     uint64_t max_q = 0, max_kv = 0, max_ff = 0;
     layers_.resize(m.layers.size());
     for (size_t il = 0; il < m.layers.size(); ++il) {
@@ -93,7 +73,7 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, int threads)
         l.bq = to_floats(d.bq);
         l.bk = to_floats(d.bk);
         l.bv = to_floats(d.bv);
-        l.inv_freq = inverse_frequencies(d.rope_base, uint32_t(hd), rope_freqs);
+        l.inv_freq = rope_rates(m, d.rope_base);
         const uint64_t el = kv == KvType::F16 ? 2 : 4;
         l.k_cache = LazyBuffer(n_ctx * m.kv_dim(il) * el);
         l.v_cache = LazyBuffer(n_ctx * m.kv_dim(il) * el);
@@ -137,7 +117,7 @@ DeviceInfo CpuBackend::device_info() const {
 }
 
 void CpuBackend::debug_set_rope_base(uint32_t layer, float base) {
-    layers_.at(layer).inv_freq = inverse_frequencies(base, m_.head_dim, to_floats(m_.rope_freqs));
+    layers_.at(layer).inv_freq = rope_rates(m_, base);
 }
 
 namespace {

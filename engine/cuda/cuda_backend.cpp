@@ -25,23 +25,6 @@ using ptx::DevPtr;
 namespace {
 
 
-std::vector<float> to_floats(const Weight& w) {
-    std::vector<float> v(w.rows * w.cols);
-    for (uint64_t r = 0; r < w.rows; ++r)
-        gguf::type_traits(w.type).dequantize_row(w.row(r), v.data() + r * w.cols, int64_t(w.cols));
-    return v;
-}
-
-// RoPE's per-pair rates, as the CPU backend computes them.
-std::vector<double> inverse_frequencies(float base, uint32_t hd, const std::vector<float>& factors) {
-    std::vector<double> f(hd / 2);
-    for (uint32_t i = 0; i < hd / 2; ++i) {
-        f[i] = std::pow(double(base), -2.0 * double(i) / double(hd));
-        if (!factors.empty()) f[i] /= factors[i];
-    }
-    return f;
-}
-
 }  // namespace
 
 struct CudaBackend::Impl {
@@ -182,10 +165,9 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     if (tty) std::fprintf(stderr, "\n");
 
     // RoPE tables: cos, sin of (pos · freq_scale) · rate, in double then f32.
-    const std::vector<float> factors = m.rope_freqs ? to_floats(m.rope_freqs) : std::vector<float>{};
     for (const auto& [base, unused] : bases) {
         (void)unused;
-        const std::vector<double> inv = inverse_frequencies(base, hd, factors);
+        const std::vector<double> inv = rope_rates(m, base);
         std::vector<float> t(size_t(C) * hd);
         for (uint32_t pos = 0; pos < C; ++pos) {
             const double ps = double(pos) * m.rope_freq_scale;

@@ -27,7 +27,7 @@ std::vector<float> dequantize(const Weight& w, uint64_t r) {
     return v;
 }
 
-std::vector<float> vec(const Weight& w) { return w ? dequantize(w, 0) : std::vector<float>{}; }
+std::vector<float> vec(const Weight& w) { return to_floats(w); }
 
 // Tracks the worst element: the largest error relative to its bound.
 struct Worst {
@@ -180,12 +180,7 @@ std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const D
             const uint32_t q_dim = s.n_head * hd, kv = s.n_head_kv * hd;
             std::vector<float> q = r.randv(q_dim, 1.0f), k = r.randv(kv, 1.0f), v = r.randv(kv, 1.0f);
             // cos/sin of row `pos` only: the kernel reads no other row.
-            std::vector<double> inv(hd / 2);
-            const std::vector<float> factors = vec(m.rope_freqs);
-            for (uint32_t i = 0; i < hd / 2; ++i) {
-                inv[i] = std::pow(double(l.rope_base), -2.0 * double(i) / double(hd));
-                if (!factors.empty()) inv[i] /= factors[i];
-            }
+            const std::vector<double> inv = rope_rates(m, l.rope_base);
             std::vector<float> table(size_t(pos + 1) * hd);
             for (uint32_t i = 0; i < hd / 2; ++i) {
                 const double theta = double(pos) * m.rope_freq_scale * inv[i];

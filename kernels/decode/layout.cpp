@@ -64,32 +64,31 @@ RowLayout row_layout(GgmlType t, uint32_t cols) {
   return l;
 }
 
-std::vector<uint8_t> repack_rows(const RowLayout& l, const uint8_t* src, uint64_t rows) {
-  std::vector<uint8_t> out(rows * l.row_bytes, 0);
+namespace {
+
+// Copies every block field between the file layout and the device layout
+// (to_device picks the direction).
+std::vector<uint8_t> convert_rows(const RowLayout& l, const uint8_t* src, uint64_t rows, bool to_device) {
+  std::vector<uint8_t> out(rows * (to_device ? l.row_bytes : l.file_row_bytes), 0);
   const uint32_t block_bytes = uint32_t(gguf::type_traits(l.type).block_bytes);
-  for (uint64_t r = 0; r < rows; ++r) {
-    const uint8_t* s = src + r * l.file_row_bytes;
-    uint8_t* d = out.data() + r * l.row_bytes;
+  for (uint64_t r = 0; r < rows; ++r)
     for (const Plane& p : l.planes)
-      for (uint32_t b = 0; b < l.blocks; ++b)
-        std::memcpy(d + p.offset + uint64_t(b) * p.bytes_per_block, s + uint64_t(b) * block_bytes + p.src_offset,
-                    p.bytes_per_block);
-  }
+      for (uint32_t b = 0; b < l.blocks; ++b) {
+        const uint64_t file = r * l.file_row_bytes + uint64_t(b) * block_bytes + p.src_offset;
+        const uint64_t dev = r * l.row_bytes + p.offset + uint64_t(b) * p.bytes_per_block;
+        std::memcpy(out.data() + (to_device ? dev : file), src + (to_device ? file : dev), p.bytes_per_block);
+      }
   return out;
 }
 
+}  // namespace
+
+std::vector<uint8_t> repack_rows(const RowLayout& l, const uint8_t* src, uint64_t rows) {
+  return convert_rows(l, src, rows, true);
+}
+
 std::vector<uint8_t> unpack_rows(const RowLayout& l, const uint8_t* src, uint64_t rows) {
-  std::vector<uint8_t> out(rows * l.file_row_bytes, 0);
-  const uint32_t block_bytes = uint32_t(gguf::type_traits(l.type).block_bytes);
-  for (uint64_t r = 0; r < rows; ++r) {
-    const uint8_t* s = src + r * l.row_bytes;
-    uint8_t* d = out.data() + r * l.file_row_bytes;
-    for (const Plane& p : l.planes)
-      for (uint32_t b = 0; b < l.blocks; ++b)
-        std::memcpy(d + uint64_t(b) * block_bytes + p.src_offset, s + p.offset + uint64_t(b) * p.bytes_per_block,
-                    p.bytes_per_block);
-  }
-  return out;
+  return convert_rows(l, src, rows, false);
 }
 
 }  // namespace ptxlm::kernels
