@@ -22,11 +22,6 @@ namespace ptxlm::cuda {
 namespace kx = ptxlm::kernels;
 using ptx::DevPtr;
 
-namespace {
-
-
-}  // namespace
-
 struct CudaBackend::Impl {
     const Model& m;
     Context ctx;
@@ -162,7 +157,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     }
     const DevPtr embd = p.weight(m.tok_embd), out_norm = p.vector(m.output_norm), out = p.weight(m.output);
     progress(m.tok_embd.rows * m.tok_embd.row_bytes);
-    if (tty) std::fprintf(stderr, "\n");
+    if (tty) std::fprintf(stderr, "\rptxlm: uploading weights 100%%\n");
 
     // RoPE tables: cos, sin of (pos · freq_scale) · rate, in double then f32.
     for (const auto& [base, unused] : bases) {
