@@ -15,7 +15,10 @@ using gguf::GgmlType;
 
 namespace {
 
-constexpr uint32_t kTargetBlocks = 264;   // two blocks per SM on a 132-SM H100
+// Rows per block grow until about this many blocks remain: one per SM of a
+// 132-SM H100. Every block stages the whole input, so fewer, fuller blocks
+// cut that traffic; below one block per SM a GPU would leave SMs idle.
+constexpr uint32_t kTargetBlocks = 132;
 constexpr uint32_t kQ4kBytes = 144;       // d, dmin (f16), scales[12], qs[128]
 
 uint32_t total_rows(const GemvShape& s) {
@@ -67,8 +70,40 @@ std::vector<Reg> ld_v4_nc(Kernel& k, Type t, const Reg& a, int64_t offset = 0) {
   return ld_vec(k, Space::global, t, 4, a, offset, true);
 }
 
-// The per-warp dot product of one row of a 32-element block type (Q8_0,
-// Q4_0, Q4_1, Q5_0) in the device layout (layout.h: quants plane, then
+// The per-warp dot product of one Q8_0 row in the device layout (quants
+// plane, then f16 scales): two lanes per block, lane l taking half l % 2
+// (16 quants) of blocks l / 2, l / 2 + 16, ..., so each warp request reads
+// 512 contiguous bytes. Returns the lane's partial sum.
+Reg q8_0_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xs) {
+  Reg half = k.and_(lane, 1u), first = k.shr(lane, 1u);
+  Reg qoff = k.cvt(Type::u64, k.shl(half, 4u));
+  Reg x0 = k.mad_lo(half, 64u, xs);
+  Reg acc = k.mov(Type::f32, 0.0f);
+  Reg b = k.reg(Type::u32);
+  MemOpt nc;
+  nc.nc = true;
+  k.for_range(b, first, l.blocks, 16u, [&] {
+    Reg qa = k.add(k.add(wrow, k.mul_wide(b, 32u)), qoff);
+    std::vector<Reg> q = ld_v4_nc(k, Type::u32, qa);
+    Reg xa = k.mad_lo(b, 128u, x0);
+    Reg dot = k.mov(Type::f32, 0.0f);
+    for (uint32_t c = 0; c < 4; ++c) {
+      std::vector<Reg> x = ld_vec(k, Space::shared, Type::f32, 4, xa, 16 * c);
+      for (uint32_t e = 0; e < 4; ++e) {
+        Reg qv = k.cvt(Type::f32, k.bfe(k.bitcast(Type::s32, q[c]), 8 * e, 8u));
+        k.fma(dot, qv, x[e], dot);
+      }
+    }
+    Reg bits = k.reg(Type::u16);
+    k.ld(Space::global, bits, at(k.add(wrow, k.cvt(Type::u64, k.mad_lo(b, 2u, l.planes[1].offset)))), nc);
+    Reg d = k.cvt(Type::f32, k.bitcast(Type::f16, bits));
+    k.fma(acc, d, dot, acc);
+  });
+  return acc;
+}
+
+// The per-warp dot product of one row of a 16-byte-quant block type (Q4_0,
+// Q4_1, Q5_0) in the device layout (layout.h: quants plane, then
 // high bits, then scales). Lane l takes blocks l, l + 32, ...; Q4_x and
 // Q5_0 hold element j in the low nibble of byte j and element j + 16 in its
 // high nibble. Returns the lane's partial sum.
@@ -80,10 +115,6 @@ Reg block32_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& l
   k.for_range(b, lane, l.blocks, 32u, [&] {
     Reg qa = k.add(wrow, k.mul_wide(b, qbytes));
     std::vector<Reg> q = ld_v4_nc(k, Type::u32, qa);
-    if (t == GgmlType::Q8_0) {
-      std::vector<Reg> q2 = ld_v4_nc(k, Type::u32, qa, 16);
-      q.insert(q.end(), q2.begin(), q2.end());
-    }
     Reg xa = k.mad_lo(b, 128u, xs);
     std::vector<Reg> x;
     for (uint32_t c = 0; c < 8; ++c) {
@@ -103,14 +134,7 @@ Reg block32_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& l
       return k.cvt(Type::f32, k.bitcast(Type::f16, bits));
     };
     Reg out;
-    if (t == GgmlType::Q8_0) {
-      Reg dot = k.mov(Type::f32, 0.0f);
-      for (uint32_t j = 0; j < 32; ++j) {
-        Reg qv = k.cvt(Type::f32, k.bfe(k.bitcast(Type::s32, q[j / 4]), 8 * (j % 4), 8u));
-        k.fma(dot, qv, x[j], dot);
-      }
-      out = k.mul(half_at(1), dot);
-    } else {
+    {
       Reg qh;
       if (t == GgmlType::Q5_0) {
         qh = k.reg(Type::u32);
@@ -315,7 +339,7 @@ bool gemv_supports(GgmlType t) {
 GemvPlan gemv_plan(const GemvShape& s) {
   GemvPlan p;
   const uint32_t rows = total_rows(s);
-  p.rows_per_warp = std::clamp<uint32_t>(rows / (p.warps * kTargetBlocks), 1, 8);
+  p.rows_per_warp = std::clamp<uint32_t>(rows / (p.warps * kTargetBlocks), 1, 16);
   return p;
 }
 
@@ -410,6 +434,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t) {
         Reg wrow = k.add(w, k.mul_wide(local, layout.row_bytes));
         Reg part = seg.type == GgmlType::Q4_K   ? q4k_row_dot(k, wrow, s.n_in, lane, xs, xsum8)
                    : seg.type == GgmlType::Q6_K ? q6k_row_dot(k, layout, wrow, lane, xs, xsum8)
+                   : seg.type == GgmlType::Q8_0 ? q8_0_row_dot(k, layout, wrow, lane, xs)
                                                 : block32_row_dot(k, layout, wrow, lane, xs, xsum8);
         Reg acc = warp_allreduce(k, part, ReduceOp::sum_f32);
         if (s.norm) acc = k.mul(acc, scale);
