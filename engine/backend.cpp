@@ -1,6 +1,8 @@
 #include "engine/backend.h"
 
+#include <algorithm>
 #include <fstream>
+#include <vector>
 #include <stdexcept>
 
 #include "engine/cpu/cpu_backend.h"
@@ -32,6 +34,12 @@ Schedule parse_schedule(const std::string& s) {
 }
 
 const char* schedule_name(Schedule s) { return s == Schedule::Chain ? "chain" : "graph"; }
+
+TokenId Backend::eval_argmax(TokenId token, uint32_t pos) {
+    std::vector<float> logits(n_vocab());
+    eval(token, pos, logits.data());
+    return TokenId(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
 
 DeviceKind parse_device(const std::string& s) {
     if (s == "auto") return DeviceKind::Auto;

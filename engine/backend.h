@@ -64,6 +64,11 @@ public:
     virtual uint32_t max_batch() const = 0;
 
     void eval(TokenId token, uint32_t pos, float* logits) { eval_batch({&token, 1}, pos, logits, logits ? 1 : 0); }
+
+    // Evaluates one token and returns the id of its largest logit (ties: the
+    // lowest id): greedy decoding. The GPU computes it on the device and
+    // copies only the id; the default reads all the logits.
+    virtual TokenId eval_argmax(TokenId token, uint32_t pos);
 };
 
 // The context a session gets for `requested` (0 = model default), checked

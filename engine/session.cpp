@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 namespace ptxlm {
 
@@ -71,15 +72,29 @@ Generation Session::generate(const GenerateOptions& opt, const std::function<voi
         if (on_text) on_text(s);
     };
 
+    // Plain greedy decoding needs only the argmax of each step's logits,
+    // which the backend may compute where the logits are (the GPU copies
+    // back one id instead of the vocabulary's logits).
+    const SamplerParams& sp = opt.sampling;
+    const bool penalties = sp.penalty_last_n > 0 &&
+                           (sp.repeat_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f);
+    const bool argmax_only = sp.temperature <= 0 && !penalties && !opt.ignore_eos;
+    std::optional<TokenId> next;   // the argmax of the current step, when the backend gave only that
+
     const auto t0 = std::chrono::steady_clock::now();
     g.finish = FinishReason::Length;
     for (;;) {
         if (cancel && cancel->load()) { g.finish = FinishReason::Cancelled; break; }
         if (opt.max_tokens >= 0 && g.tokens.size() >= size_t(opt.max_tokens)) { g.finish = FinishReason::Length; break; }
-        work.assign(logits_.begin(), logits_.end());
-        if (opt.ignore_eos)
-            for (TokenId id : eog_) work[id] = -INFINITY;
-        const TokenId t = sampler.sample(work);
+        TokenId t;
+        if (next) {
+            t = *next;
+        } else {
+            work.assign(logits_.begin(), logits_.end());
+            if (opt.ignore_eos)
+                for (TokenId id : eog_) work[id] = -INFINITY;
+            t = sampler.sample(work);
+        }
         if (!opt.ignore_eos && tok_.is_eog(t)) { g.finish = FinishReason::Stop; break; }
         sampler.accept(t);
         g.tokens.push_back(t);
@@ -87,7 +102,8 @@ Generation Session::generate(const GenerateOptions& opt, const std::function<voi
         if (stops.stopped()) { g.finish = FinishReason::Stop; break; }
         if (cached_.size() >= backend_.n_ctx()) { g.finish = FinishReason::ContextFull; break; }
         if (opt.max_tokens >= 0 && g.tokens.size() >= size_t(opt.max_tokens)) { g.finish = FinishReason::Length; break; }
-        backend_.eval(t, static_cast<uint32_t>(cached_.size()), logits_.data());
+        if (argmax_only) next = backend_.eval_argmax(t, static_cast<uint32_t>(cached_.size()));
+        else backend_.eval(t, static_cast<uint32_t>(cached_.size()), logits_.data());
         cached_.push_back(t);
     }
     if (!stops.stopped()) emit(stops.push(decoder.flush()));

@@ -90,6 +90,23 @@ TEST_P(CudaBackendSynth, TeacherForcedLogitsMatchTheCpu) {
   EXPECT_GE(c.checked * 10, c.positions * 9);
   EXPECT_EQ(c.argmax_mismatches, 0u);
 
+  // Greedy decoding on the device: only the argmax comes back, and it is the
+  // CPU's wherever the CPU's top-2 margin is clear (the greedy sequence's
+  // next token).
+  cuda::CudaBackend greedy_gpu(m, cuda::Driver::load(), 64);
+  const size_t nv = m.n_vocab;
+  size_t compared = 0;
+  for (uint32_t i = 0; i < ids.size(); ++i) {
+    const TokenId got = greedy_gpu.eval_argmax(ids[i], i);
+    std::vector<float> row(ref.begin() + i * nv, ref.begin() + (i + 1) * nv);
+    const TokenId want = TokenId(std::max_element(row.begin(), row.end()) - row.begin());
+    std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
+    if (row[0] - row[1] <= 2 * tol) continue;
+    ++compared;
+    EXPECT_EQ(got, want) << "position " << i << ": device argmax vs the CPU's";
+  }
+  EXPECT_GE(compared * 10, ids.size() * 9);
+
   // Negative control: one Q4_K sub-block scale of one matrix, 9 steps off.
   const Weight* victim = nullptr;
   for (const LayerDesc& l : m.layers)

@@ -16,6 +16,7 @@
 #include "kernels/decode/elementwise.h"
 #include "kernels/decode/gemv.h"
 #include "kernels/decode/layout.h"
+#include "kernels/examples/examples.h"
 
 namespace ptxlm::cuda {
 
@@ -33,8 +34,8 @@ struct CudaBackend::Impl {
     std::vector<DeviceBuffer> vectors;                 // norms and biases as f32
     std::map<float, DeviceBuffer> rope_tables;         // by RoPE base
     std::vector<DeviceBuffer> k_cache, v_cache;
-    DeviceBuffer x, q, k, v, att, o, g, u, logits, part, state;
-    PinnedBuffer state_host;
+    DeviceBuffer x, q, k, v, att, o, g, u, logits, part, state, best;
+    PinnedBuffer state_host, best_host;
 
     struct Kernel {
         std::unique_ptr<Module> module;
@@ -194,6 +195,8 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     p.part = DeviceBuffer(p.ctx, size_t(max_heads) * splits * (hd + 2) * 4);
     p.state = DeviceBuffer(p.ctx, 8);
     p.state_host = PinnedBuffer(p.ctx, 8);
+    p.best = DeviceBuffer(p.ctx, 8);
+    p.best_host = PinnedBuffer(p.ctx, 8);
     const DevPtr token_ptr = Impl::ptr(p.state), pos_ptr = Impl::ptr(p.state, 4);
     const DevPtr X = Impl::ptr(p.x), Q = Impl::ptr(p.q), K = Impl::ptr(p.k), V = Impl::ptr(p.v), ATT = Impl::ptr(p.att),
                  O = Impl::ptr(p.o), G = Impl::ptr(p.g), U = Impl::ptr(p.u), PART = Impl::ptr(p.part);
@@ -220,6 +223,9 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         if (lp.post_ffn_norm) p.add(kx::add_norm_kernel(plan.add_norm, T), {X, O, post_ffn[il]});
     }
     p.add(kx::gemv_kernel(plan.head, T), {X, out_norm, out, Impl::ptr(p.logits)});
+    // Greedy decoding reads only this: the argmax key of the logits.
+    p.add(kx::clear_u64_kernel(T), {Impl::ptr(p.best)});
+    p.add(kx::argmax_kernel({m.n_vocab}, T), {Impl::ptr(p.logits), Impl::ptr(p.best)});
 
     if (p.schedule == Schedule::Graph) {
         // Captured once: the launches read the token and position from device
@@ -263,6 +269,26 @@ ptxlm::DeviceInfo CudaBackend::device_info() const {
 uint32_t CudaBackend::n_ctx() const { return p_->n_ctx; }
 uint32_t CudaBackend::n_vocab() const { return p_->m.n_vocab; }
 size_t CudaBackend::launches_per_token() const { return p_->chain.size(); }
+
+TokenId CudaBackend::eval_argmax(TokenId token, uint32_t pos) {
+    Impl& p = *p_;
+    if (token < 0 || uint32_t(token) >= p.m.n_vocab)
+        throw ModelError("token id " + std::to_string(token) + " is outside the vocabulary (0.." +
+                         std::to_string(p.m.n_vocab - 1) + ")");
+    if (pos >= p.n_ctx)
+        throw ModelError("position " + std::to_string(pos) + " is past the context of " + std::to_string(p.n_ctx) +
+                         " tokens");
+    p.ctx.make_current();
+    auto* host = static_cast<uint32_t*>(p.state_host.data());
+    host[0] = uint32_t(token);
+    host[1] = pos;
+    p.state.upload_async(host, 8, p.stream);
+    if (p.graph) p.graph->launch(p.stream);
+    else p.launch_chain();
+    p.best.download_async(p.best_host.data(), 8, p.stream);
+    p.stream.synchronize();
+    return TokenId(kx::argmax_index(*static_cast<const uint64_t*>(p.best_host.data())));
+}
 Schedule CudaBackend::schedule() const { return p_->schedule; }
 
 std::vector<CudaBackend::Launch> CudaBackend::launches() const {

@@ -38,6 +38,7 @@ public:
     uint32_t n_vocab() const override;
     void eval_batch(std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) override;
     uint32_t max_batch() const override { return 64; }
+    TokenId eval_argmax(TokenId token, uint32_t pos) override;
 
     // Launches per token (the chain's length).
     size_t launches_per_token() const;

@@ -1,6 +1,8 @@
 #include "engine/cuda/decode_plan.h"
 
 #include <set>
+
+#include "kernels/examples/examples.h"
 #include <string>
 
 namespace ptxlm::cuda {
@@ -80,6 +82,8 @@ std::vector<ptx::GeneratedKernel> decode_kernels(const DecodePlan& plan, const p
         if (l.post_ffn_norm) add(kx::add_norm_kernel(plan.add_norm, t));
     }
     add(kx::gemv_kernel(plan.head, t));
+    add(kx::clear_u64_kernel(t));
+    add(kx::argmax_kernel({plan.head.segments.at(0).rows}, t));
     return out;
 }
 

@@ -13,6 +13,7 @@
 #include "engine/cuda/module.h"
 #include "gguf/f16.h"
 #include "kernels/decode/layout.h"
+#include "kernels/examples/examples.h"
 
 namespace ptxlm::cuda {
 
@@ -292,6 +293,25 @@ std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const D
     }
     once(kx::gemv_kernel(plan.head, T).name, "output_norm + LM head",
          [&] { return check_gemv(r, plan.head, {&m.output}, &m.output_norm); });
+    once(kx::clear_u64_kernel(T).name, "clear the argmax slot", [&] {
+        const DevPtr slot = r.up(std::vector<uint64_t>{~0ull});
+        r.launch(kx::clear_u64_kernel(T), {slot});
+        Worst w;
+        w.add(r.down<uint64_t>(slot, 1)[0] == 0 ? 0.0 : 1.0, 0.0);
+        return w;
+    });
+    const kx::ArgmaxShape am{m.n_vocab};
+    once(kx::argmax_kernel(am, T).name, "argmax of the logits (error: index distance)", [&] {
+        std::vector<float> logits = r.randv(m.n_vocab, 3.0f);
+        logits[r.rand_below(m.n_vocab)] = 40.0f;   // one clear winner, anywhere
+        const DevPtr slot = r.up(std::vector<uint64_t>{0});
+        r.launch(kx::argmax_kernel(am, T), {r.up(logits), slot});
+        const uint32_t got = kx::argmax_index(r.down<uint64_t>(slot, 1)[0]);
+        const uint32_t want = uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        Worst w;
+        w.add(std::fabs(double(got) - double(want)), 0.0);
+        return w;
+    });
     return out;
 }
 

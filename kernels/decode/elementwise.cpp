@@ -181,4 +181,14 @@ GeneratedKernel add_norm_kernel(const AddNormShape& s, Target t) {
   return finish(k, params, g, true);
 }
 
+GeneratedKernel clear_u64_kernel(Target t) {
+  const LaunchGeometry g{{1, 1, 1}, {32, 1, 1}, 0};
+  ParamList params;
+  params.add_ptr("out");
+  Kernel k = start_kernel("clear_u64", t, params, g);
+  Reg out = k.param("out");
+  k.when(k.setp(Cmp::eq, k.special(Sreg::tid_x), 0u), [&] { k.st_global(at(out), k.mov(Type::u64, 0ull)); });
+  return finish(k, params, g, true);
+}
+
 }  // namespace ptxlm::kernels

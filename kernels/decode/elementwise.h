@@ -31,4 +31,8 @@ struct AddNormShape {
 ptx::LaunchGeometry add_norm_geometry(const AddNormShape& s);
 ptx::GeneratedKernel add_norm_kernel(const AddNormShape& s, ptx::Target t = {});
 
+// *out = 0 (one thread): clears the argmax slot before each token's argmax
+// (kernels/examples argmax_kernel accumulates with red.max). Params: out.
+ptx::GeneratedKernel clear_u64_kernel(ptx::Target t = {});
+
 }  // namespace ptxlm::kernels
