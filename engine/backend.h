@@ -40,6 +40,7 @@ struct DeviceInfo {
     std::string name;           // CPU model or GPU name
     int units = 0;              // CPU cores this process may use, or GPU SMs
     std::string schedule;       // GPU: "chain" or "graph"; empty on the CPU
+    double peak_gbs = 0;        // GPU: peak DRAM bandwidth from its memory clock and bus width; 0 unknown
     int threads = 0;            // CPU threads the backend uses (0 on a GPU)
     std::string kv_type;        // "f16" or "f32"
     uint32_t kv_bytes_per_el = 2;

@@ -263,6 +263,7 @@ ptxlm::DeviceInfo CudaBackend::device_info() const {
     i.kv_type = "f16";
     i.kv_bytes_per_el = 2;
     i.schedule = schedule_name(p_->schedule);
+    i.peak_gbs = d.peak_bandwidth_gbs();
     return i;
 }
 

@@ -378,7 +378,10 @@ int run(const Args& a) {
     const Model& m = *e.model;
     Backend& b = *e.backend;
     const DeviceInfo dev = b.device_info();
-    if (dev.kind != "cpu") peak = 0, peak_source.clear();
+    if (dev.kind != "cpu") {
+        peak = dev.peak_gbs;
+        peak_source = peak > 0 ? "memory clock x bus width" : "";
+    }
     const bool emulated = dev.kind == "cuda" && dev.name.find("emu") != std::string::npos;
     if (emulated)
         std::fprintf(stderr, "bench: %s is emu, the CPU interpreter of the driver: these times say nothing about a GPU\n",
