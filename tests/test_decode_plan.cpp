@@ -66,7 +66,7 @@ TEST(DecodePlan, LayerShapesFollowTheModel) {
     EXPECT_EQ(l.attention.window, m.layers[il].sliding ? m.hp.sliding_window : 0u) << il;
     EXPECT_TRUE(l.post_attn_norm && l.post_ffn_norm && l.rope.qk_norm && l.rope.neox);
     EXPECT_FALSE(l.wo.accumulate || l.down.accumulate);   // gemma3 adds through its post norms
-    EXPECT_EQ(l.down.input, kernels::GemvInput::GeGlu);
+    EXPECT_EQ(l.gate_up.glu, kernels::Glu::GeGlu);
   }
   EXPECT_EQ(p.head.segments.at(0).rows, m.n_vocab);
   EXPECT_EQ(p.embed.scale, m.embd_scale);

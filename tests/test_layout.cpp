@@ -1,5 +1,5 @@
-// The device weight layout (kernels/decode/layout): every plane 16-byte
-// aligned, rows padded to 16, the file's bytes where the planes say, and the
+// The device weight layout (kernels/decode/layout): every plane 32-byte
+// aligned, rows padded to 32, the file's bytes where the planes say, and the
 // round trip exact for every type the GPU path stores.
 #include <gtest/gtest.h>
 
@@ -19,16 +19,16 @@ TEST(DeviceLayout, PlanesAlignedAndRoundTripExact) {
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0,
                      GgmlType::Q4_K, GgmlType::Q6_K}) {
     const auto& tt = ptxlm::gguf::type_traits(t);
-    for (uint32_t cols : {256u, 640u, 4096u, 14336u}) {
+    for (uint32_t cols : {256u, 640u, 4096u, 11008u, 14336u}) {
       if (cols % tt.block_elems) continue;
       SCOPED_TRACE(std::string(tt.name) + " x " + std::to_string(cols));
       const kx::RowLayout l = kx::row_layout(t, cols);
       EXPECT_EQ(l.file_row_bytes, cols / tt.block_elems * tt.block_bytes);
-      EXPECT_EQ(l.row_bytes % 16, 0u);
-      EXPECT_LE(l.row_bytes, l.file_row_bytes + 16 * l.planes.size());
+      EXPECT_EQ(l.row_bytes % 32, 0u);
+      EXPECT_LE(l.row_bytes, l.file_row_bytes + 31 * l.planes.size());
       uint32_t per_block = 0;
       for (const kx::Plane& p : l.planes) {
-        EXPECT_EQ(p.offset % 16, 0u);
+        EXPECT_EQ(p.offset % 32, 0u);
         per_block += p.bytes_per_block;
       }
       EXPECT_EQ(per_block, tt.block_bytes) << "the planes must cover each block exactly";
@@ -53,9 +53,12 @@ TEST(DeviceLayout, SplitTypesPutTheQuantsFirst) {
   ASSERT_EQ(q8.planes.size(), 2u);
   EXPECT_EQ(q8.planes[0].bytes_per_block, 32u);
   EXPECT_EQ(q8.planes[1].offset, 640u);   // 20 blocks of 32 quant bytes, then the f16 scales
-  EXPECT_EQ(q8.row_bytes, 640u + 48u);    // 40 bytes of scales padded to 48
+  EXPECT_EQ(q8.row_bytes, 640u + 64u);    // 40 bytes of scales padded to 64
   const kx::RowLayout q4k = kx::row_layout(GgmlType::Q4_K, 4096);
-  EXPECT_EQ(q4k.row_bytes, 16u * 144u);   // unchanged
+  EXPECT_EQ(q4k.row_bytes, 16u * 144u);   // no padding: 16 blocks
+  ASSERT_EQ(q4k.planes.size(), 2u);
+  EXPECT_EQ(q4k.planes[0].bytes_per_block, 128u);   // quants
+  EXPECT_EQ(q4k.planes[1].offset, 16u * 128u);      // then the 16-byte headers
 }
 
 TEST(DeviceLayout, RefusesWhatItCannotStore) {

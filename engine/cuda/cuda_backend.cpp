@@ -34,7 +34,7 @@ struct CudaBackend::Impl {
     std::vector<DeviceBuffer> vectors;                 // norms and biases as f32
     std::map<float, DeviceBuffer> rope_tables;         // by RoPE base
     std::vector<DeviceBuffer> k_cache, v_cache;
-    DeviceBuffer x, q, k, v, att, o, g, u, logits, part, state, best;
+    DeviceBuffer x, q, k, v, att, o, h, logits, part, state, best;   // h: the FFN's act(gate)·up
     PinnedBuffer state_host, best_host;
 
     struct Kernel {
@@ -115,7 +115,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     std::map<float, int> bases;
     for (const LayerDesc& l : m.layers) bases[l.rope_base] = 1;
     const uint64_t per_token = kv_per_token + bases.size() * uint64_t(hd) * 4;   // KV + RoPE tables
-    const uint64_t fixed = weight_bytes + 4 * (3 * E + 3 * max_q + 2 * max_kv + 2 * max_ff + m.n_vocab) + (64 << 20);
+    const uint64_t fixed = weight_bytes + 4 * (3 * E + 3 * max_q + 2 * max_kv + max_ff + m.n_vocab) + (64 << 20);
     const Context::MemoryInfo mem = p.ctx.memory_info();
     const uint32_t want = n_ctx ? n_ctx : (hp.n_ctx_train ? hp.n_ctx_train : 4096);
     const uint64_t fits = mem.free > fixed ? (mem.free - fixed) / per_token : 0;
@@ -189,8 +189,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     p.v = DeviceBuffer(p.ctx, max_kv * 4);
     p.att = DeviceBuffer(p.ctx, max_q * 4);
     p.o = DeviceBuffer(p.ctx, E * 4);
-    p.g = DeviceBuffer(p.ctx, max_ff * 4);
-    p.u = DeviceBuffer(p.ctx, max_ff * 4);
+    p.h = DeviceBuffer(p.ctx, max_ff * 4);
     p.logits = DeviceBuffer(p.ctx, size_t(m.n_vocab) * 4);
     p.part = DeviceBuffer(p.ctx, size_t(max_heads) * splits * (hd + 2) * 4);
     p.state = DeviceBuffer(p.ctx, 8);
@@ -199,7 +198,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     p.best_host = PinnedBuffer(p.ctx, 8);
     const DevPtr token_ptr = Impl::ptr(p.state), pos_ptr = Impl::ptr(p.state, 4);
     const DevPtr X = Impl::ptr(p.x), Q = Impl::ptr(p.q), K = Impl::ptr(p.k), V = Impl::ptr(p.v), ATT = Impl::ptr(p.att),
-                 O = Impl::ptr(p.o), G = Impl::ptr(p.g), U = Impl::ptr(p.u), PART = Impl::ptr(p.part);
+                 O = Impl::ptr(p.o), H = Impl::ptr(p.h), PART = Impl::ptr(p.part);
     const ptx::Target& T = p.target;
 
     // The chain, from the plan.
@@ -218,8 +217,8 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         p.add(kx::attention_reduce_kernel(lp.attention, T), {PART, pos_ptr, ATT});
         p.add(kx::gemv_kernel(lp.wo, T), {ATT, wo[il], lp.post_attn_norm ? O : X});
         if (lp.post_attn_norm) p.add(kx::add_norm_kernel(plan.add_norm, T), {X, O, post_attn[il]});
-        p.add(kx::gemv_kernel(lp.gate_up, T), {X, ffn_norm[il], wg[il], G, wu[il], U});
-        p.add(kx::gemv_kernel(lp.down, T), {G, U, wd[il], lp.post_ffn_norm ? O : X});
+        p.add(kx::gemv_kernel(lp.gate_up, T), {X, ffn_norm[il], wg[il], wu[il], H});
+        p.add(kx::gemv_kernel(lp.down, T), {H, wd[il], lp.post_ffn_norm ? O : X});
         if (lp.post_ffn_norm) p.add(kx::add_norm_kernel(plan.add_norm, T), {X, O, post_ffn[il]});
     }
     p.add(kx::gemv_kernel(plan.head, T), {X, out_norm, out, Impl::ptr(p.logits)});
@@ -294,7 +293,14 @@ Schedule CudaBackend::schedule() const { return p_->schedule; }
 
 std::vector<CudaBackend::Launch> CudaBackend::launches() const {
     std::vector<Launch> out;
-    for (const Impl::Op& op : p_->chain) out.push_back({op.kernel, op.geometry.grid.count()});
+    for (const Impl::Op& op : p_->chain)
+        out.push_back({op.kernel, op.geometry.grid.count(), uint32_t(op.geometry.block.count()), op.geometry.shared_bytes});
+    return out;
+}
+
+std::vector<uint64_t> CudaBackend::weight_buffers() const {
+    std::vector<uint64_t> out;
+    for (const auto& [host, buf] : p_->weights) out.push_back(buf.ptr());
     return out;
 }
 

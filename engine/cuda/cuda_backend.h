@@ -42,12 +42,18 @@ public:
 
     // Launches per token (the chain's length).
     size_t launches_per_token() const;
-    // The chain, in order: each launch's kernel and grid size (blocks).
+    // The chain, in order: each launch's kernel, grid size (blocks), block
+    // size and dynamic shared memory.
     struct Launch {
         std::string kernel;
         uint64_t blocks = 0;
+        uint32_t threads = 0;
+        uint32_t shared_bytes = 0;
     };
     std::vector<Launch> launches() const;
+    // Device addresses of the buffers holding quantized weight matrices (for
+    // counters that tell weight traffic from the rest).
+    std::vector<uint64_t> weight_buffers() const;
     Schedule schedule() const;
 
 private:

@@ -55,8 +55,8 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx) {
         lp.post_ffn_norm = bool(l.ffn_post_norm);
         lp.wo = gemv(q_dim, {{l.wo.type, E}}, false, eps, !lp.post_attn_norm);
         lp.gate_up = gemv(E, {{l.gate.type, l.n_ff}, {l.up.type, l.n_ff}}, true, eps, false);
+        lp.gate_up.glu = m.ffn == FfnKind::GeGLU ? kx::Glu::GeGlu : kx::Glu::SwiGlu;
         lp.down = gemv(l.n_ff, {{l.down.type, E}}, false, eps, !lp.post_ffn_norm);
-        lp.down.input = m.ffn == FfnKind::GeGLU ? kx::GemvInput::GeGlu : kx::GemvInput::SwiGlu;
         p.layers.push_back(lp);
     }
     p.head = gemv(E, {{m.output.type, m.n_vocab}}, true, eps, false);

@@ -20,8 +20,8 @@ struct LayerPlan {
     kernels::RopeShape rope;
     kernels::AttentionShape attention;
     kernels::GemvShape wo;         // accumulates into the residual unless post_attn_norm
-    kernels::GemvShape gate_up;    // fused ffn_norm + gate, up
-    kernels::GemvShape down;       // of act(gate)·up; accumulates unless post_ffn_norm
+    kernels::GemvShape gate_up;    // fused ffn_norm + gate, up, writing act(gate)·up
+    kernels::GemvShape down;       // accumulates into the residual unless post_ffn_norm
     bool post_attn_norm = false, post_ffn_norm = false;   // gemma3: normalised adds
 };
 

@@ -95,18 +95,24 @@ private:
     std::vector<DeviceBuffer> bufs_;
 };
 
+// The CPU reference's activations (engine/cpu), for a GLU's reference.
+float glu_ref(kx::Glu g, float x) {
+    return g == kx::Glu::SwiGlu ? x / (1.0f + std::exp(-x))
+                                : 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
 // GEMV: the model's own matrices for `ws`, random inputs.
 Worst check_gemv(Runner& r, const kx::GemvShape& s, const std::vector<const Weight*>& ws, const Weight* norm) {
     const uint32_t n = s.n_in;
-    const std::vector<float> x = r.randv(n, 1.0f), up = r.randv(n, 1.0f);
+    const std::vector<float> x = r.randv(n, 1.0f);
     const std::vector<float> nw = norm ? vec(*norm) : std::vector<float>{};
     std::vector<ptx::ParamValue> args = {r.up(x)};
-    if (s.input != kx::GemvInput::Plain) args.push_back(r.up(up));
     if (s.norm) args.push_back(r.up(nw));
     std::vector<std::vector<float>> y0;
     std::vector<DevPtr> outs;
     for (const Weight* w : ws) {
         args.push_back(r.weight(*w));
+        if (s.glu != kx::Glu::None && w != ws.back()) continue;   // one output after the pair
         y0.push_back(s.accumulate ? r.randv(w->rows, 1.0f) : std::vector<float>(w->rows, 0.0f));
         outs.push_back(r.up(y0.back()));
         args.push_back(outs.back());
@@ -120,26 +126,35 @@ Worst check_gemv(Runner& r, const kx::GemvShape& s, const std::vector<const Weig
         for (float v : x) ss += double(v) * v;
         const float scale = 1.0f / std::sqrt(float(ss / n) + s.eps);
         for (uint32_t i = 0; i < n; ++i) in[i] = (x[i] * scale) * nw[i];
-    } else if (s.input != kx::GemvInput::Plain) {
-        for (uint32_t i = 0; i < n; ++i) {
-            const float g = x[i];
-            const float a = s.input == kx::GemvInput::SwiGlu
-                                ? g / (1.0f + std::exp(-g))
-                                : 0.5f * g * (1.0f + std::tanh(0.7978845608028654f * (g + 0.044715f * g * g * g)));
-            in[i] = a * up[i];
-        }
     }
+    // Row `row` of matrix si: the reference product and its tolerance.
+    auto ref_row = [&](size_t si, uint64_t row) {
+        const std::vector<float> w = dequantize(*ws[si], row);
+        double dot = 0, mag = 0;
+        for (uint32_t i = 0; i < n; ++i) {
+            dot += double(w[i]) * in[i];
+            mag += std::fabs(double(w[i]) * in[i]);
+        }
+        return std::pair{dot, kx::gemv_tolerance(mag, n)};
+    };
     Worst worst;
+    if (s.glu != kx::Glu::None) {
+        // act(g)·u: an error e_g in g moves it by at most max|act'| (< 1.13
+        // for SiLU and GELU) times e_g times |u|, an error e_u by |act(g)| e_u.
+        const std::vector<float> got = r.down<float>(outs[0], ws[0]->rows);
+        for (uint64_t row = 0; row < ws[0]->rows; ++row) {
+            const auto [g, tg] = ref_row(0, row);
+            const auto [u, tu] = ref_row(1, row);
+            const double a = glu_ref(s.glu, float(g));
+            worst.add(std::fabs(got[row] - a * u), 1.13 * tg * (std::fabs(u) + tu) + std::fabs(a) * tu + 1e-6 * std::fabs(a * u));
+        }
+        return worst;
+    }
     for (size_t si = 0; si < ws.size(); ++si) {
         const std::vector<float> got = r.down<float>(outs[si], ws[si]->rows);
         for (uint64_t row = 0; row < ws[si]->rows; ++row) {
-            const std::vector<float> w = dequantize(*ws[si], row);
-            double dot = 0, mag = 0;
-            for (uint32_t i = 0; i < n; ++i) {
-                dot += double(w[i]) * in[i];
-                mag += std::fabs(double(w[i]) * in[i]);
-            }
-            worst.add(std::fabs(got[row] - (dot + y0[si][row])), kx::gemv_tolerance(mag, n));
+            const auto [dot, tol] = ref_row(si, row);
+            worst.add(std::fabs(got[row] - (dot + y0[si][row])), tol);
         }
     }
     return worst;
@@ -286,9 +301,9 @@ std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const D
                 }
                 return w;
             });
-        once(kx::gemv_kernel(lp.gate_up, T).name, "ffn_norm + gate, up",
+        once(kx::gemv_kernel(lp.gate_up, T).name, "ffn_norm + gate, up, act(gate) * up",
              [&] { return check_gemv(r, lp.gate_up, {&l.gate, &l.up}, &l.ffn_norm); });
-        once(kx::gemv_kernel(lp.down, T).name, "act(gate) * up, down projection",
+        once(kx::gemv_kernel(lp.down, T).name, "down projection",
              [&] { return check_gemv(r, lp.down, {&l.down}, nullptr); });
     }
     once(kx::gemv_kernel(plan.head, T).name, "output_norm + LM head",

@@ -72,11 +72,14 @@ Reg dequant_element(Kernel& k, const RowLayout& l, const Reg& row, const Reg& e)
       return k.mul(k.cvt(Type::f32, qs), d);
     }
     case GgmlType::Q4_K: {
-      Reg blk = k.add(row, k.mul_wide(k.shr(e, 8u), 144u));
+      // Quants plane (128 bytes per block), then headers (16 bytes per block).
+      Reg b = k.shr(e, 8u);
+      Reg qblk = k.add(row, k.mul_wide(b, 128u));
+      Reg blk = plus(k, row, k.mad_lo(b, 16u, l.planes[1].offset));
       Reg r = k.and_(e, 255u), c = k.shr(r, 6u), li = k.and_(r, 63u);
       Reg hi = k.shr(li, 5u);                       // 0: low nibble (sub-block 2c), 1: high (2c + 1)
       Reg s = k.add(k.shl(c, 1u), hi);
-      Reg byte = ld_byte(k, plus(k, blk, k.add(k.mad_lo(c, 32u, k.and_(li, 31u)), 16u)));
+      Reg byte = ld_byte(k, plus(k, qblk, k.mad_lo(c, 32u, k.and_(li, 31u))));
       Reg nib = k.and_(k.shr(byte, k.shl(hi, 2u)), 15u);
       Reg h0 = k.ld_global_nc(Type::u32, at(blk));
       Reg h1 = k.ld_global_nc(Type::u32, at(blk, 4)), h2 = k.ld_global_nc(Type::u32, at(blk, 8));

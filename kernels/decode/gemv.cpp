@@ -15,13 +15,16 @@ using gguf::GgmlType;
 
 namespace {
 
-// Rows per block grow until about this many blocks remain: one per SM of a
-// 132-SM H100. Every block stages the whole input, so fewer, fuller blocks
-// cut that traffic; below one block per SM a GPU would leave SMs idle.
+// At most this many blocks: one wave on a 132-SM H100. Every block stages
+// the whole input, so fewer, fuller blocks cut that traffic, and a grid a
+// little over the SM count would run a second, mostly idle wave; fewer
+// blocks than SMs leave SMs idle, so rows per block is the least that fits
+// the rows in this many blocks.
 constexpr uint32_t kTargetBlocks = 132;
-constexpr uint32_t kQ4kBytes = 144;       // d, dmin (f16), scales[12], qs[128]
 
+// Rows the grid covers: every segment's, or a GLU's pairs.
 uint32_t total_rows(const GemvShape& s) {
+  if (s.glu != Glu::None) return s.segments.at(0).rows;
   uint64_t n = 0;
   for (const GemvSegment& g : s.segments) n += g.rows;
   if (n > (1u << 30)) throw Error("gemv: more than 2^30 rows");
@@ -30,7 +33,9 @@ uint32_t total_rows(const GemvShape& s) {
 
 void check_shape(const GemvShape& s) {
   if (s.segments.empty()) throw Error("gemv: no segments");
-  if (s.norm && s.input != GemvInput::Plain) throw Error("gemv: a fused norm needs a plain input");
+  if (s.glu != Glu::None && (s.segments.size() != 2 || s.segments[0].rows != s.segments[1].rows))
+    throw Error("gemv: a GLU needs two segments (gate, up) with the same rows");
+  if (s.glu != Glu::None && s.accumulate) throw Error("gemv: a GLU output does not accumulate");
   if (s.n_in == 0 || s.n_in % 32) throw Error("gemv: n_in " + std::to_string(s.n_in) + " is not a positive multiple of 32");
   if (uint64_t(s.n_in) * 4 > 200 * 1024) throw Error("gemv: n_in " + std::to_string(s.n_in) + " does not fit in shared memory");
   for (const GemvSegment& g : s.segments) {
@@ -53,8 +58,8 @@ std::string indexed(const char* prefix, size_t i) {
 // gemv[_norm][_acc]_<n_in>_<type>x<rows>... e.g. gemv_norm_4096_q4_kx4096_q4_kx1024.
 std::string kernel_name(const GemvShape& s) {
   std::string n(s.norm ? "gemv_norm" : "gemv");
-  if (s.input == GemvInput::SwiGlu) n.append("_swiglu");
-  if (s.input == GemvInput::GeGlu) n.append("_geglu");
+  if (s.glu == Glu::SwiGlu) n.append("_swiglu");
+  if (s.glu == Glu::GeGlu) n.append("_geglu");
   if (s.accumulate) n.append("_acc");
   n.append("_").append(std::to_string(s.n_in));
   for (const GemvSegment& g : s.segments) {
@@ -239,14 +244,14 @@ Reg q6k_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane,
 // the low nibbles are elements 64j + 16h .. +15 of sub-block 2j, the high
 // nibbles the same offsets 32 further in sub-block 2j + 1 (j = part / 2,
 // h = part % 2). Returns the lane's partial sum (unreduced).
-Reg q4k_row_dot(Kernel& k, const Reg& wrow, uint32_t n_in, const Reg& lane, const Reg& xs, const Reg& xsum8) {
-  const uint32_t nb = n_in / 256;
+Reg q4k_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xs, const Reg& xsum8) {
+  const uint32_t nb = l.blocks;
   Reg part = k.and_(lane, 7u), first = k.shr(lane, 3u);
   Reg j = k.shr(part, 1u), half = k.and_(part, 1u);
   Reg big = k.setp(Cmp::ge, j, 2u);   // sub-blocks 4..7: scales packed across bytes
   Reg shift_lo = k.shl(k.and_(j, 1u), 4u);
   Reg shift_hi = k.add(shift_lo, 8u);
-  Reg qoff = k.cvt(Type::u64, k.mad_lo(part, 16u, 16u));
+  Reg qoff = k.cvt(Type::u64, k.shl(part, 4u));
   // Byte offsets into the staged input and its 8-element sums, for block 0.
   Reg elem = k.mad_lo(j, 64u, k.shl(half, 4u));
   Reg x0 = k.mad_lo(elem, 4u, xs);
@@ -255,13 +260,12 @@ Reg q4k_row_dot(Kernel& k, const Reg& wrow, uint32_t n_in, const Reg& lane, cons
   Reg acc = k.mov(Type::f32, 0.0f);
   Reg b = k.reg(Type::u32);
   k.for_range(b, first, nb, 4u, [&] {
-    Reg blk = k.add(wrow, k.mul_wide(b, kQ4kBytes));
-    std::vector<Reg> h = {k.reg(Type::u32), k.reg(Type::u32), k.reg(Type::u32), k.reg(Type::u32)};
-    std::vector<Reg> q = {k.reg(Type::u32), k.reg(Type::u32), k.reg(Type::u32), k.reg(Type::u32)};
-    MemOpt nc;
-    nc.nc = true;
-    k.ld(Space::global, h, at(blk), nc);
-    k.ld(Space::global, q, at(k.add(blk, qoff)), nc);
+    // Device layout (layout.h): the row's quants plane (128 bytes per
+    // block), then its headers plane (d, dmin, scales: 16 bytes per block).
+    Reg qblk = k.add(wrow, k.mul_wide(b, 128u));
+    Reg hdr = k.add(wrow, k.cvt(Type::u64, k.mad_lo(b, 16u, l.planes[1].offset)));
+    std::vector<Reg> h = ld_v4_nc(k, Type::u32, hdr);
+    std::vector<Reg> q = ld_v4_nc(k, Type::u32, k.add(qblk, qoff));
     Reg d = half_to_f32(k, h[0], 0), dmin = half_to_f32(k, h[0], 16);
 
     // 6-bit scale and min of sub-block s (get_scale_min_k4): for s < 4,
@@ -313,9 +317,9 @@ Reg q4k_row_dot(Kernel& k, const Reg& wrow, uint32_t n_in, const Reg& lane, cons
 // silu(g) = g / (1 + e^-g), or gelu_tanh(g) = 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))),
 // in the CPU reference's order of operations; e^y as 2^(y·log2 e) and
 // tanh(y) = 1 - 2 / (1 + e^(2y)) (exact at the extremes, ~1e-7 absolute).
-Reg glu_activation(Kernel& k, const Reg& g, GemvInput kind) {
+Reg glu_activation(Kernel& k, const Reg& g, Glu kind) {
   constexpr double kLog2e = 1.4426950408889634;
-  if (kind == GemvInput::SwiGlu) {
+  if (kind == Glu::SwiGlu) {
     Reg e = k.ex2_approx(k.mul(g, -kLog2e));
     return k.div(g, k.add(e, 1.0f));
   }
@@ -339,15 +343,32 @@ bool gemv_supports(GgmlType t) {
 GemvPlan gemv_plan(const GemvShape& s) {
   GemvPlan p;
   const uint32_t rows = total_rows(s);
-  p.rows_per_warp = std::clamp<uint32_t>(rows / (p.warps * kTargetBlocks), 1, 16);
+  p.rows_per_block = ceil_div(rows, kTargetBlocks);
   return p;
+}
+
+uint32_t gemv_warp_bytes_in_flight(const GemvShape& s) {
+  check_shape(s);
+  const GemvSegment* big = &s.segments[0];
+  for (const GemvSegment& g : s.segments)
+    if (g.rows > big->rows) big = &g;
+  switch (big->type) {
+    case GgmlType::Q4_K: return 32 * (16 + 16);
+    case GgmlType::Q6_K: return 32 * 32 + 4 * 2;
+    case GgmlType::Q8_0: return 32 * 16 + 16 * 2;
+    case GgmlType::Q4_0: return 32 * (16 + 2);
+    case GgmlType::Q4_1: return 32 * (16 + 4);
+    case GgmlType::Q5_0: return 32 * (16 + 4 + 2);
+    default: break;
+  }
+  throw Error("gemv: no in-flight figure for this type");
 }
 
 LaunchGeometry gemv_geometry(const GemvShape& s) {
   check_shape(s);
   const GemvPlan p = gemv_plan(s);
   LaunchGeometry g;
-  g.grid = {ceil_div(total_rows(s), p.rows_per_block()), 1, 1};
+  g.grid = {ceil_div(total_rows(s), p.rows_per_block), 1, 1};
   g.block = {32 * p.warps, 1, 1};
   g.shared_bytes = s.n_in * 4 + s.n_in / 8 * 4;   // the staged input, then its 8-element sums
   return g;
@@ -359,15 +380,17 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t) {
   const uint32_t threads = g.block.x;
   ParamList params;
   params.add_ptr("x");
-  if (s.input != GemvInput::Plain) params.add_ptr("up");
   if (s.norm) params.add_ptr("norm_w");
-  for (size_t i = 0; i < s.segments.size(); ++i) params.add_ptr(indexed("w", i)).add_ptr(indexed("y", i));
+  if (s.glu != Glu::None) {
+    params.add_ptr("w0").add_ptr("w1").add_ptr("y0");
+  } else {
+    for (size_t i = 0; i < s.segments.size(); ++i) params.add_ptr(indexed("w", i)).add_ptr(indexed("y", i));
+  }
   Kernel k = start_kernel(kernel_name(s).c_str(), t, params, g);
   Symbol dyn = k.dynamic_shared("xs", 16);
   Symbol scratch = k.shared_array("red", Type::f32, plan.warps);
 
   Reg x = k.param("x");
-  Reg up = s.input != GemvInput::Plain ? k.param("up") : Reg{};
   Reg norm_w = s.norm ? k.param("norm_w") : Reg{};
   Reg tid = k.special(Sreg::tid_x);
   Reg lane = k.and_(tid, 31u), warp = k.shr(tid, 5u);
@@ -384,11 +407,6 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t) {
     std::vector<Reg> v = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
     k.ld(Space::global, v, at(k.add(x, off)), nc);
     std::vector<Operand> out(v.begin(), v.end());
-    if (s.input != GemvInput::Plain) {
-      std::vector<Reg> u = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
-      k.ld(Space::global, u, at(k.add(up, off)), nc);
-      for (int c = 0; c < 4; ++c) out[c] = k.mul(glu_activation(k, v[c], s.input), u[c]);
-    }
     if (s.norm) {
       std::vector<Reg> w = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
       k.ld(Space::global, w, at(k.add(norm_w, off)), nc);
@@ -418,27 +436,43 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t) {
     k.bar_sync(0);
   }
 
-  k.comment("rows: warp w of block b takes rows b * rows_per_block + w + warps * r");
-  Reg row0 = k.mul(k.special(Sreg::ctaid_x), plan.rows_per_block());
+  k.comment("rows: warp w of block b takes rows b * rows_per_block + w + warps * r below the next block's");
+  Reg row0 = k.mul(k.special(Sreg::ctaid_x), plan.rows_per_block);
   Reg row_w = k.add(row0, warp);
   Reg is_lane0 = k.setp(Cmp::eq, lane, 0u);
-  for (uint32_t r = 0; r < plan.rows_per_warp; ++r) {
-    Reg row = k.add(row_w, plan.warps * r);
+  Reg row_end = k.min(k.add(row0, plan.rows_per_block), total_rows(s));
+  Reg row = k.reg(Type::u32);
+  // One row of segment si: the lane's partial dot product (unreduced).
+  auto row_dot = [&](size_t si, const Reg& local) {
+    const GemvSegment& seg = s.segments[si];
+    const RowLayout layout = row_layout(seg.type, s.n_in);
+    Reg wrow = k.add(k.param(indexed("w", si)), k.mul_wide(local, layout.row_bytes));
+    return seg.type == GgmlType::Q4_K   ? q4k_row_dot(k, layout, wrow, lane, xs, xsum8)
+           : seg.type == GgmlType::Q6_K ? q6k_row_dot(k, layout, wrow, lane, xs, xsum8)
+           : seg.type == GgmlType::Q8_0 ? q8_0_row_dot(k, layout, wrow, lane, xs)
+                                        : block32_row_dot(k, layout, wrow, lane, xs, xsum8);
+  };
+  auto finish_row = [&](const Reg& part) {
+    Reg acc = warp_allreduce(k, part, ReduceOp::sum_f32);
+    return s.norm ? k.mul(acc, scale) : acc;
+  };
+  k.for_range(row, row_w, row_end, plan.warps, [&] {
+    if (s.glu != Glu::None) {
+      k.comment("the gate row and the up row, then act(gate) * up");
+      Reg gate = finish_row(row_dot(0, row));
+      Reg upv = finish_row(row_dot(1, row));
+      k.when(is_lane0, [&] {
+        k.st_global(at(k.add(k.param("y0"), k.mul_wide(row, 4u))), k.mul(glu_activation(k, gate, s.glu), upv));
+      });
+      return;
+    }
     uint32_t base = 0;
     for (size_t si = 0; si < s.segments.size(); ++si) {
       const GemvSegment& seg = s.segments[si];
       Reg local = k.sub(row, base);   // wraps above rows when row < base
       k.if_(k.setp(Cmp::lt, local, seg.rows), [&] {
-        Reg w = k.param(indexed("w", si)), y = k.param(indexed("y", si));
-        const RowLayout layout = row_layout(seg.type, s.n_in);
-        Reg wrow = k.add(w, k.mul_wide(local, layout.row_bytes));
-        Reg part = seg.type == GgmlType::Q4_K   ? q4k_row_dot(k, wrow, s.n_in, lane, xs, xsum8)
-                   : seg.type == GgmlType::Q6_K ? q6k_row_dot(k, layout, wrow, lane, xs, xsum8)
-                   : seg.type == GgmlType::Q8_0 ? q8_0_row_dot(k, layout, wrow, lane, xs)
-                                                : block32_row_dot(k, layout, wrow, lane, xs, xsum8);
-        Reg acc = warp_allreduce(k, part, ReduceOp::sum_f32);
-        if (s.norm) acc = k.mul(acc, scale);
-        Reg ya = k.add(y, k.mul_wide(local, 4u));
+        Reg acc = finish_row(row_dot(si, local));
+        Reg ya = k.add(k.param(indexed("y", si)), k.mul_wide(local, 4u));
         k.when(is_lane0, [&] {
           if (s.accumulate) {
             Reg old = k.ld_global(Type::f32, at(ya));
@@ -450,7 +484,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t) {
       });
       base += seg.rows;
     }
-  }
+  });
   return finish(k, params, g, true);
 }
 

@@ -12,6 +12,9 @@
 //
 // Types: Q4_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 (F16 and F32 next).
 //
+// A GLU's gate and up rows are computed by the same warp, which writes
+// act(gate)·up (the Glu modes below).
+//
 // Numerics: f32 products and sums, block-local sums factored as
 // d·sc·Σq·x − dmin·m·Σx (Q4_K; d·(Σq·x − 8Σx) for Q4_0 and so on, with Σx
 // over 8-element groups staged once per block); not bit-equal to the CPU
@@ -33,37 +36,47 @@ struct GemvSegment {
   uint32_t rows = 0;
 };
 
-// What the kernel multiplies: the input as given, or the gated activation of
-// two inputs (the FFN's act(gate) · up, staged on the way in: no separate
-// activation launch).
-enum class GemvInput : uint8_t { Plain, SwiGlu, GeGlu };
+// A gated FFN's activation fused into its gate and up product: with two
+// segments (gate, then up, the same row count) the kernel writes one output,
+// y[r] = act(gate_r·x) · (up_r·x), from the warp that computed both rows, so
+// the activation needs no launch and the down projection stages one vector.
+enum class Glu : uint8_t { None, SwiGlu, GeGlu };
 
 struct GemvShape {
   uint32_t n_in = 0;                   // columns: a multiple of every segment's block (32, 256 for Q4_K)
-  GemvInput input = GemvInput::Plain;
   std::vector<GemvSegment> segments;   // one per matrix sharing the input
-  bool norm = false;                   // multiply rmsnorm(x) ∘ norm_w instead of x (Plain input only)
+  bool norm = false;                   // multiply rmsnorm(x) ∘ norm_w instead of x
   float eps = 1e-6f;
-  bool accumulate = false;             // y += W·x (a residual add fused in)
+  bool accumulate = false;             // y += W·x (a residual add fused in; not with a GLU)
+  Glu glu = Glu::None;                 // pairs segments 0 and 1 into act(gate)·up
 };
 
 // Types gemv_kernel multiplies (the others are refused with an Error).
 bool gemv_supports(gguf::GgmlType t);
 
-// Warps per block and rows each warp computes, chosen from the shape alone.
+// Warps per block and rows per block, chosen from the shape alone (a GLU's
+// row is a pair: the gate row and the up row). Warp w of a block takes its
+// rows w, w + warps, ...
 struct GemvPlan {
   uint32_t warps = 8;
-  uint32_t rows_per_warp = 1;
-  uint32_t rows_per_block() const { return warps * rows_per_warp; }
+  uint32_t rows_per_block = 8;
 };
 GemvPlan gemv_plan(const GemvShape& s);
 
 ptx::LaunchGeometry gemv_geometry(const GemvShape& s);
 
-// Params: x (n_in f32; the gate with a GLU input), up (n_in f32; only with a
-// GLU input), norm_w (n_in f32; only with norm), then per
-// segment i: w<i> (rows in the device layout of kernels/decode/layout.h),
-// y<i> (rows f32). x must not alias any y.
+// Global bytes one warp requests per iteration of its row loop, all issued
+// before the first is used (the loads a warp keeps in flight), for the
+// segment type with the most rows: Q4_K 32 lanes x (16 header + 16 quant
+// bytes), Q6_K 32 x (8 + 8 ql + 8 qh + 8 scale bytes) + 4 x 2 d bytes, Q8_0
+// 32 x 16 quant bytes + 16 x 2 d bytes, Q4_0/Q4_1/Q5_0 32 x (16 quant bytes +
+// the block's scale (2, 4) and Q5_0's 4 high-bit bytes).
+uint32_t gemv_warp_bytes_in_flight(const GemvShape& s);
+
+// Params: x (n_in f32), norm_w (n_in f32; only with norm), then per segment
+// i: w<i> (rows in the device layout of kernels/decode/layout.h), y<i> (rows
+// f32); with a GLU only y0 (the pairs' outputs) follows w0 and w1. x must not
+// alias any y.
 ptx::GeneratedKernel gemv_kernel(const GemvShape& s, ptx::Target t = {});
 
 // |y - ref| bound for one row: ref computed in double from the dequantized

@@ -19,12 +19,12 @@ struct Field {
 std::vector<Field> fields(GgmlType t) {
   switch (t) {
     case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::Q4_K: return {};             // kept as they are
+    case GgmlType::F16: return {};              // kept as they are
     case GgmlType::Q4_0: return {{2, 16}, {0, 2}};               // qs, d
     case GgmlType::Q4_1: return {{4, 16}, {0, 4}};               // qs, (d, m)
     case GgmlType::Q5_0: return {{6, 16}, {2, 4}, {0, 2}};       // qs, qh, d
     case GgmlType::Q8_0: return {{2, 32}, {0, 2}};               // qs, d
+    case GgmlType::Q4_K: return {{16, 128}, {0, 16}};            // qs, (d, dmin, scales)
     case GgmlType::Q6_K: return {{0, 128}, {128, 64}, {192, 16}, {208, 2}};   // ql, qh, scales, d
     default: break;
   }
@@ -32,9 +32,11 @@ std::vector<Field> fields(GgmlType t) {
                               " is not supported on the GPU path");
 }
 
-uint32_t round16(uint64_t n) {
+// Planes and rows start on 32-byte boundaries: a GPU's memory transactions
+// are 32-byte sectors, so an aligned plane costs no sector it does not use.
+uint32_t round_sector(uint64_t n) {
   if (n > (1ull << 31)) throw std::invalid_argument("device layout: a row of more than 2 GiB");
-  return uint32_t((n + 15) / 16 * 16);
+  return uint32_t((n + kSectorBytes - 1) / kSectorBytes * kSectorBytes);
 }
 
 }  // namespace
@@ -52,13 +54,13 @@ RowLayout row_layout(GgmlType t, uint32_t cols) {
   l.file_row_bytes = uint32_t(uint64_t(l.blocks) * tt.block_bytes);
   if (fs.empty()) {
     l.planes.push_back({0, uint32_t(tt.block_bytes), 0});
-    l.row_bytes = round16(l.file_row_bytes);
+    l.row_bytes = round_sector(l.file_row_bytes);
     return l;
   }
   uint32_t off = 0;
   for (const Field& f : fs) {
     l.planes.push_back({f.offset, f.bytes, off});
-    off = round16(uint64_t(off) + uint64_t(f.bytes) * l.blocks);
+    off = round_sector(uint64_t(off) + uint64_t(f.bytes) * l.blocks);
   }
   l.row_bytes = off;
   return l;

@@ -5,10 +5,15 @@
 // must be naturally aligned. Most ggml blocks are not: Q8_0 is 34 bytes, Q4_0
 // 18, Q4_1 20, Q5_0 22, Q6_K 210. The device layout therefore splits each row
 // into planes, one per block field (the quants of every block of the row,
-// then their high bits, scales, ...), each plane starting on a 16-byte
-// boundary, and each row padded to a multiple of 16 bytes. Q4_K's 144-byte
-// blocks are already aligned and stay as they are; F32 and F16 rows stay
-// too. Nothing is requantized: the planes hold the file's bytes.
+// then their high bits, scales, ...), each plane starting on a 32-byte
+// boundary (a memory sector), and each row padded to a multiple of 32 bytes,
+// so no warp request touches a sector it does not use. Q4_K's 144-byte blocks
+// are aligned but split too: a warp reading four blocks' 16-byte headers (d,
+// dmin, scales) and then their 128 quant bytes touches only the sectors it
+// uses when headers and quants each lie contiguous (in the file layout a
+// header shares a sector with the previous block's quants). F32 and F16 rows
+// stay as they are, padded. Nothing is requantized: the planes hold the
+// file's bytes.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +22,8 @@
 #include "gguf/quant.h"
 
 namespace ptxlm::kernels {
+
+constexpr uint32_t kSectorBytes = 32;   // plane and row alignment
 
 // One field of every block of a row, stored contiguously.
 struct Plane {
@@ -30,7 +37,7 @@ struct RowLayout {
   uint32_t cols = 0;
   uint32_t blocks = 0;                 // blocks per row
   uint32_t file_row_bytes = 0;
-  uint32_t row_bytes = 0;              // device row stride (a multiple of 16)
+  uint32_t row_bytes = 0;              // device row stride (a multiple of kSectorBytes)
   std::vector<Plane> planes;           // in device order
 };
 
