@@ -158,19 +158,37 @@ struct Launch {
         if (!stats) return;
         const uint64_t* base = w.regs + size_t(in.addr) * 32;
         sector_scratch.clear();
+        uint64_t alloc = 0;
+        bool mixed = false;   // lanes in more than one allocation
         for (uint32_t mm = m; mm; mm &= mm - 1) {
             int l = __builtin_ctz(mm);
             uint64_t a = base[l] + uint64_t(in.off);
             sector_scratch.push_back(a >> 5);
             global_ptr(a, bytes);   // re-points the cache at a's allocation (always valid here)
+            if (mm == m) alloc = cache_base;
+            else mixed |= cache_base != alloc;
             mark(a, bytes);
         }
         uint64_t total = uint64_t(__builtin_popcount(m)) * bytes;
         if (atomic) { stats->global_atomic_bytes += total; return; }
         std::sort(sector_scratch.begin(), sector_scratch.end());
-        uint64_t sectors = uint64_t(std::unique(sector_scratch.begin(), sector_scratch.end()) - sector_scratch.begin());
-        if (load) { stats->global_load_bytes += total; stats->global_load_requests++; stats->global_load_sectors += sectors; }
-        else { stats->global_store_bytes += total; stats->global_store_requests++; stats->global_store_sectors += sectors; }
+        const auto end = std::unique(sector_scratch.begin(), sector_scratch.end());
+        uint64_t sectors = uint64_t(end - sector_scratch.begin());
+        if (load) {
+            stats->global_load_bytes += total; stats->global_load_requests++; stats->global_load_sectors += sectors;
+            if (!mixed) {
+                stats->load_sectors_by_alloc[alloc] += sectors;
+            } else {
+                // Allocations start 256-byte aligned, so a sector's first
+                // byte lies in the allocation of the lane that touched it.
+                for (auto it = sector_scratch.begin(); it != end; ++it) {
+                    global_ptr(*it << 5, 1);
+                    stats->load_sectors_by_alloc[cache_base] += 1;
+                }
+            }
+        } else {
+            stats->global_store_bytes += total; stats->global_store_requests++; stats->global_store_sectors += sectors;
+        }
     }
 
     bool mem_op(Warp& w, const Inst& in, uint32_t m);

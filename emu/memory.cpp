@@ -127,6 +127,7 @@ Stats& Stats::operator+=(const Stats& o) {
     shared_load_bytes += o.shared_load_bytes;
     shared_store_bytes += o.shared_store_bytes;
     barriers += o.barriers;
+    for (auto& [base, n] : o.load_sectors_by_alloc) load_sectors_by_alloc[base] += n;
     for (auto& [base, bits] : o.touched) {
         auto& mine = touched[base];
         if (mine.size() < bits.size()) mine.resize(bits.size());
@@ -144,7 +145,17 @@ std::string Stats::to_json() const {
       << ",\"global_load_requests\":" << global_load_requests << ",\"global_store_requests\":" << global_store_requests
       << ",\"global_load_sectors\":" << global_load_sectors << ",\"global_store_sectors\":" << global_store_sectors
       << ",\"shared_load_bytes\":" << shared_load_bytes << ",\"shared_store_bytes\":" << shared_store_bytes
-      << ",\"barriers\":" << barriers << ",\"unique_global_bytes\":" << unique_global_bytes << "}";
+      << ",\"barriers\":" << barriers << ",\"unique_global_bytes\":" << unique_global_bytes << ",\"allocations\":[";
+    bool first = true;
+    for (auto& [base, bits] : touched) {
+        uint64_t unique = 0;
+        for (uint64_t w : bits) unique += uint64_t(__builtin_popcountll(w));
+        auto it = load_sectors_by_alloc.find(base);
+        s << (first ? "" : ",") << "{\"base\":" << base << ",\"unique\":" << unique
+          << ",\"load_sectors\":" << (it == load_sectors_by_alloc.end() ? 0 : it->second) << "}";
+        first = false;
+    }
+    s << "]}";
     return s.str();
 }
 

@@ -33,6 +33,10 @@ struct Stats {
     // Distinct global bytes touched: allocation start -> one bit per byte of
     // the allocation (an eighth of the memory read, kept only with stats).
     std::map<uint64_t, std::vector<uint64_t>> touched;
+    // Sectors of global loads per allocation start (a request spanning two
+    // allocations counts each one's sectors), so a caller that knows which
+    // allocations hold weights can tell the weight loads' sector efficiency.
+    std::map<uint64_t, uint64_t> load_sectors_by_alloc;
 
     // Sectors per warp-level request (ideal for 4-byte loads: 4).
     double load_sectors_per_request() const {
@@ -42,7 +46,8 @@ struct Stats {
     void finish();
     // Accumulates another launch (unique bytes merge as a union).
     Stats& operator+=(const Stats& o);
-    // One JSON object with every counter (touched omitted).
+    // One JSON object with every counter; per allocation (under
+    // "allocations": base, unique bytes, load sectors) instead of `touched`.
     std::string to_json() const;
 };
 

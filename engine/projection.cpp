@@ -7,13 +7,15 @@ namespace ptxlm {
 
 namespace {
 
-// Vendors' figures: peak DRAM bandwidth and SM count.
+// Vendors' figures: peak DRAM bandwidth, SM count, resident threads and
+// shared memory per SM (CUDA programming guide, compute capabilities 8.0,
+// 8.9 and 9.0).
 constexpr GpuSpec kGpus[] = {
-    {"h100-sxm", "NVIDIA H100 SXM5 80 GB (HBM3)", 3350, 132},
-    {"h100-pcie", "NVIDIA H100 PCIe 80 GB (HBM2e)", 2000, 114},
-    {"h200", "NVIDIA H200 SXM 141 GB (HBM3e)", 4800, 132},
-    {"a100", "NVIDIA A100 SXM4 80 GB (HBM2e)", 2039, 108},
-    {"rtx4090", "NVIDIA GeForce RTX 4090 (GDDR6X)", 1008, 128},
+    {"h100-sxm", "NVIDIA H100 SXM5 80 GB (HBM3)", 3350, 132, 2048, 228 * 1024},
+    {"h100-pcie", "NVIDIA H100 PCIe 80 GB (HBM2e)", 2000, 114, 2048, 228 * 1024},
+    {"h200", "NVIDIA H200 SXM 141 GB (HBM3e)", 4800, 132, 2048, 228 * 1024},
+    {"a100", "NVIDIA A100 SXM4 80 GB (HBM2e)", 2039, 108, 2048, 164 * 1024},
+    {"rtx4090", "NVIDIA GeForce RTX 4090 (GDDR6X)", 1008, 128, 1536, 100 * 1024},
 };
 
 }  // namespace
@@ -28,6 +30,16 @@ std::string gpu_names() {
     std::string s;
     for (const GpuSpec& g : kGpus) s += (s.empty() ? "" : ", ") + std::string(g.name);
     return s;
+}
+
+int blocks_per_sm(const GpuSpec& gpu, uint32_t threads, int registers, uint32_t smem_bytes) {
+    if (threads == 0 || threads > 1024 || registers <= 0) return 0;
+    const uint32_t warps = (threads + 31) / 32;
+    const uint32_t regs_per_warp = (uint32_t(registers) * 32 + 255) / 256 * 256;
+    uint32_t n = std::min<uint32_t>(32, uint32_t(gpu.max_threads_per_sm) / (warps * 32));
+    n = std::min(n, 65536u / (regs_per_warp * warps));
+    n = std::min(n, gpu.smem_per_sm / (smem_bytes + 1024));
+    return int(n);
 }
 
 Projection project(std::span<const LaunchCost> launches, uint32_t tokens, const GpuSpec& gpu, LaunchMode mode) {

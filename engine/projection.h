@@ -23,7 +23,15 @@ struct GpuSpec {
     const char* description;   // "NVIDIA H100 SXM5 (HBM3)"
     double bandwidth_gbs;      // peak memory bandwidth, GB/s (10^9 bytes)
     int sms;
+    int max_threads_per_sm;    // resident threads
+    uint32_t smem_per_sm;      // shared memory an SM can give its blocks, bytes
 };
+
+// Blocks of `threads` threads, `registers` registers per thread and
+// `smem_bytes` of shared memory (static + dynamic) that fit on one SM at once:
+// the least of the thread, register (65536 per SM, allocated per warp in
+// units of 256), shared memory (1 KiB reserved per block) and 32-block limits.
+int blocks_per_sm(const GpuSpec& gpu, uint32_t threads, int registers, uint32_t smem_bytes);
 
 // h100-sxm, h100-pcie, h200, a100, rtx4090; nullopt for another name.
 std::optional<GpuSpec> find_gpu(std::string_view name);

@@ -297,6 +297,8 @@ END:
     ASSERT_NO_FAULT(e.run("ld", {1, 1, 1}, {32, 1, 1}, Params().add(in).add(in).add(1u).add(0u), &s));
     EXPECT_EQ(s.global_load_requests, 2u);
     EXPECT_EQ(s.global_load_sectors, 8u);        // 4 per warp-level load
+    ASSERT_EQ(s.load_sectors_by_alloc.size(), 1u);
+    EXPECT_EQ(s.load_sectors_by_alloc.at(in), 8u);   // all in the one allocation read
     EXPECT_EQ(s.global_load_bytes, 256u);
     EXPECT_EQ(s.unique_global_bytes, 128u);      // the second load re-reads
     EXPECT_EQ(s.load_sectors_per_request(), 4.0);
@@ -309,6 +311,9 @@ END:
     EXPECT_EQ(s.unique_global_bytes, 512u);
     EXPECT_GT(s.thread_instructions, s.warp_instructions);
     EXPECT_NE(s.to_json().find("\"global_load_sectors\":16"), std::string::npos);
+    EXPECT_NE(s.to_json().find("\"allocations\":[{\"base\":" + std::to_string(in) + ",\"unique\":512,\"load_sectors\":16}]"),
+              std::string::npos)
+        << s.to_json();
 }
 
 TEST(EmuInterp, LoaderSurvivesMutatedInput) {

@@ -12,7 +12,7 @@ namespace {
 GpuSpec gpu(const char* name) {
     std::optional<GpuSpec> g = find_gpu(name);
     EXPECT_TRUE(g.has_value()) << name;
-    return g.value_or(GpuSpec{"none", "", 1, 1});
+    return g.value_or(GpuSpec{"none", "", 1, 1, 2048, 0});
 }
 
 TEST(Projection, NamedGpus) {
@@ -58,6 +58,23 @@ TEST(Projection, GraphsSmallGridsAndSeveralTokens) {
     // No bytes: only overheads.
     const std::vector<LaunchCost> empty = {{1, 0}};
     EXPECT_DOUBLE_EQ(project(empty, 1, g, LaunchMode::Stream).us_per_token, 2.0);
+}
+
+TEST(Projection, BlocksPerSm) {
+    const GpuSpec h = gpu("h100-sxm");
+    // 256 threads, 32 registers, little shared memory: threads limit (2048 / 256).
+    EXPECT_EQ(blocks_per_sm(h, 256, 32, 1024), 8);
+    // 64 registers: 8 warps x 2048 registers = 16384 per block, 4 blocks of 65536.
+    EXPECT_EQ(blocks_per_sm(h, 256, 64, 1024), 4);
+    // Registers round up per warp to 256: 33 registers take 1280 per warp, 10240 per block: 6.
+    EXPECT_EQ(blocks_per_sm(h, 256, 33, 1024), 6);
+    // Shared memory: 48 KiB + 1 KiB reserved per block fits 4 times in 228 KiB.
+    EXPECT_EQ(blocks_per_sm(h, 256, 32, 48 * 1024), 4);
+    // The 32-block limit, and RTX 4090's 1536 threads and 100 KiB.
+    EXPECT_EQ(blocks_per_sm(h, 32, 16, 0), 32);
+    EXPECT_EQ(blocks_per_sm(gpu("rtx4090"), 512, 32, 0), 3);
+    EXPECT_EQ(blocks_per_sm(gpu("rtx4090"), 128, 32, 40 * 1024), 2);
+    EXPECT_EQ(blocks_per_sm(h, 256, 0, 0), 0);   // registers unknown
 }
 
 }  // namespace

@@ -310,6 +310,12 @@ TEST(SynthPresets, AllValidAndQ4KRows) {
         }
     }
     EXPECT_EQ(preset(Arch::Llama, Size::Wide4096).n_ff, 11008u);   // Llama-2-7B: 43 * 256
+    const Spec l3 = preset(Arch::Llama, Size::Llama3_8B_Slice);      // Llama-3-8B's layer shape
+    EXPECT_EQ(l3.n_ff, 14336u);
+    EXPECT_EQ(l3.n_head_kv, 8u);
+    // Its two layers are the two kinds Q4_K_M makes of Llama-3-8B's 32.
+    EXPECT_FALSE(q4_k_m_more_bits(0, l3.n_layer));
+    EXPECT_TRUE(q4_k_m_more_bits(1, l3.n_layer));
     EXPECT_LT(param_count(preset(Arch::Llama, Size::Tiny)), 2'000'000u);
 }
 
@@ -326,6 +332,7 @@ TEST(SynthPresets, ValidateRejects) {
     EXPECT_FALSE(parse_arch("gpt2"));
     EXPECT_FALSE(parse_size("huge"));
     EXPECT_EQ(parse_size("wide4096"), Size::Wide4096);
+    EXPECT_EQ(parse_size("llama3-8b-slice"), Size::Llama3_8B_Slice);
 }
 
 // ---- vocabulary -------------------------------------------------------------------------

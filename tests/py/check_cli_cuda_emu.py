@@ -88,6 +88,24 @@ def main():
                   f"projection arithmetic {pj}")
             check(abs(pj["us_per_token"] - pj["launch_us"] - pj["memory_us"]) < 1e-6 * pj["us_per_token"], f"{pj}")
             check(abs(pj["launch_us"] - 1.3 * kernels) < 1e-6 * kernels, f"graph launch overhead {pj['launch_us']}")
+            # Per kernel: the rows account for every launch and byte; the weight
+            # loads of every GEMV touch only sectors they use (the device
+            # layout's 32-byte planes); ptxas (present here) gives registers and
+            # no spills; an A100 (2048 threads, 164 KiB) fits what is launched.
+            ks = c["kernels"]
+            check(sum(k["launches"] for k in ks) == c["launches"] and len({k["kernel"] for k in ks}) == len(ks),
+                  f"kernel rows vs launches: {[(k['kernel'], k['launches']) for k in ks]}")
+            check(sum(k["unique_bytes"] for k in ks) == c["unique_bytes"]
+                  and sum(k["weight_bytes"] for k in ks) == c["weight_bytes"], "kernel rows vs totals")
+            check(c["registers_from"] == "ptxas sm_90", f"registers from {c['registers_from']}")
+            for k in ks:
+                check(k["registers"] and k["spill_bytes"] == 0 and k["blocks_per_sm"] >= 1
+                      and 1 <= k["resident_blocks_per_sm"] <= k["blocks_per_sm"], f"kernel row {k}")
+                if k["kernel"].startswith("gemv"):
+                    check(k["part"] in ("layer", "head") and k["weight_sector_efficiency"] >= 0.9
+                          and k["in_flight_bytes_per_sm"] > 0, f"GEMV row {k}")
+            check(0.9 <= c["sector_efficiency"] <= 1, f"weight loads' sector efficiency {c['sector_efficiency']}")
+            check(c["n_vocab"] > 0 and c["n_layer"] > 0 and sum(k["part"] == "head" for k in ks) == 1, "counted model fields")
         for args, needle in ((["--device", "cuda", "--project", "h100"], "--project h100"),
                              (["--device", "cpu", "--project", "a100"], "counted mode needs emu")):
             b = ptxlm("bench", "-m", gemma, "-p", "0", "-n", "1", "-r", "1", *args)

@@ -38,6 +38,7 @@
 #include "engine/projection.h"
 #include "gguf/quant.h"
 #include "tools/ptxlm/commands.h"
+#include "tools/ptxlm/counted.h"
 #include "tools/ptxlm/engine_args.h"
 
 namespace ptxlm::cli {
@@ -176,85 +177,6 @@ uint64_t peak_rss_bytes() {
     while (std::getline(in, line))
         if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
     return 0;
-}
-
-// Counted mode (the device is emu): one token at depth 0 in a fresh backend
-// with emu's counters on (PTXLM_EMU_STATS is read when the primary context is
-// retained and written when it is released), then the per-token figures and
-// the projection for `gpu` (engine/projection.h). Call with no other
-// CudaBackend alive.
-nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& gpu) {
-    char path[] = "/tmp/ptxlm-emu-stats-XXXXXX";
-    const int fd = mkstemp(path);
-    if (fd < 0) throw std::runtime_error("bench: cannot create a file for emu's counters");
-    close(fd);
-    setenv("PTXLM_EMU_STATS", path, 1);
-    std::vector<cuda::CudaBackend::Launch> launches;
-    Schedule used;
-    try {
-        cuda::CudaBackend b(m, cuda::Driver::load(), 64, schedule);
-        std::vector<float> logits(b.n_vocab());
-        b.eval(0, 0, logits.data());
-        launches = b.launches();
-        used = b.schedule();
-    } catch (...) {
-        unsetenv("PTXLM_EMU_STATS");
-        std::remove(path);
-        throw;
-    }
-    unsetenv("PTXLM_EMU_STATS");
-    std::ifstream in(path);
-    nlohmann::json stats;
-    try {
-        in >> stats;
-    } catch (const std::exception& e) {
-        std::remove(path);
-        throw std::runtime_error(std::string("bench: emu's counters are unreadable: ") + e.what());
-    }
-    std::remove(path);
-    const nlohmann::json& ks = stats.at("kernels");
-    // Requested: what reaches L2, the 32-byte sectors each warp-level access
-    // touches (plus atomics); unique: distinct bytes, summed over kernels.
-    uint64_t n_launch = 0, requested = 0, unique = 0;
-    for (const auto& [name, k] : ks.items()) {
-        n_launch += k.at("launches").get<uint64_t>();
-        requested += 32 * (k.at("global_load_sectors").get<uint64_t>() + k.at("global_store_sectors").get<uint64_t>()) +
-                     k.at("global_atomic_bytes").get<uint64_t>();
-        unique += k.at("unique_global_bytes").get<uint64_t>();
-    }
-    if (n_launch != launches.size())
-        throw std::runtime_error("bench: emu counted " + std::to_string(n_launch) + " launches for a chain of " +
-                                 std::to_string(launches.size()));
-    std::vector<LaunchCost> costs;
-    uint64_t below = 0;
-    for (const cuda::CudaBackend::Launch& l : launches) {
-        const nlohmann::json& k = ks.at(l.kernel);
-        costs.push_back({l.blocks, k.at("unique_global_bytes").get<uint64_t>() / k.at("launches").get<uint64_t>()});
-        below += l.blocks < uint64_t(gpu.sms);
-    }
-    const Projection p = project(costs, 1, gpu, used == Schedule::Graph ? LaunchMode::Graph : LaunchMode::Stream);
-    const PassTraffic t = pass_traffic(m);
-    const double token_bytes = double(t.weights + t.lm_head + t.embd_row);
-    return {{"tokens", 1},
-            {"depth", 0},
-            {"launches", n_launch},
-            {"token_bytes", token_bytes},
-            {"unique_bytes", unique},
-            {"requested_bytes", requested},
-            {"unique_over_weights", double(unique) / token_bytes},
-            {"requested_over_weights", double(requested) / token_bytes},
-            {"sector_efficiency", requested ? double(unique) / double(requested) : 0.0},
-            {"launches_below_sm_count", below},
-            {"projected",
-             {{"label", "projected from emu's counts, not measured"},
-              {"gpu", gpu.name},
-              {"description", gpu.description},
-              {"schedule", schedule_name(used)},
-              {"us_per_token", p.us_per_token},
-              {"launch_us", p.launch_us},
-              {"memory_us", p.memory_us},
-              {"tokens_per_s", p.tokens_per_s},
-              {"bandwidth_share", p.bandwidth_share}}}};
 }
 
 // Drives the backend through the tests, keeping track of how much of the
@@ -522,8 +444,8 @@ int run(const Args& a) {
         if (a.output == "md") {
             const nlohmann::json& pj = c["projected"];
             std::printf("\ncounted on emu (1 token at depth 0): %llu launches; unique global bytes %.3f x and L2 sector "
-                        "traffic %.3f x the %.1f MB a token must read (sector efficiency %.0f%%); %llu launches "
-                        "with fewer blocks than %s's %d SMs\n",
+                        "traffic %.3f x the %.1f MB a token must read (weight loads' sector efficiency %.1f%%); %llu "
+                        "launches with fewer blocks than %s's %d SMs\n",
                         (unsigned long long)c["launches"].get<uint64_t>(), c["unique_over_weights"].get<double>(),
                         c["requested_over_weights"].get<double>(), c["token_bytes"].get<double>() / 1e6,
                         100 * c["sector_efficiency"].get<double>(),
@@ -533,6 +455,8 @@ int run(const Args& a) {
                         gpu->description, pj["schedule"].get<std::string>().c_str(), pj["tokens_per_s"].get<double>(),
                         pj["us_per_token"].get<double>(), pj["launch_us"].get<double>(), pj["memory_us"].get<double>(),
                         100 * pj["bandwidth_share"].get<double>(), pj["label"].get<std::string>().c_str());
+            std::printf("\nper kernel (registers from %s; blocks per SM for %s):\n\n%s",
+                        c["registers_from"].get<std::string>().c_str(), gpu->name, counted_kernel_table(c).c_str());
         }
     }
     if (a.output == "json") std::printf("%s\n", all.dump(2).c_str());

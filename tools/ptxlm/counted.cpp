@@ -1,0 +1,236 @@
+#include "tools/ptxlm/counted.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/decode_plan.h"
+#include "kernels/ptx/ptxas.h"
+
+namespace ptxlm::cli {
+
+namespace {
+
+constexpr uint32_t kCountedContext = 64;
+
+// Runs one token with emu's counters written to a temp file; returns the
+// counters, the chain and the weight buffers' addresses.
+struct Counted {
+    nlohmann::json kernels;
+    std::vector<cuda::CudaBackend::Launch> launches;
+    std::set<uint64_t> weights;
+    Schedule schedule = Schedule::Default;
+};
+
+Counted count_one_token(const Model& m, Schedule schedule) {
+    char path[] = "/tmp/ptxlm-emu-stats-XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) throw std::runtime_error("bench: cannot create a file for emu's counters");
+    close(fd);
+    setenv("PTXLM_EMU_STATS", path, 1);
+    Counted c;
+    try {
+        cuda::CudaBackend b(m, cuda::Driver::load(), kCountedContext, schedule);
+        std::vector<float> logits(b.n_vocab());
+        b.eval(0, 0, logits.data());
+        c.launches = b.launches();
+        c.schedule = b.schedule();
+        for (uint64_t w : b.weight_buffers()) c.weights.insert(w);
+    } catch (...) {
+        unsetenv("PTXLM_EMU_STATS");
+        std::remove(path);
+        throw;
+    }
+    unsetenv("PTXLM_EMU_STATS");
+    std::ifstream in(path);
+    nlohmann::json stats;
+    try {
+        in >> stats;
+    } catch (const std::exception& e) {
+        std::remove(path);
+        throw std::runtime_error(std::string("bench: emu's counters are unreadable: ") + e.what());
+    }
+    std::remove(path);
+    c.kernels = stats.at("kernels");
+    return c;
+}
+
+// Registers and spill bytes per kernel from ptxas for sm_90; empty when no
+// ptxas is found (the rows then say null).
+std::map<std::string, ptx::PtxasFunctionReport> ptxas_reports(const Model& m) {
+    std::map<std::string, ptx::PtxasFunctionReport> out;
+    const std::string ptxas = ptx::find_ptxas();
+    if (ptxas.empty()) return out;
+    const ptx::Target t = ptx::Target::parse("sm_90");
+    for (const ptx::GeneratedKernel& g : cuda::decode_kernels(cuda::decode_plan(m, kCountedContext), t)) {
+        const ptx::PtxasResult r = ptx::run_ptxas(ptxas, g.ptx, "sm_90");
+        if (!r.ok()) throw std::runtime_error("bench: ptxas rejected " + g.name + ":\n" + r.log);
+        if (const ptx::PtxasFunctionReport* f = r.find(g.name)) out[g.name] = *f;
+    }
+    return out;
+}
+
+// What the chain's kernels are, by name: GEMV shapes (their in-flight figure
+// comes from the generator) and which part of a token each kernel serves
+// ("layer" kernels run once per layer, "head" is the LM head, the rest run
+// once per token).
+struct ChainParts {
+    std::map<std::string, kernels::GemvShape> gemvs;
+    std::set<std::string> layer;
+    std::string head;
+};
+
+ChainParts chain_parts(const Model& m) {
+    ChainParts c;
+    const cuda::DecodePlan p = cuda::decode_plan(m, kCountedContext);
+    auto add = [&](const kernels::GemvShape& s) {
+        const std::string name = kernels::gemv_kernel(s).name;
+        c.gemvs.emplace(name, s);
+        return name;
+    };
+    for (const cuda::LayerPlan& l : p.layers) {
+        for (const kernels::GemvShape* s : {&l.qkv, &l.wo, &l.gate_up, &l.down}) c.layer.insert(add(*s));
+        for (const ptx::GeneratedKernel& g :
+             {kernels::rope_append_kernel(l.rope), kernels::attention_split_kernel(l.attention),
+              kernels::attention_reduce_kernel(l.attention), kernels::add_norm_kernel(p.add_norm)})
+            c.layer.insert(g.name);
+    }
+    c.head = add(p.head);
+    return c;
+}
+
+}  // namespace
+
+nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& gpu) {
+    const Counted c = count_one_token(m, schedule);
+    const nlohmann::json& ks = c.kernels;
+    const std::map<std::string, ptx::PtxasFunctionReport> regs = ptxas_reports(m);
+    const ChainParts parts = chain_parts(m);
+
+    // Requested: what reaches L2, the 32-byte sectors each warp-level access
+    // touches (plus atomics); unique: distinct bytes, summed over kernels.
+    uint64_t n_launch = 0, requested = 0, unique = 0, weight_unique = 0, weight_sectors = 0;
+    nlohmann::json rows = nlohmann::json::array();
+    std::set<std::string> seen;
+    std::vector<LaunchCost> costs;
+    uint64_t below = 0;
+    for (const cuda::CudaBackend::Launch& l : c.launches) {
+        const nlohmann::json& k = ks.at(l.kernel);
+        const uint64_t launches = k.at("launches").get<uint64_t>();
+        costs.push_back({l.blocks, k.at("unique_global_bytes").get<uint64_t>() / launches});
+        below += l.blocks < uint64_t(gpu.sms);
+        if (!seen.insert(l.kernel).second) continue;
+
+        const uint64_t req = 32 * (k.at("global_load_sectors").get<uint64_t>() +
+                                   k.at("global_store_sectors").get<uint64_t>()) +
+                             k.at("global_atomic_bytes").get<uint64_t>();
+        uint64_t w_unique = 0, w_sectors = 0;
+        for (const nlohmann::json& a : k.at("allocations"))
+            if (c.weights.count(a.at("base").get<uint64_t>())) {
+                w_unique += a.at("unique").get<uint64_t>();
+                w_sectors += a.at("load_sectors").get<uint64_t>();
+            }
+        n_launch += launches;
+        requested += req;
+        unique += k.at("unique_global_bytes").get<uint64_t>();
+        weight_unique += w_unique;
+        weight_sectors += w_sectors;
+
+        nlohmann::json row = {{"kernel", l.kernel},
+                              {"part", l.kernel == parts.head ? "head" : parts.layer.count(l.kernel) ? "layer" : "token"},
+                              {"launches", launches},
+                              {"blocks", l.blocks},
+                              {"threads", l.threads},
+                              {"dynamic_shared_bytes", l.shared_bytes},
+                              {"unique_bytes", k.at("unique_global_bytes").get<uint64_t>()},
+                              {"requested_bytes", req},
+                              {"weight_bytes", w_unique},
+                              {"weight_sector_efficiency", nullptr},
+                              {"registers", nullptr},
+                              {"spill_bytes", nullptr},
+                              {"blocks_per_sm", nullptr},
+                              {"resident_blocks_per_sm", nullptr},
+                              {"in_flight_bytes_per_sm", nullptr}};
+        if (w_sectors) row["weight_sector_efficiency"] = double(w_unique) / (32.0 * double(w_sectors));
+        auto r = regs.find(l.kernel);
+        if (r != regs.end()) {
+            const ptx::PtxasFunctionReport& f = r->second;
+            row["registers"] = f.registers;
+            row["spill_bytes"] = f.spill_store_bytes + f.spill_load_bytes;
+            const int fit = blocks_per_sm(gpu, l.threads, f.registers, uint32_t(f.smem_bytes) + l.shared_bytes);
+            row["blocks_per_sm"] = fit;
+            // Blocks an SM holds at once during this launch: its share of the
+            // grid, at most what fits.
+            const uint64_t share = (l.blocks + gpu.sms - 1) / uint64_t(gpu.sms);
+            const uint64_t resident = std::min<uint64_t>(uint64_t(fit), share);
+            row["resident_blocks_per_sm"] = resident;
+            auto g = parts.gemvs.find(l.kernel);
+            if (g != parts.gemvs.end()) row["in_flight_bytes_per_sm"] = resident * kernels::gemv_block_bytes_in_flight(g->second);
+        }
+        rows.push_back(row);
+    }
+    if (n_launch != c.launches.size())
+        throw std::runtime_error("bench: emu counted " + std::to_string(n_launch) + " launches for a chain of " +
+                                 std::to_string(c.launches.size()));
+    const Projection p = project(costs, 1, gpu, c.schedule == Schedule::Graph ? LaunchMode::Graph : LaunchMode::Stream);
+    const PassTraffic t = pass_traffic(m);
+    const double token_bytes = double(t.weights + t.lm_head + t.embd_row);
+    return {{"tokens", 1},
+            {"depth", 0},
+            {"n_layer", m.layers.size()},
+            {"n_vocab", m.n_vocab},
+            {"launches", n_launch},
+            {"token_bytes", token_bytes},
+            {"unique_bytes", unique},
+            {"requested_bytes", requested},
+            {"unique_over_weights", double(unique) / token_bytes},
+            {"requested_over_weights", double(requested) / token_bytes},
+            {"weight_bytes", weight_unique},
+            {"sector_efficiency", weight_sectors ? double(weight_unique) / (32.0 * double(weight_sectors)) : 0.0},
+            {"launches_below_sm_count", below},
+            {"registers_from", regs.empty() ? "no ptxas found" : "ptxas sm_90"},
+            {"kernels", rows},
+            {"projected",
+             {{"label", "projected from emu's counts, not measured"},
+              {"gpu", gpu.name},
+              {"description", gpu.description},
+              {"sms", gpu.sms},
+              {"bandwidth_gbs", gpu.bandwidth_gbs},
+              {"schedule", schedule_name(c.schedule)},
+              {"us_per_token", p.us_per_token},
+              {"launch_us", p.launch_us},
+              {"memory_us", p.memory_us},
+              {"tokens_per_s", p.tokens_per_s},
+              {"bandwidth_share", p.bandwidth_share}}}};
+}
+
+std::string counted_kernel_table(const nlohmann::json& counted) {
+    auto cell = [](const nlohmann::json& v, const char* fmt, double scale = 1.0) {
+        if (v.is_null()) return std::string("n/a");
+        char buf[64];
+        std::snprintf(buf, sizeof buf, fmt, v.get<double>() * scale);
+        return std::string(buf);
+    };
+    std::string out =
+        "| kernel | launches | blocks | threads | regs | spill B | blocks/SM fit | resident/SM | in flight/SM KiB | "
+        "unique MB | L2 MB | weight sector eff. |\n"
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n";
+    for (const nlohmann::json& r : counted.at("kernels")) {
+        out += "| " + r.at("kernel").get<std::string>() + " | " + cell(r.at("launches"), "%.0f") + " | " +
+               cell(r.at("blocks"), "%.0f") + " | " + cell(r.at("threads"), "%.0f") + " | " +
+               cell(r.at("registers"), "%.0f") + " | " + cell(r.at("spill_bytes"), "%.0f") + " | " +
+               cell(r.at("blocks_per_sm"), "%.0f") + " | " + cell(r.at("resident_blocks_per_sm"), "%.0f") + " | " +
+               cell(r.at("in_flight_bytes_per_sm"), "%.1f", 1.0 / 1024) + " | " +
+               cell(r.at("unique_bytes"), "%.2f", 1e-6) + " | " + cell(r.at("requested_bytes"), "%.2f", 1e-6) + " | " +
+               cell(r.at("weight_sector_efficiency"), "%.1f%%", 100.0) + " |\n";
+    }
+    return out;
+}
+
+}  // namespace ptxlm::cli

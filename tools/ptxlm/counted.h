@@ -1,0 +1,29 @@
+// bench's counted mode: when the CUDA driver is emu, its times mean nothing,
+// so bench counts one token's work instead (emu's per-kernel counters) and
+// projects a rate for a named GPU (engine/projection.h).
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "engine/projection.h"
+
+namespace ptxlm::cli {
+
+// One token at depth 0 in a fresh CudaBackend with emu's counters on
+// (PTXLM_EMU_STATS is read when the primary context is retained and written
+// when it is released). Returns the per-token totals (launches, unique and
+// L2-sector bytes against the bytes a token must read, the weight loads'
+// sector efficiency), a row per kernel (grid, block, registers and spills
+// from ptxas for sm_90 when ptxas is found, blocks per SM on `gpu`, bytes in
+// flight per SM, unique / requested / weight bytes) and the projection. Call
+// with no other CudaBackend alive.
+nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& gpu);
+
+// The per-kernel rows of `counted` as a Markdown table.
+std::string counted_kernel_table(const nlohmann::json& counted);
+
+}  // namespace ptxlm::cli
