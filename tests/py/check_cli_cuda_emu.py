@@ -101,10 +101,14 @@ def main():
             for k in ks:
                 check(k["registers"] and k["spill_bytes"] == 0 and k["blocks_per_sm"] >= 1
                       and 1 <= k["resident_blocks_per_sm"] <= k["blocks_per_sm"], f"kernel row {k}")
+                # This model is 256 wide: a Q4_K or Q6_K row is one block, so a
+                # row's 16-byte header or 2-byte scale costs a 32-byte sector
+                # (80-88% here; 97-100% on the real and 4096-wide models,
+                # docs/efficiency.md).
                 if k["kernel"].startswith("gemv"):
-                    check(k["part"] in ("layer", "head") and k["weight_sector_efficiency"] >= 0.9
+                    check(k["part"] in ("layer", "head") and k["weight_sector_efficiency"] >= 0.8
                           and k["in_flight_bytes_per_sm"] > 0, f"GEMV row {k}")
-            check(0.9 <= c["sector_efficiency"] <= 1, f"weight loads' sector efficiency {c['sector_efficiency']}")
+            check(0.8 <= c["sector_efficiency"] <= 1, f"weight loads' sector efficiency {c['sector_efficiency']}")
             check(c["n_vocab"] > 0 and c["n_layer"] > 0 and sum(k["part"] == "head" for k in ks) == 1, "counted model fields")
         for args, needle in ((["--device", "cuda", "--project", "h100"], "--project h100"),
                              (["--device", "cpu", "--project", "a100"], "counted mode needs emu")):
