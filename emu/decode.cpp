@@ -287,6 +287,7 @@ bool Decoder::check_widths(const Inst& in) {
             if (!width(in.op == Op::Pack ? in.a[i] : in.d[i], ew, false, "element")) return false;
         return width(in.op == Op::Pack ? in.d[0] : in.a[0], w, false, "register");
     }
+    case Op::Nanosleep: return width(in.a[0], 32, false, "source");
     case Op::Bra: case Op::Exit: case Op::Nop: case Op::Trap: return true;
     default: return all(w, w);
     }

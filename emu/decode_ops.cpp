@@ -16,7 +16,7 @@ const OpEntry kOps[] = {
     {"ex2", Op::Ex2}, {"lg2", Op::Lg2}, {"rsqrt", Op::Rsqrt}, {"sqrt", Op::Sqrt}, {"rcp", Op::Rcp},
     {"tanh", Op::Tanh}, {"sin", Op::Sin}, {"cos", Op::Cos}, {"bra", Op::Bra}, {"ret", Op::Exit},
     {"exit", Op::Exit}, {"popc", Op::Popc}, {"clz", Op::Clz}, {"brev", Op::Brev}, {"bfi", Op::Bfi},
-    {"elect", Op::Elect}, {"griddepcontrol", Op::Nop}, {"trap", Op::Trap},
+    {"elect", Op::Elect}, {"griddepcontrol", Op::Nop}, {"trap", Op::Trap}, {"nanosleep", Op::Nanosleep},
 };
 
 bool Decoder::decode(Inst* in) {
@@ -224,6 +224,9 @@ bool Decoder::decode(Inst* in) {
         if (take_one(scope) < 0) return fail("'" + opname_ + "' needs a scope");
         return finish_mods() && count(0);
     }
+    case Op::Nanosleep:   // nanosleep.u32 t (sm_70+): a hint; a cooperative launch yields the warp
+        if (!take(".u32") || !finish_mods()) return fail("bad '" + opname_ + "' (nanosleep.u32 t)");
+        return require(63, 70) && count(1) && src(ops_[0], Ty::U32, &in->a[0]);
     case Op::Bar: {
         if (base == "bar" && take(".warp")) {
             if (!take(".sync") || !finish_mods() || !count(1)) return fail("bad '" + opname_ + "'");

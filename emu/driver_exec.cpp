@@ -150,6 +150,7 @@ CUresult execute(CUctx_st* ctx, const EmuLaunch& l) {
     cfg.dynamic_shared_bytes = l.shared;
     cfg.params = l.params.data();
     cfg.params_size = uint32_t(l.params.size());
+    cfg.cooperative = l.cooperative;
     // The opted-in limit (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES); 0 = the default 48 KiB.
     uint64_t limit = uint64_t(k.static_shared_bytes) + f->max_dynamic_shared;
     cfg.shared_limit = limit > kSharedWithoutOptIn ? uint32_t(limit) : 0;

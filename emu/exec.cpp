@@ -1,23 +1,37 @@
 // The interpreter: launch checks, block and warp scheduling, control flow,
 // memory instructions, warp-collective instructions, barriers, the watchdog.
 //
-// Execution model. Blocks run one after another on the calling thread. In a
-// block, warps run round-robin in time slices; a warp runs until it exits,
-// waits at a barrier or has used its slice. A warp executes SIMT-style: each
-// instruction is applied to its active lanes at once. Divergence uses the "minimum PC" rule: every live lane
-// has its own PC, and the warp always runs the lanes whose PC is the smallest;
-// lanes that branched ahead wait and rejoin when the others reach their PC.
-// For the structured code PTX generators emit (if/else, loops) this
-// reconverges at the immediate post-dominator like the hardware stack does,
-// so shfl.sync and vote.sync see every lane of a converged warp together.
+// Execution model. Blocks of an ordinary launch run one after another on the
+// calling thread. In a block, warps run round-robin in time slices; a warp
+// runs until it exits, waits at a barrier or has used its slice. A warp
+// executes SIMT-style: each instruction is applied to its active lanes at
+// once. Divergence uses the "minimum PC" rule: every live lane has its own
+// PC, and the warp always runs the lanes whose PC is the smallest; lanes that
+// branched ahead wait and rejoin when the others reach their PC. For the
+// structured code PTX generators emit (if/else, loops) this reconverges at
+// the immediate post-dominator like the hardware stack does, so shfl.sync and
+// vote.sync see every lane of a converged warp together.
 //
-// Blocks are sequential, so blocks that spin-wait on each other (a flag set
-// by a later block, a grid-wide barrier) would hang: the watchdog stops such a
+// In an ordinary launch, blocks that spin-wait on each other (a flag set by a
+// later block, a grid-wide barrier) would hang: the watchdog stops such a
 // kernel with CUDA_ERROR_LAUNCH_TIMEOUT rather than letting it run forever.
 // Atomics between blocks that do not wait on each other work.
+//
+// A cooperative launch (every block resident at once, as the driver checked)
+// runs its blocks concurrently: rounds in which every block, in an order
+// drawn from a generator seeded by PTXLM_EMU_SEED (the same seed replays the
+// same interleaving exactly), runs each of its warps for a quantum of
+// instructions. A warp also yields early when it spins: at a backward branch,
+// when the iteration just finished stored nothing and its global loads and
+// atomics returned exactly what the previous iteration's did (a load in a
+// loop that sees no change), or at nanosleep. A round in which no warp
+// stored, made an atomic change or passed a barrier, and every warp spun or
+// waited, repeats forever: the launch stops with a deadlock report naming
+// each block's waiting warps (CUDA_ERROR_LAUNCH_TIMEOUT), never a hang.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <sstream>
 #include <type_traits>
 
@@ -43,6 +57,14 @@ struct Warp {
     int waiting_bar = -1;
     uint64_t since_progress = 0;
     uint64_t* regs = nullptr;
+    // Spin detection (cooperative launches): a hash of the values this loop
+    // iteration's global loads and atomics returned, whether it wrote memory,
+    // and the previous iteration's hash at the same backward branch.
+    uint64_t iter_hash = 0, last_hash = 0;
+    uint32_t spin_pc = kNoPc;
+    uint32_t iter_instructions = 0;
+    bool iter_wrote = true, iter_read = false;
+    bool spinning = false;   // yielded because it spins (reset when it runs again)
 
     // Picks the lanes with the smallest PC (lane_pc must hold every live lane's PC).
     void reschedule() {
@@ -65,6 +87,17 @@ struct Warp {
 
 struct Barrier { uint32_t arrived = 0, expected = 0; std::vector<uint32_t> warps; };
 
+// One block's state: the sequential path reuses one; a cooperative launch
+// keeps every block's at once.
+struct Block {
+    Dim3 cta;
+    std::vector<uint64_t> regfile;
+    std::vector<uint8_t> shared;
+    std::vector<Warp> warps;
+    Barrier bars[16];
+    bool done = false;
+};
+
 struct Launch {
     const Program& prog;
     const Kernel& k;
@@ -73,11 +106,9 @@ struct Launch {
     Stats* stats;
     uint64_t watchdog;
     uint32_t nthreads, nwarps, shared_bytes;
-    Dim3 cta;
-    std::vector<uint64_t> regfile;
-    std::vector<uint8_t> shared;
-    std::vector<Warp> warps;
-    Barrier bars[16];
+    Block* blk = nullptr;   // the block whose warp runs
+    bool concurrent = false;   // cooperative: spin detection on
+    bool round_progress = false;   // a store, atomic change or barrier passage in this round
     uint64_t clock = 0;
     // One cached global allocation (most kernels hit the same buffer in a row).
     uint64_t cache_base = 1, cache_size = 0;
@@ -94,7 +125,7 @@ struct Launch {
         uint32_t t = w.id * 32 + uint32_t(lane);
         uint32_t tx = t % cfg.block.x, ty = (t / cfg.block.x) % cfg.block.y, tz = t / (cfg.block.x * cfg.block.y);
         std::ostringstream s;
-        s << "kernel '" << k.info.name << "' block (" << cta.x << "," << cta.y << "," << cta.z << ") thread ("
+        s << "kernel '" << k.info.name << "' block (" << blk->cta.x << "," << blk->cta.y << "," << blk->cta.z << ") thread ("
           << tx << "," << ty << "," << tz << ") at PTX line " << in.line << " `" << prog.line_text(in.line) << "`";
         return s.str();
     }
@@ -124,7 +155,7 @@ struct Launch {
         const char* what = "global";
         if (sp == Space::Shared) {
             what = "shared";
-            if (addr < shared_bytes && n <= shared_bytes - addr) p = shared.data() + addr;
+            if (addr < shared_bytes && n <= shared_bytes - addr) p = blk->shared.data() + addr;
         } else if (sp == Space::Param) {
             what = "parameter";
             if (addr < cfg.params_size && n <= cfg.params_size - addr) p = const_cast<uint8_t*>(cfg.params) + addr;
@@ -191,6 +222,19 @@ struct Launch {
         }
     }
 
+    // Memory changed or a barrier was reached: the watchdog restarts, and a
+    // cooperative round is not quiet.
+    void progress(Warp& w) {
+        w.since_progress = 0;
+        w.iter_wrote = true;
+        round_progress = true;
+    }
+    static uint64_t spin_mix(uint64_t h, uint64_t addr, uint64_t v) {
+        h ^= addr * 0x9e3779b97f4a7c15ull;
+        h = (h ^ v) * 0xff51afd7ed558ccdull;
+        return h ^ (h >> 29);
+    }
+
     bool mem_op(Warp& w, const Inst& in, uint32_t m);
     bool atom_op(Warp& w, const Inst& in, uint32_t m);
     bool shfl(Warp& w, const Inst& in, uint32_t m);
@@ -201,7 +245,16 @@ struct Launch {
     // run `slice` instructions (then the next warp gets its turn, so a warp
     // spinning on a flag another warp of the block sets still sees it).
     bool run_warp(Warp& w, uint32_t slice);
+    void init_block(Block& b, uint32_t bx, uint32_t by, uint32_t bz);
+    // Runs the current block's warps for one slice each; false on a fault.
+    // *all_done when every warp has exited; *stuck when none could run (all
+    // wait at barriers that cannot complete).
+    bool step_block(uint32_t slice, bool* all_done, bool* stuck);
+    std::string barrier_report() const;
     bool run_block(uint32_t bx, uint32_t by, uint32_t bz);
+    bool run_cooperative(uint64_t seed);
+    // Spin detection at a taken backward branch; true when the warp should yield.
+    bool spins(Warp& w, uint32_t target);
 };
 
 inline uint64_t load_le(const uint8_t* p, uint32_t n) {
@@ -216,6 +269,7 @@ bool Launch::mem_op(Warp& w, const Inst& in, uint32_t m) {
     const Space sp = in.space == Space::Generic ? Space::Global : in.space;
     const uint64_t* base = w.regs + size_t(in.addr) * 32;
     const bool sgn = ty_signed(in.ty);
+    bool changed = false;   // a store that leaves memory as it was is no progress
     for (uint32_t mm = m; mm; mm &= mm - 1) {
         int l = __builtin_ctz(mm);
         uint64_t a = base[l] + uint64_t(in.off);
@@ -228,15 +282,18 @@ bool Launch::mem_op(Warp& w, const Inst& in, uint32_t m) {
                 if (sgn && esz < 8) v = uint64_t(int64_t(v << (64 - 8 * esz)) >> (64 - 8 * esz));
                 if (rb < 64) v &= (uint64_t(1) << rb) - 1;
                 w.regs[size_t(in.d[i]) * 32 + l] = v;
+                if (concurrent && sp == Space::Global) w.iter_hash = spin_mix(w.iter_hash, a + i * esz, v);
             } else {
                 uint64_t v = w.regs[size_t(in.a[i]) * 32 + l];
+                if (std::memcmp(p + i * esz, &v, esz) != 0) changed = true;
                 std::memcpy(p + i * esz, &v, esz);
             }
         }
     }
     if (sp == Space::Global) count_global(w, in, m, n, is_ld, false);
     else if (sp == Space::Shared && stats) (is_ld ? stats->shared_load_bytes : stats->shared_store_bytes) += uint64_t(__builtin_popcount(m)) * n;
-    if (!is_ld) w.since_progress = 0;
+    if (is_ld && sp == Space::Global) w.iter_read = true;
+    if (changed) progress(w);
     return true;
 }
 
@@ -264,6 +321,7 @@ bool Launch::atom_op(Warp& w, const Inst& in, uint32_t m) {
     const Space sp = in.space == Space::Generic ? Space::Global : in.space;
     const uint64_t* base = w.regs + size_t(in.addr) * 32;
     const AtomOp op = AtomOp(in.sub);
+    bool changed = false;   // an atomic that leaves memory as it was (a failed CAS) is no progress
     for (uint32_t mm = m; mm; mm &= mm - 1) {   // lanes in order: one valid serialisation
         int l = __builtin_ctz(mm);
         uint8_t* p = access(w, l, in, sp, base[l] + uint64_t(in.off), n);
@@ -303,11 +361,16 @@ bool Launch::atom_op(Warp& w, const Inst& in, uint32_t m) {
             nv = n == 4 ? uint64_t(atom_apply<uint32_t>(op, uint32_t(old), uint32_t(b), uint32_t(c), &write))
                         : atom_apply<uint64_t>(op, old, b, c, &write);
         }
-        if (write) std::memcpy(p, &nv, n);
+        if (write && std::memcmp(p, &nv, n) != 0) {
+            std::memcpy(p, &nv, n);
+            changed = true;
+        }
         if (in.d[0] != kNoReg) w.regs[size_t(in.d[0]) * 32 + l] = old;
+        if (concurrent) w.iter_hash = spin_mix(w.iter_hash, base[l] + uint64_t(in.off), old);
     }
     if (sp == Space::Global) count_global(w, in, m, n, false, true);
-    w.since_progress = 0;
+    w.iter_read = true;
+    if (changed) progress(w);
     return true;
 }
 
@@ -416,16 +479,17 @@ bool Launch::bar(Warp& w, const Inst& in, uint32_t m, bool* blocked) {
     if (id > 15) return raise(kIllegalInstruction, "barrier id " + std::to_string(id) + " over 15: " + where(w, first, in));
     if (in.na == 2 && (expected == 0 || expected % 32 || expected > (nthreads + 31) / 32 * 32))
         return raise(kIllegalInstruction, "bad barrier thread count " + std::to_string(expected) + ": " + where(w, first, in));
-    Barrier& b = bars[id];
+    Barrier& b = blk->bars[id];
     if (b.arrived && b.expected != expected)
         return raise(kIllegalInstruction, "barrier " + std::to_string(id) + " used with thread counts " +
                                               std::to_string(b.expected) + " and " + std::to_string(expected) + ": " + where(w, first, in));
     b.expected = expected;
     b.arrived += uint32_t(__builtin_popcount(m));
-    w.since_progress = 0;
+    progress(w);
     w.pc++;
     if (b.arrived >= b.expected) {
-        for (uint32_t wi : b.warps) warps[wi].waiting_bar = -1;
+        for (uint32_t wi : b.warps) blk->warps[wi].waiting_bar = -1;
+        round_progress = true;
         b.warps.clear();
         b.arrived = 0;
         if (stats) stats->barriers++;
@@ -454,20 +518,24 @@ bool Launch::run_warp(Warp& w, uint32_t slice) {
             m = gm;
         }
         ++clock;
+        ++w.iter_instructions;
         if (stats) {
             stats->warp_instructions++;
             stats->thread_instructions += uint64_t(__builtin_popcount(w.active));
         }
         if (++w.since_progress > watchdog) {
             std::ostringstream s;
-            s << "watchdog: kernel '" << k.info.name << "' block (" << cta.x << "," << cta.y << "," << cta.z << ") warp "
+            s << "watchdog: kernel '" << k.info.name << "' block (" << blk->cta.x << "," << blk->cta.y << "," << blk->cta.z << ") warp "
               << w.id << " stopped at PC " << w.pc << " (PTX line " << in.line << " `" << prog.line_text(in.line)
               << "`) after " << watchdog << " instructions without a store, atomic or barrier "
               << "(a spin-wait on another block cannot finish: blocks run one after another; PTXLM_EMU_WATCHDOG sets the limit)";
             return raise(kLaunchTimeout, s.str());
         }
         switch (in.op) {
-        case Op::Bra:
+        case Op::Bra: {
+            // A taken backward branch ends a loop iteration: a cooperative
+            // launch checks whether the warp spins, and if so yields after it.
+            const bool yield = concurrent && m && in.target <= w.pc && spins(w, w.pc);
             if (m == w.active) {
                 w.pc = in.target;
             } else if (m == 0) {
@@ -478,9 +546,17 @@ bool Launch::run_warp(Warp& w, uint32_t slice) {
                     w.lane_pc[l] = (m >> l & 1) ? in.target : w.pc + 1;
                 }
                 w.reschedule();
+                if (yield) { w.spinning = true; return true; }
                 continue;
             }
             if (w.pc >= w.merge_pc) { w.save_active_pc(); w.reschedule(); }
+            if (yield) { w.spinning = true; return true; }
+            continue;
+        }
+        case Op::Nanosleep:   // a hint: a cooperative launch lets the other warps run
+            w.pc++;
+            if (w.pc == w.merge_pc) { w.save_active_pc(); w.reschedule(); }
+            if (concurrent) return true;
             continue;
         case Op::Exit:
             w.live &= ~m;
@@ -517,17 +593,18 @@ bool Launch::run_warp(Warp& w, uint32_t slice) {
     }
 }
 
-bool Launch::run_block(uint32_t bx, uint32_t by, uint32_t bz) {
-    cta = {bx, by, bz};
-    std::fill(shared.begin(), shared.end(), uint8_t(0xcd));
-    for (auto& b : bars) b = Barrier{};
+void Launch::init_block(Block& b, uint32_t bx, uint32_t by, uint32_t bz) {
+    b.cta = {bx, by, bz};
+    b.done = false;
+    std::fill(b.shared.begin(), b.shared.end(), uint8_t(0xcd));
+    for (auto& bar : b.bars) bar = Barrier{};
     const size_t per_warp = size_t(k.nregs) * 32;
-    std::fill(regfile.begin(), regfile.end(), 0);
+    std::fill(b.regfile.begin(), b.regfile.end(), 0);
     for (uint32_t wi = 0; wi < nwarps; ++wi) {
-        Warp& w = warps[wi];
+        Warp& w = b.warps[wi];
         w = Warp{};
         w.id = wi;
-        w.regs = regfile.data() + wi * per_warp;
+        w.regs = b.regfile.data() + wi * per_warp;
         uint32_t lanes = std::min<uint32_t>(32, nthreads - wi * 32);
         w.live = w.active = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
         for (auto& c : k.constants) std::fill_n(w.regs + size_t(c.reg) * 32, 32, c.value);
@@ -569,37 +646,143 @@ bool Launch::run_block(uint32_t bx, uint32_t by, uint32_t bz) {
             }
         }
     }
+}
+
+bool Launch::step_block(uint32_t slice, bool* all_done, bool* stuck) {
+    bool ran = false, pending = false;
+    for (auto& w : blk->warps) {
+        if (!w.live) continue;
+        if (w.waiting_bar >= 0) { pending = true; continue; }
+        ran = true;
+        w.spinning = false;
+        if (!run_warp(w, slice)) return false;
+    }
+    *all_done = !pending && !ran;
+    *stuck = pending && !ran;
+    return true;
+}
+
+// The current block's barriers, who waits at them and who has exited.
+std::string Launch::barrier_report() const {
+    std::ostringstream s;
+    for (uint32_t id = 0; id < 16; ++id) {
+        const Barrier& b = blk->bars[id];
+        if (b.warps.empty()) continue;
+        s << " barrier " << id << " has " << b.arrived << " of " << b.expected << " threads (waiting warps";
+        for (uint32_t wi : b.warps) s << " " << wi;
+        s << ");";
+    }
+    s << " exited warps:";
+    bool any = false;
+    for (auto& w : blk->warps)
+        if (!w.live) { s << " " << w.id; any = true; }
+    if (!any) s << " none";
+    uint32_t partial = 0;
+    for (auto& w : blk->warps)
+        if (w.live && w.live != (nthreads - w.id * 32 >= 32 ? 0xffffffffu : (1u << (nthreads - w.id * 32)) - 1)) ++partial;
+    if (partial) s << "; " << partial << " warp(s) have exited threads";
+    return s.str();
+}
+
+bool Launch::run_block(uint32_t bx, uint32_t by, uint32_t bz) {
+    init_block(*blk, bx, by, bz);
     for (;;) {
-        bool ran = false, pending = false;
-        for (auto& w : warps) {
-            if (!w.live) continue;
-            if (w.waiting_bar >= 0) { pending = true; continue; }
-            ran = true;
-            if (!run_warp(w, kSlice)) return false;
-        }
-        if (!pending && !ran) return true;
-        if (!ran) {
+        bool done, stuck;
+        if (!step_block(kSlice, &done, &stuck)) return false;
+        if (done) return true;
+        if (stuck) {
             std::ostringstream s;
-            s << "deadlock: kernel '" << k.info.name << "' block (" << bx << "," << by << "," << bz << "):";
-            for (uint32_t id = 0; id < 16; ++id) {
-                const Barrier& b = bars[id];
-                if (b.warps.empty()) continue;
-                s << " barrier " << id << " has " << b.arrived << " of " << b.expected << " threads (waiting warps";
-                for (uint32_t wi : b.warps) s << " " << wi;
-                s << ");";
-            }
-            s << " exited warps:";
-            bool any = false;
-            for (auto& w : warps)
-                if (!w.live) { s << " " << w.id; any = true; }
-            if (!any) s << " none";
-            uint32_t partial = 0;
-            for (auto& w : warps)
-                if (w.live && w.live != (nthreads - w.id * 32 >= 32 ? 0xffffffffu : (1u << (nthreads - w.id * 32)) - 1)) ++partial;
-            if (partial) s << "; " << partial << " warp(s) have exited threads";
+            s << "deadlock: kernel '" << k.info.name << "' block (" << bx << "," << by << "," << bz << "):" << barrier_report();
             return raise(kLaunchTimeout, s.str());
         }
     }
+}
+
+bool Launch::spins(Warp& w, uint32_t at) {
+    const bool same = w.iter_read && !w.iter_wrote && w.spin_pc == at && w.iter_hash == w.last_hash;
+    if (same && stats) {
+        stats->spin_yields++;
+        stats->spin_instructions += w.iter_instructions;
+    }
+    w.spin_pc = at;
+    w.last_hash = w.iter_hash;
+    w.iter_hash = 0;
+    w.iter_read = w.iter_wrote = false;
+    w.iter_instructions = 0;
+    return same;
+}
+
+bool Launch::run_cooperative(uint64_t seed) {
+    const Dim3& g = cfg.grid;
+    std::vector<Block> blocks(g.count());
+    for (uint64_t i = 0; i < blocks.size(); ++i) {
+        Block& b = blocks[i];
+        b.regfile.resize(size_t(nwarps) * k.nregs * 32);
+        b.shared.resize(shared_bytes);
+        b.warps.resize(nwarps);
+        init_block(b, uint32_t(i % g.x), uint32_t(i / g.x % g.y), uint32_t(i / (uint64_t(g.x) * g.y)));
+    }
+    std::mt19937_64 rng(seed);
+    std::vector<uint32_t> order(blocks.size());
+    for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+    uint32_t quiet = 0;
+    for (;;) {
+        // One round: every unfinished block, in a seeded order, runs each of
+        // its warps for a quantum of 16 to 256 instructions (seeded too).
+        std::shuffle(order.begin(), order.end(), rng);
+        round_progress = false;
+        bool all_done = true, all_waiting = true;
+        for (uint32_t bi : order) {
+            Block& b = blocks[bi];
+            if (b.done) continue;
+            blk = &b;
+            bool done, stuck;
+            if (!step_block(16u << (rng() % 5), &done, &stuck)) return false;
+            b.done = done;
+            all_done &= done;
+            if (done) continue;
+            for (const Warp& w : b.warps)
+                if (w.live && w.waiting_bar < 0 && !w.spinning) all_waiting = false;
+        }
+        if (all_done) return true;
+        // Nothing changed memory and every warp waited or spun: the next
+        // round would be the same.
+        quiet = !round_progress && all_waiting ? quiet + 1 : 0;
+        if (quiet >= 2) {
+            std::ostringstream s;
+            s << "deadlock: cooperative kernel '" << k.info.name << "': every unfinished block waits and nothing changes";
+            uint32_t listed = 0, unlisted = 0;
+            for (Block& b : blocks) {
+                if (b.done) continue;
+                if (listed == 8) { ++unlisted; continue; }
+                ++listed;
+                blk = &b;
+                s << "\n  block (" << b.cta.x << "," << b.cta.y << "," << b.cta.z << "):";
+                for (const Warp& w : b.warps)
+                    if (w.live && w.spinning) {
+                        const Inst& br = k.code[w.spin_pc];
+                        const uint32_t top = k.code[br.target].line;
+                        s << " warp " << w.id << " spins in the loop from PTX line " << top << " `"
+                          << prog.line_text(top) << "` to line " << br.line << ";";
+                    }
+                s << barrier_report();
+            }
+            if (unlisted) s << "\n  and " << unlisted << " more blocks";
+            return raise(kLaunchTimeout, s.str());
+        }
+    }
+}
+
+// PTXLM_EMU_SEED (decimal or 0x hex) orders a cooperative launch's blocks
+// and quanta; 1 when unset.
+uint64_t schedule_seed() {
+    const char* v = std::getenv("PTXLM_EMU_SEED");
+    if (v && *v) {
+        char* e = nullptr;
+        unsigned long long x = std::strtoull(v, &e, 0);
+        if (e && *e == 0) return x;
+    }
+    return 1;
 }
 
 uint64_t watchdog_limit() {
@@ -650,9 +833,18 @@ std::optional<Fault> run_kernel(const Program& p, std::string_view kernel, const
     L.nthreads = uint32_t(b.count());
     L.nwarps = (L.nthreads + 31) / 32;
     L.shared_bytes = uint32_t(shared_total);
-    L.shared.resize(shared_total);
-    L.regfile.resize(size_t(L.nwarps) * k->nregs * 32);
-    L.warps.resize(L.nwarps);
+    if (cfg.cooperative) {
+        L.concurrent = true;
+        const bool ok = L.run_cooperative(schedule_seed());
+        if (stats) stats->finish();
+        if (!ok) return L.fault;
+        return std::nullopt;
+    }
+    Block one;
+    one.shared.resize(shared_total);
+    one.regfile.resize(size_t(L.nwarps) * k->nregs * 32);
+    one.warps.resize(L.nwarps);
+    L.blk = &one;
     for (uint32_t z = 0; z < g.z; ++z)
         for (uint32_t y = 0; y < g.y; ++y)
             for (uint32_t x = 0; x < g.x; ++x)

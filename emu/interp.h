@@ -12,11 +12,14 @@
 // - Blocks run one after another on the calling thread; warps of a block run
 //   SIMT (minimum-PC reconvergence) in round-robin time slices. Atomics between
 //   blocks work; a block spin-waiting for a later block cannot finish and is
-//   stopped by the watchdog (702).
+//   stopped by the watchdog (702). A cooperative launch runs its blocks
+//   concurrently in seeded rounds (PTXLM_EMU_SEED), warps yielding when they
+//   spin; a round where every warp waits and nothing changes is a deadlock
+//   (702, with each block's waiting warps named).
 // - Faults: out-of-bounds global/shared/param access 700, misaligned access 716
 //   (vectors need their full size), bar.sync that can never complete 702,
-//   PTXLM_EMU_WATCHDOG (default 2^26) instructions by one warp without a store,
-//   atomic or barrier arrival 702, collectives whose membermask differs from the
+//   PTXLM_EMU_WATCHDOG (default 2^26) instructions by one warp without a store
+//   or atomic that changes memory or a barrier arrival 702, collectives whose membermask differs from the
 //   executing lanes or a diverged bar.sync 715, trap 719.
 // - Fresh global and shared memory read as 0xcd bytes, registers as 0.
 // - Plain add/mul/fma without a rounding modifier round to nearest like .rn;
@@ -104,6 +107,9 @@ struct LaunchConfig {
     // DeviceLimits::shared_per_block (48 KiB). The driver passes the opted-in
     // value set with CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
     uint32_t shared_limit = 0;
+    // Every block resident at once (the driver checked the grid fits): blocks
+    // run concurrently, interleaved as PTXLM_EMU_SEED orders them.
+    bool cooperative = false;
 };
 
 struct Fault {

@@ -127,6 +127,8 @@ Stats& Stats::operator+=(const Stats& o) {
     shared_load_bytes += o.shared_load_bytes;
     shared_store_bytes += o.shared_store_bytes;
     barriers += o.barriers;
+    spin_yields += o.spin_yields;
+    spin_instructions += o.spin_instructions;
     for (auto& [base, n] : o.load_sectors_by_alloc) load_sectors_by_alloc[base] += n;
     for (auto& [base, bits] : o.touched) {
         auto& mine = touched[base];
@@ -145,7 +147,8 @@ std::string Stats::to_json() const {
       << ",\"global_load_requests\":" << global_load_requests << ",\"global_store_requests\":" << global_store_requests
       << ",\"global_load_sectors\":" << global_load_sectors << ",\"global_store_sectors\":" << global_store_sectors
       << ",\"shared_load_bytes\":" << shared_load_bytes << ",\"shared_store_bytes\":" << shared_store_bytes
-      << ",\"barriers\":" << barriers << ",\"unique_global_bytes\":" << unique_global_bytes << ",\"allocations\":[";
+      << ",\"barriers\":" << barriers << ",\"spin_yields\":" << spin_yields
+      << ",\"spin_instructions\":" << spin_instructions << ",\"unique_global_bytes\":" << unique_global_bytes << ",\"allocations\":[";
     bool first = true;
     for (auto& [base, bits] : touched) {
         uint64_t unique = 0;

@@ -28,6 +28,11 @@ struct Stats {
     uint64_t shared_load_bytes = 0;
     uint64_t shared_store_bytes = 0;
     uint64_t barriers = 0;              // bar.sync completions (per block and barrier phase)
+    // Cooperative launches: loop iterations of a warp that read the same
+    // global values as the previous one and wrote nothing (a wait on another
+    // block's counter), and the instructions those iterations executed.
+    uint64_t spin_yields = 0;
+    uint64_t spin_instructions = 0;
     uint64_t unique_global_bytes = 0;   // distinct global bytes touched (ld/st/atom), filled at launch end
 
     // Distinct global bytes touched: allocation start -> one bit per byte of

@@ -1,0 +1,216 @@
+// Cooperative launches on emu: every block resident, blocks interleaved in
+// seeded rounds, spinning warps yield, a launch that can never finish is
+// stopped with a deadlock report (never a hang), and a seed replays exactly.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "emu_test_util.h"
+
+namespace ptxlm::emu {
+namespace {
+
+using namespace testing_util;
+
+// A grid-wide barrier from a counter: thread 0 of each block writes its
+// block's value, arrives with a release add, spins with acquire loads until
+// `expected` blocks arrived, then (after bar.sync) the block reads its
+// neighbour's value. `expected` above the grid size never completes.
+const char* kBarrier = R"(
+.visible .entry grid_barrier(.param .u64 data, .param .u64 counter, .param .u64 out, .param .u32 expected)
+{
+    .reg .pred %p<4>;
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<10>;
+    ld.param.u64 %rd1, [data];
+    ld.param.u64 %rd2, [counter];
+    ld.param.u64 %rd3, [out];
+    ld.param.u32 %r1, [expected];
+    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r3, %nctaid.x;
+    mov.u32 %r4, %tid.x;
+    setp.ne.u32 %p1, %r4, 0;
+    @%p1 bra WAIT;
+    mul.wide.u32 %rd4, %r2, 4;
+    add.s64 %rd5, %rd1, %rd4;
+    mad.lo.u32 %r5, %r2, 7, 3;
+    st.global.u32 [%rd5], %r5;
+    atom.add.release.gpu.global.u32 %r6, [%rd2], 1;
+SPIN:
+    ld.acquire.gpu.global.u32 %r7, [%rd2];
+    setp.lt.u32 %p2, %r7, %r1;
+    @%p2 bra SPIN;
+WAIT:
+    bar.sync 0;
+    add.u32 %r8, %r2, 1;
+    rem.u32 %r8, %r8, %r3;
+    mul.wide.u32 %rd6, %r8, 4;
+    add.s64 %rd7, %rd1, %rd6;
+    ld.global.u32 %r9, [%rd7];
+    mul.wide.u32 %rd8, %r2, 4;
+    add.s64 %rd9, %rd3, %rd8;
+    @%p1 bra END;
+    st.global.u32 [%rd9], %r9;
+END:
+    ret;
+}
+
+// Each block takes a ticket: out[block] = the counter's value it saw.
+.visible .entry tickets(.param .u64 counter, .param .u64 out)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<6>;
+    .reg .b64 %rd<5>;
+    ld.param.u64 %rd1, [counter];
+    ld.param.u64 %rd2, [out];
+    mov.u32 %r1, %tid.x;
+    setp.ne.u32 %p1, %r1, 0;
+    @%p1 bra END;
+    atom.add.global.u32 %r2, [%rd1], 1;
+    mov.u32 %r3, %ctaid.x;
+    mul.wide.u32 %rd3, %r3, 4;
+    add.s64 %rd4, %rd2, %rd3;
+    st.global.u32 [%rd4], %r2;
+END:
+    ret;
+}
+
+// A spin with nanosleep in its loop, on a flag block 1 sets.
+.visible .entry sleepy(.param .u64 flag)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [flag];
+    mov.u32 %r1, %ctaid.x;
+    setp.eq.u32 %p1, %r1, 1;
+    @%p1 bra SET;
+LOOP:
+    nanosleep.u32 100;
+    ld.acquire.gpu.global.u32 %r2, [%rd1];
+    setp.eq.u32 %p2, %r2, 0;
+    @%p2 bra LOOP;
+    ret;
+SET:
+    st.release.gpu.global.u32 [%rd1], 1;
+    ret;
+}
+)";
+
+class Coop : public ::testing::Test {
+protected:
+    void SetUp() override { unsetenv("PTXLM_EMU_SEED"); }
+    void TearDown() override {
+        unsetenv("PTXLM_EMU_SEED");
+        unsetenv("PTXLM_EMU_WATCHDOG");
+    }
+    static void seed(uint64_t s) { setenv("PTXLM_EMU_SEED", std::to_string(s).c_str(), 1); }
+
+    std::optional<Fault> run(Emu& e, const char* k, uint32_t blocks, uint32_t threads, const Params& p, bool coop,
+                             Stats* st = nullptr) {
+        LaunchConfig c;
+        c.grid = {blocks, 1, 1};
+        c.block = {threads, 1, 1};
+        c.params = p.b.data();
+        c.params_size = uint32_t(p.b.size());
+        c.cooperative = coop;
+        return run_kernel(*e.prog, k, c, e.mem, st);
+    }
+};
+
+TEST_F(Coop, GridBarrierFromCountersCompletesUnderTwentySeeds) {
+    Emu e(kBarrier);
+    ASSERT_LOADED(e);
+    const uint32_t n = 8;
+    uint64_t yields = 0;
+    for (uint64_t s = 1; s <= 20; ++s) {
+        seed(s);
+        const uint64_t data = e.alloc(n * 4), counter = e.alloc(4), out = e.alloc(n * 4);
+        Stats st;
+        const auto f = run(e, "grid_barrier", n, 64, Params().add(data).add(counter).add(out).add(n), true, &st);
+        ASSERT_NO_FAULT(f);
+        const std::vector<uint32_t> got = e.get<uint32_t>(out, n);
+        for (uint32_t b = 0; b < n; ++b) EXPECT_EQ(got[b], ((b + 1) % n) * 7 + 3) << "seed " << s << " block " << b;
+        EXPECT_EQ(e.get<uint32_t>(counter, 1)[0], n);
+        EXPECT_GE(st.spin_instructions, st.spin_yields);
+        yields += st.spin_yields;
+    }
+    // Blocks that arrived early were seen waiting (not under every seed, so
+    // the sum is what must be positive).
+    EXPECT_GT(yields, 0u);
+}
+
+TEST_F(Coop, TheSameBarrierHangsWithoutACooperativeLaunchAndTheWatchdogSaysWhy) {
+    Emu e(kBarrier);
+    ASSERT_LOADED(e);
+    setenv("PTXLM_EMU_WATCHDOG", "200000", 1);
+    const uint64_t data = e.alloc(16), counter = e.alloc(4), out = e.alloc(16);
+    const auto f = run(e, "grid_barrier", 4, 32, Params().add(data).add(counter).add(out).add(4u), false);
+    ASSERT_TRUE(f.has_value());
+    EXPECT_EQ(f->cuda_error, 702);
+    EXPECT_NE(f->message.find("watchdog"), std::string::npos) << f->message;
+}
+
+TEST_F(Coop, ABarrierThatCannotCompleteIsReportedAsADeadlock) {
+    Emu e(kBarrier);
+    ASSERT_LOADED(e);
+    const uint64_t data = e.alloc(16), counter = e.alloc(4), out = e.alloc(16);
+    Stats st;
+    // Five arrivals expected from four blocks: every block spins forever.
+    const auto f = run(e, "grid_barrier", 4, 64, Params().add(data).add(counter).add(out).add(5u), true, &st);
+    ASSERT_TRUE(f.has_value());
+    EXPECT_EQ(f->cuda_error, 702);
+    EXPECT_NE(f->message.find("deadlock: cooperative kernel 'grid_barrier'"), std::string::npos) << f->message;
+    EXPECT_NE(f->message.find("warp 0 spins in the loop from PTX line"), std::string::npos) << f->message;
+    EXPECT_NE(f->message.find("ld.acquire.gpu.global.u32"), std::string::npos) << f->message;
+    EXPECT_NE(f->message.find("barrier 0 has 32 of 64 threads"), std::string::npos) << f->message;
+    EXPECT_GT(st.spin_yields, 0u);
+    std::printf("[coop] %s\n", f->message.c_str());
+}
+
+TEST_F(Coop, ASeedReplaysItsInterleavingExactly) {
+    Emu e(kBarrier);
+    ASSERT_LOADED(e);
+    const uint32_t n = 16;
+    auto tickets = [&](uint64_t s) {
+        seed(s);
+        const uint64_t counter = e.alloc(4), out = e.alloc(n * 4);
+        const auto f = run(e, "tickets", n, 32, Params().add(counter).add(out), true);
+        EXPECT_FALSE(f.has_value()) << f->message;
+        return e.get<uint32_t>(out, n);
+    };
+    std::set<std::vector<uint32_t>> seen;
+    for (uint64_t s = 1; s <= 20; ++s) {
+        const std::vector<uint32_t> a = tickets(s);
+        EXPECT_EQ(tickets(s), a) << "seed " << s << " did not replay";
+        std::vector<uint32_t> sorted = a;
+        std::sort(sorted.begin(), sorted.end());
+        for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(sorted[i], i);   // a permutation
+        seen.insert(a);
+    }
+    EXPECT_GE(seen.size(), 10u) << "seeds hardly change the block order";
+    // An ordinary launch runs blocks in order: tickets 0, 1, 2, ...
+    const uint64_t counter = e.alloc(4), out = e.alloc(n * 4);
+    ASSERT_NO_FAULT(run(e, "tickets", n, 32, Params().add(counter).add(out), false));
+    const std::vector<uint32_t> seq = e.get<uint32_t>(out, n);
+    for (uint32_t i = 0; i < n; ++i) EXPECT_EQ(seq[i], i);
+}
+
+TEST_F(Coop, NanosleepInASpinLoopYields) {
+    Emu e(kBarrier);
+    ASSERT_LOADED(e);
+    for (uint64_t s = 1; s <= 5; ++s) {
+        seed(s);
+        const uint64_t flag = e.alloc(4);
+        ASSERT_NO_FAULT(run(e, "sleepy", 2, 32, Params().add(flag), true));
+        EXPECT_EQ(e.get<uint32_t>(flag, 1)[0], 1u);
+    }
+}
+
+}  // namespace
+}  // namespace ptxlm::emu
