@@ -220,8 +220,15 @@ bool Decoder::decode(Inst* in) {
         if (base == "griddepcontrol") return require(78, 90) && (take(".wait") || take(".launch_dependents")) && finish_mods() && count(0);
         static const char* const sem[] = {".sc", ".acq_rel", ".acquire", ".release"};
         static const char* const scope[] = {".cta", ".gpu", ".sys", ".gl"};
-        if (base == "fence") take_one(sem);
-        if (take_one(scope) < 0) return fail("'" + opname_ + "' needs a scope");
+        // fence.sc (the default) and membar are Sc; the scope as written
+        // (membar.gl is gpu scope, membar.cta cta, membar.sys sys).
+        int fs = base == "fence" ? take_one(sem) : -1;
+        static const MemSem fence_sem[] = {MemSem::Sc, MemSem::AcqRel, MemSem::Acquire, MemSem::Release};
+        in->sem = uint8_t(fs < 0 ? MemSem::Sc : fence_sem[fs]);
+        int sc = take_one(scope);
+        if (sc < 0) return fail("'" + opname_ + "' needs a scope");
+        static const MemScope fence_scope[] = {MemScope::Cta, MemScope::Gpu, MemScope::Sys, MemScope::Gpu};
+        in->scope = uint8_t(fence_scope[sc]);
         return finish_mods() && count(0);
     }
     case Op::Nanosleep:   // nanosleep.u32 t (sm_70+): a hint; a cooperative launch yields the warp
@@ -344,11 +351,17 @@ bool Decoder::decode_memory(Inst* in, bool is_ld) {
     static const char* const vecs[] = {".v2", ".v4"};
     int sem = take_one(sems);
     int scope = take_one(scopes);
+    static const MemSem mem_sem[] = {MemSem::Weak, MemSem::Relaxed, MemSem::Acquire, MemSem::Release, MemSem::Volatile};
+    in->sem = uint8_t(sem < 0 ? MemSem::Weak : mem_sem[sem]);
+    in->scope = uint8_t(scope < 0 ? MemScope::None : MemScope(scope + 1));
     if ((sem == 1 || sem == 2 || sem == 3) != (scope >= 0)) return fail("'" + opname_ + "': .relaxed/.acquire/.release need a scope");
     if ((sem == 2 && !is_ld) || (sem == 3 && is_ld)) return fail("unsupported modifier combination '" + opname_ + "'");
     int sp = take_one(spaces);
     in->space = sp < 0 ? Space::Generic : Space(sp + 1);
-    if (is_ld && take(".nc") && in->space != Space::Global) return fail("'.nc' needs .global in '" + opname_ + "'");
+    if (is_ld && take(".nc")) {
+        if (in->space != Space::Global) return fail("'.nc' needs .global in '" + opname_ + "'");
+        in->nc = true;
+    }
     // Cache operators are hints without meaning in a sequential interpreter.
     static const char* const ld_cache[] = {".ca", ".cg", ".cs", ".lu", ".cv"};
     static const char* const st_cache[] = {".wb", ".cg", ".cs", ".wt"};
@@ -379,8 +392,11 @@ bool Decoder::decode_atom(Inst* in, bool is_red) {
     static const char* const scopes[] = {".cta", ".gpu", ".sys"};
     static const char* const spaces[] = {".global", ".shared"};
     static const char* const ops[] = {".add", ".min", ".max", ".exch", ".cas", ".and", ".or", ".xor", ".inc", ".dec"};
-    take_one(sems);
-    take_one(scopes);
+    // Atomics are relaxed unless written otherwise, at gpu scope by default.
+    static const MemSem atom_sem[] = {MemSem::Relaxed, MemSem::Acquire, MemSem::Release, MemSem::AcqRel};
+    int asem = take_one(sems), ascope = take_one(scopes);
+    in->sem = uint8_t(asem < 0 ? MemSem::Relaxed : atom_sem[asem]);
+    in->scope = uint8_t(ascope < 0 ? MemScope::Gpu : MemScope(ascope + 1));
     int sp = take_one(spaces);
     in->space = sp < 0 ? Space::Generic : Space(sp + 1);
     int op = take_one(ops);

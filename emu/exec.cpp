@@ -31,11 +31,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <type_traits>
 
 #include "program.h"
+#include "racecheck.h"
 #include "stats.h"
 
 namespace ptxlm::emu {
@@ -96,6 +98,7 @@ struct Block {
     std::vector<Warp> warps;
     Barrier bars[16];
     bool done = false;
+    uint32_t index = 0;   // linear block index in the grid
 };
 
 struct Launch {
@@ -109,6 +112,7 @@ struct Launch {
     Block* blk = nullptr;   // the block whose warp runs
     bool concurrent = false;   // cooperative: spin detection on
     bool round_progress = false;   // a store, atomic change or barrier passage in this round
+    std::unique_ptr<RaceCheck> race;   // memory-model checking, when on
     uint64_t clock = 0;
     // One cached global allocation (most kernels hit the same buffer in a row).
     uint64_t cache_base = 1, cache_size = 0;
@@ -235,6 +239,47 @@ struct Launch {
         return h ^ (h >> 29);
     }
 
+    RaceCheck::Who who(const Warp& w, int lane) const { return {blk->index, w.id, uint32_t(lane), w.pc}; }
+    std::string block_name(uint32_t index) const {
+        const Dim3& g = cfg.grid;
+        std::ostringstream s;
+        s << "block (" << index % g.x << "," << index / g.x % g.y << "," << index / (uint64_t(g.x) * g.y) << ")";
+        return s.str();
+    }
+    // "block (1,0,0) warp 0 lane 3 reads at PTX line 30 `...`" (past: "read", "wrote").
+    std::string access_name(const RaceCheck::Who& a, bool write, bool past = false) const {
+        const uint32_t line = k.code[a.pc].line;
+        std::ostringstream s;
+        s << block_name(a.block) << " warp " << a.warp << " lane " << a.lane << " "
+          << (write ? (past ? "wrote" : "writes") : (past ? "read" : "reads")) << " at PTX line " << line << " `"
+          << prog.line_text(line) << "`";
+        return s.str();
+    }
+    // A race the checker found: the launch fails with both accesses named.
+    bool raise_race(const RaceCheck::Race& r) {
+        std::ostringstream s;
+        s << std::hex;
+        switch (r.kind) {
+        case RaceCheck::Race::ReadAfterWrite:
+        case RaceCheck::Race::WriteAfterWrite:
+            s << "race: kernel '" << k.info.name << "': " << access_name(r.now, r.now_writes) << " address 0x" << r.addr
+              << ", which " << access_name(r.before, true, true)
+              << ", with no acquire (gpu scope) of a release made after that write";
+            break;
+        case RaceCheck::Race::NcAfterWrite:
+            s << "race: kernel '" << k.info.name << "': " << access_name(r.now, false) << " address 0x" << r.addr
+              << " through the non-coherent path (ld.global.nc), which " << access_name(r.before, true, true)
+              << " in this launch";
+            break;
+        case RaceCheck::Race::SharedConflict:
+            s << "shared-memory race: kernel '" << k.info.name << "': " << access_name(r.now, r.now_writes)
+              << " shared offset 0x" << r.addr << ", which " << access_name(r.before, r.before_writes, true)
+              << ", with no barrier between";
+            break;
+        }
+        return raise(kLaunchFailed, s.str());
+    }
+
     bool mem_op(Warp& w, const Inst& in, uint32_t m);
     bool atom_op(Warp& w, const Inst& in, uint32_t m);
     bool shfl(Warp& w, const Inst& in, uint32_t m);
@@ -275,6 +320,13 @@ bool Launch::mem_op(Warp& w, const Inst& in, uint32_t m) {
         uint64_t a = base[l] + uint64_t(in.off);
         uint8_t* p = access(w, l, in, sp, a, n);
         if (!p) return false;
+        if (race && sp != Space::Param) {
+            std::optional<RaceCheck::Race> r;
+            if (sp == Space::Shared) r = race->shared(who(w, l), uint32_t(a), n, !is_ld);
+            else if (is_ld) r = race->load(who(w, l), a, n, MemSem(in.sem), MemScope(in.scope), in.nc);
+            else r = race->store(who(w, l), a, n, MemSem(in.sem), MemScope(in.scope));
+            if (r) return raise_race(*r);
+        }
         for (uint32_t i = 0; i < in.vec; ++i) {
             if (is_ld) {
                 uint64_t v = load_le(p + i * esz, esz);
@@ -326,6 +378,8 @@ bool Launch::atom_op(Warp& w, const Inst& in, uint32_t m) {
         int l = __builtin_ctz(mm);
         uint8_t* p = access(w, l, in, sp, base[l] + uint64_t(in.off), n);
         if (!p) return false;
+        if (race && sp == Space::Global)   // shared atomics: strong, never a race among themselves
+            race->atomic(who(w, l), base[l] + uint64_t(in.off), n, MemSem(in.sem), MemScope(in.scope));
         uint64_t b = w.regs[size_t(in.a[0]) * 32 + l];
         uint64_t c = in.a[1] != kNoReg ? w.regs[size_t(in.a[1]) * 32 + l] : 0;
         uint64_t old = load_le(p, n), nv;
@@ -490,6 +544,7 @@ bool Launch::bar(Warp& w, const Inst& in, uint32_t m, bool* blocked) {
     if (b.arrived >= b.expected) {
         for (uint32_t wi : b.warps) blk->warps[wi].waiting_bar = -1;
         round_progress = true;
+        if (race) race->barrier(blk->index);
         b.warps.clear();
         b.arrived = 0;
         if (stats) stats->barriers++;
@@ -572,7 +627,9 @@ bool Launch::run_warp(Warp& w, uint32_t slice) {
             if (blocked) return true;
             continue;
         }
-        case Op::Nop: break;
+        case Op::Nop:
+            if (race && m && in.sem != uint8_t(MemSem::Weak)) race->fence(blk->index, MemSem(in.sem), MemScope(in.scope));
+            break;
         case Op::Trap:
             if (m) return raise(kLaunchFailed, "trap: " + where(w, __builtin_ctz(m), in));
             break;
@@ -595,6 +652,7 @@ bool Launch::run_warp(Warp& w, uint32_t slice) {
 
 void Launch::init_block(Block& b, uint32_t bx, uint32_t by, uint32_t bz) {
     b.cta = {bx, by, bz};
+    b.index = uint32_t(bx + uint64_t(by) * cfg.grid.x + uint64_t(bz) * cfg.grid.x * cfg.grid.y);
     b.done = false;
     std::fill(b.shared.begin(), b.shared.end(), uint8_t(0xcd));
     for (auto& bar : b.bars) bar = Barrier{};
@@ -785,6 +843,11 @@ uint64_t schedule_seed() {
     return 1;
 }
 
+bool racecheck_all() {
+    const char* v = std::getenv("PTXLM_EMU_RACECHECK");
+    return v && std::strcmp(v, "1") == 0;
+}
+
 uint64_t watchdog_limit() {
     const char* v = std::getenv("PTXLM_EMU_WATCHDOG");
     if (v && *v) {
@@ -833,6 +896,11 @@ std::optional<Fault> run_kernel(const Program& p, std::string_view kernel, const
     L.nthreads = uint32_t(b.count());
     L.nwarps = (L.nthreads + 31) / 32;
     L.shared_bytes = uint32_t(shared_total);
+    // Memory-model checking: always for a cooperative launch, for any launch
+    // with PTXLM_EMU_RACECHECK=1; per-block clocks cost blocks^2, so grids of
+    // more than 4096 blocks go unchecked.
+    if ((cfg.cooperative || racecheck_all()) && g.count() <= 4096)
+        L.race = std::make_unique<RaceCheck>(uint32_t(g.count()), uint32_t(shared_total));
     if (cfg.cooperative) {
         L.concurrent = true;
         const bool ok = L.run_cooperative(schedule_seed());

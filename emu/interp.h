@@ -15,7 +15,9 @@
 //   stopped by the watchdog (702). A cooperative launch runs its blocks
 //   concurrently in seeded rounds (PTXLM_EMU_SEED), warps yielding when they
 //   spin; a round where every warp waits and nothing changes is a deadlock
-//   (702, with each block's waiting warps named).
+//   (702, with each block's waiting warps named). Cooperative launches (and
+//   any launch with PTXLM_EMU_RACECHECK=1) check the memory model
+//   (racecheck.h): a race fails the launch with 719 and both accesses named.
 // - Faults: out-of-bounds global/shared/param access 700, misaligned access 716
 //   (vectors need their full size), bar.sync that can never complete 702,
 //   PTXLM_EMU_WATCHDOG (default 2^26) instructions by one warp without a store

@@ -77,7 +77,16 @@ struct Inst {
     int64_t off = 0;                  // address offset
     uint32_t target = 0;              // branch target (instruction index)
     uint32_t line = 0;                // PTX source line
+    // Memory ordering (ld/st/atom/red, fence/membar): what the race checker
+    // reads. sem: MemSem; scope: MemScope; nc: ld.global.nc.
+    uint8_t sem = 0, scope = 0;
+    bool nc = false;
 };
+
+// Memory semantics and scopes as written (weak = none; fence.sc and membar
+// are Sc; fence.acq_rel is AcqRel).
+enum class MemSem : uint8_t { Weak, Relaxed, Acquire, Release, AcqRel, Volatile, Sc };
+enum class MemScope : uint8_t { None, Cta, Gpu, Sys };
 
 struct Constant { uint32_t reg; uint64_t value; };
 enum class Special : uint8_t { TidX, TidY, TidZ, NtidX, NtidY, NtidZ, CtaX, CtaY, CtaZ,

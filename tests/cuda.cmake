@@ -34,3 +34,10 @@ set_property(TEST cli_cuda_emu APPEND PROPERTY ENVIRONMENT "PTXLM_EMU_LIBCUDA=$<
 # Every kernel of the real and synthetic models' decode chains through ptxas.
 ptxlm_gtest(test_decode_plan test_decode_plan.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 600)
 target_compile_definitions(test_decode_plan PRIVATE PTXLM_PTXAS="${PTXLM_PTXAS_EXECUTABLE}")
+# The kernel tests again with emu's memory-model checking on for every launch
+# (PTXLM_EMU_RACECHECK=1): no kernel of the decode path may race.
+foreach(t test_gemv_emu test_attention_emu test_elementwise_emu)
+  add_test(NAME ${t}_racecheck COMMAND ${t})
+  set_tests_properties(${t}_racecheck PROPERTIES TIMEOUT 300 LABELS "unit"
+    ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>;PTXLM_EMU_RACECHECK=1")
+endforeach()

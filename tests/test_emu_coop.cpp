@@ -212,5 +212,158 @@ TEST_F(Coop, NanosleepInASpinLoopYields) {
     }
 }
 
+// ---- memory-model checking ------------------------------------------------
+
+// The grid barrier with its arrival, its spin load and the fences around
+// them spelled by the test; then every block reads its neighbour's value.
+std::string handoff(const std::string& before_arrive, const std::string& arrive, const std::string& spin_load,
+                    const std::string& after_spin, const std::string& read = "ld.global.u32") {
+    return std::string(kHead) + R"(
+.visible .entry handoff(.param .u64 data, .param .u64 counter, .param .u64 out)
+{
+    .reg .pred %p<4>;
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<10>;
+    ld.param.u64 %rd1, [data];
+    ld.param.u64 %rd2, [counter];
+    ld.param.u64 %rd3, [out];
+    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r3, %nctaid.x;
+    mul.wide.u32 %rd4, %r2, 4;
+    add.s64 %rd5, %rd1, %rd4;
+    mad.lo.u32 %r5, %r2, 7, 3;
+    st.global.u32 [%rd5], %r5;
+    )" + before_arrive + R"(
+    )" + arrive + R"( %r6, [%rd2], 1;
+SPIN:
+    )" + spin_load + R"( %r7, [%rd2];
+    setp.lt.u32 %p2, %r7, %r3;
+    @%p2 bra SPIN;
+    )" + after_spin + R"(
+    add.u32 %r8, %r2, 1;
+    rem.u32 %r8, %r8, %r3;
+    mul.wide.u32 %rd6, %r8, 4;
+    add.s64 %rd7, %rd1, %rd6;
+    )" + read + R"( %r9, [%rd7];
+    add.s64 %rd9, %rd3, %rd4;
+    st.global.u32 [%rd9], %r9;
+    ret;
+}
+)";
+}
+
+class MemoryModel : public Coop {
+protected:
+    // Runs the handoff on 6 one-thread blocks under `seeds` seeds; returns the
+    // first fault (nullopt when every seed passed with the right values).
+    std::optional<Fault> run_handoff(const std::string& ptx, int seeds = 5) {
+        Emu e(ptx);
+        EXPECT_TRUE(e.prog) << e.log;
+        if (!e.prog) return Fault{0, "not loaded"};
+        const uint32_t n = 6;
+        for (int s = 1; s <= seeds; ++s) {
+            seed(uint64_t(s));
+            const uint64_t data = e.alloc(n * 4), counter = e.alloc(4), out = e.alloc(n * 4);
+            std::optional<Fault> f = run(e, "handoff", n, 1, Params().add(data).add(counter).add(out), true);
+            if (f) return f;
+            const std::vector<uint32_t> got = e.get<uint32_t>(out, n);
+            for (uint32_t b = 0; b < n; ++b) EXPECT_EQ(got[b], ((b + 1) % n) * 7 + 3);
+        }
+        return std::nullopt;
+    }
+};
+
+TEST_F(MemoryModel, ReleaseAcquireHandoffPasses) {
+    EXPECT_FALSE(run_handoff(handoff("", "atom.add.release.gpu.global.u32", "ld.acquire.gpu.global.u32", ""), 20));
+    // The same through fences around relaxed (and plain atomic) accesses.
+    EXPECT_FALSE(run_handoff(handoff("fence.acq_rel.gpu;", "atom.add.global.u32", "ld.relaxed.gpu.global.u32",
+                                     "fence.acq_rel.gpu;")));
+    EXPECT_FALSE(run_handoff(handoff("membar.gl;", "atom.add.global.u32", "ld.volatile.global.u32", "membar.gl;")));
+}
+
+TEST_F(MemoryModel, RelaxedHandoffIsReported) {
+    const std::optional<Fault> f =
+        run_handoff(handoff("", "atom.add.relaxed.gpu.global.u32", "ld.relaxed.gpu.global.u32", ""));
+    ASSERT_TRUE(f.has_value());
+    EXPECT_EQ(f->cuda_error, 719);
+    // Both accesses are named: the reader's and the writer's block, warp and PTX line.
+    EXPECT_NE(f->message.find("race: kernel 'handoff': block ("), std::string::npos) << f->message;
+    EXPECT_NE(f->message.find("reads at PTX line"), std::string::npos) << f->message;
+    EXPECT_NE(f->message.find("wrote at PTX line"), std::string::npos) << f->message;
+    EXPECT_NE(f->message.find("`ld.global.u32 %r9, [%rd7];`"), std::string::npos) << f->message;
+    EXPECT_NE(f->message.find("`st.global.u32 [%rd5], %r5;`"), std::string::npos) << f->message;
+    std::printf("[memory model] %s\n", f->message.c_str());
+}
+
+TEST_F(MemoryModel, BrokenBarriersAreReported) {
+    // The release missing: arrival relaxed, the wait still an acquire.
+    EXPECT_TRUE(run_handoff(handoff("", "atom.add.global.u32", "ld.acquire.gpu.global.u32", "")).has_value());
+    // The acquire missing.
+    EXPECT_TRUE(run_handoff(handoff("", "atom.add.release.gpu.global.u32", "ld.relaxed.gpu.global.u32", "")).has_value());
+    // Release and acquire at cta scope: nothing between blocks.
+    EXPECT_TRUE(run_handoff(handoff("", "atom.add.release.cta.global.u32", "ld.acquire.cta.global.u32", "")).has_value());
+    // A fence of cta scope only.
+    EXPECT_TRUE(run_handoff(handoff("fence.acq_rel.cta;", "atom.add.global.u32", "ld.relaxed.gpu.global.u32",
+                                    "fence.acq_rel.cta;")).has_value());
+}
+
+TEST_F(MemoryModel, NonCoherentReadOfDataWrittenInTheLaunchIsReported) {
+    const std::optional<Fault> f = run_handoff(
+        handoff("", "atom.add.release.gpu.global.u32", "ld.acquire.gpu.global.u32", "", "ld.global.nc.u32"));
+    ASSERT_TRUE(f.has_value());
+    EXPECT_NE(f->message.find("non-coherent path (ld.global.nc)"), std::string::npos) << f->message;
+}
+
+const char* kShared = R"(
+.visible .entry shared_pass(.param .u64 out, .param .u32 sync)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<4>;
+    .shared .align 4 .b32 buf[64];
+    ld.param.u64 %rd1, [out];
+    ld.param.u32 %r1, [sync];
+    mov.u32 %r2, %tid.x;
+    mov.u32 %r3, buf;
+    shl.b32 %r4, %r2, 2;
+    add.u32 %r5, %r3, %r4;
+    st.shared.u32 [%r5], %r2;
+    setp.ne.u32 %p1, %r1, 0;
+    @!%p1 bra NOSYNC;
+    bar.sync 0;
+NOSYNC:
+    xor.b32 %r6, %r4, 128;
+    add.u32 %r6, %r3, %r6;
+    ld.shared.u32 %r7, [%r6];
+    mul.wide.u32 %rd2, %r2, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.u32 [%rd3], %r7;
+    ret;
+}
+)";
+
+TEST_F(MemoryModel, SharedMemoryRaceBetweenWarpsIsReported) {
+    // Each of 64 threads writes its word, then reads the other warp's word
+    // (offset ^ 128): with the barrier fine, without it a race. Checked in an
+    // ordinary launch too with PTXLM_EMU_RACECHECK=1.
+    Emu e(kShared);
+    ASSERT_LOADED(e);
+    const uint64_t out = e.alloc(64 * 4);
+    ASSERT_NO_FAULT(run(e, "shared_pass", 1, 64, Params().add(out).add(1u), true));
+    const std::vector<uint32_t> got = e.get<uint32_t>(out, 64);
+    for (uint32_t t = 0; t < 64; ++t) EXPECT_EQ(got[t], t ^ 32);
+    std::optional<Fault> f = run(e, "shared_pass", 1, 64, Params().add(out).add(0u), true);
+    ASSERT_TRUE(f.has_value());
+    EXPECT_NE(f->message.find("shared-memory race: kernel 'shared_pass'"), std::string::npos) << f->message;
+    EXPECT_NE(f->message.find("no barrier between"), std::string::npos) << f->message;
+    // Ordinary launches are checked only when asked.
+    EXPECT_FALSE(run(e, "shared_pass", 1, 64, Params().add(out).add(0u), false).has_value());
+    setenv("PTXLM_EMU_RACECHECK", "1", 1);
+    f = run(e, "shared_pass", 1, 64, Params().add(out).add(0u), false);
+    unsetenv("PTXLM_EMU_RACECHECK");
+    ASSERT_TRUE(f.has_value());
+    EXPECT_NE(f->message.find("shared-memory race"), std::string::npos) << f->message;
+}
+
 }  // namespace
 }  // namespace ptxlm::emu
