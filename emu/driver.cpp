@@ -76,6 +76,7 @@ void destroy_context(CUctx_st* ctx) {
     ctx->streams.clear();
     ctx->execs.clear();
     ctx->pinned.clear();
+    ctx->mapped.clear();
     ctx->mem.reset();
     ctx->sticky = CUDA_SUCCESS;
     write_stats();
@@ -255,7 +256,7 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevi
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: v = 65535; break;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: v = 1; break;
     case CU_DEVICE_ATTRIBUTE_INTEGRATED: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: v = 0; break;   // pinned memory is not device-visible in emu
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: v = 1; break;   // cuMemHostAlloc with DEVICEMAP
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: v = 0; break;
     default: return CUDA_ERROR_INVALID_VALUE;   // strict: emu does not guess attributes it does not model
     }
@@ -389,12 +390,60 @@ CUresult CUDAAPI cuMemAllocHost_v2(void** pp, size_t bytesize) {
     return CUDA_SUCCESS;
 }
 
+// Pinned memory; with CU_MEMHOSTALLOC_DEVICEMAP also mapped into the device's
+// address space (cuMemHostGetDevicePointer): kernels then read and write the
+// host bytes themselves, while the host may poll them. Only DEVICEMAP blocks
+// have device addresses in emu (a real driver with unified addressing maps
+// every pinned block; code that relies on that is wrong on older devices).
+CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
+    Lock lock(state().mu);
+    constexpr unsigned kKnown = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+    if (!pp || bytesize == 0 || (Flags & ~kKnown)) return CUDA_ERROR_INVALID_VALUE;
+    CUctx_st* ctx;
+    if (CUresult r = enter(&ctx)) return r;
+    size_t rounded = (bytesize + 4095) / 4096 * 4096;
+    void* p = std::aligned_alloc(4096, rounded);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    std::memset(p, 0, rounded);
+    if (Flags & CU_MEMHOSTALLOC_DEVICEMAP) {
+        const uint64_t dev = ctx->mem->map_host(static_cast<uint8_t*>(p), bytesize);
+        if (!dev) {
+            std::free(p);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        ctx->mapped[p] = dev;
+    }
+    ctx->pinned[p] = bytesize;
+    *pp = p;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
+    Lock lock(state().mu);
+    if (!pdptr || !p || Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    CUctx_st* ctx;
+    if (CUresult r = enter(&ctx)) return r;
+    // p may point inside a mapped block.
+    auto it = ctx->mapped.upper_bound(p);
+    if (it == ctx->mapped.begin()) return CUDA_ERROR_INVALID_VALUE;
+    --it;
+    const size_t off = size_t(static_cast<uint8_t*>(p) - static_cast<uint8_t*>(it->first));
+    if (off >= ctx->pinned.at(it->first)) return CUDA_ERROR_INVALID_VALUE;
+    *pdptr = CUdeviceptr(it->second + off);
+    return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuMemFreeHost(void* p) {
     Lock lock(state().mu);
     CUctx_st* ctx;
     if (CUresult r = enter(&ctx)) return r;
     auto it = ctx->pinned.find(p);
     if (it == ctx->pinned.end()) return CUDA_ERROR_INVALID_VALUE;
+    auto m = ctx->mapped.find(p);
+    if (m != ctx->mapped.end()) {
+        ctx->mem->free(m->second);
+        ctx->mapped.erase(m);
+    }
     std::free(p);
     ctx->pinned.erase(it);
     return CUDA_SUCCESS;

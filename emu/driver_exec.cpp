@@ -641,7 +641,7 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVer
         P(cuDeviceGet), P(cuDeviceGetName), P(cuDeviceTotalMem), P(cuDeviceGetAttribute),
         P(cuDevicePrimaryCtxRetain), P(cuDevicePrimaryCtxRelease), P(cuCtxSetCurrent), P(cuCtxGetCurrent),
         P(cuCtxGetDevice), P(cuCtxSynchronize), P(cuMemAlloc), P(cuMemFree), P(cuMemGetInfo),
-        P(cuMemAllocHost), P(cuMemFreeHost), P(cuMemcpyHtoD), P(cuMemcpyDtoH), P(cuMemcpyDtoD),
+        P(cuMemAllocHost), P(cuMemFreeHost), P(cuMemHostAlloc), P(cuMemHostGetDevicePointer), P(cuMemcpyHtoD), P(cuMemcpyDtoH), P(cuMemcpyDtoD),
         P(cuMemcpyHtoDAsync), P(cuMemcpyDtoHAsync), P(cuMemsetD8), P(cuMemsetD32), P(cuMemsetD8Async),
         P(cuMemsetD32Async), P(cuModuleLoadDataEx), P(cuModuleLoadData), P(cuModuleUnload),
         P(cuModuleGetFunction), P(cuFuncGetAttribute), P(cuFuncSetAttribute), P(cuFuncGetParamInfo),

@@ -86,7 +86,8 @@ struct CUctx_st {
     std::map<CUstream_st*, std::unique_ptr<CUstream_st>> streams;
     std::map<CUgraph_st*, std::unique_ptr<CUgraph_st>> graphs;
     std::map<CUgraphExec_st*, std::unique_ptr<CUgraphExec_st>> execs;
-    std::map<void*, size_t> pinned;       // cuMemAllocHost blocks
+    std::map<void*, size_t> pinned;       // cuMemAllocHost / cuMemHostAlloc blocks
+    std::map<void*, uint64_t> mapped;     // DEVICEMAP blocks -> their device address
 };
 
 namespace ptxlm::emu::driver {

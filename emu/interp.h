@@ -81,6 +81,10 @@ public:
     Memory();
     ~Memory();
     uint64_t alloc(uint64_t bytes);            // 0 when out of memory; 256-byte aligned
+    // Device addresses for `bytes` of host memory the caller owns (mapped
+    // pinned memory): kernels read and write the host bytes themselves.
+    // free() unmaps it. Not counted as device memory used.
+    uint64_t map_host(uint8_t* host, uint64_t bytes);
     bool free(uint64_t addr);                  // false for an address that is not an allocation's start
     // Host pointer to [addr, addr+n) if it lies inside one live allocation, else nullptr.
     uint8_t* translate(uint64_t addr, uint64_t n);

@@ -43,7 +43,8 @@ const DeviceLimits& device_limits() {
 struct Memory::Impl {
     struct Block {
         uint64_t size;
-        std::unique_ptr<uint8_t[]> data;
+        std::unique_ptr<uint8_t[]> owned;   // empty for mapped host memory
+        uint8_t* data;
     };
     std::map<uint64_t, Block> blocks;   // start -> allocation
     uint64_t next = kBase;
@@ -66,7 +67,17 @@ uint64_t Memory::alloc(uint64_t bytes) {
     uint64_t addr = impl_->next;
     impl_->next = (addr + bytes + kGap + 255) / 256 * 256;
     impl_->used += bytes;
-    impl_->blocks.emplace(addr, Impl::Block{bytes, std::move(data)});
+    uint8_t* host = data.get();
+    impl_->blocks.emplace(addr, Impl::Block{bytes, std::move(data), host});
+    return addr;
+}
+
+uint64_t Memory::map_host(uint8_t* host, uint64_t bytes) {
+    std::lock_guard<std::mutex> g(impl_->mu);
+    if (!host || bytes == 0) return 0;
+    uint64_t addr = impl_->next;
+    impl_->next = (addr + bytes + kGap + 255) / 256 * 256;
+    impl_->blocks.emplace(addr, Impl::Block{bytes, nullptr, host});
     return addr;
 }
 
@@ -74,7 +85,7 @@ bool Memory::free(uint64_t addr) {
     std::lock_guard<std::mutex> g(impl_->mu);
     auto it = impl_->blocks.find(addr);
     if (it == impl_->blocks.end()) return false;
-    impl_->used -= it->second.size;
+    if (it->second.owned) impl_->used -= it->second.size;
     impl_->blocks.erase(it);
     return true;
 }
@@ -86,7 +97,7 @@ uint8_t* Memory::translate(uint64_t addr, uint64_t n) {
     --it;
     uint64_t off = addr - it->first;
     if (off >= it->second.size || n > it->second.size - off) return nullptr;
-    return it->second.data.get() + off;
+    return it->second.data + off;
 }
 
 bool Memory::range(uint64_t addr, uint64_t* base, uint64_t* size, uint8_t** host) {
@@ -97,7 +108,7 @@ bool Memory::range(uint64_t addr, uint64_t* base, uint64_t* size, uint8_t** host
     if (addr - it->first >= it->second.size) return false;
     *base = it->first;
     *size = it->second.size;
-    *host = it->second.data.get();
+    *host = it->second.data;
     return true;
 }
 

@@ -363,6 +363,52 @@ TEST(CudaDriver, CooperativeLaunchIsLimitedToResidentBlocks) {
     EXPECT_THAT(e.what(), HasSubstr("cuLaunchCooperativeKernel"));
 }
 
+TEST(CudaDriver, MappedHostMemoryIsReadAndWrittenByKernels) {
+    Context ctx(driver());
+    const Api& api = ctx.driver().api();
+    int can_map = 0;
+    ASSERT_EQ(api.cuDeviceGetAttribute(&can_map, CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 0), CUDA_SUCCESS);
+    EXPECT_EQ(can_map, 1);
+    const unsigned n = 64;
+    void* in = nullptr;
+    void* out = nullptr;
+    ASSERT_EQ(api.cuMemHostAlloc(&in, n * 4, CU_MEMHOSTALLOC_DEVICEMAP), CUDA_SUCCESS);
+    ASSERT_EQ(api.cuMemHostAlloc(&out, n * 4, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE), CUDA_SUCCESS);
+    CUdeviceptr din = 0, dout = 0, dmid = 0;
+    ASSERT_EQ(api.cuMemHostGetDevicePointer_v2(&din, in, 0), CUDA_SUCCESS);
+    ASSERT_EQ(api.cuMemHostGetDevicePointer_v2(&dout, out, 0), CUDA_SUCCESS);
+    ASSERT_EQ(api.cuMemHostGetDevicePointer_v2(&dmid, static_cast<char*>(in) + 8, 0), CUDA_SUCCESS);
+    EXPECT_EQ(dmid, din + 8);
+    // The host writes the input where it lives; the kernel's sums land in host memory.
+    float* hin = static_cast<float*>(in);
+    for (unsigned i = 0; i < n; ++i) hin[i] = float(i);
+    Module mod(ctx, kPtx);
+    Function vadd = mod.function("vadd");
+    unsigned nn = n;
+    void* args[] = {&din, &din, &dout, &nn};
+    Stream s(ctx);
+    launch(vadd, {{1}, {n}, 0}, s, args);
+    s.synchronize();
+    const float* hout = static_cast<const float*>(out);
+    for (unsigned i = 0; i < n; ++i) ASSERT_EQ(hout[i], 2.0f * float(i)) << i;
+    // Bad uses: unknown flags, a pointer outside any mapped block, flags on the query,
+    // and plain pinned memory (no DEVICEMAP) has no device address in emu.
+    void* bad = nullptr;
+    EXPECT_EQ(api.cuMemHostAlloc(&bad, 64, 0x80), CUDA_ERROR_INVALID_VALUE);
+    CUdeviceptr d = 0;
+    int local = 0;
+    EXPECT_EQ(api.cuMemHostGetDevicePointer_v2(&d, &local, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_EQ(api.cuMemHostGetDevicePointer_v2(&d, in, 1), CUDA_ERROR_INVALID_VALUE);
+    void* plain = nullptr;
+    ASSERT_EQ(api.cuMemHostAlloc(&plain, 64, 0), CUDA_SUCCESS);
+    EXPECT_EQ(api.cuMemHostGetDevicePointer_v2(&d, plain, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_EQ(api.cuMemFreeHost(plain), CUDA_SUCCESS);
+    EXPECT_EQ(api.cuMemFreeHost(in), CUDA_SUCCESS);
+    EXPECT_EQ(api.cuMemFreeHost(out), CUDA_SUCCESS);
+    // Unmapped with the free: the device address is gone.
+    EXPECT_EQ(api.cuMemHostGetDevicePointer_v2(&d, in, 0), CUDA_ERROR_INVALID_VALUE);
+}
+
 // The parts of the Driver API contract emu must keep that engine/cuda does not
 // exercise on its own: raw calls, checked result codes.
 TEST(CudaDriver, EmuKeepsTheDriverContract) {
