@@ -107,6 +107,17 @@ TEST_P(CudaBackendSynth, TeacherForcedLogitsMatchTheCpu) {
   }
   EXPECT_GE(compared * 10, ids.size() * 9);
 
+  // Batches (queued whole, one synchronisation each) give exactly the logits
+  // of one-by-one evaluation: chunks of 13, 13 and 10 tokens, all logits.
+  cuda::CudaBackend one(m, cuda::Driver::load(), 64), batched(m, cuda::Driver::load(), 64);
+  std::vector<float> single(ids.size() * nv), batch(ids.size() * nv);
+  for (uint32_t i = 0; i < ids.size(); ++i) one.eval(ids[i], i, single.data() + i * nv);
+  for (uint32_t i = 0; i < ids.size(); i += 13) {
+    const uint32_t k = std::min<uint32_t>(13, uint32_t(ids.size()) - i);
+    batched.eval_batch({ids.data() + i, k}, i, batch.data() + i * nv, k);
+  }
+  EXPECT_EQ(batch, single) << "batched and one-by-one logits differ";
+
   // Negative control: one Q4_K sub-block scale of one matrix, 9 steps off.
   const Weight* victim = nullptr;
   for (const LayerDesc& l : m.layers)

@@ -193,7 +193,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     p.logits = DeviceBuffer(p.ctx, size_t(m.n_vocab) * 4);
     p.part = DeviceBuffer(p.ctx, size_t(max_heads) * splits * (hd + 2) * 4);
     p.state = DeviceBuffer(p.ctx, 8);
-    p.state_host = PinnedBuffer(p.ctx, 8);
+    p.state_host = PinnedBuffer(p.ctx, 8 * kMaxBatch);   // (token, pos) per token of a batch
     p.best = DeviceBuffer(p.ctx, 8);
     p.best_host = PinnedBuffer(p.ctx, 8);
     const DevPtr token_ptr = Impl::ptr(p.state), pos_ptr = Impl::ptr(p.state, 4);
@@ -318,19 +318,22 @@ void CudaBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, floa
         throw ModelError("position " + std::to_string(pos + n - 1) + " is past the context of " +
                          std::to_string(p.n_ctx) + " tokens");
     p.ctx.make_current();
+    // Every token's (id, position) gets its own pinned slot, so the whole
+    // batch is queued at once: copy the slot to the device state, run the
+    // chain, copy the logits asked for; one synchronisation at the end.
     auto* host = static_cast<uint32_t*>(p.state_host.data());
     for (uint32_t i = 0; i < n; ++i) {
-        // The pinned state is rewritten only after the previous token's copy
-        // has run (the stream is synchronised below before the next write).
-        host[0] = uint32_t(tokens[i]);
-        host[1] = pos + i;
-        p.state.upload_async(host, 8, p.stream);
+        host[2 * i] = uint32_t(tokens[i]);
+        host[2 * i + 1] = pos + i;
+    }
+    for (uint32_t i = 0; i < n; ++i) {
+        p.state.upload_async(host + 2 * i, 8, p.stream);
         if (p.graph) p.graph->launch(p.stream);
         else p.launch_chain();
         if (logits && i >= n - n_logits)
             p.logits.download_async(logits + size_t(i - (n - n_logits)) * p.m.n_vocab, size_t(p.m.n_vocab) * 4, p.stream);
-        p.stream.synchronize();
     }
+    p.stream.synchronize();
 }
 
 }  // namespace ptxlm::cuda

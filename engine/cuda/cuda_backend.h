@@ -37,7 +37,8 @@ public:
     uint32_t n_ctx() const override;
     uint32_t n_vocab() const override;
     void eval_batch(std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) override;
-    uint32_t max_batch() const override { return 64; }
+    uint32_t max_batch() const override { return kMaxBatch; }
+    static constexpr uint32_t kMaxBatch = 64;
     TokenId eval_argmax(TokenId token, uint32_t pos) override;
 
     // Launches per token (the chain's length).
