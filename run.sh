@@ -2,6 +2,7 @@
 # ptxlm's one entry point.
 #   ./run.sh chat        set up, build, fetch the default model, chat with it
 #   ./run.sh test        set up, build, then run every test
+#   ./run.sh serve       set up, build, fetch the default model, serve it over HTTP (OpenAI API)
 #   ./run.sh ARGS...     set up, build, then run `ptxlm ARGS...`
 # Set-up installs what is missing (Debian packages, the Python venv, the real
 # models) and is a no-op when everything is present.

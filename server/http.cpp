@@ -92,6 +92,12 @@ public:
         const size_t threads = size_t(opt.engine.parallel + opt.engine.queue + 4);
         svr_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
         svr_.set_payload_max_length(opt.max_body);
+        // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which lets a
+        // second server bind the same port and share its connections.
+        svr_.set_socket_options([](socket_t sock) {
+            int yes = 1;
+            setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+        });
         svr_.set_tcp_nodelay(true);   // one small SSE event per token: send each at once
         // An idle keep-alive connection holds a handler thread: not for long.
         svr_.set_keep_alive_timeout(2);

@@ -138,7 +138,7 @@ void Scheduler::load() {
                 throw ModelError("--parallel " + std::to_string(opt_.parallel) +
                                  " needs the CPU backend (each GPU slot would upload its own copy of the weights): "
                                  "use --parallel 1 on the GPU, or --device cpu");
-            std::fprintf(stderr, "ptxlm serve: %d slot%s, each %s\n", opt_.parallel, opt_.parallel == 1 ? "" : "s",
+            std::fprintf(stderr, "ptxlm serve: %d slot%s: %s\n", opt_.parallel, opt_.parallel == 1 ? "" : "s",
                          note.c_str());
             lm->n_ctx = slot->backend->n_ctx();
             lm->backend = slot->backend->description();
