@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "engine/cpu/thread_pool.h"
+
 namespace ptxlm::server {
 
 namespace {
@@ -127,11 +129,17 @@ void Scheduler::load() {
     }
     std::fprintf(stderr, "ptxlm serve: %s (%s, %s)\n", opt_.model_path.c_str(), lm->model->hp.arch.c_str(),
                  format_bytes(lm->model->weight_bytes()).c_str());
+    // Slots take turns on the engine thread: on the CPU they share one pool
+    // of worker threads (separate pools would spin against each other).
+    BackendOptions bopt = opt_.backend;
+    if (opt_.parallel > 1 && !bopt.cpu_pool)
+        bopt.cpu_pool = std::make_shared<cpu::ThreadPool>(bopt.threads > 0 ? bopt.threads
+                                                                           : cpu::ThreadPool::default_threads());
     for (int i = 0; i < opt_.parallel; ++i) {
         auto slot = std::make_unique<Slot>();
         slot->index = i;
         std::string note;
-        slot->backend = make_backend(*lm->model, opt_.device, opt_.backend, &note);
+        slot->backend = make_backend(*lm->model, opt_.device, bopt, &note);
         if (i == 0) {
             // Each GPU backend uploads its own copy of the weights: one slot only.
             if (opt_.parallel > 1 && slot->backend->device_info().kind == "cuda")
