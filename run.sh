@@ -22,7 +22,7 @@ die() { printf 'run.sh: %s\n' "$*" >&2; exit 1; }
 
 APT_PACKAGES=(cmake ninja-build g++ pkg-config python3 python3-venv
   libcpp-httplib-dev nlohmann-json3-dev libgtest-dev libsentencepiece-dev
-  libpcre2-dev libedit-dev libcli11-dev)
+  libpcre2-dev libedit-dev libcli11-dev chromium)
 
 setup_apt() {
   local missing=()

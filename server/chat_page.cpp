@@ -2,7 +2,8 @@
 // external resources. It keeps the conversation in the page, streams each
 // answer from /v1/chat/completions (fetch + ReadableStream, server-sent
 // events parsed by hand) and can stop a reply (AbortController; the server
-// sees the closed connection and frees the slot).
+// sees the closed connection and frees the slot). /?ask=TEXT sends TEXT as
+// the first message on load.
 #include "server/server.h"
 
 namespace ptxlm::server {
@@ -137,6 +138,12 @@ $("input").addEventListener("keydown", (e) => {
 });
 $("reset").addEventListener("click", () => { history = []; $("log").textContent = ""; });
 loadModel();
+// /?ask=TEXT[&temp=T][&max=N] sends TEXT at once (a link that starts a chat;
+// the headless-browser test uses it). The body's data-state says when the answer is complete.
+const params = new URLSearchParams(location.search);
+if (params.has("temp")) $("temp").value = params.get("temp");
+if (params.has("max")) $("max").value = params.get("max");
+if (params.get("ask")) send(params.get("ask")).then(() => { document.body.dataset.state = "answered"; });
 </script>
 </body>
 </html>

@@ -10,3 +10,6 @@ add_dependencies(sanitize_tests request_replay)
 # and raw HTTP: endpoints, streaming, errors, slots, queue, disconnects,
 # metrics, shutdown (synthetic models; one SmolLM2 answer against ptxlm run).
 ptxlm_pytest(serve check_serve.py TIMEOUT 300)
+# The chat page in headless Chromium (Debian's chromium, which run.sh installs):
+# it streams SmolLM2's answer, and the page's DOM holds the API's text.
+ptxlm_pytest(serve_chat_page check_serve_page.py TIMEOUT 300)
