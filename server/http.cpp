@@ -400,7 +400,7 @@ private:
                 };
                 if (!st->opened) {
                     st->opened = true;
-                    if (st->out->id().starts_with("chatcmpl-") && !send(dump(st->out->role_chunk()))) return false;
+                    if (st->out->endpoint() == Endpoint::Chat && !send(dump(st->out->role_chunk()))) return false;
                 }
                 if (st->events.empty())
                     for (Event& ev : st->job->channel.wait(std::chrono::milliseconds(250)))

@@ -22,6 +22,7 @@ public:
     ResponseBuilder(Endpoint ep, std::string model_id, const Tokenizer& tok, int logprobs);
 
     const std::string& id() const { return id_; }   // "chatcmpl-…" or "cmpl-…"
+    Endpoint endpoint() const { return ep_; }
 
     // Streaming: the chat opening chunk (role), a text chunk, the final chunk
     // (finish_reason and timings), the usage chunk (no choices).
