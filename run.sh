@@ -2,6 +2,7 @@
 # ptxlm's one entry point.
 #   ./run.sh chat        set up, build, fetch the default model, chat with it
 #   ./run.sh test        set up, build, then run every test
+#   ./run.sh serve       set up, build, fetch the default model, serve it over HTTP (OpenAI API)
 #   ./run.sh ARGS...     set up, build, then run `ptxlm ARGS...`
 # Set-up installs what is missing (Debian packages, the Python venv, the real
 # models) and is a no-op when everything is present.
@@ -21,7 +22,7 @@ die() { printf 'run.sh: %s\n' "$*" >&2; exit 1; }
 
 APT_PACKAGES=(cmake ninja-build g++ pkg-config python3 python3-venv
   libcpp-httplib-dev nlohmann-json3-dev libgtest-dev libsentencepiece-dev
-  libpcre2-dev libedit-dev libcli11-dev)
+  libpcre2-dev libedit-dev libcli11-dev chromium)
 
 setup_apt() {
   local missing=()

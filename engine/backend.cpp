@@ -106,7 +106,8 @@ std::unique_ptr<Backend> make_backend(const Model& m, DeviceKind device, const B
     const uint32_t kv_el = opt.kv_type == KvType::F16 ? 2 : 4;
     std::string ctx_note;
     const uint32_t n_ctx = choose_context(m, opt.n_ctx, kv_el, &ctx_note);
-    auto b = std::make_unique<cpu::CpuBackend>(m, n_ctx, opt.kv_type, opt.threads);
+    auto b = opt.cpu_pool ? std::make_unique<cpu::CpuBackend>(m, n_ctx, opt.kv_type, opt.cpu_pool)
+                          : std::make_unique<cpu::CpuBackend>(m, n_ctx, opt.kv_type, opt.threads);
     if (note) *note = (why.empty() ? "" : why + "; ") + b->description() + "; " + ctx_note;
     return b;
 }

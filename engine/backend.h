@@ -27,11 +27,18 @@ enum class Schedule { Default, Chain, Graph };
 Schedule parse_schedule(const std::string& s);
 const char* schedule_name(Schedule s);
 
+namespace cpu { class ThreadPool; }
+
 struct BackendOptions {
     uint32_t n_ctx = 0;         // 0: the model's trained context, capped to what memory allows
     Schedule schedule = Schedule::Default;   // GPU only; Default = Graph
     KvType kv_type = KvType::F16;
     int threads = 0;            // 0: every core this process may use
+    // CPU: run on this pool instead of one of its own (`threads` is then
+    // ignored). Backends that share a pool must be evaluated from one thread,
+    // in turn: the server's slots do, and idle pools would otherwise spin
+    // against the busy one.
+    std::shared_ptr<cpu::ThreadPool> cpu_pool;
 };
 
 // What a backend runs on, for reports (bench, logs).

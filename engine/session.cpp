@@ -55,62 +55,93 @@ void Session::prefill(std::span<const TokenId> prompt) {
 
 Generation Session::generate(const GenerateOptions& opt, const std::function<void(std::string_view)>& on_text,
                              const std::atomic<bool>* cancel) {
-    if (cached_.empty()) throw std::logic_error("Session::generate before prefill");
-    validate(opt.sampling);
-    Generation g;
-    g.timings = last_prompt_;
-    Sampler sampler(opt.sampling, static_cast<int32_t>(logits_.size()));
-    const size_t window = opt.sampling.penalty_last_n > 0 ? size_t(opt.sampling.penalty_last_n) : 0;
-    for (size_t i = cached_.size() > window ? cached_.size() - window : 0; i < cached_.size(); ++i)
-        sampler.accept(cached_[i]);
-    StreamDecoder decoder(tok_);
-    StopMatcher stops(opt.stop);
-    std::vector<float> work(logits_.size());
-    auto emit = [&](const std::string& s) {
-        if (s.empty()) return;
-        g.text += s;
-        if (on_text) on_text(s);
-    };
+    Generator gen(*this, opt, cancel);
+    while (!gen.done()) {
+        GenStep st = gen.step();
+        if (on_text && !st.text.empty()) on_text(st.text);
+    }
+    return gen.take_result();
+}
 
+namespace {
+const GenerateOptions& checked(const Session& s, const GenerateOptions& opt) {
+    if (s.cached().empty()) throw std::logic_error("generation before Session::prefill");
+    validate(opt.sampling);
+    return opt;
+}
+}  // namespace
+
+Generator::Generator(Session& session, const GenerateOptions& opt, const std::atomic<bool>* cancel, int top_logprobs)
+    : s_(session),
+      opt_(checked(session, opt)),
+      cancel_(cancel),
+      top_logprobs_(top_logprobs),
+      sampler_(opt.sampling, static_cast<int32_t>(session.logits_.size())),
+      decoder_(session.tok_),
+      stops_(opt.stop),
+      work_(session.logits_.size()) {
+    g_.timings = s_.last_prompt_;
+    const std::vector<TokenId>& cached = s_.cached_;
+    const size_t window = opt_.sampling.penalty_last_n > 0 ? size_t(opt_.sampling.penalty_last_n) : 0;
+    for (size_t i = cached.size() > window ? cached.size() - window : 0; i < cached.size(); ++i)
+        sampler_.accept(cached[i]);
     // Plain greedy decoding needs only the argmax of each step's logits,
     // which the backend may compute where the logits are (the GPU copies
-    // back one id instead of the vocabulary's logits).
-    const SamplerParams& sp = opt.sampling;
+    // back one id instead of the vocabulary's logits). Log-probabilities
+    // need the logits themselves.
+    const SamplerParams& sp = opt_.sampling;
     const bool penalties = sp.penalty_last_n > 0 &&
                            (sp.repeat_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f);
-    const bool argmax_only = sp.temperature <= 0 && !penalties && !opt.ignore_eos;
-    std::optional<TokenId> next;   // the argmax of the current step, when the backend gave only that
+    argmax_only_ = sp.temperature <= 0 && !penalties && !opt_.ignore_eos && top_logprobs_ < 0;
+    t0_ = std::chrono::steady_clock::now();
+}
 
-    const auto t0 = std::chrono::steady_clock::now();
-    g.finish = FinishReason::Length;
-    for (;;) {
-        if (cancel && cancel->load()) { g.finish = FinishReason::Cancelled; break; }
-        if (opt.max_tokens >= 0 && g.tokens.size() >= size_t(opt.max_tokens)) { g.finish = FinishReason::Length; break; }
-        TokenId t;
-        if (next) {
-            t = *next;
-        } else {
-            work.assign(logits_.begin(), logits_.end());
-            if (opt.ignore_eos)
-                for (TokenId id : eog_) work[id] = -INFINITY;
-            t = sampler.sample(work);
-        }
-        if (!opt.ignore_eos && tok_.is_eog(t)) { g.finish = FinishReason::Stop; break; }
-        sampler.accept(t);
-        g.tokens.push_back(t);
-        emit(stops.push(decoder.push(t)));
-        if (stops.stopped()) { g.finish = FinishReason::Stop; break; }
-        if (cached_.size() >= backend_.n_ctx()) { g.finish = FinishReason::ContextFull; break; }
-        if (opt.max_tokens >= 0 && g.tokens.size() >= size_t(opt.max_tokens)) { g.finish = FinishReason::Length; break; }
-        if (argmax_only) next = backend_.eval_argmax(t, static_cast<uint32_t>(cached_.size()));
-        else backend_.eval(t, static_cast<uint32_t>(cached_.size()), logits_.data());
-        cached_.push_back(t);
+void Generator::finish(FinishReason why, GenStep& st) {
+    g_.finish = why;
+    // The held tail: an unfinished character, a possible stop-string start.
+    if (!stops_.stopped()) st.text += stops_.push(decoder_.flush());
+    if (!stops_.stopped()) st.text += stops_.flush();
+    g_.text += st.text;
+    g_.timings.generated = static_cast<uint32_t>(g_.tokens.size());
+    g_.timings.generate_ms = ms_since(t0_);
+    st.done = done_ = true;
+}
+
+GenStep Generator::step() {
+    if (done_) throw std::logic_error("Generator::step after the end of generation");
+    GenStep st;
+    const size_t max_tokens = opt_.max_tokens >= 0 ? size_t(opt_.max_tokens) : SIZE_MAX;
+    if (cancel_ && cancel_->load()) { finish(FinishReason::Cancelled, st); return st; }
+    if (g_.tokens.size() >= max_tokens) { finish(FinishReason::Length, st); return st; }
+    const Tokenizer& tok = s_.tok_;
+    TokenId t;
+    if (next_) {
+        t = *next_;
+    } else {
+        work_.assign(s_.logits_.begin(), s_.logits_.end());
+        if (opt_.ignore_eos)
+            for (TokenId id : s_.eog_) work_[id] = -INFINITY;
+        t = sampler_.sample(work_);
     }
-    if (!stops.stopped()) emit(stops.push(decoder.flush()));
-    if (!stops.stopped()) emit(stops.flush());
-    g.timings.generated = static_cast<uint32_t>(g.tokens.size());
-    g.timings.generate_ms = ms_since(t0);
-    return g;
+    if (top_logprobs_ >= 0) {
+        st.logprob = float(double(s_.logits_[t]) - log_sum_exp(s_.logits_));
+        st.top = Sampler::top_logprobs(s_.logits_, top_logprobs_);
+    }
+    if (!opt_.ignore_eos && tok.is_eog(t)) { finish(FinishReason::Stop, st); return st; }
+    st.token = t;
+    sampler_.accept(t);
+    g_.tokens.push_back(t);
+    st.text = stops_.push(decoder_.push(t));
+    if (stops_.stopped()) { finish(FinishReason::Stop, st); return st; }
+    Backend& be = s_.backend_;
+    std::vector<TokenId>& cached = s_.cached_;
+    if (cached.size() >= be.n_ctx()) { finish(FinishReason::ContextFull, st); return st; }
+    if (g_.tokens.size() >= max_tokens) { finish(FinishReason::Length, st); return st; }
+    g_.text += st.text;
+    if (argmax_only_) next_ = be.eval_argmax(t, static_cast<uint32_t>(cached.size()));
+    else be.eval(t, static_cast<uint32_t>(cached.size()), s_.logits_.data());
+    cached.push_back(t);
+    return st;
 }
 
 }  // namespace ptxlm

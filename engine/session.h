@@ -2,15 +2,20 @@
 // cache holds, prompt processing that reuses the longest cached prefix, and
 // the generation loop (sampling, end-of-generation tokens, stop strings,
 // streaming of complete UTF-8 text, cancellation). run, chat, perplexity and
-// serve all drive the engine through this.
+// serve all drive the engine through this: run and chat through
+// Session::generate, the server through Generator, one token per step, so
+// that one engine thread can advance several sessions in turn.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine/backend.h"
@@ -52,6 +57,8 @@ struct Generation {
     Timings timings;
 };
 
+class Generator;
+
 class Session {
 public:
     Session(Backend& backend, const Tokenizer& tokenizer);
@@ -74,12 +81,64 @@ public:
     void reset() { cached_.clear(); }
 
 private:
+    friend class Generator;
     Backend& backend_;
     const Tokenizer& tok_;
     std::vector<TokenId> cached_;
     std::vector<float> logits_;
     std::vector<TokenId> eog_;      // every end-of-generation id of the vocabulary
     Timings last_prompt_;
+};
+
+// What one step of a Generator produced.
+struct GenStep {
+    std::string text;                 // text that became final (whole UTF-8 characters; stop strings held back)
+    std::optional<TokenId> token;     // the token sampled, if the step sampled one
+    // With logprobs asked: the sampled token's log-probability and the n most
+    // likely tokens' (best first), under the softmax of the raw logits
+    // (before penalties, temperature and cuts).
+    float logprob = 0;
+    std::vector<std::pair<TokenId, float>> top;
+    bool done = false;                // generation has ended; result().finish says why
+};
+
+// The generation loop of Session::generate, one token per step(): sample a
+// token, emit the text it completes, evaluate it. The end conditions, the
+// text and the timings are the same as generate()'s (which is a loop over
+// step()). Construct it after Session::prefill; the session must not be
+// prefilled again while the generator runs.
+class Generator {
+public:
+    // top_logprobs < 0: no log-probabilities; n >= 0: each step reports the
+    // sampled token's and the n most likely tokens' (this needs the logits on
+    // the host, so greedy decoding then reads them instead of the backend's
+    // argmax).
+    Generator(Session& session, const GenerateOptions& opt, const std::atomic<bool>* cancel = nullptr,
+              int top_logprobs = -1);
+
+    // One token. After the step that reports done, step() must not be called.
+    GenStep step();
+    bool done() const { return done_; }
+    // Tokens and text so far; finish and the generation timings once done.
+    const Generation& result() const { return g_; }
+    Generation take_result() { return std::move(g_); }
+
+private:
+    void finish(FinishReason why, GenStep& st);
+
+    Session& s_;
+    GenerateOptions opt_;
+    const std::atomic<bool>* cancel_;
+    int top_logprobs_;
+    Sampler sampler_;
+    StreamDecoder decoder_;
+    StopMatcher stops_;
+    std::vector<float> work_;
+    bool argmax_only_ = false;
+    std::optional<TokenId> next_;     // the argmax of the current step, when the backend gave only that
+    std::chrono::steady_clock::time_point t0_;
+    Generation g_;
+    bool done_ = false;
 };
 
 }  // namespace ptxlm

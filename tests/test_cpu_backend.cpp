@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,26 @@ TEST_P(CpuBackendTest, BatchedThreadedAndOneByOneAreBitIdentical) {
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
     for (float v : a) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST_P(CpuBackendTest, BackendsSharingAPoolKeepTheirOwnCaches) {
+    // The server's slots: two backends on one pool, evaluated in turn.
+    std::vector<uint8_t> bytes;
+    Model m = Model::from_file(synth_file(GetParam(), &bytes));
+    auto pool = std::make_shared<cpu::ThreadPool>(2);
+    cpu::CpuBackend x(m, 64, KvType::F16, pool), y(m, 64, KvType::F16, pool), alone(m, 64, KvType::F16, 2);
+    const auto a = sequence(24);
+    auto b = sequence(24);
+    for (auto& t : b) t = (t + 5) % 700;
+    const size_t nv = m.n_vocab;
+    std::vector<float> lx(a.size() * nv), ly(b.size() * nv);
+    for (size_t i = 0; i < a.size(); ++i) {   // interleaved, token by token
+        x.eval(a[i], uint32_t(i), &lx[i * nv]);
+        y.eval(b[i], uint32_t(i), &ly[i * nv]);
+    }
+    EXPECT_EQ(std::memcmp(lx.data(), logits_of(alone, a, 8).data(), lx.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(ly.data(), logits_of(alone, b, 8).data(), ly.size() * sizeof(float)), 0);
+    EXPECT_EQ(x.device_info().threads, 2);
 }
 
 TEST_P(CpuBackendTest, F16CacheStaysCloseToF32) {

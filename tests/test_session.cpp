@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 
 #include "engine/chat_prompt.h"
@@ -97,6 +98,46 @@ TEST_F(Fixture, GenerationStopsWhereItShould) {
     Generation c = s.generate(greedy(12), nullptr, &cancel);
     EXPECT_EQ(c.finish, FinishReason::Cancelled);
     EXPECT_TRUE(c.tokens.empty());
+}
+
+TEST_F(Fixture, GeneratorStepsAreGenerate) {
+    Session s(backend, tok);
+    const auto prompt = tok.encode("The keeper climbed the", true, false);
+    s.prefill(prompt);
+    const Generation whole = s.generate(greedy(16), nullptr);
+    // The same generation one step at a time, with log-probabilities.
+    s.prefill(prompt);
+    Generator gen(s, greedy(16), nullptr, 3);
+    std::string text;
+    std::vector<TokenId> sampled;
+    while (!gen.done()) {
+        GenStep st = gen.step();
+        text += st.text;
+        if (!st.token) continue;
+        sampled.push_back(*st.token);
+        ASSERT_EQ(st.top.size(), 3u);
+        // Greedy picks the most likely token; its logprob is the best one's.
+        EXPECT_EQ(st.top[0].first, *st.token);
+        EXPECT_FLOAT_EQ(st.logprob, st.top[0].second);
+        EXPECT_LE(st.logprob, 0.0f);
+        EXPECT_GE(st.top[0].second, st.top[1].second);
+        EXPECT_GE(st.top[1].second, st.top[2].second);
+    }
+    const Generation g = gen.take_result();
+    EXPECT_EQ(sampled, whole.tokens);
+    EXPECT_EQ(g.tokens, whole.tokens);
+    EXPECT_EQ(text, whole.text);
+    EXPECT_EQ(g.text, whole.text);
+    EXPECT_EQ(g.finish, whole.finish);
+    EXPECT_EQ(g.timings.generated, whole.timings.generated);
+    EXPECT_THROW(gen.step(), std::logic_error);
+    // The probabilities of all tokens sum to one.
+    s.prefill(prompt);
+    Generator all(s, greedy(1), nullptr, int(tok.n_vocab()));
+    GenStep st = all.step();
+    double sum = 0;
+    for (const auto& [id, lp] : st.top) sum += std::exp(double(lp));
+    EXPECT_NEAR(sum, 1.0, 1e-4);
 }
 
 TEST_F(Fixture, ContextLimitsAreExplained) {

@@ -57,7 +57,10 @@ struct CpuBackend::Layer {
 };
 
 CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, int threads)
-    : m_(m), n_ctx_(n_ctx), kv_(kv), pool_(threads > 0 ? threads : ThreadPool::default_threads()) {
+    : CpuBackend(m, n_ctx, kv, std::make_shared<ThreadPool>(threads > 0 ? threads : ThreadPool::default_threads())) {}
+
+CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_ptr<ThreadPool> pool)
+    : m_(m), n_ctx_(n_ctx), kv_(kv), pool_(std::move(pool)) {
     const uint64_t E = m.hp.n_embd, hd = m.head_dim;
     uint64_t max_q = 0, max_kv = 0, max_ff = 0;
     layers_.resize(m.layers.size());
@@ -94,14 +97,14 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, int threads)
     v_.resize(kMaxBatch * max_kv);
     g_.resize(kMaxBatch * max_ff);
     u_.resize(kMaxBatch * max_ff);
-    scores_.resize(uint64_t(pool_.size()) * n_ctx);
-    rows_.resize(uint64_t(pool_.size()) * hd);
+    scores_.resize(uint64_t(pool_->size()) * n_ctx);
+    rows_.resize(uint64_t(pool_->size()) * hd);
 }
 
 CpuBackend::~CpuBackend() = default;
 
 std::string CpuBackend::description() const {
-    return "CPU, " + std::to_string(pool_.size()) + (pool_.size() == 1 ? " thread" : " threads") +
+    return "CPU, " + std::to_string(pool_->size()) + (pool_->size() == 1 ? " thread" : " threads") +
            ", float32 reference path, KV " + kv_type_name(kv_);
 }
 
@@ -110,7 +113,7 @@ DeviceInfo CpuBackend::device_info() const {
     d.kind = "cpu";
     d.name = cpu_model_name();
     d.units = ThreadPool::default_threads();
-    d.threads = pool_.size();
+    d.threads = pool_->size();
     d.kv_type = kv_type_name(kv_);
     d.kv_bytes_per_el = kv_ == KvType::F32 ? 4 : 2;
     return d;
@@ -178,7 +181,7 @@ void CpuBackend::attention(uint32_t il, uint32_t pos, uint32_t n) {
     const uint32_t window = m_.hp.sliding_window;
     // One task per (token, head); token t of the batch sits at position pos + t
     // and sees the positions up to its own (the causal mask).
-    pool_.parallel_for(uint64_t(n) * d.n_head, 1, [&](uint64_t tb, uint64_t te, int thread) {
+    pool_->parallel_for(uint64_t(n) * d.n_head, 1, [&](uint64_t tb, uint64_t te, int thread) {
         float* sc = scores_.data() + uint64_t(thread) * n_ctx_;
         for (uint64_t task = tb; task < te; ++task) {
             const uint32_t t = static_cast<uint32_t>(task / d.n_head), h = static_cast<uint32_t>(task % d.n_head);
@@ -241,7 +244,7 @@ void CpuBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, float
         const uint64_t q_dim = uint64_t(d.n_head) * hd, kv_dim = m_.kv_dim(il);
 
         for (uint32_t t = 0; t < n; ++t) rms_norm(&x_[t * E], l.attn_norm.data(), &xn_[t * E], E, eps);
-        matmul(pool_, {{&d.wq, q_.data(), q_w_}, {&d.wk, k_.data(), kv_w_}, {&d.wv, v_.data(), kv_w_}}, xn_.data(), n, E,
+        matmul(*pool_, {{&d.wq, q_.data(), q_w_}, {&d.wk, k_.data(), kv_w_}, {&d.wv, v_.data(), kv_w_}}, xn_.data(), n, E,
                rounding_);
         for (uint32_t t = 0; t < n; ++t) {
             float* q = &q_[t * q_w_];
@@ -264,7 +267,7 @@ void CpuBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, float
         }
 
         attention(il, pos, n);
-        matmul(pool_, {{&d.wo, o_.data(), E}}, att_.data(), n, q_w_, rounding_);
+        matmul(*pool_, {{&d.wo, o_.data(), E}}, att_.data(), n, q_w_, rounding_);
         for (uint32_t t = 0; t < n; ++t) {
             float* o = &o_[t * E];
             float* x = &x_[t * E];
@@ -272,14 +275,14 @@ void CpuBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, float
             for (uint64_t i = 0; i < E; ++i) x[i] += o[i];
             rms_norm(x, l.ffn_norm.data(), &xn_[t * E], E, eps);
         }
-        matmul(pool_, {{&d.gate, g_.data(), ff_w_}, {&d.up, u_.data(), ff_w_}}, xn_.data(), n, E, rounding_);
+        matmul(*pool_, {{&d.gate, g_.data(), ff_w_}, {&d.up, u_.data(), ff_w_}}, xn_.data(), n, E, rounding_);
         for (uint32_t t = 0; t < n; ++t) {
             float* g = &g_[t * ff_w_];
             const float* u = &u_[t * ff_w_];
             for (uint32_t i = 0; i < d.n_ff; ++i)
                 g[i] = (m_.ffn == FfnKind::GeGLU ? gelu_tanh(g[i]) : silu(g[i])) * u[i];
         }
-        matmul(pool_, {{&d.down, o_.data(), E}}, g_.data(), n, ff_w_, rounding_);
+        matmul(*pool_, {{&d.down, o_.data(), E}}, g_.data(), n, ff_w_, rounding_);
         for (uint32_t t = 0; t < n; ++t) {
             float* o = &o_[t * E];
             float* x = &x_[t * E];
@@ -290,7 +293,7 @@ void CpuBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, float
     if (!logits) return;
     const uint32_t first = n - n_logits;
     for (uint32_t t = first; t < n; ++t) rms_norm(&x_[t * E], output_norm_.data(), &xn_[t * E], E, eps);
-    matmul(pool_, {{&m_.output, logits, m_.n_vocab}}, &xn_[first * E], n_logits, E, rounding_);
+    matmul(*pool_, {{&m_.output, logits, m_.n_vocab}}, &xn_[first * E], n_logits, E, rounding_);
     if (m_.final_softcap > 0) {
         const float cap = m_.final_softcap;
         for (uint64_t i = 0; i < uint64_t(n_logits) * m_.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);

@@ -16,8 +16,11 @@ namespace ptxlm::cpu {
 
 class CpuBackend final : public Backend {
 public:
-    // n_ctx must already be chosen (choose_context).
+    // n_ctx must already be chosen (choose_context). threads <= 0: every core.
     CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, int threads);
+    // On a pool shared with other backends that are evaluated in turn from
+    // one thread (the server's slots): never from two threads at once.
+    CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_ptr<ThreadPool> pool);
     ~CpuBackend() override;
 
     std::string description() const override;
@@ -41,7 +44,7 @@ private:
     uint32_t n_ctx_;
     KvType kv_;
     InputRounding rounding_ = InputRounding::Exact;
-    ThreadPool pool_;
+    std::shared_ptr<ThreadPool> pool_;
     std::vector<Layer> layers_;
     std::vector<float> output_norm_;
     // Activations of up to kMaxBatch tokens, row t of each at t × its width.

@@ -19,5 +19,6 @@ Runner add_tokenize(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_ptx(CLI::App& app);
 Runner add_selftest(CLI::App& app);
+Runner add_serve(CLI::App& app);
 
 }  // namespace ptxlm::cli

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     };
     add(ptxlm::cli::add_run);
     add(ptxlm::cli::add_chat);
+    add(ptxlm::cli::add_serve);
     add(ptxlm::cli::add_perplexity);
     add(ptxlm::cli::add_inspect);
     add(ptxlm::cli::add_tokenize);

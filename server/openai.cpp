@@ -1,0 +1,163 @@
+#include "server/openai.h"
+
+#include <ctime>
+#include <random>
+
+namespace ptxlm::server {
+
+using nlohmann::json;
+
+namespace {
+
+std::string random_hex(size_t n) {
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    static const char* digits = "0123456789abcdef";
+    std::string s(n, '0');
+    for (char& c : s) c = digits[rng() & 15];
+    return s;
+}
+
+}  // namespace
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+const char* openai_finish_reason(FinishReason r) {
+    // A full context ends the answer for want of room: OpenAI calls that "length".
+    return r == FinishReason::Stop ? "stop" : "length";
+}
+
+json usage_json(const Event& done) {
+    return {{"prompt_tokens", done.prompt_tokens},
+            {"completion_tokens", done.completion_tokens},
+            {"total_tokens", done.prompt_tokens + done.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", done.cached_tokens}}}};
+}
+
+json timings_json(const Timings& t) {
+    // llama.cpp server's names; prompt_n counts the evaluated prompt tokens,
+    // cache_n those reused from the slot's cache.
+    return {{"cache_n", t.prompt_reused},
+            {"prompt_n", t.prompt_tokens},
+            {"prompt_ms", t.prompt_ms},
+            {"prompt_per_token_ms", t.prompt_tokens ? t.prompt_ms / t.prompt_tokens : 0.0},
+            {"prompt_per_second", t.prompt_tps()},
+            {"predicted_n", t.generated},
+            {"predicted_ms", t.generate_ms},
+            {"predicted_per_token_ms", t.generated ? t.generate_ms / t.generated : 0.0},
+            {"predicted_per_second", t.generate_tps()}};
+}
+
+ResponseBuilder::ResponseBuilder(Endpoint ep, std::string model_id, const Tokenizer& tok, int logprobs)
+    : ep_(ep),
+      id_((ep == Endpoint::Chat ? "chatcmpl-" : "cmpl-") + random_hex(24)),
+      model_(std::move(model_id)),
+      created_(int64_t(std::time(nullptr))),
+      tok_(tok),
+      logprobs_(logprobs) {}
+
+json ResponseBuilder::base(const char* object) const {
+    return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}, {"system_fingerprint", "ptxlm"}};
+}
+
+json ResponseBuilder::token_entry(TokenId id, float logprob) const {
+    const std::string piece = tok_.piece(id, true);
+    json bytes = json::array();
+    for (unsigned char c : piece) bytes.push_back(int(c));
+    return {{"token", piece}, {"logprob", logprob}, {"bytes", bytes}};
+}
+
+json ResponseBuilder::logprobs_json(const std::vector<TokenLogprob>& lp) {
+    if (logprobs_ < 0) return nullptr;
+    if (ep_ == Endpoint::Chat) {
+        json content = json::array();
+        for (const TokenLogprob& t : lp) {
+            json e = token_entry(t.id, t.logprob);
+            json top = json::array();
+            for (const auto& [id, l] : t.top) top.push_back(token_entry(id, l));
+            e["top_logprobs"] = std::move(top);
+            content.push_back(std::move(e));
+        }
+        return {{"content", std::move(content)}, {"refusal", nullptr}};
+    }
+    // Legacy completions: parallel arrays, top alternatives as {token: logprob}.
+    json tokens = json::array(), token_lp = json::array(), top = json::array(), offsets = json::array();
+    for (const TokenLogprob& t : lp) {
+        const std::string piece = tok_.piece(t.id, true);
+        tokens.push_back(piece);
+        token_lp.push_back(t.logprob);
+        json alt = json::object();
+        for (const auto& [id, l] : t.top) alt[tok_.piece(id, true)] = l;
+        top.push_back(std::move(alt));
+        offsets.push_back(text_offset_);
+        text_offset_ += piece.size();
+    }
+    return {{"tokens", tokens}, {"token_logprobs", token_lp}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
+json ResponseBuilder::role_chunk() const {
+    json c = base("chat.completion.chunk");
+    c["choices"] = json::array(
+        {{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+    return c;
+}
+
+json ResponseBuilder::text_chunk(const std::string& text, const std::vector<TokenLogprob>& logprobs) {
+    if (ep_ == Endpoint::Chat) {
+        json c = base("chat.completion.chunk");
+        c["choices"] = json::array({{{"index", 0},
+                                     {"delta", {{"content", text}}},
+                                     {"logprobs", logprobs_json(logprobs)},
+                                     {"finish_reason", nullptr}}});
+        return c;
+    }
+    json c = base("text_completion");
+    c["choices"] = json::array(
+        {{{"index", 0}, {"text", text}, {"logprobs", logprobs_json(logprobs)}, {"finish_reason", nullptr}}});
+    return c;
+}
+
+json ResponseBuilder::final_chunk(const Event& done) const {
+    json c;
+    if (ep_ == Endpoint::Chat) {
+        c = base("chat.completion.chunk");
+        c["choices"] = json::array({{{"index", 0},
+                                     {"delta", json::object()},
+                                     {"logprobs", nullptr},
+                                     {"finish_reason", openai_finish_reason(done.finish)}}});
+    } else {
+        c = base("text_completion");
+        c["choices"] = json::array(
+            {{{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", openai_finish_reason(done.finish)}}});
+    }
+    c["timings"] = timings_json(done.timings);
+    return c;
+}
+
+json ResponseBuilder::usage_chunk(const Event& done) const {
+    json c = base(ep_ == Endpoint::Chat ? "chat.completion.chunk" : "text_completion");
+    c["choices"] = json::array();
+    c["usage"] = usage_json(done);
+    return c;
+}
+
+json ResponseBuilder::response(const std::string& text, const std::vector<TokenLogprob>& logprobs, const Event& done) {
+    json r;
+    if (ep_ == Endpoint::Chat) {
+        r = base("chat.completion");
+        r["choices"] = json::array({{{"index", 0},
+                                     {"message", {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}}},
+                                     {"logprobs", logprobs_json(logprobs)},
+                                     {"finish_reason", openai_finish_reason(done.finish)}}});
+    } else {
+        r = base("text_completion");
+        r["choices"] = json::array({{{"index", 0},
+                                     {"text", text},
+                                     {"logprobs", logprobs_json(logprobs)},
+                                     {"finish_reason", openai_finish_reason(done.finish)}}});
+    }
+    r["usage"] = usage_json(done);
+    r["timings"] = timings_json(done.timings);
+    return r;
+}
+
+}  // namespace ptxlm::server

@@ -1,0 +1,58 @@
+// OpenAI's response objects for one request: chat.completion and
+// text_completion, their streamed chunks (chat.completion.chunk; legacy
+// completions stream text_completion objects), usage, logprobs in each
+// endpoint's shape, and llama.cpp server's `timings` object.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/tokenizer.h"
+#include "server/request.h"
+#include "server/scheduler.h"
+
+namespace ptxlm::server {
+
+// One response's identity and what it reports, shared by all its chunks.
+class ResponseBuilder {
+public:
+    ResponseBuilder(Endpoint ep, std::string model_id, const Tokenizer& tok, int logprobs);
+
+    const std::string& id() const { return id_; }   // "chatcmpl-…" or "cmpl-…"
+    Endpoint endpoint() const { return ep_; }
+
+    // Streaming: the chat opening chunk (role), a text chunk, the final chunk
+    // (finish_reason and timings), the usage chunk (no choices).
+    nlohmann::json role_chunk() const;
+    nlohmann::json text_chunk(const std::string& text, const std::vector<TokenLogprob>& logprobs);
+    nlohmann::json final_chunk(const Event& done) const;
+    nlohmann::json usage_chunk(const Event& done) const;
+
+    // Not streaming: the whole answer.
+    nlohmann::json response(const std::string& text, const std::vector<TokenLogprob>& logprobs, const Event& done);
+
+private:
+    nlohmann::json base(const char* object) const;
+    nlohmann::json logprobs_json(const std::vector<TokenLogprob>& lp);
+    nlohmann::json token_entry(TokenId id, float logprob) const;
+
+    Endpoint ep_;
+    std::string id_, model_;
+    int64_t created_;
+    const Tokenizer& tok_;
+    int logprobs_;
+    size_t text_offset_ = 0;   // completions logprobs: where the next token's text starts
+};
+
+nlohmann::json usage_json(const Event& done);
+nlohmann::json timings_json(const Timings& t);
+const char* openai_finish_reason(FinishReason r);   // "stop" or "length"
+
+// JSON text; generated pieces that are not whole UTF-8 characters are
+// written with U+FFFD rather than failing.
+std::string dump(const nlohmann::json& j);
+
+}  // namespace ptxlm::server

@@ -1,0 +1,315 @@
+#include "server/request.h"
+
+#include <cmath>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+namespace ptxlm::server {
+
+using nlohmann::json;
+
+ApiError::ApiError(int status, std::string message, std::string param, std::string type, std::string code)
+    : std::runtime_error(std::move(message)),
+      status_(status),
+      type_(std::move(type)),
+      param_(std::move(param)),
+      code_(std::move(code)) {}
+
+json error_json(const ApiError& e) {
+    json err = {{"message", e.what()}, {"type", e.type()}, {"param", nullptr}, {"code", nullptr}};
+    if (!e.param().empty()) err["param"] = e.param();
+    if (!e.code().empty()) err["code"] = e.code();
+    return {{"error", err}};
+}
+
+const char* endpoint_path(Endpoint e) {
+    return e == Endpoint::Chat ? "/v1/chat/completions" : "/v1/completions";
+}
+
+SamplerParams RequestDefaults::openai_sampling() {
+    SamplerParams p;
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    return p;
+}
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
+
+const char* type_name(const json& v) {
+    switch (v.type()) {
+        case json::value_t::object: return "an object";
+        case json::value_t::array: return "an array";
+        case json::value_t::string: return "a string";
+        case json::value_t::boolean: return "a boolean";
+        case json::value_t::number_integer:
+        case json::value_t::number_unsigned: return "an integer";
+        case json::value_t::number_float: return "a number";
+        default: return "null";
+    }
+}
+
+[[noreturn]] void wrong_type(const std::string& param, const char* expected, const json& got) {
+    bad(param, "invalid type for '" + param + "': expected " + expected + ", but got " + type_name(got));
+}
+
+// The field's value, or null when it is absent or null (OpenAI treats both as "not given").
+const json* field(const json& obj, const char* name) {
+    auto it = obj.find(name);
+    if (it == obj.end() || it->is_null()) return nullptr;
+    return &*it;
+}
+
+std::string fmt(double v) {
+    json j = v;
+    return j.dump();
+}
+
+std::optional<double> number(const json& obj, const char* name, double lo, double hi, bool lo_open = false) {
+    const json* v = field(obj, name);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) wrong_type(name, "a number", *v);
+    const double d = v->get<double>();
+    // Checked as the float the sampler will hold (1e-300 is 0 there).
+    if (!std::isfinite(d) || d > hi || (lo_open ? float(d) <= float(lo) : d < lo))
+        bad(name, std::string("invalid '") + name + "': must be " + (lo_open ? "greater than " : "between ") + fmt(lo) +
+                      (lo_open ? " and at most " : " and ") + fmt(hi) + " (got " + v->dump() + ")");
+    return d;
+}
+
+std::optional<int64_t> integer(const json& obj, const char* name, int64_t lo, int64_t hi) {
+    const json* v = field(obj, name);
+    if (!v) return std::nullopt;
+    if (!v->is_number_integer()) wrong_type(name, "an integer", *v);
+    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+        bad(name, std::string("invalid '") + name + "': must be at most " + std::to_string(hi));
+    const int64_t i = v->get<int64_t>();
+    if (i < lo || i > hi)
+        bad(name, std::string("invalid '") + name + "': must be between " + std::to_string(lo) + " and " +
+                      std::to_string(hi) + " (got " + std::to_string(i) + ")");
+    return i;
+}
+
+std::optional<bool> boolean(const json& obj, const char* name) {
+    const json* v = field(obj, name);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) wrong_type(name, "a boolean", *v);
+    return v->get<bool>();
+}
+
+std::string role_of(const json& m, const std::string& at) {
+    const json* r = field(m, "role");
+    if (!r) bad(at + ".role", "missing required parameter: '" + at + ".role'");
+    if (!r->is_string()) wrong_type(at + ".role", "a string", *r);
+    const std::string role = r->get<std::string>();
+    if (role == "developer") return "system";   // OpenAI's newer name for the system role
+    if (role != "system" && role != "user" && role != "assistant")
+        bad(at + ".role", "unsupported role '" + role + "' in '" + at +
+                              "' (supported: system, developer, user, assistant)");
+    return role;
+}
+
+std::string content_of(const json& m, const std::string& at, const std::string& role) {
+    const json* c = field(m, "content");
+    if (!c) {
+        // An assistant turn may carry no content (OpenAI's tool-call turns).
+        if (role == "assistant") return {};
+        bad(at + ".content", "missing required parameter: '" + at + ".content'");
+    }
+    if (c->is_string()) return c->get<std::string>();
+    if (!c->is_array()) wrong_type(at + ".content", "a string or an array of text parts", *c);
+    // Text parts are joined with newlines; other part types (images, audio) are refused.
+    std::string text;
+    for (size_t i = 0; i < c->size(); ++i) {
+        const json& part = (*c)[i];
+        const std::string pat = at + ".content[" + std::to_string(i) + "]";
+        if (!part.is_object()) wrong_type(pat, "an object", part);
+        const json* type = field(part, "type");
+        if (!type || !type->is_string()) bad(pat + ".type", "'" + pat + ".type' must be a string (\"text\")");
+        if (type->get<std::string>() != "text")
+            bad(pat + ".type", "unsupported content part type '" + type->get<std::string>() + "' in '" + pat +
+                                   "': this server reads text parts only");
+        const json* t = field(part, "text");
+        if (!t) bad(pat + ".text", "missing required parameter: '" + pat + ".text'");
+        if (!t->is_string()) wrong_type(pat + ".text", "a string", *t);
+        if (i) text += '\n';
+        text += t->get<std::string>();
+    }
+    return text;
+}
+
+void parse_messages(const json& body, CompletionRequest& r) {
+    const json* msgs = field(body, "messages");
+    if (!msgs) bad("messages", "missing required parameter: 'messages'");
+    if (!msgs->is_array()) wrong_type("messages", "an array", *msgs);
+    if (msgs->empty()) bad("messages", "'messages' must hold at least one message");
+    for (size_t i = 0; i < msgs->size(); ++i) {
+        const json& m = (*msgs)[i];
+        const std::string at = "messages[" + std::to_string(i) + "]";
+        if (!m.is_object()) wrong_type(at, "an object", m);
+        const std::string role = role_of(m, at);
+        r.messages.push_back({role, content_of(m, at, role)});
+    }
+}
+
+void parse_prompt(const json& body, CompletionRequest& r) {
+    const json* p = field(body, "prompt");
+    if (!p) bad("prompt", "missing required parameter: 'prompt'");
+    if (p->is_string()) {
+        r.prompt = p->get<std::string>();
+        return;
+    }
+    if (!p->is_array()) wrong_type("prompt", "a string, an array of strings or an array of token ids", *p);
+    if (p->empty()) bad("prompt", "'prompt' must not be an empty array");
+    const json& first = (*p)[0];
+    if (first.is_number_integer()) {
+        std::vector<TokenId> ids;
+        for (const json& t : *p) {
+            if (!t.is_number_integer()) wrong_type("prompt", "an array of token ids (integers)", t);
+            if (t.is_number_unsigned() ? t.get<uint64_t>() > uint64_t(std::numeric_limits<TokenId>::max())
+                                       : t.get<int64_t>() < 0 || t.get<int64_t>() > std::numeric_limits<TokenId>::max())
+                bad("prompt", "'prompt' holds a token id out of range: " + t.dump());
+            ids.push_back(t.get<TokenId>());
+        }
+        r.prompt_ids = std::move(ids);
+        return;
+    }
+    // A batch of prompts would need one choice each: this server answers one (n = 1).
+    if (p->size() > 1)
+        bad("prompt", "'prompt' holds " + std::to_string(p->size()) +
+                          " prompts; this server answers one prompt per request (send them separately)");
+    if (first.is_string()) {
+        r.prompt = first.get<std::string>();
+        return;
+    }
+    if (first.is_array()) {
+        json inner = {{"prompt", first}};
+        if (!first.empty() && first[0].is_number_integer()) {
+            parse_prompt(inner, r);
+            return;
+        }
+    }
+    wrong_type("prompt", "a string, an array of strings or an array of token ids", first);
+}
+
+void parse_stop(const json& body, CompletionRequest& r) {
+    const json* s = field(body, "stop");
+    if (!s) return;
+    std::vector<std::string> stops;
+    if (s->is_string()) {
+        stops.push_back(s->get<std::string>());
+    } else if (s->is_array()) {
+        if (s->size() > 4) bad("stop", "'stop' holds " + std::to_string(s->size()) + " strings; at most 4 are allowed");
+        for (const json& x : *s) {
+            if (!x.is_string()) wrong_type("stop", "a string or an array of strings", x);
+            stops.push_back(x.get<std::string>());
+        }
+    } else {
+        wrong_type("stop", "a string or an array of strings", *s);
+    }
+    for (const std::string& x : stops)
+        if (x.empty()) bad("stop", "a stop string must not be empty");
+    r.gen.stop = std::move(stops);
+}
+
+void parse_sampling(const json& body, CompletionRequest& r) {
+    SamplerParams& p = r.gen.sampling;
+    if (auto v = number(body, "temperature", 0, 2)) p.temperature = float(*v);
+    if (auto v = number(body, "top_p", 0, 1, true)) p.top_p = float(*v);
+    // top_k: 0 or -1 (vLLM's spelling) turn it off.
+    if (auto v = integer(body, "top_k", -1, std::numeric_limits<int32_t>::max())) p.top_k = *v < 0 ? 0 : int32_t(*v);
+    if (auto v = number(body, "min_p", 0, 1)) p.min_p = float(*v);
+    if (auto v = number(body, "presence_penalty", -2, 2)) p.presence_penalty = float(*v);
+    if (auto v = number(body, "frequency_penalty", -2, 2)) p.frequency_penalty = float(*v);
+    if (auto v = number(body, "repeat_penalty", 0, 10, true)) p.repeat_penalty = float(*v);
+    if (const json* s = field(body, "seed")) {
+        if (!s->is_number_integer()) wrong_type("seed", "an integer", *s);
+        p.seed = s->is_number_unsigned() ? s->get<uint64_t>() : uint64_t(s->get<int64_t>());
+        r.seed_given = true;
+    }
+}
+
+void refuse_unsupported(const json& body, Endpoint ep) {
+    if (auto n = integer(body, "n", 1, 128); n && *n != 1) bad("n", "only n = 1 is supported (got " + std::to_string(*n) + ")");
+    if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty()))
+        bad("tools", "tool calling is not supported by this server");
+    if (const json* f = field(body, "response_format")) {
+        if (!f->is_object()) wrong_type("response_format", "an object", *f);
+        const json* type = field(*f, "type");
+        if (type && !(type->is_string() && type->get<std::string>() == "text"))
+            bad("response_format", "only response_format {\"type\": \"text\"} is supported");
+    }
+    if (ep == Endpoint::Completion) {
+        if (boolean(body, "echo").value_or(false)) bad("echo", "echo is not supported by this server");
+        if (auto b = integer(body, "best_of", 1, 128); b && *b != 1) bad("best_of", "only best_of = 1 is supported");
+        if (const json* s = field(body, "suffix")) {
+            if (!s->is_string()) wrong_type("suffix", "a string", *s);
+            if (!s->get<std::string>().empty()) bad("suffix", "suffix (insertion) is not supported by this server");
+        }
+    }
+}
+
+CompletionRequest parse_object(Endpoint ep, const json& body, const RequestDefaults& defaults) {
+    if (!body.is_object()) bad("", std::string("the request body must be a JSON object, not ") + type_name(body));
+    CompletionRequest r;
+    r.endpoint = ep;
+    r.gen.sampling = defaults.sampling;
+    r.gen.max_tokens = defaults.max_tokens;
+    if (const json* m = field(body, "model")) {
+        if (!m->is_string()) wrong_type("model", "a string", *m);
+        r.model = m->get<std::string>();
+    }
+    if (ep == Endpoint::Chat) parse_messages(body, r);
+    else parse_prompt(body, r);
+    refuse_unsupported(body, ep);
+
+    constexpr int64_t kMaxTokens = std::numeric_limits<int32_t>::max();
+    std::optional<int64_t> max_tokens = integer(body, "max_tokens", 1, kMaxTokens);
+    if (ep == Endpoint::Chat)
+        if (auto v = integer(body, "max_completion_tokens", 1, kMaxTokens)) max_tokens = v;
+    if (max_tokens) r.gen.max_tokens = int32_t(*max_tokens);
+
+    parse_sampling(body, r);
+    parse_stop(body, r);
+
+    r.stream = boolean(body, "stream").value_or(false);
+    if (const json* so = field(body, "stream_options")) {
+        if (!so->is_object()) wrong_type("stream_options", "an object", *so);
+        r.include_usage = boolean(*so, "include_usage").value_or(false);
+    }
+
+    if (ep == Endpoint::Chat) {
+        const bool lp = boolean(body, "logprobs").value_or(false);
+        const std::optional<int64_t> top = integer(body, "top_logprobs", 0, 20);
+        if (top && !lp) bad("top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
+        if (lp) r.logprobs = int(top.value_or(0));
+    } else {
+        if (auto v = integer(body, "logprobs", 0, 5)) r.logprobs = int(*v);
+    }
+    return r;
+}
+
+}  // namespace
+
+CompletionRequest parse_request(Endpoint ep, std::string_view body, const RequestDefaults& defaults) {
+    json j;
+    try {
+        j = json::parse(body);
+    } catch (const json::exception& e) {
+        throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+    }
+    try {
+        return parse_object(ep, j, defaults);
+    } catch (const ApiError&) {
+        throw;
+    } catch (const std::exception& e) {
+        // A conversion this file failed to guard: still the client's request at fault.
+        throw ApiError(400, std::string("invalid request: ") + e.what());
+    }
+}
+
+}  // namespace ptxlm::server

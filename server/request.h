@@ -1,0 +1,76 @@
+// The OpenAI request bodies the server accepts, parsed and checked before
+// anything reaches the engine: POST /v1/chat/completions and /v1/completions.
+//
+// parse_request() turns a body into a CompletionRequest or throws ApiError
+// (and nothing else): malformed JSON, a field of the wrong type or out of its
+// range, an unsupported value (n > 1, a non-text content part, an unknown
+// role). Fields it does not know are ignored, as OpenAI-compatible servers
+// do; a null field counts as absent. The error names the field (`param`) the
+// way OpenAI's do.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "engine/chat_template.h"
+#include "engine/session.h"
+
+namespace ptxlm::server {
+
+// An error as the client sees it: the HTTP status and OpenAI's error object
+// {"error": {"message", "type", "param", "code"}}.
+class ApiError : public std::runtime_error {
+public:
+    ApiError(int status, std::string message, std::string param = {}, std::string type = "invalid_request_error",
+             std::string code = {});
+    int status() const { return status_; }
+    const std::string& type() const { return type_; }
+    const std::string& param() const { return param_; }   // empty: null
+    const std::string& code() const { return code_; }     // empty: null
+
+private:
+    int status_;
+    std::string type_, param_, code_;
+};
+
+// {"error": {...}} for an ApiError.
+nlohmann::json error_json(const ApiError& e);
+
+enum class Endpoint { Chat, Completion };
+const char* endpoint_path(Endpoint e);   // "/v1/chat/completions", "/v1/completions"
+
+// What a request gets for the fields it leaves out (`ptxlm serve`'s --temp,
+// --top-k, ... options; OpenAI's defaults unless changed).
+struct RequestDefaults {
+    SamplerParams sampling = openai_sampling();
+    int32_t max_tokens = -1;    // < 0: until an end token or a full context
+
+    // temperature 1, top_p 1, no top-k or min-p cut, no penalties.
+    static SamplerParams openai_sampling();
+};
+
+struct CompletionRequest {
+    Endpoint endpoint = Endpoint::Chat;
+    std::vector<ChatMessage> messages;        // chat: roles system, user, assistant (developer → system)
+    std::string prompt;                       // completions: the prompt text ...
+    std::optional<std::vector<TokenId>> prompt_ids;   // ... or token ids given as such
+    GenerateOptions gen;                      // max_tokens, sampling (seed included), stop
+    bool seed_given = false;                  // false: the server draws a seed
+    bool stream = false;
+    bool include_usage = false;               // stream_options.include_usage
+    // Log-probabilities: < 0 none; n >= 0 the sampled token's and the n most
+    // likely (chat: logprobs true + top_logprobs; completions: logprobs n).
+    int logprobs = -1;
+    std::string model;                        // as the client named it (reported as the loaded model)
+};
+
+// Parses and checks a request body. Throws ApiError only.
+CompletionRequest parse_request(Endpoint endpoint, std::string_view body, const RequestDefaults& defaults);
+
+}  // namespace ptxlm::server

@@ -1,0 +1,325 @@
+#include "server/scheduler.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "engine/cpu/thread_pool.h"
+
+namespace ptxlm::server {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Event error_event(ApiError e) {
+    Event ev;
+    ev.kind = Event::Kind::Error;
+    ev.error = std::move(e);
+    return ev;
+}
+
+}  // namespace
+
+void Channel::push(Event e) {
+    {
+        std::lock_guard lk(mu_);
+        events_.push_back(std::move(e));
+    }
+    cv_.notify_one();
+}
+
+std::vector<Event> Channel::wait(std::chrono::milliseconds timeout) {
+    std::unique_lock lk(mu_);
+    cv_.wait_for(lk, timeout, [&] { return !events_.empty(); });
+    std::vector<Event> out(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
+    events_.clear();
+    return out;
+}
+
+struct Scheduler::Slot {
+    int index = 0;
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<Session> session;
+    std::shared_ptr<Job> job;               // null: idle
+    std::optional<Generator> gen;
+    std::vector<TokenLogprob> pending;      // logprobs of tokens whose text is still held back
+    uint64_t last_used = 0;
+};
+
+Scheduler::Scheduler(EngineOptions opt) : opt_(std::move(opt)) {}
+
+Scheduler::~Scheduler() { shutdown(); }
+
+void Scheduler::start() { thread_ = std::thread([this] { run(); }); }
+
+Scheduler::State Scheduler::state() const {
+    std::lock_guard lk(mu_);
+    return state_;
+}
+
+Scheduler::State Scheduler::wait_loaded() {
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return state_ != State::Loading; });
+    return state_;
+}
+
+std::string Scheduler::load_error() const {
+    std::lock_guard lk(mu_);
+    return load_error_;
+}
+
+void Scheduler::rethrow_load_error() const {
+    std::exception_ptr e;
+    {
+        std::lock_guard lk(mu_);
+        e = load_exception_;
+    }
+    if (e) std::rethrow_exception(e);
+}
+
+const LoadedModel* Scheduler::model() const {
+    std::lock_guard lk(mu_);
+    return state_ == State::Ready || (state_ == State::Stopped && model_) ? model_.get() : nullptr;
+}
+
+Scheduler::Admit Scheduler::submit(std::shared_ptr<Job> job) {
+    {
+        std::lock_guard lk(mu_);
+        if (stopping_ || state_ == State::Stopped || state_ == State::Failed) return Admit::ShuttingDown;
+        if (state_ == State::Loading) return Admit::Loading;
+        if (admitted_ >= size_t(opt_.parallel + opt_.queue)) return Admit::Full;
+        ++admitted_;
+        queue_.push_back(std::move(job));
+        stats_.queued = queue_.size();
+    }
+    cv_.notify_all();
+    return Admit::Ok;
+}
+
+void Scheduler::shutdown() {
+    {
+        std::lock_guard lk(mu_);
+        stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+SchedulerStats Scheduler::stats() const {
+    std::lock_guard lk(mu_);
+    return stats_;
+}
+
+void Scheduler::load() {
+    auto lm = std::make_unique<LoadedModel>();
+    lm->id = std::filesystem::path(opt_.model_path).filename().string();
+    if (lm->id.size() > 5 && lm->id.ends_with(".gguf")) lm->id.resize(lm->id.size() - 5);
+    lm->model = std::make_unique<Model>(Model::load(opt_.model_path));
+    lm->tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(lm->model->file));
+    if (uint32_t(lm->tokenizer->n_vocab()) > lm->model->n_vocab)
+        throw ModelError(opt_.model_path + ": the tokenizer has more tokens than the model has embeddings");
+    try {
+        lm->chat_template = model_chat_template(*lm->model, opt_.chat_template);
+    } catch (const std::invalid_argument& e) {
+        // Completions still work; chat requests are answered with this.
+        lm->template_error = e.what();
+        std::fprintf(stderr, "ptxlm serve: %s: /v1/chat/completions is unavailable\n", e.what());
+    }
+    std::fprintf(stderr, "ptxlm serve: %s (%s, %s)\n", opt_.model_path.c_str(), lm->model->hp.arch.c_str(),
+                 format_bytes(lm->model->weight_bytes()).c_str());
+    // Slots take turns on the engine thread: on the CPU they share one pool
+    // of worker threads (separate pools would spin against each other).
+    BackendOptions bopt = opt_.backend;
+    if (opt_.parallel > 1 && !bopt.cpu_pool)
+        bopt.cpu_pool = std::make_shared<cpu::ThreadPool>(bopt.threads > 0 ? bopt.threads
+                                                                           : cpu::ThreadPool::default_threads());
+    for (int i = 0; i < opt_.parallel; ++i) {
+        auto slot = std::make_unique<Slot>();
+        slot->index = i;
+        std::string note;
+        slot->backend = make_backend(*lm->model, opt_.device, bopt, &note);
+        if (i == 0) {
+            // Each GPU backend uploads its own copy of the weights: one slot only.
+            if (opt_.parallel > 1 && slot->backend->device_info().kind == "cuda")
+                throw ModelError("--parallel " + std::to_string(opt_.parallel) +
+                                 " needs the CPU backend (each GPU slot would upload its own copy of the weights): "
+                                 "use --parallel 1 on the GPU, or --device cpu");
+            std::fprintf(stderr, "ptxlm serve: %d slot%s: %s\n", opt_.parallel, opt_.parallel == 1 ? "" : "s",
+                         note.c_str());
+            lm->n_ctx = slot->backend->n_ctx();
+            lm->backend = slot->backend->description();
+        }
+        slot->session = std::make_unique<Session>(*slot->backend, *lm->tokenizer);
+        slots_.push_back(std::move(slot));
+    }
+    std::lock_guard lk(mu_);
+    model_ = std::move(lm);
+    stats_.slots.resize(slots_.size());
+    for (size_t i = 0; i < slots_.size(); ++i) stats_.slots[i].n_ctx = slots_[i]->backend->n_ctx();
+}
+
+Scheduler::Slot* Scheduler::pick_slot(const std::vector<TokenId>& prompt) {
+    // The idle slot whose cache shares the longest prefix with the prompt;
+    // among equals the least recently used (it keeps the others' conversations).
+    Slot* best = nullptr;
+    size_t best_len = 0;
+    for (auto& s : slots_) {
+        if (s->job) continue;
+        const std::vector<TokenId>& c = s->session->cached();
+        size_t n = 0;
+        while (n < c.size() && n < prompt.size() && c[n] == prompt[n]) ++n;
+        if (!best || n > best_len || (n == best_len && s->last_used < best->last_used)) {
+            best = s.get();
+            best_len = n;
+        }
+    }
+    return best;
+}
+
+void Scheduler::start_job(Slot& s) {
+    Job& job = *s.job;
+    s.last_used = ++use_clock_;
+    if (job.cancel.load()) {
+        Event done;
+        done.kind = Event::Kind::Done;
+        done.finish = FinishReason::Cancelled;
+        end_job(s, std::move(done));
+        return;
+    }
+    try {
+        s.session->prefill(job.prompt);
+        s.gen.emplace(*s.session, job.gen, &job.cancel, job.logprobs);
+    } catch (const ContextFullError& e) {
+        end_job(s, error_event(ApiError(400, e.what(), "messages", "invalid_request_error", "context_length_exceeded")));
+        return;
+    } catch (const std::exception& e) {
+        s.session->reset();   // whatever the cache holds is suspect
+        end_job(s, error_event(ApiError(500, std::string("the engine failed: ") + e.what(), "", "server_error")));
+        return;
+    }
+    const Timings& t = s.gen->result().timings;
+    Event ev;
+    ev.kind = Event::Kind::Started;
+    ev.prompt_tokens = uint32_t(job.prompt.size());
+    ev.cached_tokens = t.prompt_reused;
+    ev.timings = t;
+    ev.slot = s.index;
+    job.channel.push(std::move(ev));
+    std::lock_guard lk(mu_);
+    stats_.prompt_tokens += t.prompt_tokens;
+    stats_.prompt_tokens_cached += t.prompt_reused;
+    stats_.prompt_seconds += t.prompt_ms / 1000.0;
+}
+
+bool Scheduler::step_job(Slot& s) {
+    Job& job = *s.job;
+    GenStep st;
+    try {
+        st = s.gen->step();
+    } catch (const std::exception& e) {
+        s.session->reset();
+        end_job(s, error_event(ApiError(500, std::string("the engine failed: ") + e.what(), "", "server_error")));
+        return false;
+    }
+    const bool sampled = st.token.has_value();
+    if (st.token && job.logprobs >= 0) s.pending.push_back({*st.token, st.logprob, std::move(st.top)});
+    if (!st.text.empty()) {
+        Event ev;
+        ev.kind = Event::Kind::Text;
+        ev.text = std::move(st.text);
+        ev.logprobs = std::move(s.pending);
+        s.pending.clear();
+        job.channel.push(std::move(ev));
+    }
+    if (!st.done) return sampled;
+    // Log-probabilities of tokens whose text was never returned (a stop
+    // string's) are dropped with it.
+    Generation g = s.gen->take_result();
+    Event done;
+    done.kind = Event::Kind::Done;
+    done.finish = g.finish;
+    done.prompt_tokens = uint32_t(job.prompt.size());
+    done.cached_tokens = g.timings.prompt_reused;
+    done.completion_tokens = uint32_t(g.tokens.size());
+    done.timings = g.timings;
+    end_job(s, std::move(done));
+    return sampled;
+}
+
+void Scheduler::end_job(Slot& s, Event last) {
+    s.job->channel.push(std::move(last));
+    s.job.reset();
+    s.gen.reset();
+    s.pending.clear();
+    std::lock_guard lk(mu_);
+    --admitted_;
+    --stats_.active;
+}
+
+void Scheduler::run() {
+    try {
+        load();
+    } catch (const std::exception& e) {
+        std::lock_guard lk(mu_);
+        state_ = State::Failed;
+        load_error_ = e.what();
+        load_exception_ = std::current_exception();
+        cv_.notify_all();
+        return;
+    }
+    {
+        std::lock_guard lk(mu_);
+        state_ = State::Ready;
+    }
+    cv_.notify_all();
+
+    std::vector<Slot*> starting;
+    for (;;) {
+        starting.clear();
+        {
+            std::unique_lock lk(mu_);
+            cv_.wait(lk, [&] { return stopping_ || !queue_.empty() || stats_.active > 0; });
+            if (stopping_) break;
+            while (!queue_.empty()) {
+                Slot* s = pick_slot(queue_.front()->prompt);
+                if (!s) break;
+                s->job = std::move(queue_.front());
+                queue_.pop_front();
+                starting.push_back(s);
+                ++stats_.active;
+            }
+            stats_.queued = queue_.size();
+        }
+        for (Slot* s : starting) start_job(*s);
+        // One token for every active slot in turn: every stream advances.
+        const auto t0 = std::chrono::steady_clock::now();
+        uint64_t tokens = 0;
+        for (auto& s : slots_) {
+            if (s->job && s->gen && step_job(*s)) ++tokens;
+        }
+        std::lock_guard lk(mu_);
+        stats_.decode_seconds += seconds_since(t0);
+        stats_.generated_tokens += tokens;
+        for (size_t i = 0; i < slots_.size(); ++i) {
+            stats_.slots[i].busy = slots_[i]->job != nullptr;
+            stats_.slots[i].kv_tokens = uint32_t(slots_[i]->session->cached().size());
+        }
+    }
+
+    // Shutting down: every job still admitted ends with an error event.
+    const ApiError bye(503, "the server is shutting down", "", "server_error", "shutting_down");
+    for (auto& s : slots_)
+        if (s->job) end_job(*s, error_event(bye));
+    std::lock_guard lk(mu_);
+    for (auto& j : queue_) {
+        j->channel.push(error_event(bye));
+        --admitted_;
+    }
+    queue_.clear();
+    stats_.queued = 0;
+    state_ = State::Stopped;
+}
+
+}  // namespace ptxlm::server

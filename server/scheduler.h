@@ -1,0 +1,175 @@
+// The engine side of the server: one thread that loads the model, owns every
+// backend (slot) and steps the active requests; HTTP threads hand it jobs
+// through a bounded queue and read each job's results from its own channel.
+//
+//   HTTP thread                        engine thread
+//   parse, tokenize, submit(job) ───▶  queue ─▶ idle slot with the longest
+//   wait on job->channel                        shared cached prefix; prefill
+//        ◀── Started / Text / Done / Error ──   each iteration: one token for
+//                                               every active slot in turn
+//
+// Slots are Sessions on backends of their own (own KV cache; on the CPU the
+// weights are shared through the Model). A job leaves when its generation
+// ends, when its cancel flag is set (the client went away) or at shutdown,
+// when every job still admitted gets an Error event.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/chat_prompt.h"
+#include "engine/model.h"
+#include "engine/session.h"
+#include "engine/tokenizer.h"
+#include "server/request.h"
+
+namespace ptxlm::server {
+
+struct EngineOptions {
+    std::string model_path;
+    DeviceKind device = DeviceKind::Auto;
+    BackendOptions backend;
+    int parallel = 1;            // slots
+    int queue = 16;              // jobs that may wait for a slot
+    std::string chat_template;   // family name; empty: the model's
+};
+
+// The model as the HTTP side sees it: immutable once the scheduler is ready.
+struct LoadedModel {
+    std::string id;              // the file name without .gguf
+    std::unique_ptr<Model> model;
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::optional<ChatTemplate> chat_template;   // none: template_error says why
+    std::string template_error;
+    uint32_t n_ctx = 0;          // every slot's
+    std::string backend;         // the first slot's description
+};
+
+// One token's log-probabilities (raw logits; see GenStep).
+struct TokenLogprob {
+    TokenId id = 0;
+    float logprob = 0;
+    std::vector<std::pair<TokenId, float>> top;
+};
+
+struct Event {
+    enum class Kind { Started, Text, Done, Error };
+    Kind kind = Kind::Text;
+    std::string text;                    // Text: whole UTF-8 characters
+    std::vector<TokenLogprob> logprobs;  // Text: the tokens this text completes (when asked)
+    uint32_t prompt_tokens = 0;          // Started, Done: the prompt's length
+    uint32_t cached_tokens = 0;          // Started, Done: of which reused from the slot's cache
+    uint32_t completion_tokens = 0;      // Done
+    FinishReason finish = FinishReason::Stop;   // Done
+    Timings timings;                     // Started (prompt part), Done
+    int slot = -1;                       // Started
+    std::optional<ApiError> error;       // Error
+};
+
+// A job's events, from the engine thread to the HTTP thread that waits for them.
+class Channel {
+public:
+    void push(Event e);
+    // Every event pending, waiting up to `timeout` for the first one.
+    std::vector<Event> wait(std::chrono::milliseconds timeout);
+
+private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Event> events_;
+};
+
+struct Job {
+    uint64_t id = 0;
+    std::vector<TokenId> prompt;
+    GenerateOptions gen;
+    int logprobs = -1;                   // see CompletionRequest::logprobs
+    std::atomic<bool> cancel{false};     // set by the HTTP side when the client is gone
+    Channel channel;
+};
+
+struct SlotStats {
+    bool busy = false;
+    uint32_t kv_tokens = 0;              // positions the slot's cache holds
+    uint32_t n_ctx = 0;
+};
+
+struct SchedulerStats {
+    uint64_t prompt_tokens = 0;          // evaluated (reused prefixes excluded)
+    uint64_t prompt_tokens_cached = 0;   // reused from a slot's cache
+    uint64_t generated_tokens = 0;
+    double prompt_seconds = 0;
+    double decode_seconds = 0;           // engine time spent in token steps
+    size_t queued = 0, active = 0;
+    std::vector<SlotStats> slots;
+};
+
+class Scheduler {
+public:
+    enum class State { Loading, Ready, Failed, Stopped };
+    enum class Admit { Ok, Loading, Full, ShuttingDown };
+
+    explicit Scheduler(EngineOptions opt);
+    ~Scheduler();   // shutdown()
+    Scheduler(const Scheduler&) = delete;
+    Scheduler& operator=(const Scheduler&) = delete;
+
+    // Starts the engine thread, which loads the model and then serves.
+    void start();
+    State state() const;
+    // Blocks while loading; the final state.
+    State wait_loaded();
+    std::string load_error() const;
+    // Failed: rethrows the load's exception (ModelError, gguf::Error, ...).
+    void rethrow_load_error() const;
+    // Not null once Ready (and valid until the scheduler is destroyed).
+    const LoadedModel* model() const;
+
+    // Admits a job, queued until a slot is free. Full when parallel + queue
+    // jobs are already admitted (nothing waits unbounded).
+    Admit submit(std::shared_ptr<Job> job);
+    // Stops admitting; every admitted job gets an Error (503) event; joins the
+    // engine thread (after the model has finished loading, if it was).
+    void shutdown();
+
+    SchedulerStats stats() const;
+    const EngineOptions& options() const { return opt_; }
+
+private:
+    struct Slot;
+    void run();
+    void load();
+    Slot* pick_slot(const std::vector<TokenId>& prompt);
+    void start_job(Slot& s);
+    bool step_job(Slot& s);   // true when it sampled a token
+    void end_job(Slot& s, Event last);
+
+    EngineOptions opt_;
+    std::unique_ptr<LoadedModel> model_;
+    std::vector<std::unique_ptr<Slot>> slots_;
+    std::thread thread_;
+
+    mutable std::mutex mu_;
+    std::condition_variable cv_;        // the engine waits for work; wait_loaded for the load
+    State state_ = State::Loading;
+    std::string load_error_;
+    std::exception_ptr load_exception_;
+    bool stopping_ = false;
+    std::deque<std::shared_ptr<Job>> queue_;
+    size_t admitted_ = 0;               // queued + running
+    SchedulerStats stats_;              // under mu_
+    uint64_t use_clock_ = 0;            // slot LRU
+};
+
+}  // namespace ptxlm::server

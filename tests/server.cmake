@@ -1,0 +1,15 @@
+# tests for the server (issue 9)
+# The request parser: every field's type and range, and a fuzz pass of random
+# and malformed bodies that may only ever raise the parser's ApiError.
+ptxlm_gtest(test_server_request test_server_request.cpp LIBS ptxlm_server_request TIMEOUT 120 SANITIZE)
+# The request corpus (tests/corpus/requests) through the fuzz entry.
+add_test(NAME request_corpus_replay COMMAND request_replay ${PROJECT_SOURCE_DIR}/tests/corpus/requests)
+set_tests_properties(request_corpus_replay PROPERTIES TIMEOUT 60 LABELS "unit;sanitize")
+add_dependencies(sanitize_tests request_replay)
+# A real `ptxlm serve --port 0` process driven by the official openai client
+# and raw HTTP: endpoints, streaming, errors, slots, queue, disconnects,
+# metrics, shutdown (synthetic models; one SmolLM2 answer against ptxlm run).
+ptxlm_pytest(serve check_serve.py TIMEOUT 300)
+# The chat page in headless Chromium (Debian's chromium, which run.sh installs):
+# it streams SmolLM2's answer, and the page's DOM holds the API's text.
+ptxlm_pytest(serve_chat_page check_serve_page.py TIMEOUT 300)

@@ -1,0 +1,300 @@
+// The server's request parser (server/request.h): every field's type and
+// range as OpenAI documents it, the error's status and `param`, and a
+// libFuzzer-free fuzz pass: random JSON built from the known fields with
+// values of every type, mutated valid bodies and random bytes must either
+// parse or throw ApiError (status 400), never anything else.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "server/request.h"
+
+using namespace ptxlm;
+using namespace ptxlm::server;
+using nlohmann::json;
+
+namespace {
+
+CompletionRequest chat(const json& body) { return parse_request(Endpoint::Chat, body.dump(), RequestDefaults{}); }
+CompletionRequest completion(const json& body) {
+    return parse_request(Endpoint::Completion, body.dump(), RequestDefaults{});
+}
+
+// The error a body gets: its status and param ("" when null); {0, ""} when it parses.
+std::pair<int, std::string> error_of(Endpoint ep, const std::string& body) {
+    try {
+        parse_request(ep, body, RequestDefaults{});
+        return {0, ""};
+    } catch (const ApiError& e) {
+        return {e.status(), e.param()};
+    }
+}
+std::pair<int, std::string> chat_error(const json& body) { return error_of(Endpoint::Chat, body.dump()); }
+std::pair<int, std::string> completion_error(const json& body) { return error_of(Endpoint::Completion, body.dump()); }
+
+const json kUser = json::array({{{"role", "user"}, {"content", "hi"}}});
+
+TEST(ServerRequest, ChatFieldsAreRead) {
+    const CompletionRequest r = chat({{"model", "whatever"},
+                                      {"messages", json::array({{{"role", "developer"}, {"content", "be brief"}},
+                                                                {{"role", "user"},
+                                                                 {"content", json::array({{{"type", "text"}, {"text", "a"}},
+                                                                                          {{"type", "text"}, {"text", "b"}}})}},
+                                                                {{"role", "assistant"}, {"content", nullptr}}})},
+                                      {"max_completion_tokens", 7},
+                                      {"temperature", 0},
+                                      {"top_p", 0.5},
+                                      {"top_k", 5},
+                                      {"min_p", 0.1},
+                                      {"presence_penalty", -1.5},
+                                      {"frequency_penalty", 2},
+                                      {"repeat_penalty", 1.1},
+                                      {"seed", -1},
+                                      {"stop", "\n\n"},
+                                      {"stream", true},
+                                      {"stream_options", {{"include_usage", true}}},
+                                      {"logprobs", true},
+                                      {"top_logprobs", 4},
+                                      {"n", 1},
+                                      {"user", "ignored"},
+                                      {"some_future_field", {1, 2, 3}}});
+    ASSERT_EQ(r.messages.size(), 3u);
+    EXPECT_EQ(r.messages[0].role, "system");
+    EXPECT_EQ(r.messages[1].content, "a\nb");
+    EXPECT_EQ(r.messages[2].content, "");
+    EXPECT_EQ(r.model, "whatever");
+    EXPECT_EQ(r.gen.max_tokens, 7);
+    EXPECT_EQ(r.gen.sampling.temperature, 0.0f);
+    EXPECT_EQ(r.gen.sampling.top_p, 0.5f);
+    EXPECT_EQ(r.gen.sampling.top_k, 5);
+    EXPECT_FLOAT_EQ(r.gen.sampling.min_p, 0.1f);
+    EXPECT_EQ(r.gen.sampling.presence_penalty, -1.5f);
+    EXPECT_EQ(r.gen.sampling.frequency_penalty, 2.0f);
+    EXPECT_FLOAT_EQ(r.gen.sampling.repeat_penalty, 1.1f);
+    EXPECT_TRUE(r.seed_given);
+    EXPECT_EQ(r.gen.sampling.seed, UINT64_MAX);
+    EXPECT_EQ(r.gen.stop, std::vector<std::string>{"\n\n"});
+    EXPECT_TRUE(r.stream);
+    EXPECT_TRUE(r.include_usage);
+    EXPECT_EQ(r.logprobs, 4);
+}
+
+TEST(ServerRequest, DefaultsAreOpenAIs) {
+    const CompletionRequest r = chat({{"messages", kUser}, {"max_tokens", nullptr}, {"temperature", nullptr}});
+    EXPECT_EQ(r.gen.sampling.temperature, 1.0f);
+    EXPECT_EQ(r.gen.sampling.top_p, 1.0f);
+    EXPECT_EQ(r.gen.sampling.top_k, 0);
+    EXPECT_EQ(r.gen.sampling.min_p, 0.0f);
+    EXPECT_EQ(r.gen.sampling.repeat_penalty, 1.0f);
+    EXPECT_EQ(r.gen.max_tokens, -1);
+    EXPECT_FALSE(r.seed_given);
+    EXPECT_FALSE(r.stream);
+    EXPECT_EQ(r.logprobs, -1);
+    // The server's own defaults replace them.
+    RequestDefaults d;
+    d.sampling.temperature = 0.2f;
+    d.max_tokens = 64;
+    const CompletionRequest s = parse_request(Endpoint::Chat, json{{"messages", kUser}}.dump(), d);
+    EXPECT_EQ(s.gen.sampling.temperature, 0.2f);
+    EXPECT_EQ(s.gen.max_tokens, 64);
+}
+
+TEST(ServerRequest, CompletionPrompts) {
+    EXPECT_EQ(completion({{"prompt", "Once"}}).prompt, "Once");
+    EXPECT_EQ(completion({{"prompt", {"Once"}}}).prompt, "Once");
+    EXPECT_EQ(*completion({{"prompt", {1, 2, 3}}}).prompt_ids, (std::vector<TokenId>{1, 2, 3}));
+    EXPECT_EQ(*completion({{"prompt", json::array({json::array({4, 5})})}}).prompt_ids, (std::vector<TokenId>{4, 5}));
+    EXPECT_EQ(completion({{"prompt", "x"}, {"logprobs", 3}}).logprobs, 3);
+    EXPECT_EQ(completion({{"prompt", "x"}, {"logprobs", 0}}).logprobs, 0);
+    EXPECT_EQ(completion_error({{"prompt", {"a", "b"}}}), std::make_pair(400, std::string("prompt")));
+    EXPECT_EQ(completion_error({{"prompt", json::array()}}).second, "prompt");
+    EXPECT_EQ(completion_error({{"prompt", {1, -2}}}).second, "prompt");
+    EXPECT_EQ(completion_error({{"prompt", {1, "a"}}}).second, "prompt");
+    EXPECT_EQ(completion_error({{"prompt", 3}}).second, "prompt");
+    EXPECT_EQ(completion_error(json::object()).second, "prompt");
+    EXPECT_EQ(completion_error({{"prompt", "x"}, {"logprobs", 6}}).second, "logprobs");
+    EXPECT_EQ(completion_error({{"prompt", "x"}, {"logprobs", true}}).second, "logprobs");
+    EXPECT_EQ(completion_error({{"prompt", "x"}, {"echo", true}}).second, "echo");
+    EXPECT_EQ(completion_error({{"prompt", "x"}, {"best_of", 2}}).second, "best_of");
+    EXPECT_EQ(completion_error({{"prompt", "x"}, {"suffix", "end"}}).second, "suffix");
+}
+
+TEST(ServerRequest, BadFieldsNameTheField) {
+    const std::vector<std::pair<json, std::string>> cases = {
+        {{{"messages", "hi"}}, "messages"},
+        {{{"messages", json::array()}}, "messages"},
+        {json::object(), "messages"},
+        {{{"messages", {1}}}, "messages[0]"},
+        {{{"messages", json::array({{{"content", "x"}}})}}, "messages[0].role"},
+        {{{"messages", json::array({{{"role", "tool"}, {"content", "x"}}})}}, "messages[0].role"},
+        {{{"messages", json::array({{{"role", 3}, {"content", "x"}}})}}, "messages[0].role"},
+        {{{"messages", json::array({{{"role", "user"}}})}}, "messages[0].content"},
+        {{{"messages", json::array({{{"role", "user"}, {"content", 5}}})}}, "messages[0].content"},
+        {{{"messages",
+           json::array({{{"role", "user"}, {"content", json::array({{{"type", "image_url"}, {"image_url", "x"}}})}}})}},
+         "messages[0].content[0].type"},
+        {{{"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", "text"}}})}}})}},
+         "messages[0].content[0].text"},
+        {{{"messages", kUser}, {"temperature", 2.5}}, "temperature"},
+        {{{"messages", kUser}, {"temperature", "hot"}}, "temperature"},
+        {{{"messages", kUser}, {"temperature", -0.1}}, "temperature"},
+        {{{"messages", kUser}, {"top_p", 0}}, "top_p"},
+        {{{"messages", kUser}, {"top_p", 1.01}}, "top_p"},
+        {{{"messages", kUser}, {"top_p", 1e-300}}, "top_p"},   // 0 as a float
+        {{{"messages", kUser}, {"top_k", 1.5}}, "top_k"},
+        {{{"messages", kUser}, {"top_k", -2}}, "top_k"},
+        {{{"messages", kUser}, {"min_p", 2}}, "min_p"},
+        {{{"messages", kUser}, {"presence_penalty", 2.5}}, "presence_penalty"},
+        {{{"messages", kUser}, {"frequency_penalty", -3}}, "frequency_penalty"},
+        {{{"messages", kUser}, {"repeat_penalty", 0}}, "repeat_penalty"},
+        {{{"messages", kUser}, {"max_tokens", 0}}, "max_tokens"},
+        {{{"messages", kUser}, {"max_tokens", "10"}}, "max_tokens"},
+        {{{"messages", kUser}, {"max_tokens", 1e30}}, "max_tokens"},
+        {{{"messages", kUser}, {"max_completion_tokens", -5}}, "max_completion_tokens"},
+        {{{"messages", kUser}, {"seed", 1.5}}, "seed"},
+        {{{"messages", kUser}, {"stop", 5}}, "stop"},
+        {{{"messages", kUser}, {"stop", {"a", "b", "c", "d", "e"}}}, "stop"},
+        {{{"messages", kUser}, {"stop", {""}}}, "stop"},
+        {{{"messages", kUser}, {"stop", {"a", 1}}}, "stop"},
+        {{{"messages", kUser}, {"n", 2}}, "n"},
+        {{{"messages", kUser}, {"stream", "yes"}}, "stream"},
+        {{{"messages", kUser}, {"stream_options", true}}, "stream_options"},
+        {{{"messages", kUser}, {"stream_options", {{"include_usage", 1}}}}, "include_usage"},
+        {{{"messages", kUser}, {"logprobs", 1}}, "logprobs"},
+        {{{"messages", kUser}, {"top_logprobs", 2}}, "top_logprobs"},
+        {{{"messages", kUser}, {"logprobs", true}, {"top_logprobs", 21}}, "top_logprobs"},
+        {{{"messages", kUser}, {"model", 7}}, "model"},
+        {{{"messages", kUser}, {"tools", {{{"type", "function"}}}}}, "tools"},
+        {{{"messages", kUser}, {"response_format", {{"type", "json_object"}}}}, "response_format"},
+    };
+    for (const auto& [body, param] : cases) {
+        const auto [status, got] = chat_error(body);
+        EXPECT_EQ(status, 400) << body.dump();
+        EXPECT_EQ(got, param) << body.dump();
+    }
+}
+
+TEST(ServerRequest, MalformedBodies) {
+    for (const char* body : {"", "{", "{\"messages\": [}", "null", "[]", "42", "\"text\"", "{\"a\":1}{", "\xff\xfe",
+                             "{\"messages\": [{\"role\": \"user\", \"content\": \"\xc3\x28\"}]}"}) {
+        EXPECT_EQ(error_of(Endpoint::Chat, body).first, 400) << body;
+        EXPECT_EQ(error_of(Endpoint::Completion, body).first, 400) << body;
+    }
+    try {
+        parse_request(Endpoint::Chat, "{oops", RequestDefaults{});
+        FAIL();
+    } catch (const ApiError& e) {
+        EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos) << e.what();
+        const json j = error_json(e);
+        EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+        EXPECT_TRUE(j["error"]["param"].is_null());
+        EXPECT_TRUE(j["error"].contains("code"));
+    }
+}
+
+// Random values of every JSON type, nested a little.
+json random_value(std::mt19937_64& rng, int depth) {
+    auto pick = [&](int n) { return int(rng() % uint64_t(n)); };
+    switch (pick(depth > 2 ? 7 : 9)) {
+        case 0: return nullptr;
+        case 1: return bool(pick(2));
+        case 2: return int64_t(rng()) >> pick(64);
+        case 3: return uint64_t(rng());
+        case 4: {
+            const double specials[] = {0.0, -0.0, 1.0, 2.0, 0.5, -1.0, 1e308, -1e308, 1e-300, 20.0, 5.0, 4096.0};
+            return pick(2) ? specials[pick(12)] : double(rng() % 10000) / 1000.0 - 3.0;
+        }
+        case 5: {
+            const char* strings[] = {"", "user", "assistant", "system", "developer", "tool", "text", "image_url",
+                                     "\n", "<|im_start|>", "h\xc3\xa9llo", "\xe2\x82\xac"};
+            return strings[pick(12)];
+        }
+        case 6: return std::string(size_t(pick(40)), char('a' + pick(26)));
+        case 7: {
+            json a = json::array();
+            for (int i = pick(5); i > 0; --i) a.push_back(random_value(rng, depth + 1));
+            return a;
+        }
+        default: {
+            static const char* keys[] = {"role", "content", "type", "text", "include_usage", "x"};
+            json o = json::object();
+            for (int i = pick(4); i > 0; --i) o[keys[pick(6)]] = random_value(rng, depth + 1);
+            return o;
+        }
+    }
+}
+
+json random_body(std::mt19937_64& rng) {
+    static const char* fields[] = {"messages", "prompt", "max_tokens", "max_completion_tokens", "temperature",
+                                   "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+                                   "repeat_penalty", "seed", "stop", "n", "logprobs", "top_logprobs", "model",
+                                   "stream", "stream_options", "echo", "best_of", "suffix", "tools",
+                                   "response_format", "unknown"};
+    json body = json::object();
+    // Mostly well-formed messages, so the checks behind them are reached too.
+    if (rng() % 4) {
+        json msgs = json::array();
+        for (int i = int(rng() % 4); i >= 0; --i) {
+            json m = {{"role", random_value(rng, 2)}, {"content", random_value(rng, 1)}};
+            if (rng() % 2) m["role"] = "user";
+            if (rng() % 2) m["content"] = "hello";
+            msgs.push_back(m);
+        }
+        body["messages"] = msgs;
+        body["prompt"] = rng() % 2 ? json("hi") : random_value(rng, 1);
+    }
+    for (int i = int(rng() % 6); i > 0; --i) body[fields[rng() % 25]] = random_value(rng, 0);
+    return body;
+}
+
+TEST(ServerRequest, FuzzNeverThrowsAnythingElse) {
+    std::mt19937_64 rng(12345);
+    int parsed = 0, rejected = 0;
+    auto run = [&](const std::string& body) {
+        for (Endpoint ep : {Endpoint::Chat, Endpoint::Completion}) {
+            try {
+                const CompletionRequest r = parse_request(ep, body, RequestDefaults{});
+                ++parsed;
+                // What parses is something the engine accepts.
+                validate(r.gen.sampling);
+                EXPECT_TRUE(r.gen.stop.size() <= 4);
+                EXPECT_TRUE(r.logprobs <= 20);
+                if (ep == Endpoint::Chat) {
+                    EXPECT_FALSE(r.messages.empty());
+                }
+            } catch (const ApiError& e) {
+                ++rejected;
+                ASSERT_EQ(e.status(), 400) << body;
+                ASSERT_FALSE(std::string(e.what()).empty());
+            } catch (const std::exception& e) {
+                FAIL() << "escaped: " << e.what() << " for " << body;
+            }
+        }
+    };
+    const std::string valid = json{{"messages", kUser}, {"max_tokens", 5}, {"stop", {"x"}}, {"logprobs", true}}.dump();
+    for (int i = 0; i < 4000; ++i) {
+        run(random_body(rng).dump());
+        // Mutations of a valid body: byte flips, truncation, insertion.
+        std::string m = valid;
+        for (int k = int(rng() % 4); k >= 0; --k) {
+            const size_t at = rng() % m.size();
+            switch (rng() % 3) {
+                case 0: m[at] = char(rng()); break;
+                case 1: m.resize(at); break;
+                default: m.insert(at, 1, "{}[]\",:0e-\\"[rng() % 12]); break;
+            }
+            if (m.empty()) break;
+        }
+        run(m);
+        // Random bytes.
+        std::string r(rng() % 64, '\0');
+        for (char& c : r) c = char(rng());
+        run(r);
+    }
+    EXPECT_GT(parsed, 100);
+    EXPECT_GT(rejected, 1000);
+}
+
+}  // namespace

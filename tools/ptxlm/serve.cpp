@@ -1,0 +1,83 @@
+// `ptxlm serve [-m MODEL] [--port 8080]`: the OpenAI-compatible HTTP server
+// (server/). Prints "listening on http://HOST:PORT" on stdout once bound,
+// loads the model in the background, serves until SIGINT or SIGTERM.
+#include <cstdlib>
+#include <filesystem>
+
+#include <CLI/CLI.hpp>
+
+#include "engine/chat_prompt.h"
+#include "server/server.h"
+#include "tools/ptxlm/commands.h"
+#include "tools/ptxlm/engine_args.h"
+
+namespace ptxlm::cli {
+
+namespace {
+
+struct Args {
+    EngineArgs engine;
+    server::ServerOptions server;
+    std::string chat_template;
+};
+
+int run(Args& a) {
+    server::ServerOptions opt = a.server;
+    server::EngineOptions& e = opt.engine;
+    e.model_path = a.engine.model.empty() ? default_model_path() : a.engine.model;
+    if (a.engine.model.empty() && !std::filesystem::exists(e.model_path))
+        throw ModelError("the default model " + e.model_path + " is missing: run models/fetch (./run.sh does), or pass -m MODEL");
+    if (!std::filesystem::exists(e.model_path)) throw ModelError(e.model_path + ": no such file");
+    e.device = parse_device(a.engine.device);
+    e.backend.n_ctx = a.engine.n_ctx;
+    e.backend.threads = a.engine.threads;
+    e.backend.kv_type = a.engine.kv_type == "f32" ? KvType::F32 : KvType::F16;
+    e.backend.schedule = parse_schedule(a.engine.schedule);
+    if (e.device == DeviceKind::Cuda && e.parallel > 1)
+        throw std::invalid_argument("--parallel " + std::to_string(e.parallel) +
+                                    " with --device cuda: each GPU slot would upload its own copy of the weights; "
+                                    "the GPU path serves one slot (--parallel 1), the CPU several");
+    if (!a.chat_template.empty()) ChatTemplate::by_name(a.chat_template);   // throws naming the known families
+    e.chat_template = a.chat_template;
+    if (opt.api_key.empty())
+        if (const char* k = std::getenv("PTXLM_API_KEY"); k && *k) opt.api_key = k;
+    validate(opt.defaults.sampling);
+    return server::run_server(opt);
+}
+
+}  // namespace
+
+Runner add_serve(CLI::App& app) {
+    auto a = std::make_shared<Args>();
+    CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat and completions, streamed)");
+    add_engine_options(*sub, a->engine);
+    server::ServerOptions& o = a->server;
+    sub->add_option("--host", o.host, "address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)");
+    sub->add_option("--port", o.port, "TCP port (default 8080; 0 picks a free one, printed on stdout)")
+        ->check(CLI::Range(0, 65535));
+    sub->add_option("--api-key", o.api_key,
+                    "require 'Authorization: Bearer KEY' on completions and /metrics (default: $PTXLM_API_KEY; "
+                    "/health, /v1/models and / stay open)");
+    sub->add_option("--parallel", o.engine.parallel,
+                    "requests decoded together, each in a slot with its own KV cache (default 1; CPU only above 1)")
+        ->check(CLI::Range(1, 64));
+    sub->add_option("--queue", o.engine.queue, "requests that may wait for a slot; more get 503 (default 16)")
+        ->check(CLI::Range(0, 4096));
+    sub->add_option("--max-body", o.max_body, "largest request body in bytes; larger get 413 (default 4 MiB)")
+        ->check(CLI::Range(size_t(1024), size_t(1) << 30));
+    sub->add_option("--chat-template", a->chat_template, "chat template family (" + chat_template_names() + ")");
+    // What a request gets for the sampling fields it leaves out: OpenAI's defaults.
+    SamplerParams& p = o.defaults.sampling;
+    sub->add_option("--temp", p.temperature, "default temperature (default 1, as OpenAI's API)");
+    sub->add_option("--top-k", p.top_k, "default top-k; 0 disables (default 0)");
+    sub->add_option("--top-p", p.top_p, "default top-p; 1 disables (default 1)");
+    sub->add_option("--min-p", p.min_p, "default min-p; 0 disables (default 0)");
+    sub->add_option("--repeat-penalty", p.repeat_penalty, "default repetition penalty; 1 disables (default 1)");
+    sub->add_option("--repeat-last-n", p.penalty_last_n, "tokens the penalties look back over (default 64)");
+    sub->add_option("-n,--max-tokens", o.defaults.max_tokens,
+                    "default max_tokens (default: until an end token or a full context)")
+        ->check(CLI::Range(-1, 1 << 30));
+    return [a] { return run(*a); };
+}
+
+}  // namespace ptxlm::cli
