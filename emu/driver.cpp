@@ -2,11 +2,15 @@
 // context, memory, error names, cuGetProcAddress and the stats file.
 // Exported with C linkage under the real libcuda's versioned symbol names
 // (cuda.h's declarations; its #defines map cuMemAlloc to cuMemAlloc_v2 etc.).
+#include "emu/driver_queue.h"
 #include "emu/driver_state.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
+#include <vector>
 #include <fstream>
 
 namespace ptxlm::emu::driver {
@@ -22,6 +26,11 @@ State& state() {
 State::~State() {
     write_stats();
     for (auto& [p, n] : primary.pinned) std::free(p);
+}
+
+bool healthy(CUctx_st* ctx) {
+    Lock lock(state().mu);
+    return ctx->sticky == CUDA_SUCCESS;
 }
 
 CUctx_st*& current() {
@@ -288,6 +297,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+    queue().drain();   // queued work of a context about to be destroyed
     State& s = state();
     Lock lock(s.mu);
     if (CUresult r = check_device(dev)) return r;
@@ -325,6 +335,7 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) {
 }
 
 CUresult CUDAAPI cuCtxSynchronize(void) {
+    queue().drain();
     Lock lock(state().mu);
     CUctx_st* ctx;
     if (CUresult r = enter(&ctx)) return r;   // a fault from earlier work surfaces here
@@ -361,6 +372,7 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
 }
 
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
+    queue().drain();   // cuMemFree synchronises: queued work may still use the memory
     Lock lock(state().mu);
     CUctx_st* ctx;
     if (CUresult r = enter_sync(&ctx)) return r;
@@ -434,6 +446,7 @@ CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsig
 }
 
 CUresult CUDAAPI cuMemFreeHost(void* p) {
+    queue().drain();
     Lock lock(state().mu);
     CUctx_st* ctx;
     if (CUresult r = enter(&ctx)) return r;
@@ -486,6 +499,7 @@ static CUresult copy_dtoh(CUctx_st* ctx, void* dst, CUdeviceptr src, size_t n) {
 }
 
 CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount) {
+    queue().drain();   // synchronous: after the work queued before it
     Lock lock(state().mu);
     CUctx_st* ctx;
     if (CUresult r = enter_sync(&ctx)) return r;
@@ -493,6 +507,7 @@ CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void* srcHost, siz
 }
 
 CUresult CUDAAPI cuMemcpyDtoH_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
+    queue().drain();   // synchronous: after the work queued before it
     Lock lock(state().mu);
     CUctx_st* ctx;
     if (CUresult r = enter_sync(&ctx)) return r;
@@ -500,6 +515,7 @@ CUresult CUDAAPI cuMemcpyDtoH_v2(void* dstHost, CUdeviceptr srcDevice, size_t By
 }
 
 CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
+    queue().drain();   // synchronous: after the work queued before it
     Lock lock(state().mu);
     CUctx_st* ctx;
     if (CUresult r = enter_sync(&ctx)) return r;
@@ -511,18 +527,59 @@ CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, s
     return CUDA_SUCCESS;
 }
 
+// Whether [p, p+n) lies in pinned memory (cuMemAllocHost / cuMemHostAlloc).
+static bool is_pinned(CUctx_st* ctx, const void* p, size_t n) {
+    auto it = ctx->pinned.upper_bound(const_cast<void*>(p));
+    if (it == ctx->pinned.begin()) return false;
+    --it;
+    const size_t off = size_t(static_cast<const uint8_t*>(p) - static_cast<const uint8_t*>(it->first));
+    return off < it->second && n <= it->second - off;
+}
+
+// Async copies are checked at the call and queued. From pinned memory the
+// source is read when the copy runs (the host must not change it before a
+// sync); from pageable memory the driver stages it at the call, so it is read
+// now. Into pageable memory the copy is synchronous, as the driver makes it.
 CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount, CUstream hStream) {
     Lock lock(state().mu);
     CUctx_st* ctx;
     if (CUresult r = enter_async(&ctx, hStream)) return r;
-    return copy_htod(ctx, dstDevice, srcHost, ByteCount);
+    if (ByteCount == 0) return CUDA_SUCCESS;
+    uint8_t* d = device_range(ctx, dstDevice, ByteCount);
+    if (!d || !srcHost) return CUDA_ERROR_INVALID_VALUE;
+    std::function<void()> copy;
+    if (is_pinned(ctx, srcHost, ByteCount)) {
+        copy = [ctx, d, srcHost, ByteCount] {
+            if (healthy(ctx)) std::memcpy(d, srcHost, ByteCount);
+        };
+    } else {
+        auto staged = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(srcHost),
+                                                             static_cast<const uint8_t*>(srcHost) + ByteCount);
+        copy = [ctx, d, staged] {
+            if (healthy(ctx)) std::memcpy(d, staged->data(), staged->size());
+        };
+    }
+    queue().submit(hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ? nullptr : hStream, std::move(copy));
+    return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
-    Lock lock(state().mu);
-    CUctx_st* ctx;
-    if (CUresult r = enter_async(&ctx, hStream)) return r;
-    return copy_dtoh(ctx, dstHost, srcDevice, ByteCount);
+    bool pageable;
+    {
+        Lock lock(state().mu);
+        CUctx_st* ctx;
+        if (CUresult r = enter_async(&ctx, hStream)) return r;
+        if (ByteCount == 0) return CUDA_SUCCESS;
+        const uint8_t* src = device_range(ctx, srcDevice, ByteCount);
+        if (!src || !dstHost) return CUDA_ERROR_INVALID_VALUE;
+        pageable = !is_pinned(ctx, dstHost, ByteCount);
+        queue().submit(hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ? nullptr : hStream,
+                       [ctx, dstHost, src, ByteCount] {
+                           if (healthy(ctx)) std::memcpy(dstHost, src, ByteCount);
+                       });
+    }
+    if (pageable) queue().drain();
+    return CUDA_SUCCESS;
 }
 
 static CUresult memset_n(CUctx_st* ctx, CUdeviceptr dst, const void* value, size_t width, size_t n) {
@@ -535,6 +592,7 @@ static CUresult memset_n(CUctx_st* ctx, CUdeviceptr dst, const void* value, size
 }
 
 CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
+    queue().drain();   // synchronous: after the work queued before it
     Lock lock(state().mu);
     CUctx_st* ctx;
     if (CUresult r = enter_sync(&ctx)) return r;
@@ -542,22 +600,31 @@ CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N
 }
 
 CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
+    queue().drain();   // synchronous: after the work queued before it
     Lock lock(state().mu);
     CUctx_st* ctx;
     if (CUresult r = enter_sync(&ctx)) return r;
     return memset_n(ctx, dstDevice, &ui, 4, N);
 }
 
-CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
+// Checked at the call, run in stream order.
+static CUresult memset_async(CUdeviceptr dst, uint32_t value, size_t width, size_t n, CUstream hStream) {
     Lock lock(state().mu);
     CUctx_st* ctx;
     if (CUresult r = enter_async(&ctx, hStream)) return r;
-    return memset_n(ctx, dstDevice, &uc, 1, N);
+    if (n == 0) return CUDA_SUCCESS;
+    if (dst % width || !device_range(ctx, dst, n * width)) return CUDA_ERROR_INVALID_VALUE;
+    queue().submit(hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ? nullptr : hStream,
+                   [ctx, dst, value, width, n] {
+                       if (healthy(ctx)) memset_n(ctx, dst, &value, width, n);
+                   });
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
+    return memset_async(dstDevice, uc, 1, N, hStream);
 }
 
 CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
-    Lock lock(state().mu);
-    CUctx_st* ctx;
-    if (CUresult r = enter_async(&ctx, hStream)) return r;
-    return memset_n(ctx, dstDevice, &ui, 4, N);
+    return memset_async(dstDevice, ui, 4, N, hStream);
 }

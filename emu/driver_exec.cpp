@@ -1,5 +1,6 @@
 // emu's Driver API surface, part 2: modules, kernels, launches, occupancy,
 // streams, stream capture and graphs, and cuGetProcAddress.
+#include "emu/driver_queue.h"
 #include "emu/driver_state.h"
 #include "emu/jit_check.h"
 
@@ -133,44 +134,46 @@ CUresult submit(CUctx_st* ctx, CUstream_st* st, EmuLaunch&& l) {
         invalidate_captures(ctx);
         return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
     }
-    return execute(ctx, l);   // a fault while running surfaces at the next sync, as on hardware
+    if (ctx->sticky != CUDA_SUCCESS) return ctx->sticky;
+    queue().submit(st, [ctx, l = std::move(l)] { execute(ctx, l); });
+    return CUDA_SUCCESS;
 }
 
 }  // namespace
 
 namespace ptxlm::emu::driver {
 
-CUresult execute(CUctx_st* ctx, const EmuLaunch& l) {
-    if (ctx->sticky != CUDA_SUCCESS) return ctx->sticky;
+void execute(CUctx_st* ctx, const EmuLaunch& l) {
+    State& s = state();
     const CUfunc_st* f = l.func;
     const emu::KernelInfo& k = *f->info;
     emu::LaunchConfig cfg;
-    cfg.grid = l.grid;
-    cfg.block = l.block;
-    cfg.dynamic_shared_bytes = l.shared;
-    cfg.params = l.params.data();
-    cfg.params_size = uint32_t(l.params.size());
-    cfg.cooperative = l.cooperative;
-    // The opted-in limit (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES); 0 = the default 48 KiB.
-    uint64_t limit = uint64_t(k.static_shared_bytes) + f->max_dynamic_shared;
-    cfg.shared_limit = limit > kSharedWithoutOptIn ? uint32_t(limit) : 0;
-    State& s = state();
-    emu::Stats stats;
-    std::optional<emu::Fault> fault =
-        emu::run_kernel(*f->mod->prog, k.name, cfg, *ctx->mem, s.stats_enabled ? &stats : nullptr);
-    if (s.stats_enabled) s.stats[k.name] += stats;
-    if (!fault) return CUDA_SUCCESS;
-    std::fprintf(stderr, "emu: %s\n", fault->message.c_str());
-    CUresult code = fault->cuda_error ? CUresult(fault->cuda_error) : CUDA_ERROR_LAUNCH_FAILED;
-    switch (code) {
-    // Launch-configuration errors are reported by the launch call and leave the context usable.
-    case CUDA_ERROR_INVALID_VALUE:
-    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES:
-    case CUDA_ERROR_NOT_FOUND:
-    case CUDA_ERROR_INVALID_HANDLE: return code;
-    // Faults while running poison the context; they surface at the next sync.
-    default: ctx->sticky = code; return CUDA_SUCCESS;
+    bool stats_on;
+    {
+        Lock lock(s.mu);
+        if (ctx->sticky != CUDA_SUCCESS) return;   // an earlier fault: nothing more runs
+        cfg.grid = l.grid;
+        cfg.block = l.block;
+        cfg.dynamic_shared_bytes = l.shared;
+        cfg.params = l.params.data();
+        cfg.params_size = uint32_t(l.params.size());
+        cfg.cooperative = l.cooperative;
+        // The opted-in limit (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES); 0 = the default 48 KiB.
+        uint64_t limit = uint64_t(k.static_shared_bytes) + f->max_dynamic_shared;
+        cfg.shared_limit = limit > kSharedWithoutOptIn ? uint32_t(limit) : 0;
+        stats_on = s.stats_enabled;
     }
+    emu::Stats stats;
+    std::optional<emu::Fault> fault = emu::run_kernel(*f->mod->prog, k.name, cfg, *ctx->mem, stats_on ? &stats : nullptr);
+    Lock lock(s.mu);
+    if (stats_on) s.stats[k.name] += stats;
+    if (!fault) return;
+    std::fprintf(stderr, "emu: %s\n", fault->message.c_str());
+    // make_launch checked what a launch call reports, so anything found now
+    // (a fault, a deadlock, a race) poisons the context: it surfaces at the
+    // next sync, as on hardware.
+    if (ctx->sticky == CUDA_SUCCESS)
+        ctx->sticky = fault->cuda_error ? CUresult(fault->cuda_error) : CUDA_ERROR_LAUNCH_FAILED;
 }
 
 }  // namespace ptxlm::emu::driver
@@ -252,6 +255,7 @@ CUresult CUDAAPI cuModuleLoadData(CUmodule* module, const void* image) {
 }
 
 CUresult CUDAAPI cuModuleUnload(CUmodule hmod) {
+    queue().drain();   // queued launches may use its functions
     State& s = state();
     Lock lock(s.mu);
     CUctx_st* ctx;
@@ -421,6 +425,7 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
 }
 
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
+    queue().drain();   // every stream's work: one device queue (driver_queue.h)
     Lock lock(state().mu);
     CUctx_st* ctx;
     if (CUresult r = enter(&ctx)) return r;   // a fault from earlier work surfaces here
@@ -434,7 +439,27 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
         invalidate_captures(ctx);
         return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
     }
-    return CUDA_SUCCESS;   // work runs at submission: the queue is already drained
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamQuery(CUstream hStream) {
+    CUstream_st* st;
+    {
+        Lock lock(state().mu);
+        CUctx_st* ctx;
+        if (CUresult r = enter(&ctx)) return r;
+        if (CUresult r = get_stream(ctx, hStream, &st)) return r;
+        if (st && st->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+            st->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+            return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        }
+    }
+    // The legacy stream waits for every stream's work; without the API lock,
+    // so a query answers while a kernel runs.
+    if (queue().busy(st)) return CUDA_ERROR_NOT_READY;
+    Lock lock(state().mu);
+    CUctx_st* ctx;
+    return enter(&ctx);   // a fault from finished work surfaces here
 }
 
 CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
@@ -573,11 +598,17 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
         invalidate_captures(ctx);
         return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
     }
-    for (auto& [node, l] : hGraphExec->nodes) {
+    for (auto& [node, l] : hGraphExec->nodes)
         if (!valid_func(ctx, l.func)) return CUDA_ERROR_INVALID_HANDLE;   // its module was unloaded
-        if (ctx->sticky != CUDA_SUCCESS) break;   // a node faulted: the rest never runs; reported at sync
-        if (CUresult r = execute(ctx, l)) return r;
-    }
+    if (ctx->sticky != CUDA_SUCCESS) return ctx->sticky;
+    // The nodes as they are now: a later cuGraphExecKernelNodeSetParams or
+    // cuGraphExecDestroy does not change a launch already made.
+    std::vector<EmuLaunch> nodes;
+    nodes.reserve(hGraphExec->nodes.size());
+    for (auto& [node, l] : hGraphExec->nodes) nodes.push_back(l);
+    queue().submit(st, [ctx, nodes = std::move(nodes)] {
+        for (const EmuLaunch& l : nodes) execute(ctx, l);   // after a fault, the rest does not run
+    });
     return CUDA_SUCCESS;
 }
 

@@ -6,9 +6,8 @@
 // The handle types cuda.h leaves incomplete (CUctx_st, CUmod_st, ...) are
 // defined here. Every handle a caller passes in is checked against the set of
 // live handles, so a stale or foreign pointer is CUDA_ERROR_INVALID_HANDLE,
-// never a crash. One mutex serialises the whole API; kernels run on the
-// calling thread at launch time (a stream is an ordered queue that is always
-// drained), so "async" work is complete when the call returns.
+// never a crash. One mutex serialises the API calls; stream-ordered work
+// runs from the device queue (driver_queue.h), kernels without that mutex.
 #pragma once
 
 #include <cuda.h>
@@ -122,10 +121,16 @@ bool alive(T* h) { return h && state().live.count(static_cast<const void*>(h)) !
 bool capture_forbids_unsafe(CUctx_st* ctx);
 void invalidate_captures(CUctx_st* ctx);
 
-// Runs a launch now. A fault is printed as "emu: <message>"; a launch
-// configuration error is returned, a fault while running poisons the context
-// (and SUCCESS is returned: the fault surfaces at the next call).
-CUresult execute(CUctx_st* ctx, const EmuLaunch& l);
+// Runs a queued launch (driver_queue.h). The kernel runs without the API
+// lock, so the host may call the API while it runs (a stream query, an
+// allocation); what it uses of the driver's state stays put while it is
+// queued (cuModuleUnload and cuMemFree drain the queue first). A fault is
+// printed as "emu: <message>" and poisons the context: the next sync
+// reports it. After a fault nothing more runs.
+void execute(CUctx_st* ctx, const EmuLaunch& l);
+
+// Whether the context is still healthy (takes the API lock).
+bool healthy(CUctx_st* ctx);
 
 // The JIT's checks of a module header (.version accepted by this driver,
 // .target runnable on the device, ISA version new enough for the target).

@@ -29,11 +29,13 @@
 // waited, repeats forever: the launch stops with a deadlock report naming
 // each block's waiting warps (CUDA_ERROR_LAUNCH_TIMEOUT), never a hang.
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <sstream>
+#include <thread>
 #include <type_traits>
 
 #include "program.h"
@@ -66,6 +68,9 @@ struct Warp {
     uint32_t spin_pc = kNoPc;
     uint32_t iter_instructions = 0;
     bool iter_wrote = true, iter_read = false;
+    bool iter_host = false;   // this iteration read host-mapped memory
+    bool spin_host = false;   // the last spinning iteration did: the host may end the wait
+    bool in_wait = false;     // the previous iteration spun too (one wait, many iterations)
     bool spinning = false;   // yielded because it spins (reset when it runs again)
 
     // Picks the lanes with the smallest PC (lane_pc must hold every live lane's PC).
@@ -117,10 +122,13 @@ struct Launch {
     // One cached global allocation (most kernels hit the same buffer in a row).
     uint64_t cache_base = 1, cache_size = 0;
     uint8_t* cache_host = nullptr;
+    bool cache_mapped = false;         // the cached allocation is host memory (cuMemHostAlloc DEVICEMAP)
     uint64_t cache_bits_base = 0;      // allocation whose touched-bitmap cache_bits is
     uint64_t* cache_bits = nullptr;
     std::optional<Fault> fault;
     std::vector<uint64_t> sector_scratch;
+    std::chrono::milliseconds host_wait_limit{0};
+    std::chrono::steady_clock::time_point host_wait_since{};
 
     Launch(const Program& p, const Kernel& kk, const LaunchConfig& c, Memory& m, Stats* s)
         : prog(p), k(kk), cfg(c), mem(m), stats(s) {}
@@ -142,8 +150,9 @@ struct Launch {
         if (addr - cache_base < cache_size && n <= cache_size - (addr - cache_base)) return cache_host + (addr - cache_base);
         uint64_t b, s;
         uint8_t* h;
-        if (!mem.range(addr, &b, &s, &h) || n > s - (addr - b)) return nullptr;
-        cache_base = b; cache_size = s; cache_host = h;
+        bool mapped = false;
+        if (!mem.range(addr, &b, &s, &h, &mapped) || n > s - (addr - b)) return nullptr;
+        cache_base = b; cache_size = s; cache_host = h; cache_mapped = mapped;
         return h + (addr - b);
     }
 
@@ -334,7 +343,10 @@ bool Launch::mem_op(Warp& w, const Inst& in, uint32_t m) {
                 if (sgn && esz < 8) v = uint64_t(int64_t(v << (64 - 8 * esz)) >> (64 - 8 * esz));
                 if (rb < 64) v &= (uint64_t(1) << rb) - 1;
                 w.regs[size_t(in.d[i]) * 32 + l] = v;
-                if (concurrent && sp == Space::Global) w.iter_hash = spin_mix(w.iter_hash, a + i * esz, v);
+                if (concurrent && sp == Space::Global) {
+                    w.iter_hash = spin_mix(w.iter_hash, a + i * esz, v);
+                    w.iter_host |= cache_mapped;   // access() just pointed the cache at a's allocation
+                }
             } else {
                 uint64_t v = w.regs[size_t(in.a[i]) * 32 + l];
                 if (std::memcmp(p + i * esz, &v, esz) != 0) changed = true;
@@ -420,7 +432,10 @@ bool Launch::atom_op(Warp& w, const Inst& in, uint32_t m) {
             changed = true;
         }
         if (in.d[0] != kNoReg) w.regs[size_t(in.d[0]) * 32 + l] = old;
-        if (concurrent) w.iter_hash = spin_mix(w.iter_hash, base[l] + uint64_t(in.off), old);
+        if (concurrent) {
+            w.iter_hash = spin_mix(w.iter_hash, base[l] + uint64_t(in.off), old);
+            w.iter_host |= cache_mapped;
+        }
     }
     if (sp == Space::Global) count_global(w, in, m, n, false, true);
     w.iter_read = true;
@@ -760,12 +775,15 @@ bool Launch::spins(Warp& w, uint32_t at) {
     const bool same = w.iter_read && !w.iter_wrote && w.spin_pc == at && w.iter_hash == w.last_hash;
     if (same && stats) {
         stats->spin_yields++;
+        stats->spin_waits += !w.in_wait;
         stats->spin_instructions += w.iter_instructions;
     }
+    w.in_wait = same;
+    w.spin_host = same && w.iter_host;
     w.spin_pc = at;
     w.last_hash = w.iter_hash;
     w.iter_hash = 0;
-    w.iter_read = w.iter_wrote = false;
+    w.iter_read = w.iter_wrote = w.iter_host = false;
     w.iter_instructions = 0;
     return same;
 }
@@ -804,11 +822,31 @@ bool Launch::run_cooperative(uint64_t seed) {
         }
         if (all_done) return true;
         // Nothing changed memory and every warp waited or spun: the next
-        // round would be the same.
+        // round would be the same, unless a warp waits on host-mapped memory,
+        // which the host may change (a cancel flag, a go signal). Then the
+        // launch sleeps between rounds, up to PTXLM_EMU_HOST_WAIT_MS in all.
         quiet = !round_progress && all_waiting ? quiet + 1 : 0;
+        bool host_wait = false;
+        if (quiet >= 2)
+            for (const Block& b : blocks)
+                for (const Warp& w : b.warps) host_wait |= !b.done && w.live && w.spinning && w.spin_host;
+        if (!host_wait) {
+            host_wait_since = {};
+        } else {
+            const auto now = std::chrono::steady_clock::now();
+            if (host_wait_since == std::chrono::steady_clock::time_point{}) host_wait_since = now;
+            if (now - host_wait_since < host_wait_limit) {
+                std::this_thread::sleep_for(std::chrono::microseconds(200));
+                continue;
+            }
+        }
         if (quiet >= 2) {
             std::ostringstream s;
             s << "deadlock: cooperative kernel '" << k.info.name << "': every unfinished block waits and nothing changes";
+            if (host_wait)
+                s << " (host-mapped memory a warp polls stayed the same for "
+                  << std::chrono::duration_cast<std::chrono::milliseconds>(host_wait_limit).count()
+                  << " ms; PTXLM_EMU_HOST_WAIT_MS sets the limit)";
             uint32_t listed = 0, unlisted = 0;
             for (Block& b : blocks) {
                 if (b.done) continue;
@@ -841,6 +879,18 @@ uint64_t schedule_seed() {
         if (e && *e == 0) return x;
     }
     return 1;
+}
+
+// How long a cooperative launch whose warps all wait on host-mapped memory
+// keeps waiting for the host to change it (default 60 s).
+std::chrono::milliseconds host_wait_limit_ms() {
+    const char* v = std::getenv("PTXLM_EMU_HOST_WAIT_MS");
+    if (v && *v) {
+        char* e = nullptr;
+        unsigned long long x = std::strtoull(v, &e, 0);
+        if (e && *e == 0) return std::chrono::milliseconds(x);
+    }
+    return std::chrono::milliseconds(60000);
 }
 
 bool racecheck_all() {
@@ -903,8 +953,12 @@ std::optional<Fault> run_kernel(const Program& p, std::string_view kernel, const
         L.race = std::make_unique<RaceCheck>(uint32_t(g.count()), uint32_t(shared_total));
     if (cfg.cooperative) {
         L.concurrent = true;
+        L.host_wait_limit = host_wait_limit_ms();
         const bool ok = L.run_cooperative(schedule_seed());
-        if (stats) stats->finish();
+        if (stats) {
+            if (L.race) stats->grid_syncs = L.race->grid_syncs();
+            stats->finish();
+        }
         if (!ok) return L.fault;
         return std::nullopt;
     }

@@ -90,8 +90,9 @@ public:
     uint8_t* translate(uint64_t addr, uint64_t n);
     uint64_t used() const;
     // The live allocation containing addr: its start, size and host storage
-    // (false when addr lies in none). Lets the interpreter cache one range.
-    bool range(uint64_t addr, uint64_t* base, uint64_t* size, uint8_t** host);
+    // (false when addr lies in none), and whether it is mapped host memory.
+    // Lets the interpreter cache one range.
+    bool range(uint64_t addr, uint64_t* base, uint64_t* size, uint8_t** host, bool* mapped = nullptr);
 private:
     struct Impl;
     std::unique_ptr<Impl> impl_;

@@ -100,7 +100,7 @@ uint8_t* Memory::translate(uint64_t addr, uint64_t n) {
     return it->second.data + off;
 }
 
-bool Memory::range(uint64_t addr, uint64_t* base, uint64_t* size, uint8_t** host) {
+bool Memory::range(uint64_t addr, uint64_t* base, uint64_t* size, uint8_t** host, bool* mapped) {
     std::lock_guard<std::mutex> g(impl_->mu);
     auto it = impl_->blocks.upper_bound(addr);
     if (it == impl_->blocks.begin()) return false;
@@ -109,6 +109,7 @@ bool Memory::range(uint64_t addr, uint64_t* base, uint64_t* size, uint8_t** host
     *base = it->first;
     *size = it->second.size;
     *host = it->second.data;
+    if (mapped) *mapped = !it->second.owned;
     return true;
 }
 
@@ -139,7 +140,9 @@ Stats& Stats::operator+=(const Stats& o) {
     shared_store_bytes += o.shared_store_bytes;
     barriers += o.barriers;
     spin_yields += o.spin_yields;
+    spin_waits += o.spin_waits;
     spin_instructions += o.spin_instructions;
+    grid_syncs += o.grid_syncs;
     for (auto& [base, n] : o.load_sectors_by_alloc) load_sectors_by_alloc[base] += n;
     for (auto& [base, bits] : o.touched) {
         auto& mine = touched[base];
@@ -158,8 +161,8 @@ std::string Stats::to_json() const {
       << ",\"global_load_requests\":" << global_load_requests << ",\"global_store_requests\":" << global_store_requests
       << ",\"global_load_sectors\":" << global_load_sectors << ",\"global_store_sectors\":" << global_store_sectors
       << ",\"shared_load_bytes\":" << shared_load_bytes << ",\"shared_store_bytes\":" << shared_store_bytes
-      << ",\"barriers\":" << barriers << ",\"spin_yields\":" << spin_yields
-      << ",\"spin_instructions\":" << spin_instructions << ",\"unique_global_bytes\":" << unique_global_bytes << ",\"allocations\":[";
+      << ",\"barriers\":" << barriers << ",\"spin_yields\":" << spin_yields << ",\"spin_waits\":" << spin_waits
+      << ",\"spin_instructions\":" << spin_instructions << ",\"grid_syncs\":" << grid_syncs << ",\"unique_global_bytes\":" << unique_global_bytes << ",\"allocations\":[";
     bool first = true;
     for (auto& [base, bits] : touched) {
         uint64_t unique = 0;

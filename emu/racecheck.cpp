@@ -12,7 +12,9 @@ RaceCheck::RaceCheck(uint32_t blocks, uint32_t shared_bytes)
       fenced_(blocks, false),
       shared_words_((shared_bytes + 3) / 4),
       phase_(blocks, 1),
-      shared_(blocks) {
+      shared_(blocks),
+      req_(blocks, 1),
+      passed_at_(blocks, 0) {
     // Epoch 1 is each block's first: a block that knows nothing of another
     // (0) is ordered after none of its writes.
     for (uint32_t b = 0; b < blocks; ++b) clock_[b][b] = 1;
@@ -32,6 +34,28 @@ void RaceCheck::acquire_from(uint32_t block, uint64_t word, bool now) {
     auto it = sync_.find(word);
     if (it == sync_.end()) return;
     join(now ? clock_[block] : pending_acq_[block], it->second);
+    if (now) check_grid_sync(block);
+}
+
+// Grid syncs. Sync k needs every block to know, of every other block x, an
+// epoch at least req_[x]: for the first, any release (epoch 1); for the next,
+// a release x made after it had itself passed sync k (its clock then,
+// passed_at_). A block passes when its clock covers req_ of every other
+// block; when the last one passes, the sync is complete. Checked for the
+// acquiring block only (only acquires can make a block pass).
+void RaceCheck::check_grid_sync(uint32_t b) {
+    if (blocks_ < 2 || passed_at_[b]) return;
+    for (uint32_t x = 0; x < blocks_; ++x)
+        if (x != b && clock_[b][x] < req_[x]) return;
+    passed_at_[b] = clock_[b][b];
+    if (++passed_ < blocks_) return;
+    ++grid_syncs_;
+    req_ = passed_at_;
+    std::fill(passed_at_.begin(), passed_at_.end(), 0u);
+    passed_ = 0;
+    // A block may already know enough for the next one (it acquired fast
+    // blocks' later releases while a slow one caught up).
+    for (uint32_t c = 0; c < blocks_; ++c) check_grid_sync(c);
 }
 
 // A release at `word`, or a strong write after a release fence (fenced_only).
@@ -111,7 +135,10 @@ void RaceCheck::atomic(const Who& w, uint64_t addr, uint32_t n, MemSem sem, MemS
 
 void RaceCheck::fence(uint32_t block, MemSem sem, MemScope scope) {
     if (!gpu_wide(scope)) return;   // a cta fence orders nothing between blocks
-    if (sem == MemSem::Acquire || sem == MemSem::AcqRel || sem == MemSem::Sc) join(clock_[block], pending_acq_[block]);
+    if (sem == MemSem::Acquire || sem == MemSem::AcqRel || sem == MemSem::Sc) {
+        join(clock_[block], pending_acq_[block]);
+        check_grid_sync(block);
+    }
     if (sem == MemSem::Release || sem == MemSem::AcqRel || sem == MemSem::Sc) {
         fence_clock_[block] = clock_[block];
         fenced_[block] = true;

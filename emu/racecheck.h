@@ -62,6 +62,12 @@ public:
     std::optional<Race> shared(const Who& w, uint32_t offset, uint32_t n, bool write);
     void barrier(uint32_t block);
 
+    // Grid-wide synchronisations so far: points by which every block's clock
+    // covers a release of every other block made after that block passed
+    // the previous such point (an all-to-all happens-before; a grid barrier
+    // built from counters is one).
+    uint64_t grid_syncs() const { return grid_syncs_; }
+
 private:
     struct Write {
         Who who;
@@ -81,6 +87,7 @@ private:
     void join(std::vector<uint32_t>& into, const std::vector<uint32_t>& from) const;
     void acquire_from(uint32_t block, uint64_t word, bool now);
     void release_to(uint32_t block, uint64_t word, bool fenced_only);
+    void check_grid_sync(uint32_t block);
     std::optional<Race> check(const Who& w, uint64_t word, bool strong, bool write);
 
     uint32_t blocks_;
@@ -93,6 +100,10 @@ private:
     uint32_t shared_words_;
     std::vector<uint32_t> phase_;                       // per block
     std::vector<std::vector<SharedWord>> shared_;       // per block, lazily sized
+    std::vector<uint32_t> req_;         // per block x: the epoch of x the next grid sync needs every block to know
+    std::vector<uint32_t> passed_at_;   // per block: its own clock when it came to know every req_ (0: not yet)
+    uint32_t passed_ = 0;               // blocks that passed the next grid sync
+    uint64_t grid_syncs_ = 0;
 };
 
 }  // namespace ptxlm::emu

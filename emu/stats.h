@@ -30,9 +30,17 @@ struct Stats {
     uint64_t barriers = 0;              // bar.sync completions (per block and barrier phase)
     // Cooperative launches: loop iterations of a warp that read the same
     // global values as the previous one and wrote nothing (a wait on another
-    // block's counter), and the instructions those iterations executed.
+    // block's counter), the waits they make up (a run of such iterations by
+    // one warp at one loop), and the instructions those iterations executed.
     uint64_t spin_yields = 0;
+    uint64_t spin_waits = 0;
     uint64_t spin_instructions = 0;
+    // Launches with memory-model checking (every cooperative one): grid-wide
+    // synchronisations, each a point by which every block has acquired
+    // (directly or through others) a release every other block made after
+    // the previous one. A grid barrier built from counters is one; so is any
+    // all-to-all dependency however it is built.
+    uint64_t grid_syncs = 0;
     uint64_t unique_global_bytes = 0;   // distinct global bytes touched (ld/st/atom), filled at launch end
 
     // Distinct global bytes touched: allocation start -> one bit per byte of

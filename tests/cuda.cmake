@@ -41,3 +41,12 @@ foreach(t test_gemv_emu test_attention_emu test_elementwise_emu)
   set_tests_properties(${t}_racecheck PROPERTIES TIMEOUT 300 LABELS "unit"
     ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>;PTXLM_EMU_RACECHECK=1")
 endforeach()
+# emu's device queue: launches return before their kernels run, a host talks
+# to a running kernel through mapped memory, deferred mode (it re-runs itself
+# with PTXLM_EMU_DEFERRED=1) makes a missing sync read stale data.
+ptxlm_emu_gtest(test_emu_async test_emu_async.cpp LIBS ptxlm_engine GTest::gmock TIMEOUT 120 SANITIZE)
+# The GPU decode path with emu's deferred mode (PTXLM_EMU_DEFERRED=1): queued
+# work runs only at a sync, so a missing sync in the engine reads stale data.
+add_test(NAME test_cuda_backend_deferred COMMAND test_cuda_backend --gtest_filter=*llama*)
+set_tests_properties(test_cuda_backend_deferred PROPERTIES TIMEOUT 300 LABELS "unit"
+  ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>;PTXLM_EMU_DEFERRED=1")

@@ -80,6 +80,35 @@ END:
     ret;
 }
 
+// `rounds` grid barriers in a row on one counter: round r waits for r times
+// the grid's arrivals.
+.visible .entry barrier_rounds(.param .u64 counter, .param .u32 rounds)
+{
+    .reg .pred %p<4>;
+    .reg .b32 %r<10>;
+    .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [counter];
+    ld.param.u32 %r1, [rounds];
+    mov.u32 %r3, %nctaid.x;
+    mov.u32 %r4, %tid.x;
+    setp.ne.u32 %p1, %r4, 0;
+    mov.u32 %r5, 1;
+ROUND:
+    @%p1 bra ARRIVED;
+    atom.add.release.gpu.global.u32 %r6, [%rd1], 1;
+    mul.lo.u32 %r7, %r5, %r3;
+SPIN:
+    ld.acquire.gpu.global.u32 %r8, [%rd1];
+    setp.lt.u32 %p2, %r8, %r7;
+    @%p2 bra SPIN;
+ARRIVED:
+    bar.sync 0;
+    add.u32 %r5, %r5, 1;
+    setp.le.u32 %p3, %r5, %r1;
+    @%p3 bra ROUND;
+    ret;
+}
+
 // A spin with nanosleep in its loop, on a flag block 1 sets.
 .visible .entry sleepy(.param .u64 flag)
 {
@@ -138,11 +167,34 @@ TEST_F(Coop, GridBarrierFromCountersCompletesUnderTwentySeeds) {
         for (uint32_t b = 0; b < n; ++b) EXPECT_EQ(got[b], ((b + 1) % n) * 7 + 3) << "seed " << s << " block " << b;
         EXPECT_EQ(e.get<uint32_t>(counter, 1)[0], n);
         EXPECT_GE(st.spin_instructions, st.spin_yields);
+        EXPECT_LE(st.spin_waits, st.spin_yields);
+        EXPECT_LE(st.spin_waits, n) << "one wait per block at most: only thread 0 spins, once";
+        EXPECT_EQ(st.grid_syncs, 1u) << "seed " << s;
         yields += st.spin_yields;
     }
     // Blocks that arrived early were seen waiting (not under every seed, so
     // the sum is what must be positive).
     EXPECT_GT(yields, 0u);
+}
+
+// emu counts grid-wide synchronisations (all-to-all happens-before), not
+// waits: three barriers are three, a one-way flag handoff is none.
+TEST_F(Coop, GridSyncsAreCountedPerBarrierNotPerWait) {
+    Emu e(kBarrier);
+    ASSERT_LOADED(e);
+    for (uint64_t s = 1; s <= 5; ++s) {
+        seed(s);
+        const uint64_t counter = e.alloc(4);
+        Stats st;
+        ASSERT_NO_FAULT(run(e, "barrier_rounds", 6, 64, Params().add(counter).add(3u), true, &st));
+        EXPECT_EQ(e.get<uint32_t>(counter, 1)[0], 18u);
+        EXPECT_EQ(st.grid_syncs, 3u) << "seed " << s;
+        EXPECT_LE(st.spin_waits, 3u * 6u);
+        const uint64_t flag = e.alloc(4);
+        Stats one_way;
+        ASSERT_NO_FAULT(run(e, "sleepy", 2, 32, Params().add(flag), true, &one_way));
+        EXPECT_EQ(one_way.grid_syncs, 0u) << "seed " << s;
+    }
 }
 
 TEST_F(Coop, TheSameBarrierHangsWithoutACooperativeLaunchAndTheWatchdogSaysWhy) {

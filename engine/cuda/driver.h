@@ -46,7 +46,7 @@ private:
     X(cuFuncGetAttribute) X(cuFuncSetAttribute)                                         \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuLaunchKernel)                    \
     X(cuLaunchCooperativeKernel)                                                         \
-    X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamSynchronize)                      \
+    X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuStreamQuery)      \
     X(cuStreamBeginCapture_v2) X(cuStreamEndCapture)                                    \
     X(cuGraphGetNodes) X(cuGraphKernelNodeGetParams_v2)                                 \
     X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecKernelNodeSetParams_v2)\
