@@ -102,9 +102,169 @@ bool icmp(Cmp c, T a, T b) {
     }
 }
 
+// ---- Hardware-variance mode (Inst::vary, set at load) ----
+//
+// An .approx instruction's result is moved by a fraction of its ISA bound
+// (docs/ARCHITECTURE.md, "emu", has the table with its sources):
+//   ex2.approx.f32           2 ulp from the correctly rounded result
+//   lg2.approx.f32           2^-22 absolute for a in (0.5, 2), else 2^-22 relative
+//   rsqrt.approx.f32         2^-22.9 relative
+//   sqrt.approx.f32          2^-23 relative
+//   rcp.approx.f32           1 ulp
+//   tanh.approx.f32          2^-11 relative
+//   sin/cos.approx.f32       2^-20.5 absolute in [-2pi, 2pi], 2^-14.7 in [-100pi, 100pi],
+//                            none stated outside (left unperturbed)
+//   div.approx.f32           2 ulp for |b| in [2^-126, 2^126]; for 2^126 < |b| < 2^128
+//                            the ISA's result: NaN for infinite a, else a signed zero
+//   div.full.f32             2 ulp
+//   rcp.approx(.ftz).f64     the ISA's semantics: the reciprocal of a's upper word,
+//                            kept to its upper word (truncated or rounded up)
+// rsqrt.approx.f64 has no stated bound and stays as without the mode. The
+// fraction, one of {-1, -1/2, 0, +1/2, +1}, is a hash of the input bits and
+// the instruction's salt (PC and PTXLM_EMU_SEED): the same program, inputs and
+// seed give the same results. Only finite normal results of finite nonzero
+// inputs (after .ftz) move; NaN, infinite and zero inputs, and NaN, infinite,
+// zero and subnormal results, are as without the mode (ftz/sat apply after).
+
+inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+double pick(uint32_t salt, uint64_t a, uint64_t b) {
+    static const double frac[5] = {-1, -0.5, 0, 0.5, 1};
+    return frac[mix64(mix64(a ^ (uint64_t(salt) << 32 | salt)) ^ (b * 0x9e3779b97f4a7c15ull)) % 5];
+}
+
+// The float spacing at |x| (the ulp of x's binade; 2^-149 below 2^-126).
+double f32_ulp(double x) {
+    int e;
+    std::frexp(x, &e);   // |x| in [2^(e-1), 2^e)
+    return std::ldexp(1.0, std::max(e - 1, -126) - 23);
+}
+
+// The float nearest exact + frac * bound, pulled one step back toward exact
+// when rounding carried it past the bound; the rounded exact value if even
+// that does not fit (a bound below half an ulp) or the result overflows.
+float within(double exact, double bound, double frac) {
+    float f = float(exact + frac * bound);
+    if (std::fabs(double(f) - exact) > bound)
+        f = std::nextafter(f, exact > double(f) ? INFINITY : -INFINITY);
+    if (!std::isfinite(f) || std::fabs(double(f) - exact) > bound) return float(exact);
+    return f;
+}
+
+// f32 .approx result for input x (divisor y for div); `base` is the result
+// without the mode.
+float vary_f32(const Inst& in, float x, float y, float base) {
+    const double X = x, frac = pick(in.salt, bits(x), bits(y));
+    if (in.op == Op::Div && in.vary == Vary::Approx) {
+        const double ay = std::fabs(double(y));
+        if (ay > 0x1p126 && ay < 0x1p128 && !std::isnan(x))
+            return std::isinf(x) ? std::numeric_limits<float>::quiet_NaN()
+                                 : std::copysign(0.0f, std::signbit(x) != std::signbit(y) ? -1.0f : 1.0f);
+        if (!(ay >= 0x1p-126 && ay <= 0x1p126)) return base;
+    }
+    // The ISA's tables fix the results for NaN, infinite and zero inputs (ex2(0)
+    // and cos(0) are exactly 1, tanh(inf) exactly 1): those stay as they are.
+    auto ordinary = [](float v) { return std::isfinite(v) && v != 0; };
+    if (!std::isnormal(base) || !ordinary(x) || (in.op == Op::Div && !ordinary(y))) return base;
+    switch (in.op) {
+    case Op::Ex2: {   // whole ulp steps from the correctly rounded result
+        float r = float(std::exp2(X));
+        for (int k = int(frac * 2); k != 0; k += k > 0 ? -1 : 1) r = std::nextafter(r, k > 0 ? INFINITY : -INFINITY);
+        return std::isnormal(r) ? r : float(std::exp2(X));
+    }
+    case Op::Lg2: {
+        double e = std::log2(X);
+        return within(e, X > 0.5 && X < 2 ? 0x1p-22 : 0x1p-22 * std::fabs(e), frac);
+    }
+    case Op::Rsqrt: { double e = 1 / std::sqrt(X); return within(e, std::exp2(-22.9) * e, frac); }
+    case Op::Sqrt: { double e = std::sqrt(X); return within(e, 0x1p-23 * e, frac); }
+    case Op::Rcp: { double e = 1 / X; return within(e, f32_ulp(e), frac); }
+    case Op::Tanh: { double e = std::tanh(X); return within(e, 0x1p-11 * std::fabs(e), frac); }
+    case Op::Sin: case Op::Cos: {
+        const double ax = std::fabs(X), pi = 3.14159265358979323846;
+        if (ax > 100 * pi) return base;
+        return within(in.op == Op::Sin ? std::sin(X) : std::cos(X), ax <= 2 * pi ? std::exp2(-20.5) : std::exp2(-14.7), frac);
+    }
+    case Op::Div: { double e = X / double(y); return within(e, 2 * f32_ulp(e), frac); }
+    default: return base;
+    }
+}
+
+// rcp.approx.f64: 1 / (a's upper 32 bits), kept to the upper 32 bits of the
+// result, truncated or (by the hash) rounded up in magnitude.
+double vary_rcp_f64(const Inst& in, double x, double base) {
+    if (!std::isnormal(base) || !std::isnormal(x)) return base;
+    const uint64_t hi = ~uint64_t(0) << 32;
+    const double r = 1 / f64(bits(x) & hi);
+    uint64_t rb = bits(r) & hi;
+    if (pick(in.salt, bits(x), 0) > 0 && (bits(r) & ~hi)) rb += uint64_t(1) << 32;
+    const double v = f64(rb);
+    return std::isnormal(v) ? v : f64(bits(r) & hi);
+}
+
+// Variance-mode execution of a marked instruction of type T; false for one
+// it leaves to exec_float.
+template <class T>
+bool exec_vary(const Inst& in, uint64_t* R, uint32_t m) {
+    uint64_t* d = R + size_t(in.d[0]) * 32;
+    const uint64_t* a = R + size_t(in.a[0]) * 32;
+    const uint64_t* b = in.a[1] != kNoReg ? R + size_t(in.a[1]) * 32 : a;
+    const bool fz = in.ftz && sizeof(T) == 4;
+    auto fin = [&](T x) {
+        if (fz) x = ftz(x);
+        if (in.sat) x = sat01(x);
+        return bits(x);
+    };
+    auto arg = [&](const uint64_t* p, int l) { T x = get<T>(p[l]); return fz ? ftz(x) : x; };
+    if (in.vary == Vary::FuseA || in.vary == Vary::FuseB) {
+        // One fma of the mul's sources: t = x*y; d = t + c  ->  fma(x, y, c);
+        // t - c -> fma(x, y, -c); c - t -> fma(-x, y, c).
+        const uint64_t* x = R + size_t(in.a[2]) * 32;
+        const uint64_t* y = R + size_t(in.a[3]) * 32;
+        const bool first = in.vary == Vary::FuseA, sub = in.op == Op::Sub;
+        each(m, [&](int l) {
+            T p = arg(x, l), c = first ? arg(b, l) : arg(a, l);
+            if (sub && first) c = -c;
+            if (sub && !first) p = -p;
+            d[l] = fin(std::fma(p, arg(y, l), c));
+        });
+        return true;
+    }
+    if constexpr (sizeof(T) == 4) {
+        each(m, [&](int l) {
+            const float x = arg(a, l), y = arg(b, l);
+            float base;
+            switch (in.op) {   // as without the mode (exec_float)
+            case Op::Ex2: base = std::exp2(x); break;
+            case Op::Lg2: base = std::log2(x); break;
+            case Op::Rsqrt: base = 1.0f / std::sqrt(x); break;
+            case Op::Sqrt: base = std::sqrt(x); break;
+            case Op::Rcp: base = 1.0f / x; break;
+            case Op::Tanh: base = std::tanh(x); break;
+            case Op::Sin: base = std::sin(x); break;
+            case Op::Cos: base = std::cos(x); break;
+            case Op::Div: base = x / y; break;
+            default: base = x; break;
+            }
+            d[l] = fin(vary_f32(in, x, y, base));
+        });
+        return true;
+    }
+    if (in.op != Op::Rcp) return false;
+    each(m, [&](int l) { double x = arg(a, l); d[l] = fin(vary_rcp_f64(in, x, 1 / x)); });
+    return true;
+}
+
 // Floating-point instructions of type T (float or double).
 template <class T>
 void exec_float(const Inst& in, uint64_t* R, uint32_t m) {
+    if (in.vary != Vary::None && exec_vary<T>(in, R, m)) return;
     uint64_t* d = R + size_t(in.d[0]) * 32;
     const uint64_t* a = R + size_t(in.a[0]) * 32;
     const uint64_t* b = in.a[1] != kNoReg ? R + size_t(in.a[1]) * 32 : a;

@@ -1,6 +1,9 @@
 // Instruction decoding: one PTX statement (tokens) -> one pre-decoded Inst.
 // Every modifier must be consumed by the instruction's handler; a leftover
 // one, an unknown opcode or a wrong operand count fails the load.
+#include <cstdlib>
+#include <unordered_map>
+
 #include "decoder.h"
 
 namespace ptxlm::emu {
@@ -299,7 +302,93 @@ bool decode_inst(const std::vector<Tok>& toks, size_t begin, size_t end, uint32_
                  DecodeScope& scope, Inst* out, std::string* err) {
     detail::Decoder d(toks, begin, end, scope, err);
     if (!d.run(inst_index, out)) return false;
+    const VarianceMode& vm = variance_mode();
+    if (vm.on) {
+        // The perturbation of an instruction's result depends on its PC and
+        // the seed (and, at run time, its inputs), never on the lane or launch.
+        uint64_t h = (uint64_t(inst_index) + 1) * 0x9e3779b97f4a7c15ull ^ vm.seed * 0xc2b2ae3d27d4eb4full;
+        h ^= h >> 31;
+        h *= 0xbf58476d1ce4e5b9ull;
+        out->salt = uint32_t(h ^ (h >> 29));
+    } else {
+        out->vary = Vary::None;   // decode_ops marks every .approx; only the mode keeps the marks
+    }
     return true;
+}
+
+namespace {
+
+VarianceMode read_variance_mode() {
+    VarianceMode m;
+    const char* v = std::getenv("PTXLM_EMU_VARIANCE");
+    m.on = v && std::strcmp(v, "1") == 0;
+    // The same variable (and parse) as the cooperative scheduler's seed.
+    const char* s = std::getenv("PTXLM_EMU_SEED");
+    if (s && *s) {
+        char* e = nullptr;
+        unsigned long long x = std::strtoull(s, &e, 0);
+        if (e && *e == 0) m.seed = x;
+    }
+    return m;
+}
+
+VarianceMode& mode_storage() {
+    static VarianceMode m = read_variance_mode();
+    return m;
+}
+
+// The registers an instruction writes (destinations and predicate outputs).
+template <class F>
+void each_write(const Inst& in, F f) {
+    for (uint32_t r : in.d)
+        if (r != kNoReg) f(r);
+    if (in.pd != kNoReg) f(in.pd);
+}
+
+// A mul ptxas may fuse into a later add: plain (no rounding modifier, no
+// .sat), unguarded (else the add could see an older value on some lanes),
+// and not overwriting its own sources.
+bool fusable_mul(const Inst& m, const Inst& add) {
+    return m.op == Op::Mul && m.ty == add.ty && m.rnd == Rnd::None && !m.sat && m.ftz == add.ftz &&
+           m.guard == kNoReg && m.d[0] != m.a[0] && m.d[0] != m.a[1];
+}
+
+}  // namespace
+
+const VarianceMode& variance_mode() { return mode_storage(); }
+
+void set_variance_mode_for_testing(bool on, uint64_t seed) { mode_storage() = VarianceMode{on, seed}; }
+
+void mark_fusions(std::vector<Inst>& code, const std::vector<uint32_t>& label_at) {
+    std::vector<bool> label(code.size() + 1, false);
+    for (uint32_t i : label_at)
+        if (i < label.size()) label[i] = true;
+    // The instruction that last wrote each register in the current
+    // straight-line run (cleared at labels and after control flow).
+    std::unordered_map<uint32_t, uint32_t> last;
+    auto written_after = [&](uint32_t reg, uint32_t idx) {
+        auto it = last.find(reg);
+        return it != last.end() && it->second > idx;
+    };
+    for (uint32_t j = 0; j < code.size(); ++j) {
+        if (label[j]) last.clear();
+        Inst& in = code[j];
+        if ((in.op == Op::Add || in.op == Op::Sub) && (in.ty == Ty::F32 || in.ty == Ty::F64) && in.rnd == Rnd::None) {
+            for (int k = 0; k < 2; ++k) {
+                auto it = last.find(in.a[k]);
+                if (it == last.end()) continue;
+                const Inst& m = code[it->second];
+                if (!fusable_mul(m, in) || written_after(m.a[0], it->second) || written_after(m.a[1], it->second))
+                    continue;
+                in.vary = k == 0 ? Vary::FuseA : Vary::FuseB;
+                in.a[2] = m.a[0];
+                in.a[3] = m.a[1];
+                break;
+            }
+        }
+        each_write(in, [&](uint32_t r) { last[r] = j; });
+        if (in.op == Op::Bra || in.op == Op::Exit || in.op == Op::Trap) last.clear();
+    }
 }
 
 }  // namespace ptxlm::emu

@@ -50,7 +50,9 @@ bool Decoder::decode(Inst* in) {
     auto two = [&](Ty t) { return count(2) && dst(ops_[0], &in->d[0]) && src(ops_[1], t, &in->a[0]); };
     auto float_mods = [&](bool rnd_required, bool approx_ok) {
         Rnd r = take_rnd();
-        bool approx = approx_ok && (take(".approx") || take(".full"));
+        bool full = approx_ok && take(".full");
+        bool approx = full || (approx_ok && take(".approx"));
+        if (approx) in->vary = full ? Vary::DivFull : Vary::Approx;   // kept only in variance mode
         in->ftz = take(".ftz");
         in->sat = take(".sat");
         if (r > Rnd::Rp) return fail("bad rounding modifier in '" + opname_ + "'");
@@ -317,6 +319,7 @@ bool Decoder::decode(Inst* in) {
         in->ty = take_type();
         if (!need_type(in->ty, in->ty == Ty::F32 || (e->op == Op::Rsqrt && in->ty == Ty::F64)) || !finish_mods())
             return false;
+        if (in->ty == Ty::F32) in->vary = Vary::Approx;   // rsqrt.approx.f64 has no stated bound
         return two(in->ty);
     case Op::Sqrt: case Op::Rcp: {
         bool approx = take(".approx");
@@ -326,6 +329,7 @@ bool Decoder::decode(Inst* in) {
         if (!need_type(in->ty, is_f3264(in->ty)) || !finish_mods()) return false;
         if (approx == (in->rnd != Rnd::None) || in->rnd > Rnd::Rp || (approx && in->ty == Ty::F64 && e->op == Op::Sqrt))
             return fail("'" + opname_ + "' needs exactly one of .approx or .rn/.rz/.rm/.rp");
+        if (approx) in->vary = Vary::Approx;
         return two(in->ty);
     }
     case Op::Bra:

@@ -25,7 +25,9 @@
 //   executing lanes or a diverged bar.sync 715, trap 719.
 // - Fresh global and shared memory read as 0xcd bytes, registers as 0.
 // - Plain add/mul/fma without a rounding modifier round to nearest like .rn;
-//   .approx functions use the C library (no hardware-variance mode yet).
+//   .approx functions use the C library. PTXLM_EMU_VARIANCE=1 (program.h,
+//   alu.cpp) moves .approx results within their ISA bounds and fuses plain
+//   mul+add into fma, as hardware and ptxas may.
 #pragma once
 
 #include <cstdint>

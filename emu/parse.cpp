@@ -439,6 +439,11 @@ private:
             if (it == sc.labels.end()) return fail(pb.line, "unknown label '" + pb.label + "'");
             k.code[pb.inst].target = it->second;
         }
+        if (variance_mode().on) {   // ptxas's mul+add fusion, which labels stop
+            std::vector<uint32_t> at;
+            for (auto& l : sc.labels) at.push_back(l.second);
+            mark_fusions(k.code, at);
+        }
         k.info.regs_per_thread = std::min<uint32_t>(255, uint32_t(sc.regs.size()));
         prog_->infos.push_back(k.info);
         prog_->kernels.push_back(std::move(k));

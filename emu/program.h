@@ -53,6 +53,12 @@ enum class MulMode : uint8_t { Lo, Hi, Wide };
 enum class AtomOp : uint8_t { Add, Min, Max, Exch, Cas, And, Or, Xor, Inc, Dec };
 enum class ShflMode : uint8_t { Up, Down, Bfly, Idx };
 enum class VoteMode : uint8_t { All, Any, Ballot };
+// Hardware-variance marks (PTXLM_EMU_VARIANCE=1; see variance_mode()):
+// Approx: an .approx instruction whose result is perturbed within its ISA
+// bound; DivFull: div.full.f32 (its bound differs from div.approx); FuseA /
+// FuseB: a plain add/sub whose a (b) operand a plain mul produced, computed as
+// one fma of that mul's sources, which are kept in a[2] and a[3].
+enum class Vary : uint8_t { None, Approx, DivFull, FuseA, FuseB };
 
 constexpr uint32_t kNoReg = 0xffffffffu;
 
@@ -68,6 +74,7 @@ struct Inst {
     BoolOp bop = BoolOp::None;
     Space space = Space::Generic;
     uint8_t nd = 0, na = 0;
+    Vary vary = Vary::None;           // set at load only in hardware-variance mode
     uint32_t guard = kNoReg;          // predicate register
     uint32_t d[4] = {kNoReg, kNoReg, kNoReg, kNoReg};   // destinations
     uint32_t a[4] = {kNoReg, kNoReg, kNoReg, kNoReg};   // sources (registers or constant registers)
@@ -81,6 +88,7 @@ struct Inst {
     // reads. sem: MemSem; scope: MemScope; nc: ld.global.nc.
     uint8_t sem = 0, scope = 0;
     bool nc = false;
+    uint32_t salt = 0;                // variance mode: hash of the PC and seed
 };
 
 // Memory semantics and scopes as written (weak = none; fence.sc and membar
@@ -165,6 +173,18 @@ double add_round_odd(double a, double b);
 float f32_from_f16(uint16_t h);
 uint16_t bf16_from_f32(float v, Rnd r);
 float f32_from_bf16(uint16_t h);
+
+// Hardware-variance mode: PTXLM_EMU_VARIANCE=1 (read once per process), with
+// PTXLM_EMU_SEED (default 1) mixed into every perturbation. Programs loaded
+// while it is on carry the marks (Inst::vary); the rest run unchanged.
+struct VarianceMode { bool on = false; uint64_t seed = 1; };
+const VarianceMode& variance_mode();
+// Tests switch the mode for the programs they load next.
+void set_variance_mode_for_testing(bool on, uint64_t seed);
+// decode.cpp: marks plain add/sub fed by a plain mul in the same straight-line
+// run (no label between them; `label_at` holds the instruction index of every
+// label) as ptxas may fuse them into an fma.
+void mark_fusions(std::vector<Inst>& code, const std::vector<uint32_t>& label_at);
 
 // alu.cpp: executes an arithmetic/logic/conversion instruction on the lanes of
 // `mask`; regs is the warp's register file (slot * 32 + lane).

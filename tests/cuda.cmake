@@ -41,6 +41,17 @@ foreach(t test_gemv_emu test_attention_emu test_elementwise_emu)
   set_tests_properties(${t}_racecheck PROPERTIES TIMEOUT 300 LABELS "unit"
     ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>;PTXLM_EMU_RACECHECK=1")
 endforeach()
+# The kernel tests and the llama decode path again in emu's hardware-variance
+# mode (PTXLM_EMU_VARIANCE=1): .approx results anywhere within their PTX ISA
+# bounds, plain mul+add fused as ptxas may; the tolerances must survive that.
+foreach(t test_gemv_emu test_attention_emu test_elementwise_emu test_examples_emu)
+  add_test(NAME ${t}_variance COMMAND ${t})
+  set_tests_properties(${t}_variance PROPERTIES TIMEOUT 300 LABELS "unit"
+    ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>;PTXLM_EMU_VARIANCE=1")
+endforeach()
+add_test(NAME test_cuda_backend_variance COMMAND test_cuda_backend --gtest_filter=*llama*)
+set_tests_properties(test_cuda_backend_variance PROPERTIES TIMEOUT 300 LABELS "unit"
+  ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>;PTXLM_EMU_VARIANCE=1")
 # emu's device queue: launches return before their kernels run, a host talks
 # to a running kernel through mapped memory, deferred mode (it re-runs itself
 # with PTXLM_EMU_DEFERRED=1) makes a missing sync read stale data.

@@ -3,6 +3,8 @@ ptxlm_gtest(test_emu_interp test_emu_interp.cpp LIBS ptxlm_emu_core TIMEOUT 120 
 ptxlm_gtest(test_emu_faults test_emu_faults.cpp LIBS ptxlm_emu_core TIMEOUT 120 SANITIZE)
 ptxlm_gtest(test_emu_ops test_emu_ops.cpp LIBS ptxlm_emu_core TIMEOUT 120 SANITIZE)
 ptxlm_gtest(test_emu_coop test_emu_coop.cpp LIBS ptxlm_emu_core TIMEOUT 120 SANITIZE)
+# hardware-variance mode: .approx results within their ISA bounds, mul+add fusion
+ptxlm_gtest(test_emu_variance test_emu_variance.cpp LIBS ptxlm_emu_core TIMEOUT 120 SANITIZE)
 
 # emu's PTX loader and interpreter over the fuzz seeds (every builder kernel)
 # and any checked-in findings, under the same address-space cap as the GGUF
