@@ -30,10 +30,17 @@ Schedule parse_schedule(const std::string& s) {
     if (s == "default") return Schedule::Default;
     if (s == "chain") return Schedule::Chain;
     if (s == "graph") return Schedule::Graph;
-    throw std::invalid_argument("--schedule: '" + s + "' is not a schedule (choose chain or graph)");
+    if (s == "persistent") return Schedule::Persistent;
+    throw std::invalid_argument("--schedule: '" + s + "' is not a schedule (choose chain, graph or persistent)");
 }
 
-const char* schedule_name(Schedule s) { return s == Schedule::Chain ? "chain" : "graph"; }
+const char* schedule_name(Schedule s) {
+    return s == Schedule::Chain ? "chain" : s == Schedule::Persistent ? "persistent" : "graph";
+}
+
+std::unique_ptr<Backend::GreedyStream> Backend::start_greedy(TokenId, uint32_t, uint32_t, std::span<const TokenId>) {
+    return nullptr;
+}
 
 TokenId Backend::eval_argmax(TokenId token, uint32_t pos) {
     std::vector<float> logits(n_vocab());

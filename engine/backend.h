@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -22,7 +23,7 @@ DeviceKind parse_device(const std::string& s);
 
 // How the GPU path issues a token's kernels: `chain` launches them one by
 // one (for debugging), `graph` replays them captured once as a CUDA graph.
-enum class Schedule { Default, Chain, Graph };
+enum class Schedule { Default, Chain, Graph, Persistent };
 // "chain", "graph" or "default"; throws std::invalid_argument naming --schedule.
 Schedule parse_schedule(const std::string& s);
 const char* schedule_name(Schedule s);
@@ -77,6 +78,22 @@ public:
     // lowest id): greedy decoding. The GPU computes it on the device and
     // copies only the id; the default reads all the logits.
     virtual TokenId eval_argmax(TokenId token, uint32_t pos);
+
+    // Greedy decoding run ahead by the device (the persistent decoder feeds
+    // each argmax back as the next input and publishes tokens as they
+    // exist). next() waits for the token after the last one (the first: the
+    // one after `token`, evaluated at `pos`); nullopt once the device
+    // stopped (a token of `stop` came out, or max_tokens did). Each token
+    // next() returns means the one before it was evaluated into the cache.
+    // Destroying the stream stops the device within a token. nullptr: the
+    // backend has none (callers use eval_argmax).
+    class GreedyStream {
+    public:
+        virtual ~GreedyStream() = default;
+        virtual std::optional<TokenId> next() = 0;
+    };
+    virtual std::unique_ptr<GreedyStream> start_greedy(TokenId token, uint32_t pos, uint32_t max_tokens,
+                                                       std::span<const TokenId> stop);
 };
 
 // The context a session gets for `requested` (0 = model default), checked

@@ -61,3 +61,6 @@ ptxlm_emu_gtest(test_emu_async test_emu_async.cpp LIBS ptxlm_engine GTest::gmock
 add_test(NAME test_cuda_backend_deferred COMMAND test_cuda_backend --gtest_filter=*llama*)
 set_tests_properties(test_cuda_backend_deferred PROPERTIES TIMEOUT 300 LABELS "unit"
   ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>;PTXLM_EMU_DEFERRED=1")
+# The persistent decoder on emu: logits equal to the graph schedule's, greedy
+# streams, seeds with memory-model checking, cancel within a token.
+ptxlm_emu_gtest(test_persistent test_persistent.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 900)

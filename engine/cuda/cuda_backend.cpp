@@ -2,10 +2,13 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <vector>
 
 #include "engine/cuda/decode_plan.h"
@@ -16,6 +19,7 @@
 #include "kernels/decode/elementwise.h"
 #include "kernels/decode/gemv.h"
 #include "kernels/decode/layout.h"
+#include "kernels/decode/persistent.h"
 #include "kernels/examples/examples.h"
 
 namespace ptxlm::cuda {
@@ -44,17 +48,42 @@ struct CudaBackend::Impl {
     std::map<std::string, Kernel> kernels;   // by kernel name (names encode shapes)
     struct Op {
         std::string kernel;
-        const Function* fn;
+        const Function* fn;   // null under the persistent schedule (no standalone module)
         ptx::LaunchGeometry geometry;
         ptx::ParamPack args;
+        uint32_t kind = 0;    // index into kinds
     };
     std::vector<Op> chain;
+    std::vector<kx::OpGenerator> kinds;   // the distinct kernels, in chain order
+    std::map<std::string, uint32_t> kind_of;
     Schedule schedule = Schedule::Graph;
     std::unique_ptr<GraphExec> graph;   // the chain, captured once (graph schedule)
+
+    // The persistent schedule: one cooperative kernel walks `ops` (the chain
+    // as a device-side table, kernels/decode/persistent.h).
+    struct Persistent {
+        Kernel kernel;
+        ptx::LaunchGeometry geometry;   // grid: resident blocks (occupancy x SMs)
+        ptx::ParamList params;
+        DeviceBuffer ops, args, sync, stop_ids;
+        MappedBuffer io;
+        static constexpr uint32_t kMaxSteps = 256;   // tokens per launch (io's capacity)
+        static constexpr uint32_t kMaxStop = 16;
+    };
+    std::unique_ptr<Persistent> persistent;
 
     void launch_chain() {
         for (Op& op : chain) launch(*op.fn, op.geometry, stream, op.args);
     }
+
+    void build_persistent();
+    // Queues one persistent launch of up to `steps` tokens from the state
+    // already queued; n_stop ids at stop_ids end it early.
+    void launch_persistent(uint32_t steps, uint32_t n_stop);
+    const uint32_t* io_tokens() const {
+        return reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(persistent->io.data()) + kx::kPersistentIoHeader);
+    }
+    kx::PersistentIo* io() const { return static_cast<kx::PersistentIo*>(persistent->io.data()); }
 
     Impl(const Model& model, std::shared_ptr<const Driver> drv) : m(model), ctx(std::move(drv)), stream(ctx) {}
 
@@ -75,24 +104,100 @@ struct CudaBackend::Impl {
     }
     static DevPtr ptr(const DeviceBuffer& b, size_t offset = 0) { return DevPtr{b.ptr() + offset}; }
 
-    void add(const ptx::GeneratedKernel& g, const std::vector<ptx::ParamValue>& args) {
-        auto it = kernels.find(g.name);
-        if (it == kernels.end()) {
-            Kernel k;
-            k.module = std::make_unique<Module>(ctx, g.ptx);
-            k.fn = std::make_unique<Function>(k.module->function(g.name));
-            it = kernels.emplace(g.name, std::move(k)).first;
+    // Appends one launch of the kernel `gen` makes (a generator bound to its
+    // shape, so the persistent schedule can emit it inline too).
+    void add(const kx::OpGenerator& gen, const std::vector<ptx::ParamValue>& args) {
+        const ptx::GeneratedKernel g = gen(target, nullptr);
+        auto [kit, fresh] = kind_of.emplace(g.name, uint32_t(kinds.size()));
+        if (fresh) kinds.push_back(gen);
+        const Function* fn = nullptr;
+        if (schedule != Schedule::Persistent) {
+            auto it = kernels.find(g.name);
+            if (it == kernels.end()) {
+                Kernel k;
+                k.module = std::make_unique<Module>(ctx, g.ptx);
+                k.fn = std::make_unique<Function>(k.module->function(g.name));
+                it = kernels.emplace(g.name, std::move(k)).first;
+            }
+            fn = it->second.fn.get();
         }
-        chain.push_back({g.name, it->second.fn.get(), g.geometry, g.params.pack(args)});
+        chain.push_back({g.name, fn, g.geometry, g.params.pack(args), kit->second});
     }
 
 };
+
+void CudaBackend::Impl::build_persistent() {
+    auto ps = std::make_unique<Persistent>();
+    const kx::PersistentKernel pk = kx::persistent_kernel(kinds, target);
+    // The inline ops take the same arguments as the standalone kernels: the
+    // records below are the chain's own argument packs.
+    for (size_t j = 0; j < pk.kinds.size(); ++j) {
+        const ptx::GeneratedKernel alone = kinds[j](target, nullptr);
+        if (pk.kinds[j].params.size_bytes() != alone.params.size_bytes() || pk.kinds[j].geometry.grid != alone.geometry.grid)
+            throw std::logic_error("persistent decoder: op " + alone.name + " differs inline from standalone");
+    }
+    ps->kernel.module = std::make_unique<Module>(ctx, pk.kernel.ptx);
+    ps->kernel.fn = std::make_unique<Function>(ps->kernel.module->function(pk.kernel.name));
+    const Function& fn = *ps->kernel.fn;
+    ps->geometry = pk.kernel.geometry;
+    ps->params = pk.kernel.params;
+    const uint32_t threads = ps->geometry.block.x, shared = ps->geometry.shared_bytes;
+    fn.reserve_dynamic_shared(shared);
+    // As many blocks as can be resident at once (asked of the driver, never
+    // assumed): every block must run concurrently for the waits to finish.
+    const int per_sm = fn.max_active_blocks_per_sm(threads, shared);
+    const cuda::DeviceInfo& dev = ctx.info();
+    if (per_sm < 1)
+        throw ModelError("the persistent decoder does not fit on an SM of " + dev.name + ": " + std::to_string(threads) +
+                         " threads, " + std::to_string(shared) + " bytes of shared memory, " +
+                         std::to_string(fn.num_regs()) + " registers per thread; use --schedule graph");
+    ps->geometry.grid = {uint32_t(per_sm) * uint32_t(dev.sm_count), 1, 1};
+
+    // The op table: each op's packed arguments in one buffer, each record
+    // pointing at its own, waiting for the op before it.
+    std::vector<uint8_t> blob;
+    std::vector<size_t> offsets;
+    for (const Op& op : chain) {
+        blob.resize((blob.size() + 7) / 8 * 8);
+        offsets.push_back(blob.size());
+        const auto* b = reinterpret_cast<const uint8_t*>(op.args.data());
+        blob.insert(blob.end(), b, b + op.args.size());
+    }
+    ps->args = DeviceBuffer(ctx, std::max<size_t>(blob.size(), 8));
+    ps->args.upload(blob.data(), blob.size());
+    std::vector<kx::OpRecord> records(chain.size());
+    for (size_t i = 0; i < chain.size(); ++i) {
+        const Op& op = chain[i];
+        kx::OpRecord& r = records[i];
+        r.kind = op.kind;
+        r.grid_x = op.geometry.grid.x;
+        r.vblocks = uint32_t(op.geometry.grid.x * op.geometry.grid.y);
+        r.n_deps = i ? 1 : 0;   // every op reads what the op before it wrote (or reuses its buffers)
+        r.deps[0] = i ? uint32_t(i - 1) : 0;
+        r.args = ps->args.ptr() + offsets[i];
+    }
+    ps->ops = DeviceBuffer(ctx, records.size() * sizeof(kx::OpRecord));
+    ps->ops.upload(records.data(), records.size() * sizeof(kx::OpRecord));
+    ps->sync = DeviceBuffer(ctx, kx::persistent_sync_bytes(uint32_t(chain.size())));
+    ps->stop_ids = DeviceBuffer(ctx, Persistent::kMaxStop * 4);
+    ps->io = MappedBuffer(ctx, kx::kPersistentIoHeader + Persistent::kMaxSteps * 4);
+    persistent = std::move(ps);
+}
+
+void CudaBackend::Impl::launch_persistent(uint32_t steps, uint32_t n_stop) {
+    Persistent& ps = *persistent;
+    ps.sync.fill_bytes_async(0, stream);   // counters are monotonic within a launch
+    ptx::ParamPack args = ps.params.pack({DevPtr{ps.ops.ptr()}, uint32_t(chain.size()), DevPtr{ps.sync.ptr()},
+                                          DevPtr{state.ptr()}, DevPtr{best.ptr()}, DevPtr{ps.io.device_ptr()}, steps,
+                                          DevPtr{ps.stop_ids.ptr()}, n_stop});
+    launch_cooperative(*ps.kernel.fn, launch_dims(ps.geometry), stream, args.args());
+}
 
 CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx, Schedule schedule,
                          std::string* note)
     : p_(std::make_unique<Impl>(m, std::move(driver))) {
     Impl& p = *p_;
-    p.schedule = schedule == Schedule::Chain ? Schedule::Chain : Schedule::Graph;
+    p.schedule = schedule == Schedule::Default ? Schedule::Graph : schedule;
     const cuda::DeviceInfo& dev = p.ctx.info();
     const unsigned sm = unsigned(dev.cc_major * 10 + dev.cc_minor);
     if (sm < 80) throw ModelError(dev.name + " is sm_" + std::to_string(sm) + "; the GPU path needs sm_80 or newer");
@@ -199,33 +304,38 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     const DevPtr token_ptr = Impl::ptr(p.state), pos_ptr = Impl::ptr(p.state, 4);
     const DevPtr X = Impl::ptr(p.x), Q = Impl::ptr(p.q), K = Impl::ptr(p.k), V = Impl::ptr(p.v), ATT = Impl::ptr(p.att),
                  O = Impl::ptr(p.o), H = Impl::ptr(p.h), PART = Impl::ptr(p.part);
-    const ptx::Target& T = p.target;
 
     // The chain, from the plan.
     const DecodePlan plan = decode_plan(m, C);
-    p.add(kx::embed_kernel(plan.embed, T), {embd, token_ptr, X});
+    // A generator bound to its shape: called standalone here, inline by the persistent kernel.
+    auto bind = [](auto fn, auto shape) -> kx::OpGenerator {
+        return [fn, shape](const ptx::Target& t, const kx::InlineTarget* in) { return fn(shape, t, in); };
+    };
+    p.add(bind(kx::embed_kernel, plan.embed), {embd, token_ptr, X});
     for (uint32_t il = 0; il < m.layers.size(); ++il) {
         const LayerPlan& lp = plan.layers[il];
         const DevPtr kc = Impl::ptr(p.k_cache[il]), vc = Impl::ptr(p.v_cache[il]);
-        p.add(kx::gemv_kernel(lp.qkv, T), {X, attn_norm[il], wq[il], Q, wk[il], K, wv[il], V});
+        p.add(bind(kx::gemv_kernel, lp.qkv), {X, attn_norm[il], wq[il], Q, wk[il], K, wv[il], V});
         std::vector<ptx::ParamValue> ra = {Q, K, V};
         if (lp.rope.bias) ra.insert(ra.end(), {bq[il], bk[il], bv[il]});
         if (lp.rope.qk_norm) ra.insert(ra.end(), {qn[il], kn[il]});
         ra.insert(ra.end(), {Impl::ptr(p.rope_tables.at(m.layers[il].rope_base)), pos_ptr, kc, vc});
-        p.add(kx::rope_append_kernel(lp.rope, T), ra);
-        p.add(kx::attention_split_kernel(lp.attention, T), {Q, kc, vc, pos_ptr, PART});
-        p.add(kx::attention_reduce_kernel(lp.attention, T), {PART, pos_ptr, ATT});
-        p.add(kx::gemv_kernel(lp.wo, T), {ATT, wo[il], lp.post_attn_norm ? O : X});
-        if (lp.post_attn_norm) p.add(kx::add_norm_kernel(plan.add_norm, T), {X, O, post_attn[il]});
-        p.add(kx::gemv_kernel(lp.gate_up, T), {X, ffn_norm[il], wg[il], wu[il], H});
-        p.add(kx::gemv_kernel(lp.down, T), {H, wd[il], lp.post_ffn_norm ? O : X});
-        if (lp.post_ffn_norm) p.add(kx::add_norm_kernel(plan.add_norm, T), {X, O, post_ffn[il]});
+        p.add(bind(kx::rope_append_kernel, lp.rope), ra);
+        p.add(bind(kx::attention_split_kernel, lp.attention), {Q, kc, vc, pos_ptr, PART});
+        p.add(bind(kx::attention_reduce_kernel, lp.attention), {PART, pos_ptr, ATT});
+        p.add(bind(kx::gemv_kernel, lp.wo), {ATT, wo[il], lp.post_attn_norm ? O : X});
+        if (lp.post_attn_norm) p.add(bind(kx::add_norm_kernel, plan.add_norm), {X, O, post_attn[il]});
+        p.add(bind(kx::gemv_kernel, lp.gate_up), {X, ffn_norm[il], wg[il], wu[il], H});
+        p.add(bind(kx::gemv_kernel, lp.down), {H, wd[il], lp.post_ffn_norm ? O : X});
+        if (lp.post_ffn_norm) p.add(bind(kx::add_norm_kernel, plan.add_norm), {X, O, post_ffn[il]});
     }
-    p.add(kx::gemv_kernel(plan.head, T), {X, out_norm, out, Impl::ptr(p.logits)});
+    p.add(bind(kx::gemv_kernel, plan.head), {X, out_norm, out, Impl::ptr(p.logits)});
     // Greedy decoding reads only this: the argmax key of the logits.
-    p.add(kx::clear_u64_kernel(T), {Impl::ptr(p.best)});
-    p.add(kx::argmax_kernel({m.n_vocab}, T), {Impl::ptr(p.logits), Impl::ptr(p.best)});
+    p.add([](const ptx::Target& t, const kx::InlineTarget* in) { return kx::clear_u64_kernel(t, in); },
+          {Impl::ptr(p.best)});
+    p.add(bind(kx::argmax_kernel, kx::ArgmaxShape{m.n_vocab}), {Impl::ptr(p.logits), Impl::ptr(p.best)});
 
+    if (p.schedule == Schedule::Persistent) p.build_persistent();
     if (p.schedule == Schedule::Graph) {
         // Captured once: the launches read the token and position from device
         // memory, so the same graph serves every token.
@@ -283,6 +393,12 @@ TokenId CudaBackend::eval_argmax(TokenId token, uint32_t pos) {
     host[0] = uint32_t(token);
     host[1] = pos;
     p.state.upload_async(host, 8, p.stream);
+    if (p.persistent) {
+        // One step; the kernel's advance publishes the argmax to mapped memory.
+        p.launch_persistent(1, 0);
+        p.stream.synchronize();
+        return TokenId(std::atomic_ref<const uint32_t>(p.io_tokens()[0]).load(std::memory_order_acquire));
+    }
     if (p.graph) p.graph->launch(p.stream);
     else p.launch_chain();
     p.best.download_async(p.best_host.data(), 8, p.stream);
@@ -328,12 +444,110 @@ void CudaBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, floa
     }
     for (uint32_t i = 0; i < n; ++i) {
         p.state.upload_async(host + 2 * i, 8, p.stream);
-        if (p.graph) p.graph->launch(p.stream);
+        if (p.persistent) p.launch_persistent(1, 0);
+        else if (p.graph) p.graph->launch(p.stream);
         else p.launch_chain();
         if (logits && i >= n - n_logits)
             p.logits.download_async(logits + size_t(i - (n - n_logits)) * p.m.n_vocab, size_t(p.m.n_vocab) * 4, p.stream);
     }
     p.stream.synchronize();
+}
+
+}  // namespace ptxlm::cuda
+
+namespace ptxlm::cuda {
+
+namespace {
+
+// Greedy decoding on the persistent decoder: launches of up to kMaxSteps
+// tokens, each streaming its tokens through mapped memory while it runs.
+class PersistentStream final : public Backend::GreedyStream {
+public:
+    PersistentStream(CudaBackend::Impl& p, TokenId token, uint32_t pos, uint32_t budget, std::span<const TokenId> stop)
+        : p_(p), token_(token), pos_(pos), budget_(budget), n_stop_(uint32_t(stop.size())) {
+        std::vector<uint32_t> ids(stop.begin(), stop.end());
+        if (!ids.empty()) p_.persistent->stop_ids.upload(ids.data(), ids.size() * 4);
+    }
+    ~PersistentStream() override {
+        if (!running_) return;
+        // Stop the device within a token and wait for it: the stream's
+        // buffers and the KV cache must not be in use when we return.
+        std::atomic_ref<uint32_t>(p_.io()->cancel).store(1, std::memory_order_release);
+        try {
+            p_.stream.synchronize();
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "ptxlm: stopping the persistent decoder: %s\n", e.what());
+        }
+    }
+
+    std::optional<TokenId> next() override {
+        using namespace std::chrono_literals;
+        for (;;) {
+            if (!running_) {
+                if (ended_ || budget_ == 0) return std::nullopt;
+                start();
+            }
+            const uint32_t produced = std::atomic_ref<uint32_t>(p_.io()->produced).load(std::memory_order_acquire);
+            if (seen_ < produced) {
+                const TokenId t = TokenId(std::atomic_ref<const uint32_t>(p_.io_tokens()[seen_]).load(std::memory_order_relaxed));
+                ++seen_;
+                --budget_;
+                token_ = t;
+                ++pos_;
+                return t;
+            }
+            if (p_.stream.idle()) {
+                // The launch ended: a stop id or its step count (or a fault, which idle() threw).
+                running_ = false;
+                const uint32_t final_count = std::atomic_ref<uint32_t>(p_.io()->produced).load(std::memory_order_acquire);
+                if (seen_ < final_count) continue;
+                ended_ = std::atomic_ref<uint32_t>(p_.io()->stopped).load(std::memory_order_acquire) != 2;
+                continue;
+            }
+            std::this_thread::sleep_for(20us);
+        }
+    }
+
+private:
+    void start() {
+        using Persistent = CudaBackend::Impl::Persistent;
+        const uint32_t steps = std::min(budget_, Persistent::kMaxSteps);
+        kx::PersistentIo* io = p_.io();   // no launch is running: the host owns it
+        io->produced = io->cancel = io->stopped = 0;
+        auto* host = static_cast<uint32_t*>(p_.state_host.data());
+        host[0] = uint32_t(token_);
+        host[1] = pos_;
+        p_.state.upload_async(host, 8, p_.stream);
+        p_.launch_persistent(steps, n_stop_);
+        seen_ = 0;
+        running_ = true;
+    }
+
+    CudaBackend::Impl& p_;
+    TokenId token_;      // the next launch's input
+    uint32_t pos_;       // its position
+    uint32_t budget_;    // tokens still to produce
+    uint32_t n_stop_;
+    uint32_t seen_ = 0;  // tokens of the current launch handed out
+    bool running_ = false, ended_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend::GreedyStream> CudaBackend::start_greedy(TokenId token, uint32_t pos, uint32_t max_tokens,
+                                                                 std::span<const TokenId> stop) {
+    Impl& p = *p_;
+    if (!p.persistent) return nullptr;
+    if (token < 0 || uint32_t(token) >= p.m.n_vocab)
+        throw ModelError("token id " + std::to_string(token) + " is outside the vocabulary (0.." +
+                         std::to_string(p.m.n_vocab - 1) + ")");
+    if (pos >= p.n_ctx)
+        throw ModelError("position " + std::to_string(pos) + " is past the context of " + std::to_string(p.n_ctx) +
+                         " tokens");
+    if (stop.size() > Impl::Persistent::kMaxStop) stop = stop.first(Impl::Persistent::kMaxStop);   // the rest: the caller's own check
+    p.ctx.make_current();
+    // Each token produced needs its input evaluated at a position < n_ctx.
+    return std::make_unique<PersistentStream>(p, token, pos, std::min(max_tokens, p.n_ctx - pos), stop);
 }
 
 }  // namespace ptxlm::cuda

@@ -40,6 +40,10 @@ public:
     uint32_t max_batch() const override { return kMaxBatch; }
     static constexpr uint32_t kMaxBatch = 64;
     TokenId eval_argmax(TokenId token, uint32_t pos) override;
+    // Under the persistent schedule, a stream of greedy tokens from one
+    // launch per up to 256 tokens; otherwise nullptr.
+    std::unique_ptr<GreedyStream> start_greedy(TokenId token, uint32_t pos, uint32_t max_tokens,
+                                               std::span<const TokenId> stop) override;
 
     // Launches per token (the chain's length).
     size_t launches_per_token() const;
@@ -57,8 +61,9 @@ public:
     std::vector<uint64_t> weight_buffers() const;
     Schedule schedule() const;
 
-private:
     struct Impl;
+
+private:
     std::unique_ptr<Impl> p_;
 };
 

@@ -63,27 +63,37 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx) {
     return p;
 }
 
+std::vector<kx::OpGenerator> decode_op_kinds(const DecodePlan& plan) {
+    std::vector<kx::OpGenerator> out;
+    std::set<std::string> seen;
+    const ptx::Target probe{};
+    auto add = [&](kx::OpGenerator g) {
+        if (seen.insert(g(probe, nullptr).name).second) out.push_back(std::move(g));
+    };
+    auto bind = [](auto fn, auto shape) -> kx::OpGenerator {
+        return [fn, shape](const ptx::Target& t, const kx::InlineTarget* in) { return fn(shape, t, in); };
+    };
+    add(bind(kx::embed_kernel, plan.embed));
+    for (const LayerPlan& l : plan.layers) {
+        add(bind(kx::gemv_kernel, l.qkv));
+        add(bind(kx::rope_append_kernel, l.rope));
+        add(bind(kx::attention_split_kernel, l.attention));
+        add(bind(kx::attention_reduce_kernel, l.attention));
+        add(bind(kx::gemv_kernel, l.wo));
+        if (l.post_attn_norm) add(bind(kx::add_norm_kernel, plan.add_norm));
+        add(bind(kx::gemv_kernel, l.gate_up));
+        add(bind(kx::gemv_kernel, l.down));
+        if (l.post_ffn_norm) add(bind(kx::add_norm_kernel, plan.add_norm));
+    }
+    add(bind(kx::gemv_kernel, plan.head));
+    add([](const ptx::Target& t, const kx::InlineTarget* in) { return kx::clear_u64_kernel(t, in); });
+    add(bind(kx::argmax_kernel, kx::ArgmaxShape{plan.head.segments.at(0).rows}));
+    return out;
+}
+
 std::vector<ptx::GeneratedKernel> decode_kernels(const DecodePlan& plan, const ptx::Target& t) {
     std::vector<ptx::GeneratedKernel> out;
-    std::set<std::string> seen;
-    auto add = [&](ptx::GeneratedKernel g) {
-        if (seen.insert(g.name).second) out.push_back(std::move(g));
-    };
-    add(kx::embed_kernel(plan.embed, t));
-    for (const LayerPlan& l : plan.layers) {
-        add(kx::gemv_kernel(l.qkv, t));
-        add(kx::rope_append_kernel(l.rope, t));
-        add(kx::attention_split_kernel(l.attention, t));
-        add(kx::attention_reduce_kernel(l.attention, t));
-        add(kx::gemv_kernel(l.wo, t));
-        if (l.post_attn_norm) add(kx::add_norm_kernel(plan.add_norm, t));
-        add(kx::gemv_kernel(l.gate_up, t));
-        add(kx::gemv_kernel(l.down, t));
-        if (l.post_ffn_norm) add(kx::add_norm_kernel(plan.add_norm, t));
-    }
-    add(kx::gemv_kernel(plan.head, t));
-    add(kx::clear_u64_kernel(t));
-    add(kx::argmax_kernel({plan.head.segments.at(0).rows}, t));
+    for (const kx::OpGenerator& g : decode_op_kinds(plan)) out.push_back(g(t, nullptr));
     return out;
 }
 

@@ -10,6 +10,7 @@
 #include "kernels/decode/attention.h"
 #include "kernels/decode/elementwise.h"
 #include "kernels/decode/gemv.h"
+#include "kernels/decode/persistent.h"
 
 namespace ptxlm::cuda {
 
@@ -35,6 +36,10 @@ struct DecodePlan {
 // Throws ModelError naming what the GPU path cannot run (a weight type, a
 // partial rotation, soft-capped logits).
 DecodePlan decode_plan(const Model& m, uint32_t n_ctx);
+
+// Every distinct kernel of the plan, in chain order, as generators bound to
+// their shapes (standalone, or inline in the persistent decoder).
+std::vector<kernels::OpGenerator> decode_op_kinds(const DecodePlan& plan);
 
 // Every distinct kernel of the plan, in chain order, generated for `t`.
 std::vector<ptx::GeneratedKernel> decode_kernels(const DecodePlan& plan, const ptx::Target& t);

@@ -1,5 +1,6 @@
 #include "engine/cuda/device.h"
 
+#include <cstring>
 #include <utility>
 
 namespace ptxlm::cuda {
@@ -141,6 +142,10 @@ void DeviceBuffer::fill_bytes(uint8_t value) {
     if (bytes_) PTXLM_CU(*drv_, cuMemsetD8_v2, ptr_, value, bytes_);
 }
 
+void DeviceBuffer::fill_bytes_async(uint8_t value, const Stream& s) {
+    if (bytes_) PTXLM_CU(*drv_, cuMemsetD8Async, ptr_, value, bytes_, s.handle());
+}
+
 // ---- PinnedBuffer ----
 
 PinnedBuffer::PinnedBuffer(const Context& ctx, size_t bytes) : drv_(&ctx.driver()), bytes_(bytes) {
@@ -168,6 +173,42 @@ void PinnedBuffer::reset() noexcept {
     bytes_ = 0;
 }
 
+// ---- MappedBuffer ----
+
+MappedBuffer::MappedBuffer(const Context& ctx, size_t bytes) : drv_(&ctx.driver()), bytes_(bytes) {
+    PTXLM_CU(*drv_, cuMemHostAlloc, &p_, bytes, CU_MEMHOSTALLOC_DEVICEMAP);
+    std::memset(p_, 0, bytes);
+    try {
+        PTXLM_CU(*drv_, cuMemHostGetDevicePointer_v2, &dev_, p_, 0);
+    } catch (...) {
+        reset();
+        throw;
+    }
+}
+
+MappedBuffer::~MappedBuffer() { reset(); }
+
+MappedBuffer::MappedBuffer(MappedBuffer&& o) noexcept
+    : drv_(o.drv_), p_(std::exchange(o.p_, nullptr)), dev_(std::exchange(o.dev_, 0)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+MappedBuffer& MappedBuffer::operator=(MappedBuffer&& o) noexcept {
+    if (this != &o) {
+        reset();
+        drv_ = o.drv_;
+        p_ = std::exchange(o.p_, nullptr);
+        dev_ = std::exchange(o.dev_, 0);
+        bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+}
+
+void MappedBuffer::reset() noexcept {
+    if (p_) drv_->api().cuMemFreeHost(p_);
+    p_ = nullptr;
+    dev_ = 0;
+    bytes_ = 0;
+}
+
 // ---- Stream, Graph, GraphExec ----
 
 Stream::Stream(const Context& ctx) : drv_(&ctx.driver()) {
@@ -179,6 +220,13 @@ Stream::~Stream() {
 }
 
 void Stream::synchronize() const { PTXLM_CU(*drv_, cuStreamSynchronize, s_); }
+
+bool Stream::idle() const {
+    const CUresult r = drv_->api().cuStreamQuery(s_);
+    if (r == CUDA_ERROR_NOT_READY) return false;
+    PTXLM_CU(*drv_, cuStreamQuery, s_);   // SUCCESS, or the error with its name
+    return true;
+}
 
 void Stream::begin_capture(CUstreamCaptureMode mode) { PTXLM_CU(*drv_, cuStreamBeginCapture_v2, s_, mode); }
 

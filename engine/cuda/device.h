@@ -88,6 +88,7 @@ public:
     void upload_async(const void* src, size_t n, const Stream& s, size_t offset = 0);
     void download_async(void* dst, size_t n, const Stream& s, size_t offset = 0) const;
     void fill_bytes(uint8_t value);
+    void fill_bytes_async(uint8_t value, const Stream& s);   // stream-ordered
 
 private:
     void check_range(size_t n, size_t offset, const char* what) const;
@@ -116,6 +117,30 @@ private:
     size_t bytes_ = 0;
 };
 
+// Page-locked host memory mapped into the device's address space
+// (cuMemHostAlloc with DEVICEMAP): a kernel reads and writes these bytes
+// while the host polls them (the persistent decoder's token stream and
+// cancel flag). Zeroed at allocation.
+class MappedBuffer {
+public:
+    MappedBuffer() = default;
+    MappedBuffer(const Context& ctx, size_t bytes);
+    ~MappedBuffer();
+    MappedBuffer(MappedBuffer&& o) noexcept;
+    MappedBuffer& operator=(MappedBuffer&& o) noexcept;
+
+    void* data() const { return p_; }
+    CUdeviceptr device_ptr() const { return dev_; }
+    size_t size() const { return bytes_; }
+
+private:
+    void reset() noexcept;
+    const Driver* drv_ = nullptr;
+    void* p_ = nullptr;
+    CUdeviceptr dev_ = 0;
+    size_t bytes_ = 0;
+};
+
 class Graph;
 
 // A created, non-blocking stream: never the legacy stream, which cannot be
@@ -130,6 +155,9 @@ public:
     CUstream handle() const { return s_; }
     const Driver& driver() const { return *drv_; }
     void synchronize() const;
+    // Whether everything queued on the stream has finished (cuStreamQuery);
+    // a fault of finished work throws, as synchronize() would.
+    bool idle() const;
 
     // Launches on this stream are recorded instead of run until end_capture.
     // THREAD_LOCAL: other threads may keep using the driver meanwhile.

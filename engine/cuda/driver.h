@@ -41,7 +41,7 @@ private:
     X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemAllocHost_v2) X(cuMemFreeHost)              \
     X(cuMemHostAlloc) X(cuMemHostGetDevicePointer_v2)                                    \
     X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemcpyHtoDAsync_v2)                       \
-    X(cuMemcpyDtoHAsync_v2) X(cuMemsetD8_v2) X(cuMemGetInfo_v2)                         \
+    X(cuMemcpyDtoHAsync_v2) X(cuMemsetD8_v2) X(cuMemsetD8Async) X(cuMemGetInfo_v2)      \
     X(cuModuleLoadDataEx) X(cuModuleUnload) X(cuModuleGetFunction)                      \
     X(cuFuncGetAttribute) X(cuFuncSetAttribute)                                         \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuLaunchKernel)                    \

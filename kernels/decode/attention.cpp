@@ -36,7 +36,7 @@ LaunchGeometry rope_append_geometry(const RopeShape& s) {
   return LaunchGeometry{{s.n_head + s.n_head_kv, 1, 1}, {s.head_dim / 2, 1, 1}, 0};
 }
 
-GeneratedKernel rope_append_kernel(const RopeShape& s, Target t) {
+GeneratedKernel rope_append_kernel(const RopeShape& s, Target t, const InlineTarget* in) {
   const LaunchGeometry g = rope_append_geometry(s);
   const uint32_t hd = s.head_dim, half = hd / 2, kv_dim = s.n_head_kv * hd;
   ParamList params;
@@ -49,7 +49,8 @@ GeneratedKernel rope_append_kernel(const RopeShape& s, Target t) {
   if (s.neox) name.append("_neox");
   if (s.bias) name.append("_bias");
   if (s.qk_norm) name.append("_qknorm");
-  Kernel k = start_kernel(name.c_str(), t, params, g);
+  Emit emit(in, name.c_str(), t, params, g);
+  Kernel& k = emit.k();
   Symbol scratch = k.shared_array("red", Type::f32, half / 32);
 
   Reg blk = k.special(Sreg::ctaid_x), i = k.special(Sreg::tid_x);
@@ -124,7 +125,7 @@ GeneratedKernel rope_append_kernel(const RopeShape& s, Target t) {
         k.st_global(at(k.add(vc, ha)), h0);
         k.st_global(at(k.add(vc, hb)), h1);
       });
-  return finish(k, params, g, true);
+  return emit.done(true);
 }
 
 // ---------------------------------------------------------------- attention
@@ -144,7 +145,7 @@ LaunchGeometry attention_split_geometry(const AttentionShape& s) {
   return LaunchGeometry{{s.n_head, s.splits(), 1}, {kAttnThreads, 1, 1}, 0};
 }
 
-GeneratedKernel attention_split_kernel(const AttentionShape& s, Target t) {
+GeneratedKernel attention_split_kernel(const AttentionShape& s, Target t, const InlineTarget* in) {
   const LaunchGeometry g = attention_split_geometry(s);
   const uint32_t hd = s.head_dim, kv_dim = s.n_head_kv * hd, group = s.n_head / s.n_head_kv;
   const uint32_t per_lane = hd / 32;   // elements of a K row per lane (2, 4, ... 16)
@@ -153,7 +154,8 @@ GeneratedKernel attention_split_kernel(const AttentionShape& s, Target t) {
   std::string name("attention_split");
   name.append(shape_suffix(s.n_head, s.n_head_kv, hd)).append("_c").append(std::to_string(s.chunk));
   if (s.window) name.append("_w").append(std::to_string(s.window));
-  Kernel k = start_kernel(name.c_str(), t, params, g);
+  Emit emit(in, name.c_str(), t, params, g);
+  Kernel& k = emit.k();
   Symbol qs = k.shared_array("qs", Type::f32, hd, 16);
   Symbol sc = k.shared_array("sc", Type::f32, s.chunk, 16);
   Symbol red = k.shared_array("red", Type::f32, kAttnThreads / 32);
@@ -181,7 +183,7 @@ GeneratedKernel attention_split_kernel(const AttentionShape& s, Target t) {
   k.comment("q, times the attention scale, in shared memory");
   Reg q_param = k.param("q");
   Reg q = k.add(q_param, k.mul_wide(h, hd * 4));
-  Reg qs_base = k.mov(Type::u32, Operand::symbol(qs.name)), sc_base = k.mov(Type::u32, Operand::symbol(sc.name));
+  Reg qs_base = k.shared_addr(qs), sc_base = k.shared_addr(sc);
   Reg d = k.reg(Type::u32);
   k.for_range(d, tid, hd, kAttnThreads, [&] {
     Reg v = k.ld_global(Type::f32, at(k.add(q, k.mul_wide(d, 4u))));
@@ -243,7 +245,7 @@ GeneratedKernel attention_split_kernel(const AttentionShape& s, Target t) {
     k.st_global(at(part), m);
     k.st_global(at(part, 4), l);
   });
-  return finish(k, params, g, true);
+  return emit.done(true);
 }
 
 LaunchGeometry attention_reduce_geometry(const AttentionShape& s) {
@@ -251,14 +253,15 @@ LaunchGeometry attention_reduce_geometry(const AttentionShape& s) {
   return LaunchGeometry{{s.n_head, 1, 1}, {std::min(s.head_dim, 256u), 1, 1}, 0};
 }
 
-GeneratedKernel attention_reduce_kernel(const AttentionShape& s, Target t) {
+GeneratedKernel attention_reduce_kernel(const AttentionShape& s, Target t, const InlineTarget* in) {
   const LaunchGeometry g = attention_reduce_geometry(s);
   const uint32_t hd = s.head_dim, threads = g.block.x, stride = (hd + 2) * 4;
   ParamList params;
   params.add_ptr("part").add_ptr("pos").add_ptr("out");
   std::string name("attention_reduce");
   name.append(shape_suffix(s.n_head, s.n_head_kv, hd)).append("_c").append(std::to_string(s.chunk));
-  Kernel k = start_kernel(name.c_str(), t, params, g);
+  Emit emit(in, name.c_str(), t, params, g);
+  Kernel& k = emit.k();
 
   Reg h = k.special(Sreg::ctaid_x), tid = k.special(Sreg::tid_x);
   Reg pos = k.ld_global(Type::u32, at(k.param("pos")));
@@ -294,7 +297,7 @@ GeneratedKernel attention_reduce_kernel(const AttentionShape& s, Target t) {
     });
     k.st_global(at(k.add(out, k.mul_wide(d, 4u))), k.mul(acc, inv));
   });
-  return finish(k, params, g, true);
+  return emit.done(true);
 }
 
 }  // namespace ptxlm::kernels

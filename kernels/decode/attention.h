@@ -17,6 +17,8 @@
 
 namespace ptxlm::kernels {
 
+struct InlineTarget;   // kernels/examples/common.h: emit inline into a persistent kernel
+
 // ---- RoPE + KV append.
 // Params: q (n_head·hd f32, rotated in place), k, v (n_head_kv·hd f32),
 // [bq, bk, bv (f32) when bias], [q_norm, k_norm (hd f32) when qk_norm],
@@ -30,7 +32,7 @@ struct RopeShape {
   float eps = 1e-6f;
 };
 ptx::LaunchGeometry rope_append_geometry(const RopeShape& s);
-ptx::GeneratedKernel rope_append_kernel(const RopeShape& s, ptx::Target t = {});
+ptx::GeneratedKernel rope_append_kernel(const RopeShape& s, ptx::Target t = {}, const InlineTarget* in = nullptr);
 
 // ---- Attention over the cache, split along the sequence.
 // attention_split: params q (n_head·hd f32), k_cache, v_cache (f16), pos
@@ -49,8 +51,8 @@ struct AttentionShape {
   uint32_t splits() const { return (n_ctx + chunk - 1) / chunk; }
 };
 ptx::LaunchGeometry attention_split_geometry(const AttentionShape& s);
-ptx::GeneratedKernel attention_split_kernel(const AttentionShape& s, ptx::Target t = {});
+ptx::GeneratedKernel attention_split_kernel(const AttentionShape& s, ptx::Target t = {}, const InlineTarget* in = nullptr);
 ptx::LaunchGeometry attention_reduce_geometry(const AttentionShape& s);
-ptx::GeneratedKernel attention_reduce_kernel(const AttentionShape& s, ptx::Target t = {});
+ptx::GeneratedKernel attention_reduce_kernel(const AttentionShape& s, ptx::Target t = {}, const InlineTarget* in = nullptr);
 
 }  // namespace ptxlm::kernels

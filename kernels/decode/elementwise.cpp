@@ -126,7 +126,7 @@ LaunchGeometry embed_geometry(const EmbedShape& s) {
   return LaunchGeometry{{ceil_div(s.n, kThreads), 1, 1}, {kThreads, 1, 1}, 0};
 }
 
-GeneratedKernel embed_kernel(const EmbedShape& s, Target t) {
+GeneratedKernel embed_kernel(const EmbedShape& s, Target t, const InlineTarget* in) {
   const LaunchGeometry g = embed_geometry(s);
   const RowLayout l = row_layout(s.type, s.n);
   ParamList params;
@@ -135,7 +135,8 @@ GeneratedKernel embed_kernel(const EmbedShape& s, Target t) {
   for (char& c : type) c = char(std::tolower(static_cast<unsigned char>(c)));
   std::string name("embed_");
   name.append(std::to_string(s.n)).append("_").append(type);
-  Kernel k = start_kernel(name.c_str(), t, params, g);
+  Emit emit(in, name.c_str(), t, params, g);
+  Kernel& k = emit.k();
   Reg e = k.global_index_x();
   Reg w = k.param("w"), tok = k.param("token"), x = k.param("x");
   k.if_(k.setp(Cmp::lt, e, s.n), [&] {
@@ -145,7 +146,7 @@ GeneratedKernel embed_kernel(const EmbedShape& s, Target t) {
     if (s.scale != 1.0f) v = k.mul(v, s.scale);
     k.st_global(at(k.add(x, k.mul_wide(e, 4u))), v);
   });
-  return finish(k, params, g, true);
+  return emit.done(true);
 }
 
 LaunchGeometry add_norm_geometry(const AddNormShape& s) {
@@ -153,13 +154,14 @@ LaunchGeometry add_norm_geometry(const AddNormShape& s) {
   return LaunchGeometry{{1, 1, 1}, {kThreads, 1, 1}, 0};
 }
 
-GeneratedKernel add_norm_kernel(const AddNormShape& s, Target t) {
+GeneratedKernel add_norm_kernel(const AddNormShape& s, Target t, const InlineTarget* in) {
   const LaunchGeometry g = add_norm_geometry(s);
   ParamList params;
   params.add_ptr("x").add_ptr("o").add_ptr("w");
   std::string name("add_norm_");
   name.append(std::to_string(s.n));
-  Kernel k = start_kernel(name.c_str(), t, params, g);
+  Emit emit(in, name.c_str(), t, params, g);
+  Kernel& k = emit.k();
   Symbol red = k.shared_array("red", Type::f32, kThreads / 32);
   Reg x = k.param("x"), o = k.param("o"), w = k.param("w");
   Reg tid = k.special(Sreg::tid_x);
@@ -181,17 +183,18 @@ GeneratedKernel add_norm_kernel(const AddNormShape& s, Target t) {
     Reg scaled = k.mul(k.mul(v, scale), wv);
     k.st_global(at(a), k.add(k.ld_global(Type::f32, at(a)), scaled));
   });
-  return finish(k, params, g, true);
+  return emit.done(true);
 }
 
-GeneratedKernel clear_u64_kernel(Target t) {
+GeneratedKernel clear_u64_kernel(Target t, const InlineTarget* in) {
   const LaunchGeometry g{{1, 1, 1}, {32, 1, 1}, 0};
   ParamList params;
   params.add_ptr("out");
-  Kernel k = start_kernel("clear_u64", t, params, g);
+  Emit emit(in, "clear_u64", t, params, g);
+  Kernel& k = emit.k();
   Reg out = k.param("out");
   k.when(k.setp(Cmp::eq, k.special(Sreg::tid_x), 0u), [&] { k.st_global(at(out), k.mov(Type::u64, 0ull)); });
-  return finish(k, params, g, true);
+  return emit.done(true);
 }
 
 }  // namespace ptxlm::kernels

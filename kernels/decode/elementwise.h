@@ -10,6 +10,8 @@
 
 namespace ptxlm::kernels {
 
+struct InlineTarget;   // kernels/examples/common.h: emit inline into a persistent kernel
+
 // x = dequantized row `*token` of the embedding (device layout of
 // kernels/decode/layout.h) times `scale`, computed as gguf's reference
 // dequantizers compute each element (so bit-equal to the CPU's row).
@@ -20,7 +22,7 @@ struct EmbedShape {
   float scale = 1.0f;
 };
 ptx::LaunchGeometry embed_geometry(const EmbedShape& s);
-ptx::GeneratedKernel embed_kernel(const EmbedShape& s, ptx::Target t = {});
+ptx::GeneratedKernel embed_kernel(const EmbedShape& s, ptx::Target t = {}, const InlineTarget* in = nullptr);
 
 // x += rmsnorm(o) ∘ w (gemma3's post-attention and post-FFN norms), one
 // block. Params: x (n f32, updated), o (n f32), w (n f32).
@@ -29,10 +31,10 @@ struct AddNormShape {
   float eps = 1e-6f;
 };
 ptx::LaunchGeometry add_norm_geometry(const AddNormShape& s);
-ptx::GeneratedKernel add_norm_kernel(const AddNormShape& s, ptx::Target t = {});
+ptx::GeneratedKernel add_norm_kernel(const AddNormShape& s, ptx::Target t = {}, const InlineTarget* in = nullptr);
 
 // *out = 0 (one thread): clears the argmax slot before each token's argmax
 // (kernels/examples argmax_kernel accumulates with red.max). Params: out.
-ptx::GeneratedKernel clear_u64_kernel(ptx::Target t = {});
+ptx::GeneratedKernel clear_u64_kernel(ptx::Target t = {}, const InlineTarget* in = nullptr);
 
 }  // namespace ptxlm::kernels

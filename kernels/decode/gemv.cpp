@@ -377,7 +377,7 @@ LaunchGeometry gemv_geometry(const GemvShape& s) {
   return g;
 }
 
-GeneratedKernel gemv_kernel(const GemvShape& s, Target t) {
+GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in) {
   const LaunchGeometry g = gemv_geometry(s);
   const GemvPlan plan = gemv_plan(s);
   const uint32_t threads = g.block.x;
@@ -389,7 +389,8 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t) {
   } else {
     for (size_t i = 0; i < s.segments.size(); ++i) params.add_ptr(indexed("w", i)).add_ptr(indexed("y", i));
   }
-  Kernel k = start_kernel(kernel_name(s).c_str(), t, params, g);
+  Emit emit(in, kernel_name(s).c_str(), t, params, g);
+  Kernel& k = emit.k();
   Symbol dyn = k.dynamic_shared("xs", 16);
   Symbol scratch = k.shared_array("red", Type::f32, plan.warps);
 
@@ -397,7 +398,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t) {
   Reg norm_w = s.norm ? k.param("norm_w") : Reg{};
   Reg tid = k.special(Sreg::tid_x);
   Reg lane = k.and_(tid, 31u), warp = k.shr(tid, 5u);
-  Reg xs = k.mov(Type::u32, Operand::symbol(dyn.name));
+  Reg xs = k.shared_addr(dyn);
   Reg xsum8 = k.add(xs, s.n_in * 4);
 
   k.comment("stage the input (times the norm weight) in shared memory; sum of squares for the norm");
@@ -488,7 +489,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t) {
       base += seg.rows;
     }
   });
-  return finish(k, params, g, true);
+  return emit.done(true);
 }
 
 double gemv_tolerance(double abs_dot, uint32_t n_in) {

@@ -31,6 +31,8 @@
 
 namespace ptxlm::kernels {
 
+struct InlineTarget;   // kernels/examples/common.h: emit inline into a persistent kernel
+
 struct GemvSegment {
   gguf::GgmlType type = gguf::GgmlType::Q4_K;
   uint32_t rows = 0;
@@ -82,7 +84,7 @@ uint32_t gemv_block_bytes_in_flight(const GemvShape& s);
 // i: w<i> (rows in the device layout of kernels/decode/layout.h), y<i> (rows
 // f32); with a GLU only y0 (the pairs' outputs) follows w0 and w1. x must not
 // alias any y.
-ptx::GeneratedKernel gemv_kernel(const GemvShape& s, ptx::Target t = {});
+ptx::GeneratedKernel gemv_kernel(const GemvShape& s, ptx::Target t = {}, const InlineTarget* in = nullptr);
 
 // |y - ref| bound for one row: ref computed in double from the dequantized
 // row and the f32 normalised input, with `abs_dot` = Σ|w·x| over the row.

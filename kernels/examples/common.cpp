@@ -58,7 +58,7 @@ Reg block_allreduce(Kernel& k, const Reg& v, ReduceOp op, const Symbol& scratch,
   Reg tid = k.special(Sreg::tid_x);
   Reg lane = k.and_(tid, 31u);
   Reg warp = k.shr(tid, 5u);
-  Reg base = k.mov(Type::u32, Operand::symbol(scratch.name));
+  Reg base = k.shared_addr(scratch);
   Reg slot = k.mad_lo(warp, bytes, base);
   k.when(k.setp(Cmp::eq, lane, 0u), [&] { k.st_shared(at(slot), w); });
   k.bar_sync(0);  // the warp partials are visible to every thread
@@ -71,6 +71,30 @@ Reg block_allreduce(Kernel& k, const Reg& v, ReduceOp op, const Symbol& scratch,
 GeneratedKernel finish(const Kernel& k, const ParamList& params, const LaunchGeometry& g, bool hot) {
   validate_geometry(k.name(), g);
   return GeneratedKernel{k.name(), k.emit(), params, g, hot};
+}
+
+Emit::Emit(const InlineTarget* in, const char* name, const Target& t, const ParamList& params, const LaunchGeometry& g)
+    : name_(name), params_(params), g_(g) {
+  validate_geometry(name, g);
+  if (!in) {
+    own_.emplace(start_kernel(name, t, params, g));
+    return;
+  }
+  host_ = in->host;
+  InlineOp op = in->op;
+  op.params = &params_;
+  op.grid = g.grid;
+  op.block = g.block;
+  op.dynamic_bytes = g.shared_bytes;
+  host_->comment(std::string("inline op ") + name);
+  host_->begin_inline(op);
+}
+
+GeneratedKernel Emit::done(bool hot) {
+  if (own_) return finish(*own_, params_, g_, hot);
+  LaunchGeometry g = g_;
+  g.shared_bytes = host_->end_inline();
+  return GeneratedKernel{name_, "", params_, g, hot};
 }
 
 std::vector<GeneratedKernel> example_kernels(Target t) {

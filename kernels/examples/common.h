@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "kernels/ptx/builder.h"
 
@@ -32,5 +34,32 @@ ptx::Reg block_allreduce(ptx::Kernel& k, const ptx::Reg& v, ReduceOp op, const p
 
 ptx::GeneratedKernel finish(const ptx::Kernel& k, const ptx::ParamList& params, const ptx::LaunchGeometry& g,
                             bool hot);
+
+// Where a generator emits its kernel: a kernel of its own (`in` null), or,
+// as one op of a persistent kernel, inline into in->host's kernel (see
+// ptx::InlineOp; the caller fills the virtual-block registers, the end
+// label and the window, this fills in the op's params and geometry).
+struct InlineTarget {
+  ptx::Kernel* host = nullptr;
+  ptx::InlineOp op;
+};
+
+class Emit {
+ public:
+  Emit(const InlineTarget* in, const char* name, const ptx::Target& t, const ptx::ParamList& params,
+       const ptx::LaunchGeometry& g);
+  ptx::Kernel& k() { return host_ ? *host_ : *own_; }
+  // Own kernel: the complete module (finish() above). Inline: closes the op;
+  // the result has no PTX and its geometry's shared_bytes is what the op
+  // used of the host kernel's window (its dynamic bytes and its arrays).
+  ptx::GeneratedKernel done(bool hot);
+
+ private:
+  std::optional<ptx::Kernel> own_;
+  ptx::Kernel* host_ = nullptr;
+  std::string name_;
+  ptx::ParamList params_;
+  ptx::LaunchGeometry g_;
+};
 
 }  // namespace ptxlm::kernels

@@ -17,6 +17,8 @@
 
 namespace ptxlm::kernels {
 
+struct InlineTarget;   // kernels/examples/common.h: emit inline into a persistent kernel
+
 using ptx::GeneratedKernel;
 using ptx::LaunchGeometry;
 using ptx::Target;
@@ -54,7 +56,7 @@ struct ArgmaxShape {
   uint32_t items_per_thread = 8;
 };
 LaunchGeometry argmax_geometry(const ArgmaxShape& s);
-GeneratedKernel argmax_kernel(const ArgmaxShape& s, Target t = {});
+GeneratedKernel argmax_kernel(const ArgmaxShape& s, Target t = {}, const InlineTarget* in = nullptr);
 uint64_t argmax_key(float v, uint32_t index);
 uint32_t argmax_index(uint64_t key);
 // Exact: returns the key the kernel leaves in *out.

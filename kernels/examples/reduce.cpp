@@ -39,11 +39,12 @@ LaunchGeometry argmax_geometry(const ArgmaxShape& s) {
   return chunked_geometry("argmax", s.n, s.block, s.items_per_thread);
 }
 
-GeneratedKernel argmax_kernel(const ArgmaxShape& s, Target t) {
+GeneratedKernel argmax_kernel(const ArgmaxShape& s, Target t, const InlineTarget* in) {
   const LaunchGeometry g = argmax_geometry(s);
   ParamList params;
   params.add_ptr("x").add_ptr("out");
-  Kernel k = start_kernel("argmax", t, params, g);
+  Emit emit(in, "argmax", t, params, g);
+  Kernel& k = emit.k();
   Symbol scratch = k.shared_array("red", Type::u64, s.block / 32);
 
   Reg x = k.param("x"), out = k.param("out");
@@ -64,7 +65,7 @@ GeneratedKernel argmax_kernel(const ArgmaxShape& s, Target t) {
   Reg block_best = block_allreduce(k, best, ReduceOp::max_u64, scratch, s.block);
   Reg tid = k.special(Sreg::tid_x);
   k.when(k.setp(Cmp::eq, tid, 0u), [&] { k.red(AtomOp::max, Space::global, at(out), block_best); });
-  return finish(k, params, g, true);
+  return emit.done(true);
 }
 
 // ---------------------------------------------------------------- squared-sum partials

@@ -157,6 +157,12 @@ std::string Kernel::render(std::string_view op, Type t, const Operand& o, bool s
 void Kernel::set_params(const ParamList& params) { params_ = params; }
 
 Reg Kernel::param(std::string_view name) {
+  if (inline_) {
+    const Param& p = inline_->params->find(name);
+    Reg d = reg(param_reg_type(p.type));
+    instr("ld.global" + dot(d.type) + " " + d.name + ", [" + inline_->record + "+" + std::to_string(p.offset) + "]");
+    return d;   // a pointer argument is already a global address
+  }
   const Param& p = params_.find(name);
   Reg d = reg(param_reg_type(p.type));
   instr("ld.param" + dot(d.type) + " " + d.name + ", [p_" + p.name + "]");
@@ -168,6 +174,12 @@ Reg Kernel::param(std::string_view name) {
 
 Symbol Kernel::shared_array(std::string name, Type elem, uint32_t count, uint32_t align) {
   if (count == 0) throw Error("shared_array " + name + ": zero elements");
+  if (inline_) {
+    const uint32_t a = std::max<uint32_t>(align ? align : type_bytes(elem), 4);
+    const uint32_t off = (inline_shared_ + a - 1) / a * a;
+    inline_shared_ = off + count * type_bytes(elem);
+    return Symbol{inline_->window, elem, count, off};
+  }
   if (!reg_prefix(elem) && !(elem == Type::b8 || elem == Type::u8 || elem == Type::s8))
     throw Error(std::string("shared_array ") + name + ": bad element type ." + type_name(elem));
   if (elem == Type::pred) throw Error("shared_array " + name + ": bad element type .pred");
@@ -187,6 +199,10 @@ Symbol Kernel::shared_array(std::string name, Type elem, uint32_t count, uint32_
 }
 
 Symbol Kernel::dynamic_shared(std::string name, uint32_t align) {
+  if (inline_) {
+    if (align > 16) throw Error("dynamic_shared " + name + ": an inline op's window is 16-byte aligned");
+    return Symbol{inline_->window, Type::b8, 0, 0};
+  }
   if (has_dynamic_shared_) throw Error("dynamic_shared declared twice");
   if (align == 0 || (align & (align - 1))) throw Error("dynamic_shared: bad alignment");
   has_dynamic_shared_ = true;
@@ -197,7 +213,52 @@ Symbol Kernel::dynamic_shared(std::string name, uint32_t align) {
   return Symbol{sym, Type::b8, 0};
 }
 
+Reg Kernel::shared_addr(const Symbol& s) {
+  Reg d = reg(Type::u32);
+  instr("mov.u32 " + d.name + ", " + s.name);
+  if (s.offset) add(d, d, s.offset);
+  return d;
+}
+
+void Kernel::begin_inline(const InlineOp& op) {
+  if (inline_) throw Error("begin_inline: an inline op is already open");
+  if (!op.params || op.record.empty() || op.ctaid_x.empty() || op.ctaid_y.empty() || op.end.empty() || op.window.empty())
+    throw Error("begin_inline: incomplete InlineOp");
+  if (op.block.count() > op.host_threads || op.block.y != 1 || op.block.z != 1 || op.block.x % 32)
+    throw Error("begin_inline: the op's block (" + std::to_string(op.block.count()) +
+                " threads) must be 1-D, whole warps, and fit the host kernel's " + std::to_string(op.host_threads));
+  if (op.grid.z != 1) throw Error("begin_inline: 3-D grids are not supported");
+  inline_ = op;
+  inline_shared_ = (op.dynamic_bytes + 15) / 16 * 16;
+}
+
+uint32_t Kernel::end_inline() {
+  if (!inline_) throw Error("end_inline: no inline op is open");
+  inline_.reset();
+  return inline_shared_;
+}
+
 Reg Kernel::special(Sreg s) {
+  if (inline_) {
+    const InlineOp& op = *inline_;
+    std::string v;
+    switch (s) {
+      case Sreg::ctaid_x: v = op.ctaid_x; break;
+      case Sreg::ctaid_y: v = op.ctaid_y; break;
+      case Sreg::ctaid_z: v = "0"; break;
+      case Sreg::nctaid_x: v = std::to_string(op.grid.x); break;
+      case Sreg::nctaid_y: v = std::to_string(op.grid.y); break;
+      case Sreg::nctaid_z: v = "1"; break;
+      case Sreg::ntid_x: v = std::to_string(op.block.x); break;
+      case Sreg::ntid_y: case Sreg::ntid_z: v = "1"; break;
+      default: break;
+    }
+    if (!v.empty()) {
+      Reg d = reg(Type::u32);
+      instr("mov.u32 " + d.name + ", " + v);
+      return d;
+    }
+  }
   static const char* const names[] = {
       "%tid.x", "%tid.y", "%tid.z", "%ntid.x", "%ntid.y", "%ntid.z", "%ctaid.x", "%ctaid.y", "%ctaid.z",
       "%nctaid.x", "%nctaid.y", "%nctaid.z", "%laneid", "%warpid", "%nwarpid", "%smid", "%clock",
@@ -258,8 +319,14 @@ void Kernel::bra_ifnot(const Reg& p, const Label& l) {
   });
 }
 
-void Kernel::ret() { instr("ret"); }
-void Kernel::exit() { instr("exit"); }
+void Kernel::ret() {
+  if (inline_) return instr("bra " + inline_->end);   // the virtual block's end (uniform, see InlineOp)
+  instr("ret");
+}
+void Kernel::exit() {
+  if (inline_) return instr("bra " + inline_->end);
+  instr("exit");
+}
 void Kernel::trap() { instr("trap"); }
 
 void Kernel::guarded(const std::string& g, const Reg& p, const std::function<void()>& fn) {
@@ -334,6 +401,7 @@ std::string Kernel::emit_entry() const {
   if (maxntid_)
     out += ".maxntid " + std::to_string(maxntid_->x) + ", " + std::to_string(maxntid_->y) + ", " +
            std::to_string(maxntid_->z) + "\n";
+  if (minnctapersm_) out += ".minnctapersm " + std::to_string(minnctapersm_) + "\n";
   out += "{\n";
   for (const auto& [t, n] : reg_counts_) {
     // PTX has no .bf16 register type: bf16 values live in .b16/.b32 registers.

@@ -80,11 +80,14 @@ struct Label {
   std::string name;  // "$L_loop_3"
 };
 
-// A `.shared` array (static) or the dynamic `extern .shared` window.
+// A `.shared` array (static) or the dynamic `extern .shared` window. Inside an
+// inline op (below) an array is a region of the host kernel's window: the
+// window's symbol at a byte offset.
 struct Symbol {
   std::string name;
   Type elem = Type::b8;
-  uint32_t count = 0;  // 0 for the dynamic window
+  uint32_t count = 0;   // 0 for the dynamic window
+  uint32_t offset = 0;  // bytes from the symbol's address
 };
 
 // A memory address: [base+offset] with base a register or a symbol.
@@ -93,7 +96,7 @@ struct Addr {
   int64_t offset = 0;
 };
 inline Addr at(const Reg& base, int64_t offset = 0) { return Addr{base, offset}; }
-inline Addr at(const Symbol& s, int64_t offset = 0) { return Addr{Operand::symbol(s.name), offset}; }
+inline Addr at(const Symbol& s, int64_t offset = 0) { return Addr{Operand::symbol(s.name), int64_t(s.offset) + offset}; }
 
 enum class Rnd : uint8_t { none, rn, rz, rm, rp, rni, rzi, rmi, rpi };
 enum class Cmp : uint8_t { eq, ne, lt, le, gt, ge, lo, ls, hi, hs, equ, neu, ltu, leu, gtu, geu, num, nan };
@@ -117,6 +120,36 @@ struct MemOpt {
   std::optional<Type> mem_type;
 };
 
+struct Label;
+
+// One op of a persistent kernel, emitted inline by the op's own generator:
+// while it is open (Kernel::begin_inline .. end_inline) the generator's
+// calls mean the same as in a kernel of its own, on a virtual block:
+// - param(name) loads the op's argument from its packed record in global
+//   memory (the layout ParamList::pack gives), pointers as they are;
+// - %ctaid.x/.y are the virtual block, %nctaid and %ntid the op's grid and
+//   block (constants), %tid is unchanged (threads past the op's block do not
+//   run it: the host kernel skips them);
+// - shared arrays and the dynamic window are regions of the host kernel's
+//   window (ops run one after another in a block, so they share it): the
+//   op's dynamic bytes first, its arrays after them;
+// - bar.sync counts only the op's threads when they are fewer than the host
+//   kernel's, so the skipped threads are not waited for;
+// - ret and exit end the virtual block (a branch to `end`): they must be
+//   uniform over the op's block, as a return before a barrier must be;
+// - loads drop .nc: the op's inputs are written earlier in the same launch,
+//   which the non-coherent path may not see.
+struct InlineOp {
+  const ParamList* params = nullptr;
+  std::string record;       // register (.u64) holding the record's global address
+  std::string ctaid_x, ctaid_y;   // registers (.u32) holding the virtual block
+  Dim3 grid, block;
+  uint32_t host_threads = 0;      // the host kernel's block size
+  std::string end;                // label name ending the virtual block
+  std::string window;             // the host kernel's dynamic shared symbol
+  uint32_t dynamic_bytes = 0;     // the op's dynamic shared bytes (its geometry's)
+};
+
 class Kernel {
  public:
   explicit Kernel(std::string name, Target target = {});
@@ -127,10 +160,21 @@ class Kernel {
   // ---- interface
   void set_params(const ParamList& params);
   void set_maxntid(Dim3 block) { maxntid_ = block; }
+  // .minnctapersm: the blocks per SM ptxas must leave room for (its register
+  // budget follows: a persistent kernel wants 1, not ptxas's default guess).
+  void set_minnctapersm(uint32_t n) { minnctapersm_ = n; }
   // Loads a parameter into a fresh register; a ptr becomes a global address.
   Reg param(std::string_view name);
   Symbol shared_array(std::string name, Type elem, uint32_t count, uint32_t align = 0);
   Symbol dynamic_shared(std::string name = "dsmem", uint32_t align = 16);
+  // The shared address of a symbol (plus its offset) as a .u32 value.
+  Reg shared_addr(const Symbol& s);
+
+  // ---- inline ops (persistent kernels; see InlineOp)
+  void begin_inline(const InlineOp& op);
+  // Closes the op; returns the shared bytes it used (window + arrays).
+  uint32_t end_inline();
+  bool inlining() const { return inline_.has_value(); }
 
   // ---- registers
   Reg reg(Type t);
@@ -321,6 +365,7 @@ class Kernel {
   Target target_;
   unsigned needed_version_ = 0;
   std::optional<Dim3> maxntid_;
+  uint32_t minnctapersm_ = 0;
   ParamList params_;
   std::vector<std::string> shared_decls_;
   std::set<std::string> symbols_;
@@ -329,6 +374,8 @@ class Kernel {
   std::map<Type, uint32_t> reg_counts_;
   std::vector<std::string> body_;
   std::string guard_;
+  std::optional<InlineOp> inline_;
+  uint32_t inline_shared_ = 0;   // the open op's shared bytes so far
   uint32_t label_counter_ = 0;
   std::set<std::string> labels_made_, labels_placed_, labels_used_;
 };

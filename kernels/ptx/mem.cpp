@@ -109,7 +109,7 @@ std::string Kernel::mem_prefix(std::string_view op_in, Space s, const MemOpt& o,
   out += space_name(s);
   if (o.nc) {
     if (!is_load || s != Space::global || o.order != Order::weak) throw Error(op + ": .nc only on weak ld.global");
-    out += ".nc";
+    if (!inline_) out += ".nc";   // an inline op's inputs may be written earlier in the launch
   }
   if (s == Space::param && (!is_load || o.order != Order::weak)) throw Error(op + ": .param is read-only and weak");
   return out;
@@ -306,6 +306,9 @@ Reg Kernel::shfl_idx(const Reg& a, const Operand& lane) {
 void Kernel::bar_sync(unsigned id, std::optional<uint32_t> threads) {
   if (id > 15) throw Error("bar.sync: barrier id " + std::to_string(id) + " outside 0..15");
   std::string text = "bar.sync " + std::to_string(id);
+  // In an inline op with fewer threads than the host kernel, only the op's
+  // threads arrive (the rest skip the op).
+  if (!threads && inline_ && inline_->block.x < inline_->host_threads) threads = inline_->block.x;
   if (threads) {
     if (*threads == 0 || *threads % 32) throw Error("bar.sync: thread count " + std::to_string(*threads) + " is not a positive multiple of 32");
     text += ", " + std::to_string(*threads);

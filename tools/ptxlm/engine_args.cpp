@@ -18,8 +18,9 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     app.add_option("--kv-type", a.kv_type, "KV cache element type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}));
     app.add_option("--schedule", a.schedule,
-                   "GPU path: graph (the token's kernels replayed as one CUDA graph; the default) or chain (plain launches)")
-        ->check(CLI::IsMember({"default", "chain", "graph"}));
+                   "GPU path: graph (the token's kernels replayed as one CUDA graph; the default), chain (plain "
+                   "launches) or persistent (one cooperative launch runs whole tokens)")
+        ->check(CLI::IsMember({"default", "chain", "graph", "persistent"}));
 }
 
 std::string default_model_path() {

@@ -20,7 +20,7 @@ struct EngineArgs {
     int threads = 0;              // 0: all cores this process may use
     std::string device = "auto";
     std::string kv_type = "f16";
-    std::string schedule = "default";   // GPU: chain or graph (default graph)
+    std::string schedule = "default";   // GPU: chain, graph or persistent (default graph)
 };
 
 // Registers -m/--model, -c/--ctx-size, -t/--threads, --device, --kv-type, --schedule.

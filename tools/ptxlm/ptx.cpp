@@ -1,6 +1,7 @@
 // `ptxlm ptx -m MODEL --out DIR [--arch sm_XX] [-c N] [--schedule S]`: writes
-// every kernel the model's decode chain needs as DIR/<kernel>.ptx, the text
-// the GPU path loads, and lists them. No device is needed.
+// every kernel the model's decode chain needs as DIR/<kernel>.ptx (with
+// --schedule persistent: the one persistent decoder), the text the GPU path
+// loads, and lists them. No device is needed.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -31,7 +32,10 @@ int run(const Args& a) {
     if (target.sm < 80 || target.sm > 90) throw std::invalid_argument("--arch " + a.arch + ": the GPU path targets sm_80 to sm_90");
     const std::string path = a.model.empty() ? default_model_path() : a.model;
     const Model m = Model::load(path);
-    const std::vector<ptx::GeneratedKernel> ks = cuda::decode_kernels(cuda::decode_plan(m, a.n_ctx), target);
+    const cuda::DecodePlan plan = cuda::decode_plan(m, a.n_ctx);
+    const std::vector<ptx::GeneratedKernel> ks =
+        a.schedule == "persistent" ? std::vector<ptx::GeneratedKernel>{kernels::persistent_kernel(cuda::decode_op_kinds(plan), target).kernel}
+                                   : cuda::decode_kernels(plan, target);
     std::error_code ec;
     std::filesystem::create_directories(a.out, ec);
     if (ec) throw std::invalid_argument("--out " + a.out + ": " + ec.message());
@@ -58,8 +62,9 @@ Runner add_ptx(CLI::App& app) {
     sub->add_option("--arch", a->arch, "target: sm_80, sm_86, sm_89, sm_90 (default sm_90)");
     sub->add_option("-c,--ctx-size", a->n_ctx, "context the attention kernels are generated for (default 4096)")
         ->check(CLI::Range(1u, 1u << 24));
-    sub->add_option("--schedule", a->schedule, "chain or graph: both launch the same kernels (default graph)")
-        ->check(CLI::IsMember({"chain", "graph"}));
+    sub->add_option("--schedule", a->schedule,
+                    "chain or graph (the same kernels; default graph), or persistent (one kernel with every op inline)")
+        ->check(CLI::IsMember({"chain", "graph", "persistent"}));
     return [a] { return run(*a); };
 }
 
