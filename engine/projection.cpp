@@ -42,7 +42,8 @@ int blocks_per_sm(const GpuSpec& gpu, uint32_t threads, int registers, uint32_t 
     return int(n);
 }
 
-Projection project(std::span<const LaunchCost> launches, uint32_t tokens, const GpuSpec& gpu, LaunchMode mode) {
+Projection project(std::span<const LaunchCost> launches, uint32_t tokens, const GpuSpec& gpu, LaunchMode mode,
+                   uint64_t grid_syncs) {
     if (tokens == 0) throw std::invalid_argument("project: no tokens");
     Projection p;
     const double bytes_per_us = gpu.bandwidth_gbs * 1e3 * kAchievableBandwidth;
@@ -56,7 +57,8 @@ Projection project(std::span<const LaunchCost> launches, uint32_t tokens, const 
     p.launch_us /= tokens;
     p.memory_us /= tokens;
     p.bytes /= tokens;
-    p.us_per_token = p.launch_us + p.memory_us;
+    p.sync_us = double(grid_syncs) * kGridSyncUs / tokens;
+    p.us_per_token = p.launch_us + p.memory_us + p.sync_us;
     p.tokens_per_s = p.us_per_token > 0 ? 1e6 / p.us_per_token : 0;
     p.bandwidth_share = p.bytes * p.tokens_per_s / (gpu.bandwidth_gbs * 1e9);
     return p;

@@ -38,8 +38,13 @@ std::optional<GpuSpec> find_gpu(std::string_view name);
 // "h100-sxm, h100-pcie, h200, a100, rtx4090", for messages.
 std::string gpu_names();
 
-enum class LaunchMode { Stream, Graph };
-constexpr double kLaunchOverheadUs[] = {2.0, 1.3};   // by LaunchMode
+enum class LaunchMode { Stream, Graph, Persistent };
+// By LaunchMode; a persistent kernel is one cooperative launch on a stream.
+constexpr double kLaunchOverheadUs[] = {2.0, 1.3, 2.0};
+// A grid-wide synchronisation inside a persistent kernel: a release to L2,
+// the last block's arrival seen by every block's acquire poll. An assumed
+// figure (about two L2 round trips), stated wherever it is used.
+constexpr double kGridSyncUs = 1.0;
 constexpr double kAchievableBandwidth = 0.9;          // of peak
 
 struct LaunchCost {
@@ -53,12 +58,15 @@ struct Projection {
     double launch_us = 0;      // per token: launch overheads
     double memory_us = 0;      // per token: moving the bytes
     double launches = 0;       // per token
+    double sync_us = 0;        // per token: grid-wide synchronisations (persistent)
     double bytes = 0;          // per token
     double bandwidth_share = 0;   // bytes per token × tokens/s ÷ peak
 };
 
 // `launches` ran `tokens` tokens (a persistent kernel may run several per
-// launch). Throws std::invalid_argument when tokens is 0.
-Projection project(std::span<const LaunchCost> launches, uint32_t tokens, const GpuSpec& gpu, LaunchMode mode);
+// launch), with `grid_syncs` grid-wide synchronisations in all (each
+// kGridSyncUs). Throws std::invalid_argument when tokens is 0.
+Projection project(std::span<const LaunchCost> launches, uint32_t tokens, const GpuSpec& gpu, LaunchMode mode,
+                   uint64_t grid_syncs = 0);
 
 }  // namespace ptxlm

@@ -97,6 +97,7 @@ Generator::Generator(Session& session, const GenerateOptions& opt, const std::at
 }
 
 void Generator::finish(FinishReason why, GenStep& st) {
+    stream_.reset();   // stops the device's run-ahead within a token
     g_.finish = why;
     // The held tail: an unfinished character, a possible stop-string start.
     if (!stops_.stopped()) st.text += stops_.push(decoder_.flush());
@@ -138,8 +139,22 @@ GenStep Generator::step() {
     if (cached.size() >= be.n_ctx()) { finish(FinishReason::ContextFull, st); return st; }
     if (g_.tokens.size() >= max_tokens) { finish(FinishReason::Length, st); return st; }
     g_.text += st.text;
-    if (argmax_only_) next_ = be.eval_argmax(t, static_cast<uint32_t>(cached.size()));
-    else be.eval(t, static_cast<uint32_t>(cached.size()), s_.logits_.data());
+    const uint32_t pos = static_cast<uint32_t>(cached.size());
+    if (argmax_only_) {
+        if (!stream_tried_) {
+            // The device may run greedy decoding ahead (the persistent
+            // decoder): at most the tokens still allowed, stopping at an
+            // end-of-generation id (this loop checks them too).
+            stream_tried_ = true;
+            const size_t left = max_tokens - g_.tokens.size();
+            stream_ = be.start_greedy(t, pos, uint32_t(std::min<size_t>(left, UINT32_MAX)), s_.eog_);
+        }
+        std::optional<TokenId> n = stream_ ? stream_->next() : std::nullopt;
+        if (!n) stream_.reset();   // none, or it stopped: evaluate here
+        next_ = n ? *n : be.eval_argmax(t, pos);
+    } else {
+        be.eval(t, pos, s_.logits_.data());
+    }
     cached.push_back(t);
     return st;
 }

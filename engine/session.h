@@ -136,6 +136,10 @@ private:
     std::vector<float> work_;
     bool argmax_only_ = false;
     std::optional<TokenId> next_;     // the argmax of the current step, when the backend gave only that
+    // Greedy tokens run ahead by the device (Backend::start_greedy), asked
+    // for once; ended (which stops the device) when generation finishes.
+    std::unique_ptr<Backend::GreedyStream> stream_;
+    bool stream_tried_ = false;
     std::chrono::steady_clock::time_point t0_;
     Generation g_;
     bool done_ = false;

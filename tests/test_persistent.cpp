@@ -59,8 +59,102 @@ TEST_P(Persistent, LogitsAreTheGraphSchedulesExactly) {
   size_t differ = 0;
   for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
   std::printf("[persistent] %s: %zu ops per token, %zu of %zu logits differ from the graph schedule's\n",
-              synth::arch_name(GetParam()), pers.launches_per_token(), differ, a.size());
+              synth::arch_name(GetParam()), pers.ops_per_token(), differ, a.size());
+  EXPECT_EQ(pers.launches_per_token(), 1u);
   EXPECT_EQ(differ, 0u);
+}
+
+// The graph schedule's greedy tokens after a prompt, one eval_argmax each.
+std::vector<TokenId> graph_greedy(const Model& m, const std::vector<TokenId>& prompt, size_t n) {
+  cuda::CudaBackend g(m, cuda::Driver::load(), 64, Schedule::Graph);
+  g.eval_batch({prompt.data(), prompt.size() - 1}, 0, nullptr, 0);
+  std::vector<TokenId> out;
+  TokenId t = prompt.back();
+  for (uint32_t i = 0; i < n; ++i) out.push_back(t = g.eval_argmax(t, uint32_t(prompt.size() - 1 + i)));
+  return out;
+}
+
+// Up to n tokens of a greedy stream (prompt prefilled but its last token).
+std::vector<TokenId> stream_greedy(cuda::CudaBackend& b, const std::vector<TokenId>& prompt, uint32_t n,
+                                   std::vector<TokenId> stop = {}) {
+  b.eval_batch({prompt.data(), prompt.size() - 1}, 0, nullptr, 0);
+  auto s = b.start_greedy(prompt.back(), uint32_t(prompt.size() - 1), n, stop);
+  EXPECT_NE(s, nullptr);
+  std::vector<TokenId> out;
+  while (s) {
+    std::optional<TokenId> t = s->next();
+    if (!t) break;
+    out.push_back(*t);
+  }
+  return out;
+}
+
+const std::vector<TokenId> kPrompt = {764, 17, 301, 52};
+
+// Tokens come out of one launch as they exist; the launch's step count (256)
+// is not reached, so 10 tokens are one launch. A stop id ends it early.
+TEST_P(Persistent, GreedyStreamGivesTheGraphSchedulesTokens) {
+  std::vector<uint8_t> bytes;
+  const Model m = synth_model(GetParam(), bytes);
+  const std::vector<TokenId> want = graph_greedy(m, kPrompt, 10);
+  cuda::CudaBackend b(m, cuda::Driver::load(), 64, Schedule::Persistent);
+  const std::vector<TokenId> got = stream_greedy(b, kPrompt, 10);
+  EXPECT_EQ(got, want);
+  const cuda::CudaBackend::StreamStats st = b.stream_stats();
+  std::printf("[persistent] %s: %llu tokens in %llu launch(es), %llu handed out while the launch ran\n",
+              synth::arch_name(GetParam()), (unsigned long long)st.tokens, (unsigned long long)st.launches,
+              (unsigned long long)st.tokens_while_running);
+  EXPECT_EQ(st.launches, 1u);
+  EXPECT_GE(st.tokens_while_running, 5u) << "tokens should stream out of the running launch, not arrive at its end";
+  // A stop id: the stream ends with it (the 5th token), and the next stream works.
+  cuda::CudaBackend c(m, cuda::Driver::load(), 64, Schedule::Persistent);
+  const std::vector<TokenId> stopped = stream_greedy(c, kPrompt, 10, {want[4]});
+  const auto first = std::find(want.begin(), want.end(), want[4]) - want.begin();
+  EXPECT_EQ(stopped, std::vector<TokenId>(want.begin(), want.begin() + first + 1));
+  EXPECT_EQ(stream_greedy(c, kPrompt, 3), std::vector<TokenId>(want.begin(), want.begin() + 3));
+}
+
+// Destroying a stream (Ctrl-C, a client gone) sets the cancel flag: the device
+// produces at most one more token, and the backend is usable at once.
+TEST_P(Persistent, CancelStopsWithinOneToken) {
+  std::vector<uint8_t> bytes;
+  const Model m = synth_model(GetParam(), bytes);
+  cuda::CudaBackend b(m, cuda::Driver::load(), 64, Schedule::Persistent);
+  b.eval_batch({kPrompt.data(), kPrompt.size() - 1}, 0, nullptr, 0);
+  {
+    auto s = b.start_greedy(kPrompt.back(), uint32_t(kPrompt.size() - 1), 40, {});
+    ASSERT_NE(s, nullptr);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(s->next().has_value());
+  }
+  const cuda::CudaBackend::StreamStats st = b.stream_stats();
+  std::printf("[persistent] %s: cancelled with %u tokens produced, %u when the device stopped (of 40 asked)\n",
+              synth::arch_name(GetParam()), st.produced_at_cancel, st.produced_after_cancel);
+  EXPECT_TRUE(st.cancelled);
+  EXPECT_GE(st.produced_at_cancel, 3u);
+  EXPECT_LE(st.produced_after_cancel, st.produced_at_cancel + 1);
+  EXPECT_LT(st.produced_after_cancel, 40u);
+  // The cache up to the prompt is intact: a new stream gives the same tokens.
+  const std::vector<TokenId> want = graph_greedy(m, kPrompt, 4);
+  EXPECT_EQ(stream_greedy(b, kPrompt, 4), want);
+}
+
+// Scheduling seeds change how the blocks interleave; with memory-model
+// checking on (every cooperative launch) no race or deadlock may be found,
+// and the tokens may not change.
+TEST_P(Persistent, TwentySeedsSameTokensNoRace) {
+  std::vector<uint8_t> bytes;
+  const Model m = synth_model(GetParam(), bytes);
+  const std::vector<TokenId> want = graph_greedy(m, kPrompt, 2);
+  cuda::CudaBackend b(m, cuda::Driver::load(), 64, Schedule::Persistent);
+  b.eval_batch({kPrompt.data(), kPrompt.size() - 1}, 0, nullptr, 0);   // once: each stream rewrites only its own positions
+  for (int seed = 1; seed <= 20; ++seed) {
+    setenv("PTXLM_EMU_SEED", std::to_string(seed).c_str(), 1);
+    auto s = b.start_greedy(kPrompt.back(), uint32_t(kPrompt.size() - 1), 2, {});
+    ASSERT_NE(s, nullptr);
+    std::vector<TokenId> got;
+    while (std::optional<TokenId> t = s->next()) got.push_back(*t);
+    EXPECT_EQ(got, want) << "seed " << seed;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, Persistent, ::testing::Values(synth::Arch::Llama, synth::Arch::Qwen2, synth::Arch::Gemma3),

@@ -60,6 +60,16 @@ TEST(Projection, GraphsSmallGridsAndSeveralTokens) {
     EXPECT_DOUBLE_EQ(project(empty, 1, g, LaunchMode::Stream).us_per_token, 2.0);
 }
 
+TEST(Projection, PersistentKernelPaysOneLaunchAndItsGridSyncs) {
+    const GpuSpec g = gpu("h100-sxm");
+    const std::vector<LaunchCost> one = {{132, 100 << 20}};
+    const Projection p = project(one, 2, g, LaunchMode::Persistent, 8);
+    EXPECT_DOUBLE_EQ(p.launch_us, kLaunchOverheadUs[int(LaunchMode::Persistent)] / 2);
+    EXPECT_DOUBLE_EQ(p.sync_us, 4 * kGridSyncUs);
+    EXPECT_NEAR(p.us_per_token, p.launch_us + p.memory_us + p.sync_us, 1e-12);
+    EXPECT_DOUBLE_EQ(project(one, 2, g, LaunchMode::Persistent).sync_us, 0.0);
+}
+
 TEST(Projection, BlocksPerSm) {
     const GpuSpec h = gpu("h100-sxm");
     // 256 threads, 32 registers, little shared memory: threads limit (2048 / 256).

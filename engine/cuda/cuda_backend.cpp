@@ -71,6 +71,7 @@ struct CudaBackend::Impl {
         static constexpr uint32_t kMaxStop = 16;
     };
     std::unique_ptr<Persistent> persistent;
+    CudaBackend::StreamStats stream_stats;
 
     void launch_chain() {
         for (Op& op : chain) launch(*op.fn, op.geometry, stream, op.args);
@@ -163,7 +164,12 @@ void CudaBackend::Impl::build_persistent() {
         const auto* b = reinterpret_cast<const uint8_t*>(op.args.data());
         blob.insert(blob.end(), b, b + op.args.size());
     }
-    ps->args = DeviceBuffer(ctx, std::max<size_t>(blob.size(), 8));
+    // The kernel copies each op's record at the largest record's size: pad
+    // the end so the last op's copy stays inside the buffer.
+    size_t largest = 8;
+    for (const Op& op : chain) largest = std::max(largest, op.args.size());
+    blob.resize((blob.size() + 7) / 8 * 8 + largest, 0);
+    ps->args = DeviceBuffer(ctx, blob.size());
     ps->args.upload(blob.data(), blob.size());
     std::vector<kx::OpRecord> records(chain.size());
     for (size_t i = 0; i < chain.size(); ++i) {
@@ -360,7 +366,10 @@ std::string CudaBackend::description() const {
     const cuda::DeviceInfo& d = p_->ctx.info();
     return "CUDA " + d.name + " (sm_" + std::to_string(d.cc_major * 10 + d.cc_minor) + ", " + std::to_string(d.sm_count) +
            " SMs), " + schedule_name(p_->schedule) + " schedule, " + std::to_string(p_->chain.size()) +
-           " kernels per token, KV f16";
+           (p_->persistent ? " ops per token in one launch of " + std::to_string(p_->persistent->geometry.grid.x) +
+                                 " blocks x " + std::to_string(p_->persistent->geometry.block.x) + " threads"
+                           : " kernels per token") +
+           ", KV f16";
 }
 
 ptxlm::DeviceInfo CudaBackend::device_info() const {
@@ -378,7 +387,8 @@ ptxlm::DeviceInfo CudaBackend::device_info() const {
 
 uint32_t CudaBackend::n_ctx() const { return p_->n_ctx; }
 uint32_t CudaBackend::n_vocab() const { return p_->m.n_vocab; }
-size_t CudaBackend::launches_per_token() const { return p_->chain.size(); }
+size_t CudaBackend::launches_per_token() const { return p_->persistent ? 1 : p_->chain.size(); }
+size_t CudaBackend::ops_per_token() const { return p_->chain.size(); }
 
 TokenId CudaBackend::eval_argmax(TokenId token, uint32_t pos) {
     Impl& p = *p_;
@@ -413,6 +423,8 @@ std::vector<CudaBackend::Launch> CudaBackend::launches() const {
         out.push_back({op.kernel, op.geometry.grid.count(), uint32_t(op.geometry.block.count()), op.geometry.shared_bytes});
     return out;
 }
+
+CudaBackend::StreamStats CudaBackend::stream_stats() const { return p_->stream_stats; }
 
 std::vector<uint64_t> CudaBackend::weight_buffers() const {
     std::vector<uint64_t> out;
@@ -465,6 +477,7 @@ class PersistentStream final : public Backend::GreedyStream {
 public:
     PersistentStream(CudaBackend::Impl& p, TokenId token, uint32_t pos, uint32_t budget, std::span<const TokenId> stop)
         : p_(p), token_(token), pos_(pos), budget_(budget), n_stop_(uint32_t(stop.size())) {
+        p_.stream_stats.cancelled = false;
         std::vector<uint32_t> ids(stop.begin(), stop.end());
         if (!ids.empty()) p_.persistent->stop_ids.upload(ids.data(), ids.size() * 4);
     }
@@ -472,12 +485,16 @@ public:
         if (!running_) return;
         // Stop the device within a token and wait for it: the stream's
         // buffers and the KV cache must not be in use when we return.
+        CudaBackend::StreamStats& st = p_.stream_stats;
+        st.cancelled = true;
+        st.produced_at_cancel = std::atomic_ref<uint32_t>(p_.io()->produced).load(std::memory_order_acquire);
         std::atomic_ref<uint32_t>(p_.io()->cancel).store(1, std::memory_order_release);
         try {
             p_.stream.synchronize();
         } catch (const std::exception& e) {
             std::fprintf(stderr, "ptxlm: stopping the persistent decoder: %s\n", e.what());
         }
+        st.produced_after_cancel = std::atomic_ref<uint32_t>(p_.io()->produced).load(std::memory_order_acquire);
     }
 
     std::optional<TokenId> next() override {
@@ -494,6 +511,8 @@ public:
                 --budget_;
                 token_ = t;
                 ++pos_;
+                ++p_.stream_stats.tokens;
+                if (!p_.stream.idle()) ++p_.stream_stats.tokens_while_running;
                 return t;
             }
             if (p_.stream.idle()) {
@@ -519,6 +538,7 @@ private:
         host[1] = pos_;
         p_.state.upload_async(host, 8, p_.stream);
         p_.launch_persistent(steps, n_stop_);
+        ++p_.stream_stats.launches;
         seen_ = 0;
         running_ = true;
     }

@@ -45,8 +45,11 @@ public:
     std::unique_ptr<GreedyStream> start_greedy(TokenId token, uint32_t pos, uint32_t max_tokens,
                                                std::span<const TokenId> stop) override;
 
-    // Launches per token (the chain's length).
+    // Launches per token: the chain's length, or 1 under the persistent
+    // schedule (a greedy stream runs up to 256 tokens in one).
     size_t launches_per_token() const;
+    // Ops per token: the chain's kernels, launched or inline.
+    size_t ops_per_token() const;
     // The chain, in order: each launch's kernel, grid size (blocks), block
     // size and dynamic shared memory.
     struct Launch {
@@ -59,6 +62,17 @@ public:
     // Device addresses of the buffers holding quantized weight matrices (for
     // counters that tell weight traffic from the rest).
     std::vector<uint64_t> weight_buffers() const;
+
+    // What the persistent schedule's greedy streams did (for tests and
+    // bench): launches, tokens handed out while their launch still ran, and
+    // for the last cancelled stream the tokens produced when the host asked
+    // to stop and when the device had stopped.
+    struct StreamStats {
+        uint64_t launches = 0, tokens = 0, tokens_while_running = 0;
+        uint32_t produced_at_cancel = 0, produced_after_cancel = 0;
+        bool cancelled = false;
+    };
+    StreamStats stream_stats() const;
     Schedule schedule() const;
 
     struct Impl;

@@ -21,7 +21,7 @@ PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, Target
   if (kinds.empty()) throw Error("persistent_kernel: no op kinds");
   // Standalone first: each op's block size, so the kernel's is their maximum.
   std::vector<GeneratedKernel> alone;
-  uint32_t threads = 32;
+  uint32_t threads = 32, arg_bytes = 8;
   for (const OpGenerator& g : kinds) {
     alone.push_back(g(t, nullptr));
     const Dim3& b = alone.back().geometry.block;
@@ -29,6 +29,7 @@ PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, Target
       throw Error("persistent_kernel: op " + alone.back().name + " has a block that is not 1-D whole warps");
     if (alone.back().geometry.grid.z != 1) throw Error("persistent_kernel: op " + alone.back().name + " has a 3-D grid");
     threads = std::max(threads, b.x);
+    arg_bytes = std::max(arg_bytes, alone.back().params.size_bytes());
   }
 
   ParamList params;
@@ -43,6 +44,12 @@ PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, Target
   k.set_minnctapersm(1);
   Symbol win = k.dynamic_shared("win", 16);
   Symbol cell = k.shared_array("stop_cell", Type::u32, 1);
+  // The current op's arguments, copied from its record once per op: the
+  // ops' param() reads them from here (shared memory, not a global load per use).
+  Symbol op_args = k.shared_array("op_args", Type::u64, arg_bytes / 8, 16);
+  // The current op's record, loaded once per block (5 threads) instead of by
+  // every thread; two slots by op parity, see below.
+  Symbol op_rec = k.shared_array("op_rec", Type::u64, 2 * kRecordBytes / 8, 16);
 
   Reg ops = k.param("ops"), n_ops = k.param("n_ops"), sync = k.param("sync"), state = k.param("state");
   Reg best = k.param("best"), io = k.param("io"), steps = k.param("steps"), stop_ids = k.param("stop_ids");
@@ -73,17 +80,33 @@ PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, Target
     k.comment("the op table, in order");
     k.for_range(i, 0u, n_ops, 1u, [&] {
       Reg rec = k.add(ops, k.mul_wide(i, kRecordBytes));
-      Reg kind = k.ld_global(Type::u32, at(rec));
-      Reg vblocks = k.ld_global(Type::u32, at(rec, 4));
-      Reg grid_x = k.ld_global(Type::u32, at(rec, 8));
-      Reg n_deps = k.ld_global(Type::u32, at(rec, 12));
-      Reg args = k.ld_global(Type::u64, at(rec, 32));
+      // Slot i % 2: a thread may reach this op while a slower warp of its
+      // block still reads the previous op's slot (no barrier separates them
+      // when the block had no virtual block of that op), but not the slot
+      // before that, which the barrier below separates.
+      Reg slot = k.mad_lo(k.and_(i, 1u), kRecordBytes, k.shared_addr(op_rec));
+      k.if_(k.setp(Cmp::lo, tid, kRecordBytes / 8), [&] {
+        k.st_shared(at(k.mad_lo(tid, 8u, slot)), k.ld_global(Type::u64, at(k.add(rec, k.mul_wide(tid, 8u)))));
+      });
+      k.bar_sync(kLoopBarrier);
+      Reg kind = k.ld_shared(Type::u32, at(slot));
+      Reg vblocks = k.ld_shared(Type::u32, at(slot, 4));
+      Reg grid_x = k.ld_shared(Type::u32, at(slot, 8));
+      Reg n_deps = k.ld_shared(Type::u32, at(slot, 12));
+      Reg args = k.ld_shared(Type::u64, at(slot, 32));
+      // Every thread is past the previous op (the barrier above), so its
+      // arguments are no longer read; the copy is read only after the
+      // virtual block's opening barrier.
+      Reg w = k.reg(Type::u32);
+      k.for_range(w, tid, arg_bytes / 8, threads, [&] {
+        k.st_shared(at(k.mad_lo(w, 8u, k.shared_addr(op_args))), k.ld_global(Type::u64, at(k.add(args, k.mul_wide(w, 8u)))));
+      });
       Reg v = k.reg(Type::u32);
       k.for_range(v, bid, vblocks, nblocks, [&] {
         k.comment("wait for the ops this one reads (their completion this token)");
         k.if_(is_t0, [&] {
           Reg j = k.reg(Type::u32);
-          k.for_range(j, 0u, n_deps, 1u, [&] { wait_op(k.ld_global(Type::u32, at(k.add(rec, k.mul_wide(j, 4u)), 16)), epoch); });
+          k.for_range(j, 0u, n_deps, 1u, [&] { wait_op(k.ld_shared(Type::u32, at(k.mad_lo(j, 4u, slot), 16)), epoch); });
         });
         k.bar_sync(kLoopBarrier);   // the whole block starts after thread 0's acquire
         Reg cx = k.reg(Type::u32), cy = k.reg(Type::u32);
@@ -103,6 +126,7 @@ PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, Target
           in.op.host_threads = threads;
           in.op.end = end_op.name;
           in.op.window = win.name;
+          in.op.args_shared = op_args.name;
           GeneratedKernel g = kinds[j](t, &in);
           shared = std::max(shared, g.geometry.shared_bytes);
           out.kinds.push_back(std::move(g));

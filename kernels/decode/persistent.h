@@ -56,7 +56,8 @@ struct OpRecord {
   uint32_t grid_x = 1;    // virtual block v is (v % grid_x, v / grid_x)
   uint32_t n_deps = 0;
   uint32_t deps[kMaxDeps] = {};   // indices of earlier ops whose completion it waits for
-  uint64_t args = 0;      // device address of the op's packed parameters (ParamList::pack's layout)
+  uint64_t args = 0;      // device address of the op's packed parameters (ParamList::pack's layout);
+                          // readable for the largest kind's parameter size (the kernel copies that much)
 };
 static_assert(sizeof(OpRecord) == 40);
 

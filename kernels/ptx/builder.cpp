@@ -160,7 +160,10 @@ Reg Kernel::param(std::string_view name) {
   if (inline_) {
     const Param& p = inline_->params->find(name);
     Reg d = reg(param_reg_type(p.type));
-    instr("ld.global" + dot(d.type) + " " + d.name + ", [" + inline_->record + "+" + std::to_string(p.offset) + "]");
+    if (!inline_->args_shared.empty())
+      instr("ld.shared" + dot(d.type) + " " + d.name + ", [" + inline_->args_shared + "+" + std::to_string(p.offset) + "]");
+    else
+      instr("ld.global" + dot(d.type) + " " + d.name + ", [" + inline_->record + "+" + std::to_string(p.offset) + "]");
     return d;   // a pointer argument is already a global address
   }
   const Param& p = params_.find(name);

@@ -125,8 +125,9 @@ struct Label;
 // One op of a persistent kernel, emitted inline by the op's own generator:
 // while it is open (Kernel::begin_inline .. end_inline) the generator's
 // calls mean the same as in a kernel of its own, on a virtual block:
-// - param(name) loads the op's argument from its packed record in global
-//   memory (the layout ParamList::pack gives), pointers as they are;
+// - param(name) loads the op's argument from its packed record (the layout
+//   ParamList::pack gives), in global memory or in the host kernel's shared
+//   copy of it, pointers as they are;
 // - %ctaid.x/.y are the virtual block, %nctaid and %ntid the op's grid and
 //   block (constants), %tid is unchanged (threads past the op's block do not
 //   run it: the host kernel skips them);
@@ -147,6 +148,7 @@ struct InlineOp {
   uint32_t host_threads = 0;      // the host kernel's block size
   std::string end;                // label name ending the virtual block
   std::string window;             // the host kernel's dynamic shared symbol
+  std::string args_shared;        // if set: a shared copy of the record, read instead of global memory
   uint32_t dynamic_bytes = 0;     // the op's dynamic shared bytes (its geometry's)
 };
 

@@ -5,7 +5,7 @@ window); `--device auto` picks the GPU and says so; `selftest` passes every
 kernel `ptx` writes; `bench` on the GPU path
 reports the device, the schedule and that emu's times mean nothing, and its
 counted mode emu's per-token counts with a projection; the
-`chain` and `graph` schedules give the same tokens; `--schedule` on the CPU
+`chain`, `graph` and `persistent` schedules give the same tokens; `--schedule` on the CPU
 is refused;
 without a driver, `--device cuda` fails with one clear message and `auto`
 falls back to the CPU saying why.
@@ -58,6 +58,12 @@ def main():
                       "--device", "cuda", "--schedule", "chain")
         if check(chain.returncode == 0 and "chain schedule" in chain.stderr, f"--schedule chain: {chain.stderr[-300:]}"):
             check(json.loads(chain.stdout)["tokens"] == gpu["tokens"], "the chain and graph schedules differ")
+        # The persistent decoder streams the same greedy tokens (one launch runs them all).
+        pers = ptxlm("run", "-m", gemma, "-p", "Once upon a time", "-n", "24", "--temp", "0", "-c", "64", "--json",
+                     "--device", "cuda", "--schedule", "persistent")
+        if check(pers.returncode == 0 and "persistent schedule" in pers.stderr,
+                 f"--schedule persistent: {pers.stderr[-300:]}"):
+            check(json.loads(pers.stdout)["tokens"] == gpu["tokens"], "the persistent and graph schedules differ")
         p = ptxlm("run", "-m", gemma, "-p", "Hi", "--device", "cpu", "--schedule", "graph")
         check(p.returncode == 2 and "--schedule" in p.stderr, f"--schedule on the CPU: {p.stderr[-300:]}")
         auto = ptxlm("run", "-m", gemma, "-p", "Hi", "-n", "2", "--temp", "0", "-c", "32")

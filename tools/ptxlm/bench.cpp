@@ -450,6 +450,13 @@ int run(const Args& a) {
                         c["requested_over_weights"].get<double>(), c["token_bytes"].get<double>() / 1e6,
                         100 * c["sector_efficiency"].get<double>(),
                         (unsigned long long)c["launches_below_sm_count"].get<uint64_t>(), gpu->name, gpu->sms);
+            if (c.contains("grid_syncs"))
+                std::printf("persistent decoder: %llu ops in one launch; %llu grid-wide syncs (%.2f per layer), %llu "
+                            "counter waits, %llu of %llu warp instructions spent spinning\n",
+                            (unsigned long long)c["ops"].get<uint64_t>(), (unsigned long long)c["grid_syncs"].get<uint64_t>(),
+                            c["grid_syncs_per_layer"].get<double>(), (unsigned long long)c["spin_waits"].get<uint64_t>(),
+                            (unsigned long long)c["spin_instructions"].get<uint64_t>(),
+                            (unsigned long long)c["warp_instructions"].get<uint64_t>());
             std::printf("projected for %s (%s schedule): %.0f tok/s, %.1f us per token (%.1f launch overhead + %.1f "
                         "memory), %.0f%% of peak bandwidth: %s\n",
                         gpu->description, pj["schedule"].get<std::string>().c_str(), pj["tokens_per_s"].get<double>(),

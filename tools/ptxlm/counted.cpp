@@ -105,10 +105,91 @@ ChainParts chain_parts(const Model& m) {
     return c;
 }
 
+// The persistent schedule: one kernel runs every op, so emu's counters are
+// one row; what it adds is the waiting: grid-wide syncs, counter waits and
+// the instructions spent spinning.
+nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpec& gpu) {
+    const nlohmann::json& k = c.kernels.at("persistent_decoder");
+    const uint64_t requested = 32 * (k.at("global_load_sectors").get<uint64_t>() + k.at("global_store_sectors").get<uint64_t>()) +
+                               k.at("global_atomic_bytes").get<uint64_t>();
+    const uint64_t unique = k.at("unique_global_bytes").get<uint64_t>();
+    uint64_t w_unique = 0, w_sectors = 0;
+    for (const nlohmann::json& a : k.at("allocations"))
+        if (c.weights.count(a.at("base").get<uint64_t>())) {
+            w_unique += a.at("unique").get<uint64_t>();
+            w_sectors += a.at("load_sectors").get<uint64_t>();
+        }
+    const ptx::Target t = ptx::Target::parse("sm_90");
+    const ptx::GeneratedKernel g =
+        kernels::persistent_kernel(cuda::decode_op_kinds(cuda::decode_plan(m, kCountedContext)), t).kernel;
+    nlohmann::json row = {{"kernel", g.name}, {"part", "token"}, {"launches", k.at("launches")}, {"blocks", nullptr},
+                          {"threads", g.geometry.block.x}, {"dynamic_shared_bytes", g.geometry.shared_bytes},
+                          {"unique_bytes", unique}, {"requested_bytes", requested}, {"weight_bytes", w_unique},
+                          {"weight_sector_efficiency", w_sectors ? nlohmann::json(double(w_unique) / (32.0 * double(w_sectors)))
+                                                                  : nlohmann::json(nullptr)},
+                          {"registers", nullptr}, {"spill_bytes", nullptr}, {"blocks_per_sm", nullptr},
+                          {"resident_blocks_per_sm", nullptr}, {"in_flight_bytes_per_sm", nullptr}};
+    uint64_t grid = uint64_t(gpu.sms);   // without ptxas: one block per SM, the kernel's .minnctapersm
+    const std::string ptxas = ptx::find_ptxas();
+    if (!ptxas.empty()) {
+        const ptx::PtxasResult r = ptx::run_ptxas(ptxas, g.ptx, "sm_90");
+        if (!r.ok()) throw std::runtime_error("bench: ptxas rejected " + g.name + ":\n" + r.log);
+        if (const ptx::PtxasFunctionReport* f = r.find(g.name)) {
+            row["registers"] = f->registers;
+            row["spill_bytes"] = f->spill_store_bytes + f->spill_load_bytes;
+            const int fit = blocks_per_sm(gpu, g.geometry.block.x, f->registers, uint32_t(f->smem_bytes) + g.geometry.shared_bytes);
+            row["blocks_per_sm"] = fit;
+            row["resident_blocks_per_sm"] = fit;
+            grid = uint64_t(std::max(fit, 1)) * uint64_t(gpu.sms);
+        }
+    }
+    row["blocks"] = grid;
+    const uint64_t syncs = k.at("grid_syncs").get<uint64_t>();
+    const std::vector<LaunchCost> costs = {{grid, unique}};
+    const Projection p = project(costs, 1, gpu, LaunchMode::Persistent, syncs);
+    const PassTraffic tr = pass_traffic(m);
+    const double token_bytes = double(tr.weights + tr.lm_head + tr.embd_row);
+    return {{"tokens", 1},
+            {"depth", 0},
+            {"n_layer", m.layers.size()},
+            {"n_vocab", m.n_vocab},
+            {"launches", k.at("launches")},
+            {"ops", c.launches.size()},
+            {"grid_syncs", syncs},
+            {"grid_syncs_per_layer", double(syncs) / double(m.layers.size())},
+            {"spin_waits", k.at("spin_waits")},
+            {"spin_instructions", k.at("spin_instructions")},
+            {"warp_instructions", k.at("warp_instructions")},
+            {"token_bytes", token_bytes},
+            {"unique_bytes", unique},
+            {"requested_bytes", requested},
+            {"unique_over_weights", double(unique) / token_bytes},
+            {"requested_over_weights", double(requested) / token_bytes},
+            {"weight_bytes", w_unique},
+            {"sector_efficiency", w_sectors ? double(w_unique) / (32.0 * double(w_sectors)) : 0.0},
+            {"launches_below_sm_count", 0},
+            {"registers_from", ptxas.empty() ? "no ptxas found" : "ptxas sm_90"},
+            {"kernels", nlohmann::json::array({row})},
+            {"projected",
+             {{"label", "projected from emu's counts, not measured; assumes 1 us per grid-wide sync"},
+              {"gpu", gpu.name},
+              {"description", gpu.description},
+              {"sms", gpu.sms},
+              {"bandwidth_gbs", gpu.bandwidth_gbs},
+              {"schedule", schedule_name(c.schedule)},
+              {"us_per_token", p.us_per_token},
+              {"launch_us", p.launch_us + p.sync_us},
+              {"sync_us", p.sync_us},
+              {"memory_us", p.memory_us},
+              {"tokens_per_s", p.tokens_per_s},
+              {"bandwidth_share", p.bandwidth_share}}}};
+}
+
 }  // namespace
 
 nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& gpu) {
     const Counted c = count_one_token(m, schedule);
+    if (c.schedule == Schedule::Persistent) return counted_persistent(m, c, gpu);
     const nlohmann::json& ks = c.kernels;
     const std::map<std::string, ptx::PtxasFunctionReport> regs = ptxas_reports(m);
     const ChainParts parts = chain_parts(m);
