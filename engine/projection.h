@@ -41,9 +41,9 @@ std::string gpu_names();
 enum class LaunchMode { Stream, Graph, Persistent };
 // By LaunchMode; a persistent kernel is one cooperative launch on a stream.
 constexpr double kLaunchOverheadUs[] = {2.0, 1.3, 2.0};
-// A grid-wide synchronisation inside a persistent kernel: a release to L2,
-// the last block's arrival seen by every block's acquire poll. An assumed
-// figure (about two L2 round trips), stated wherever it is used.
+// A synchronisation inside a persistent kernel (an op waiting for the op it
+// reads): a release to L2, seen by the waiting block's acquire poll. An
+// assumed figure (about two L2 round trips), stated wherever it is used.
 constexpr double kGridSyncUs = 1.0;
 constexpr double kAchievableBandwidth = 0.9;          // of peak
 

@@ -64,7 +64,10 @@ set_tests_properties(test_cuda_backend_deferred PROPERTIES TIMEOUT 300 LABELS "u
 # The persistent decoder on emu: logits equal to the graph schedule's, greedy
 # streams, seeds with memory-model checking, cancel within a token.
 ptxlm_emu_gtest(test_persistent test_persistent.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 900)
-set_property(TEST test_persistent APPEND PROPERTY ENVIRONMENT "GTEST_FILTER=-*Seeds*")
+set_property(TEST test_persistent APPEND PROPERTY ENVIRONMENT "GTEST_FILTER=-*Seeds*:*Real*")
+add_test(NAME test_persistent_real COMMAND test_persistent --gtest_filter=*Real*)
+set_tests_properties(test_persistent_real PROPERTIES TIMEOUT 900 LABELS "unit"
+  ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>")
 add_test(NAME test_persistent_seeds COMMAND test_persistent --gtest_filter=*Seeds*)
 set_tests_properties(test_persistent_seeds PROPERTIES TIMEOUT 900 LABELS "unit"
   ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>")

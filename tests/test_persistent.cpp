@@ -5,16 +5,19 @@
 // (on for every cooperative launch) nothing races or deadlocks and the
 // tokens are the same; greedy streams give the graph schedule's tokens, one
 // by one while the launch runs, and a cancelled stream stops within a token.
+// Real models: SmolLM2's first 3 positions and gemma-3-270m's first 2.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/cuda_backend.h"
+#include "engine/tokenizer.h"
 #include "models/synth/synth.h"
 
 using namespace ptxlm;
@@ -156,6 +159,32 @@ TEST_P(Persistent, TwentySeedsSameTokensNoRace) {
     EXPECT_EQ(got, want) << "seed " << seed;
   }
 }
+
+// Real models: the first positions of a prompt, the persistent decoder's
+// logits against the graph schedule's (which test_cuda_backend compares with
+// the CPU), bit for bit.
+void check_real_model(const char* file, uint32_t n) {
+  const std::string path = std::string(PTXLM_MODELS_DIR) + "/" + file;
+  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: models/fetch (run by ./run.sh) puts it there";
+  const Model m = Model::load(path);
+  const Tokenizer tok = Tokenizer::from_gguf(m.file);
+  const std::vector<TokenId> ids = tok.encode("The capital of France is", tok.add_bos(), false);
+  ASSERT_GE(ids.size(), n);
+  cuda::CudaBackend graph(m, cuda::Driver::load(), 16, Schedule::Graph);
+  cuda::CudaBackend pers(m, cuda::Driver::load(), 16, Schedule::Persistent);
+  const size_t nv = m.n_vocab;
+  std::vector<float> a(n * nv), b(n * nv);
+  graph.eval_batch({ids.data(), n}, 0, a.data(), n);
+  pers.eval_batch({ids.data(), n}, 0, b.data(), n);
+  size_t differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+  std::printf("[persistent] %s: %zu ops per token, %u positions, %zu of %zu logits differ from the graph schedule's\n",
+              file, pers.ops_per_token(), n, differ, a.size());
+  EXPECT_EQ(differ, 0u);
+}
+
+TEST(PersistentReal, SmolLM2FirstPositions) { check_real_model("SmolLM2-135M-Instruct.Q4_1.gguf", 3); }
+TEST(PersistentReal, Gemma3FirstPositions) { check_real_model("gemma-3-270m-q4_k_m.gguf", 2); }
 
 INSTANTIATE_TEST_SUITE_P(Archs, Persistent, ::testing::Values(synth::Arch::Llama, synth::Arch::Qwen2, synth::Arch::Gemma3),
                          [](const auto& info) { return std::string(synth::arch_name(info.param)); });

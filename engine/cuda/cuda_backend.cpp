@@ -52,6 +52,14 @@ struct CudaBackend::Impl {
         ptx::LaunchGeometry geometry;
         ptx::ParamPack args;
         uint32_t kind = 0;    // index into kinds
+        // What the op reads under the persistent schedule; empty: all of the
+        // op before it. A dependency with ranges (one first, count, stride
+        // triple per virtual block) waits only for those producer blocks.
+        struct Dep {
+            uint32_t op = 0;
+            std::vector<uint32_t> ranges;   // empty: every block of `op`
+        };
+        std::vector<Dep> deps;
     };
     std::vector<Op> chain;
     std::vector<kx::OpGenerator> kinds;   // the distinct kernels, in chain order
@@ -65,7 +73,7 @@ struct CudaBackend::Impl {
         Kernel kernel;
         ptx::LaunchGeometry geometry;   // grid: resident blocks (occupancy x SMs)
         ptx::ParamList params;
-        DeviceBuffer ops, args, sync, stop_ids;
+        DeviceBuffer ops, args, sync, ranges, stop_ids;
         MappedBuffer io;
         static constexpr uint32_t kMaxSteps = 256;   // tokens per launch (io's capacity)
         static constexpr uint32_t kMaxStop = 16;
@@ -107,7 +115,7 @@ struct CudaBackend::Impl {
 
     // Appends one launch of the kernel `gen` makes (a generator bound to its
     // shape, so the persistent schedule can emit it inline too).
-    void add(const kx::OpGenerator& gen, const std::vector<ptx::ParamValue>& args) {
+    size_t add(const kx::OpGenerator& gen, const std::vector<ptx::ParamValue>& args) {
         const ptx::GeneratedKernel g = gen(target, nullptr);
         auto [kit, fresh] = kind_of.emplace(g.name, uint32_t(kinds.size()));
         if (fresh) kinds.push_back(gen);
@@ -122,7 +130,46 @@ struct CudaBackend::Impl {
             }
             fn = it->second.fn.get();
         }
-        chain.push_back({g.name, fn, g.geometry, g.params.pack(args), kit->second});
+        chain.push_back({g.name, fn, g.geometry, g.params.pack(args), kit->second, {}});
+        return chain.size() - 1;
+    }
+
+    // The persistent schedule's per-head dependencies of one layer's RoPE and
+    // attention ops (the rest wait for the whole op before them: those are
+    // the true all-to-all points, a full vector in: QKV, output GEMV,
+    // gate/up, down).
+    void head_deps(const LayerPlan& lp, size_t qkv, size_t rope, size_t split, size_t reduce) {
+        const kx::RopeShape& r = lp.rope;
+        const uint32_t hd = r.head_dim, q_dim = r.n_head * hd, kv_dim = r.n_head_kv * hd;
+        const uint32_t rpb = kx::gemv_plan(lp.qkv).rows_per_block, group = r.n_head / r.n_head_kv;
+        auto rows = [&](std::vector<uint32_t>& out, uint32_t lo, uint32_t n) {   // qkv blocks holding rows [lo, lo+n)
+            if (n == 0) return out.insert(out.end(), {0u, 0u, 1u}), void();
+            out.insert(out.end(), {lo / rpb, (lo + n - 1) / rpb - lo / rpb + 1, 1u});
+        };
+        // RoPE block h < n_head rotates q head h; block n_head + j rotates k
+        // head j and appends k and v head j to the cache.
+        Op::Dep qk{uint32_t(qkv), {}}, v{uint32_t(qkv), {}};
+        for (uint32_t h = 0; h < r.n_head + r.n_head_kv; ++h) {
+            const bool is_q = h < r.n_head;
+            const uint32_t j = h - (is_q ? 0 : r.n_head);
+            rows(qk.ranges, is_q ? h * hd : q_dim + j * hd, hd);
+            rows(v.ranges, q_dim + kv_dim + j * hd, is_q ? 0 : hd);
+        }
+        chain[rope].deps = {qk, v};
+        // Split block (h, s) = h + s * n_head reads q head h and the cache of
+        // kv head h / group (this token's row from RoPE block n_head + h/group).
+        const kx::AttentionShape& a = lp.attention;
+        Op::Dep q_head{uint32_t(rope), {}}, kv_head{uint32_t(rope), {}};
+        for (uint32_t s = 0; s < a.splits(); ++s)
+            for (uint32_t h = 0; h < a.n_head; ++h) {
+                q_head.ranges.insert(q_head.ranges.end(), {h, 1u, 1u});
+                kv_head.ranges.insert(kv_head.ranges.end(), {a.n_head + h / group, 1u, 1u});
+            }
+        chain[split].deps = {q_head, kv_head};
+        // Reduce block h sums split blocks (h, s) for every s.
+        Op::Dep parts{uint32_t(split), {}};
+        for (uint32_t h = 0; h < a.n_head; ++h) parts.ranges.insert(parts.ranges.end(), {h, a.splits(), a.n_head});
+        chain[reduce].deps = {parts};
     }
 
 };
@@ -172,19 +219,36 @@ void CudaBackend::Impl::build_persistent() {
     ps->args = DeviceBuffer(ctx, blob.size());
     ps->args.upload(blob.data(), blob.size());
     std::vector<kx::OpRecord> records(chain.size());
+    std::vector<uint32_t> ranges;
+    uint32_t flags = 0;
     for (size_t i = 0; i < chain.size(); ++i) {
         const Op& op = chain[i];
         kx::OpRecord& r = records[i];
         r.kind = op.kind;
         r.grid_x = op.geometry.grid.x;
         r.vblocks = uint32_t(op.geometry.grid.x * op.geometry.grid.y);
-        r.n_deps = i ? 1 : 0;   // every op reads what the op before it wrote (or reuses its buffers)
-        r.deps[0] = i ? uint32_t(i - 1) : 0;
+        r.flag_base = flags;
+        flags += r.vblocks;
+        if (op.deps.empty() && i) {   // the whole op before it: its output, or buffers it reuses
+            r.n_deps = 1;
+            r.deps[0] = uint32_t(i - 1);
+            r.ranges[0] = kx::kAllBlocks;
+        }
+        if (op.deps.size() > kx::kMaxDeps) throw std::logic_error("persistent decoder: too many dependencies");
+        for (const Op::Dep& d : op.deps) {
+            if (d.ranges.size() != 3ull * r.vblocks || d.op >= i)
+                throw std::logic_error("persistent decoder: a bad dependency of op " + op.kernel);
+            r.deps[r.n_deps] = d.op;
+            r.ranges[r.n_deps++] = uint32_t(ranges.size());
+            ranges.insert(ranges.end(), d.ranges.begin(), d.ranges.end());
+        }
         r.args = ps->args.ptr() + offsets[i];
     }
+    ps->ranges = DeviceBuffer(ctx, std::max<size_t>(ranges.size(), 1) * 4);
+    if (!ranges.empty()) ps->ranges.upload(ranges.data(), ranges.size() * 4);
     ps->ops = DeviceBuffer(ctx, records.size() * sizeof(kx::OpRecord));
     ps->ops.upload(records.data(), records.size() * sizeof(kx::OpRecord));
-    ps->sync = DeviceBuffer(ctx, kx::persistent_sync_bytes(uint32_t(chain.size())));
+    ps->sync = DeviceBuffer(ctx, kx::persistent_sync_bytes(uint32_t(chain.size()), flags));
     ps->stop_ids = DeviceBuffer(ctx, Persistent::kMaxStop * 4);
     ps->io = MappedBuffer(ctx, kx::kPersistentIoHeader + Persistent::kMaxSteps * 4);
     persistent = std::move(ps);
@@ -194,7 +258,7 @@ void CudaBackend::Impl::launch_persistent(uint32_t steps, uint32_t n_stop) {
     Persistent& ps = *persistent;
     ps.sync.fill_bytes_async(0, stream);   // counters are monotonic within a launch
     ptx::ParamPack args = ps.params.pack({DevPtr{ps.ops.ptr()}, uint32_t(chain.size()), DevPtr{ps.sync.ptr()},
-                                          DevPtr{state.ptr()}, DevPtr{best.ptr()}, DevPtr{ps.io.device_ptr()}, steps,
+                                          DevPtr{ps.ranges.ptr()}, DevPtr{state.ptr()}, DevPtr{best.ptr()}, DevPtr{ps.io.device_ptr()}, steps,
                                           DevPtr{ps.stop_ids.ptr()}, n_stop});
     launch_cooperative(*ps.kernel.fn, launch_dims(ps.geometry), stream, args.args());
 }
@@ -321,14 +385,15 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     for (uint32_t il = 0; il < m.layers.size(); ++il) {
         const LayerPlan& lp = plan.layers[il];
         const DevPtr kc = Impl::ptr(p.k_cache[il]), vc = Impl::ptr(p.v_cache[il]);
-        p.add(bind(kx::gemv_kernel, lp.qkv), {X, attn_norm[il], wq[il], Q, wk[il], K, wv[il], V});
+        const size_t qkv_op = p.add(bind(kx::gemv_kernel, lp.qkv), {X, attn_norm[il], wq[il], Q, wk[il], K, wv[il], V});
         std::vector<ptx::ParamValue> ra = {Q, K, V};
         if (lp.rope.bias) ra.insert(ra.end(), {bq[il], bk[il], bv[il]});
         if (lp.rope.qk_norm) ra.insert(ra.end(), {qn[il], kn[il]});
         ra.insert(ra.end(), {Impl::ptr(p.rope_tables.at(m.layers[il].rope_base)), pos_ptr, kc, vc});
-        p.add(bind(kx::rope_append_kernel, lp.rope), ra);
-        p.add(bind(kx::attention_split_kernel, lp.attention), {Q, kc, vc, pos_ptr, PART});
-        p.add(bind(kx::attention_reduce_kernel, lp.attention), {PART, pos_ptr, ATT});
+        const size_t rope_op = p.add(bind(kx::rope_append_kernel, lp.rope), ra);
+        const size_t split_op = p.add(bind(kx::attention_split_kernel, lp.attention), {Q, kc, vc, pos_ptr, PART});
+        const size_t reduce_op = p.add(bind(kx::attention_reduce_kernel, lp.attention), {PART, pos_ptr, ATT});
+        p.head_deps(lp, qkv_op, rope_op, split_op, reduce_op);
         p.add(bind(kx::gemv_kernel, lp.wo), {ATT, wo[il], lp.post_attn_norm ? O : X});
         if (lp.post_attn_norm) p.add(bind(kx::add_norm_kernel, plan.add_norm), {X, O, post_attn[il]});
         p.add(bind(kx::gemv_kernel, lp.gate_up), {X, ffn_norm[il], wg[il], wu[il], H});

@@ -33,7 +33,7 @@ PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, Target
   }
 
   ParamList params;
-  params.add_ptr("ops").add_u32("n_ops").add_ptr("sync").add_ptr("state").add_ptr("best").add_ptr("io");
+  params.add_ptr("ops").add_u32("n_ops").add_ptr("sync").add_ptr("ranges").add_ptr("state").add_ptr("best").add_ptr("io");
   params.add_u32("steps").add_ptr("stop_ids").add_u32("n_stop");
   Kernel k("persistent_decoder", t);
   k.set_params(params);
@@ -51,12 +51,14 @@ PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, Target
   // every thread; two slots by op parity, see below.
   Symbol op_rec = k.shared_array("op_rec", Type::u64, 2 * kRecordBytes / 8, 16);
 
-  Reg ops = k.param("ops"), n_ops = k.param("n_ops"), sync = k.param("sync"), state = k.param("state");
+  Reg ops = k.param("ops"), n_ops = k.param("n_ops"), sync = k.param("sync"), ranges = k.param("ranges");
+  Reg state = k.param("state");
   Reg best = k.param("best"), io = k.param("io"), steps = k.param("steps"), stop_ids = k.param("stop_ids");
   Reg n_stop = k.param("n_stop");
   Reg tid = k.special(Sreg::tid_x), bid = k.special(Sreg::ctaid_x), nblocks = k.special(Sreg::nctaid_x);
   Reg is_t0 = k.setp(Cmp::eq, tid, 0u);
-  Reg go_addr = k.add(sync, k.mul_wide(n_ops, 4u));   // done[n_ops], then go, stop
+  Reg go_addr = k.add(sync, k.mul_wide(n_ops, 4u));   // done[n_ops], then go, stop, flags
+  Reg flags = k.add(go_addr, 8u);
 
   // Thread 0 spins until op d has finished `epoch` tokens' worth of virtual
   // blocks: done[d] >= vblocks[d] * epoch (acquire: its writes are visible).
@@ -68,6 +70,15 @@ PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, Target
     k.place(spin);
     Reg c = k.ld_acquire_gpu(Type::u32, at(counter));
     k.bra_if(k.setp(Cmp::lo, c, target), spin);
+  };
+  // Thread 0 spins until one virtual block's flag says it finished this
+  // token (flags hold the epoch of the block's last completion).
+  auto wait_flag = [&](const Reg& index, const Reg& epoch) {
+    Reg addr = k.add(flags, k.mul_wide(index, 4u));
+    Label spin = k.label("wait_flag");
+    k.place(spin);
+    Reg f = k.ld_acquire_gpu(Type::u32, at(addr));
+    k.bra_if(k.setp(Cmp::lo, f, epoch), spin);
   };
 
   PersistentKernel out;
@@ -93,7 +104,8 @@ PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, Target
       Reg vblocks = k.ld_shared(Type::u32, at(slot, 4));
       Reg grid_x = k.ld_shared(Type::u32, at(slot, 8));
       Reg n_deps = k.ld_shared(Type::u32, at(slot, 12));
-      Reg args = k.ld_shared(Type::u64, at(slot, 32));
+      Reg flag_base = k.ld_shared(Type::u32, at(slot, 48));
+      Reg args = k.ld_shared(Type::u64, at(slot, 56));
       // Every thread is past the previous op (the barrier above), so its
       // arguments are no longer read; the copy is read only after the
       // virtual block's opening barrier.
@@ -106,7 +118,19 @@ PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, Target
         k.comment("wait for the ops this one reads (their completion this token)");
         k.if_(is_t0, [&] {
           Reg j = k.reg(Type::u32);
-          k.for_range(j, 0u, n_deps, 1u, [&] { wait_op(k.ld_shared(Type::u32, at(k.mad_lo(j, 4u, slot), 16)), epoch); });
+          k.for_range(j, 0u, n_deps, 1u, [&] {
+            Reg d = k.ld_shared(Type::u32, at(k.mad_lo(j, 4u, slot), 16));
+            Reg r = k.ld_shared(Type::u32, at(k.mad_lo(j, 4u, slot), 32));
+            k.if_else(k.setp(Cmp::eq, r, kAllBlocks), [&] { wait_op(d, epoch); }, [&] {
+              // Only the producer's blocks this virtual block reads.
+              Reg tri = k.add(ranges, k.mul_wide(k.mad_lo(v, 3u, r), 4u));
+              Reg first = k.ld_global(Type::u32, at(tri)), count = k.ld_global(Type::u32, at(tri, 4));
+              Reg stride = k.ld_global(Type::u32, at(tri, 8));
+              Reg base = k.add(k.ld_global(Type::u32, at(k.add(ops, k.mul_wide(d, kRecordBytes)), 48)), first);
+              Reg q = k.reg(Type::u32);
+              k.for_range(q, 0u, count, 1u, [&] { wait_flag(k.mad_lo(q, stride, base), epoch); });
+            });
+          });
         });
         k.bar_sync(kLoopBarrier);   // the whole block starts after thread 0's acquire
         Reg cx = k.reg(Type::u32), cy = k.reg(Type::u32);
@@ -136,7 +160,11 @@ PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, Target
         k.place(end_op);
         k.bar_sync(kLoopBarrier);   // every thread's writes of this virtual block precede the release
         Reg one = k.mov(Type::u32, 1u);
-        k.when(is_t0, [&] { k.red(AtomOp::add, Space::global, at(k.add(sync, k.mul_wide(i, 4u))), one, Scope::gpu, Order::release); });
+        Reg flag = k.add(flags, k.mul_wide(k.add(flag_base, v), 4u));
+        k.when(is_t0, [&] {
+          k.st_release_gpu(at(flag), epoch);   // for consumers that read only some of this op's blocks
+          k.red(AtomOp::add, Space::global, at(k.add(sync, k.mul_wide(i, 4u))), one, Scope::gpu, Order::release);
+        });
       });
     });
 

@@ -10,13 +10,14 @@
 //
 //   for op i in the table:
 //     for v = blockIdx; v < op.vblocks; v += gridDim       (virtual blocks)
-//       thread 0 waits: done[d] >= (t+1) * vblocks[d] for each dependency d
-//                        (ld.acquire.gpu; protects the op's inputs)
+//       thread 0 waits, for each dependency d (ld.acquire.gpu; protects the
+//         op's inputs): done[d] >= (t+1) * vblocks[d] (the whole op), or
+//         flag[b] >= t+1 for the producer blocks b its range names
 //       bar.sync                      (the block starts after the wait)
 //       the op's code for virtual block v
 //       bar.sync                      (every thread's writes precede the release;
 //                                      shared memory free for the next op)
-//       thread 0: red.release.gpu.add done[i], 1
+//       thread 0: flag[v] = t+1 (st.release.gpu); red.release.gpu.add done[i], 1
 //   block 0 thread 0 ("advance"): waits for the last op; token = argmax of
 //     `best`; io.tokens[t] = token; io.produced = t+1 (st.release.sys: the
 //     host streams it); stop when the token is a stop id, t+1 = steps or the
@@ -25,11 +26,9 @@
 //   every block's thread 0 waits for go >= t+1 (it protects state and
 //     best, which the next token's embedding and argmax use), reads stop.
 //
-// Counters are monotonic within a launch (the host zeroes them before each
-// launch), so no reset races a late reader. The dependencies are the ops
-// whose outputs an op reads, as the host's table says; that each op also
-// waits for the op before it (the table's default) keeps buffers reused
-// across layers safe.
+// Counters and flags are monotonic within a launch (the host zeroes them
+// before each launch), so no reset races a late reader. The dependencies
+// are what an op reads, as the host's table says (OpRecord).
 #pragma once
 
 #include <cstdint>
@@ -49,17 +48,26 @@ using OpGenerator = std::function<ptx::GeneratedKernel(const ptx::Target&, const
 
 constexpr uint32_t kMaxDeps = 4;
 
-// One row of the device op table (little-endian, 40 bytes, 8-aligned).
+constexpr uint32_t kAllBlocks = 0xffffffffu;   // a dependency on every virtual block of the producer
+
+// One row of the device op table (little-endian, 64 bytes, 8-aligned).
 struct OpRecord {
   uint32_t kind = 0;      // index into the kinds the kernel was generated for
   uint32_t vblocks = 0;   // the op's grid: x * y virtual blocks
   uint32_t grid_x = 1;    // virtual block v is (v % grid_x, v / grid_x)
   uint32_t n_deps = 0;
-  uint32_t deps[kMaxDeps] = {};   // indices of earlier ops whose completion it waits for
+  uint32_t deps[kMaxDeps] = {};     // indices of earlier ops it reads from
+  // Per dependency: kAllBlocks (wait for the whole producer: its done
+  // counter), or the offset in the ranges table (u32) of this op's ranges,
+  // one (first, count, stride) triple per virtual block: virtual block v
+  // waits for the producer's blocks first + k*stride, k < count (their flags).
+  uint32_t ranges[kMaxDeps] = {};
+  uint32_t flag_base = 0;  // this op's first flag (flags are per virtual block)
+  uint32_t pad = 0;
   uint64_t args = 0;      // device address of the op's packed parameters (ParamList::pack's layout);
                           // readable for the largest kind's parameter size (the kernel copies that much)
 };
-static_assert(sizeof(OpRecord) == 40);
+static_assert(sizeof(OpRecord) == 64);
 
 // The host-mapped block the kernel streams tokens through.
 struct PersistentIo {
@@ -71,8 +79,10 @@ struct PersistentIo {
 };
 constexpr uint32_t kPersistentIoHeader = 16;
 
-// Device scratch the kernel synchronises through: done[n_ops], then go, stop.
-inline uint64_t persistent_sync_bytes(uint32_t n_ops) { return (uint64_t(n_ops) + 2) * 4; }
+// Device scratch the kernel synchronises through: done[n_ops], go, stop,
+// then one flag per virtual block of every op (n_flags in all). Zeroed
+// before each launch.
+inline uint64_t persistent_sync_bytes(uint32_t n_ops, uint64_t n_flags) { return (uint64_t(n_ops) + 2 + n_flags) * 4; }
 
 struct PersistentKernel {
   ptx::GeneratedKernel kernel;              // geometry: grid 1 (the caller sizes it), block, shared
@@ -80,6 +90,7 @@ struct PersistentKernel {
 };
 
 // Params: ops (OpRecord[n_ops]), n_ops, sync (persistent_sync_bytes),
+// ranges (u32 triples, see OpRecord),
 // state (u32 token, u32 pos), best (u64 argmax key), io (PersistentIo +
 // tokens), steps, stop_ids (u32[n_stop]), n_stop. The argmax key is decoded
 // as kernels/examples argmax_index does (~low 32 bits).

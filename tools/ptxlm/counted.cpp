@@ -146,7 +146,11 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
     row["blocks"] = grid;
     const uint64_t syncs = k.at("grid_syncs").get<uint64_t>();
     const std::vector<LaunchCost> costs = {{grid, unique}};
-    const Projection p = project(costs, 1, gpu, LaunchMode::Persistent, syncs);
+    // Every op waits for (part of) the op before it: the token's critical
+    // path crosses one release -> acquire handoff per op, each assumed to
+    // cost what a grid-wide sync does. Ops do not overlap in this model.
+    const uint64_t handoffs = c.launches.size();
+    const Projection p = project(costs, 1, gpu, LaunchMode::Persistent, handoffs);
     const PassTraffic tr = pass_traffic(m);
     const double token_bytes = double(tr.weights + tr.lm_head + tr.embd_row);
     return {{"tokens", 1},
@@ -171,7 +175,7 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
             {"registers_from", ptxas.empty() ? "no ptxas found" : "ptxas sm_90"},
             {"kernels", nlohmann::json::array({row})},
             {"projected",
-             {{"label", "projected from emu's counts, not measured; assumes 1 us per grid-wide sync"},
+             {{"label", "projected from emu's counts, not measured; assumes 1 us per op-to-op handoff, ops not overlapping"},
               {"gpu", gpu.name},
               {"description", gpu.description},
               {"sms", gpu.sms},
@@ -180,6 +184,7 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
               {"us_per_token", p.us_per_token},
               {"launch_us", p.launch_us + p.sync_us},
               {"sync_us", p.sync_us},
+              {"handoffs", handoffs},
               {"memory_us", p.memory_us},
               {"tokens_per_s", p.tokens_per_s},
               {"bandwidth_share", p.bandwidth_share}}}};
