@@ -85,6 +85,16 @@ struct CudaBackend::Impl {
         for (Op& op : chain) launch(*op.fn, op.geometry, stream, op.args);
     }
 
+    // One token's id and position, as eval_argmax and start_greedy take them.
+    void check_token(TokenId token, uint32_t pos) const {
+        if (token < 0 || uint32_t(token) >= m.n_vocab)
+            throw ModelError("token id " + std::to_string(token) + " is outside the vocabulary (0.." +
+                             std::to_string(m.n_vocab - 1) + ")");
+        if (pos >= n_ctx)
+            throw ModelError("position " + std::to_string(pos) + " is past the context of " + std::to_string(n_ctx) +
+                             " tokens");
+    }
+
     void build_persistent();
     // Queues one persistent launch of up to `steps` tokens from the state
     // already queued; n_stop ids at stop_ids end it early.
@@ -457,12 +467,7 @@ size_t CudaBackend::ops_per_token() const { return p_->chain.size(); }
 
 TokenId CudaBackend::eval_argmax(TokenId token, uint32_t pos) {
     Impl& p = *p_;
-    if (token < 0 || uint32_t(token) >= p.m.n_vocab)
-        throw ModelError("token id " + std::to_string(token) + " is outside the vocabulary (0.." +
-                         std::to_string(p.m.n_vocab - 1) + ")");
-    if (pos >= p.n_ctx)
-        throw ModelError("position " + std::to_string(pos) + " is past the context of " + std::to_string(p.n_ctx) +
-                         " tokens");
+    p.check_token(token, pos);
     p.ctx.make_current();
     auto* host = static_cast<uint32_t*>(p.state_host.data());
     host[0] = uint32_t(token);
@@ -623,12 +628,7 @@ std::unique_ptr<Backend::GreedyStream> CudaBackend::start_greedy(TokenId token, 
                                                                  std::span<const TokenId> stop) {
     Impl& p = *p_;
     if (!p.persistent) return nullptr;
-    if (token < 0 || uint32_t(token) >= p.m.n_vocab)
-        throw ModelError("token id " + std::to_string(token) + " is outside the vocabulary (0.." +
-                         std::to_string(p.m.n_vocab - 1) + ")");
-    if (pos >= p.n_ctx)
-        throw ModelError("position " + std::to_string(pos) + " is past the context of " + std::to_string(p.n_ctx) +
-                         " tokens");
+    p.check_token(token, pos);
     if (stop.size() > Impl::Persistent::kMaxStop) stop = stop.first(Impl::Persistent::kMaxStop);   // the rest: the caller's own check
     p.ctx.make_current();
     // Each token produced needs its input evaluated at a position < n_ctx.

@@ -105,6 +105,34 @@ ChainParts chain_parts(const Model& m) {
     return c;
 }
 
+// A kernel's distinct weight bytes and weight load sectors, from emu's
+// per-allocation counters and the allocations that hold weights.
+std::pair<uint64_t, uint64_t> weight_traffic(const nlohmann::json& k, const std::set<uint64_t>& weights) {
+    uint64_t unique = 0, sectors = 0;
+    for (const nlohmann::json& a : k.at("allocations"))
+        if (weights.count(a.at("base").get<uint64_t>())) {
+            unique += a.at("unique").get<uint64_t>();
+            sectors += a.at("load_sectors").get<uint64_t>();
+        }
+    return {unique, sectors};
+}
+
+// The "projected" object of a counted token: a Projection on `gpu`, labelled.
+nlohmann::json projected_json(const Projection& p, const GpuSpec& gpu, Schedule schedule, const std::string& label) {
+    return {{"label", label},
+            {"gpu", gpu.name},
+            {"description", gpu.description},
+            {"sms", gpu.sms},
+            {"bandwidth_gbs", gpu.bandwidth_gbs},
+            {"schedule", schedule_name(schedule)},
+            {"us_per_token", p.us_per_token},
+            {"launch_us", p.launch_us + p.sync_us},
+            {"sync_us", p.sync_us},
+            {"memory_us", p.memory_us},
+            {"tokens_per_s", p.tokens_per_s},
+            {"bandwidth_share", p.bandwidth_share}};
+}
+
 // The persistent schedule: one kernel runs every op, so emu's counters are
 // one row; what it adds is the waiting: grid-wide syncs, counter waits and
 // the instructions spent spinning.
@@ -113,12 +141,7 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
     const uint64_t requested = 32 * (k.at("global_load_sectors").get<uint64_t>() + k.at("global_store_sectors").get<uint64_t>()) +
                                k.at("global_atomic_bytes").get<uint64_t>();
     const uint64_t unique = k.at("unique_global_bytes").get<uint64_t>();
-    uint64_t w_unique = 0, w_sectors = 0;
-    for (const nlohmann::json& a : k.at("allocations"))
-        if (c.weights.count(a.at("base").get<uint64_t>())) {
-            w_unique += a.at("unique").get<uint64_t>();
-            w_sectors += a.at("load_sectors").get<uint64_t>();
-        }
+    const auto [w_unique, w_sectors] = weight_traffic(k, c.weights);
     const ptx::Target t = ptx::Target::parse("sm_90");
     const ptx::GeneratedKernel g =
         kernels::persistent_kernel(cuda::decode_op_kinds(cuda::decode_plan(m, kCountedContext)), t).kernel;
@@ -174,20 +197,10 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
             {"launches_below_sm_count", 0},
             {"registers_from", ptxas.empty() ? "no ptxas found" : "ptxas sm_90"},
             {"kernels", nlohmann::json::array({row})},
-            {"projected",
-             {{"label", "projected from emu's counts, not measured; assumes 1 us per op-to-op handoff, ops not overlapping"},
-              {"gpu", gpu.name},
-              {"description", gpu.description},
-              {"sms", gpu.sms},
-              {"bandwidth_gbs", gpu.bandwidth_gbs},
-              {"schedule", schedule_name(c.schedule)},
-              {"us_per_token", p.us_per_token},
-              {"launch_us", p.launch_us + p.sync_us},
-              {"sync_us", p.sync_us},
-              {"handoffs", handoffs},
-              {"memory_us", p.memory_us},
-              {"tokens_per_s", p.tokens_per_s},
-              {"bandwidth_share", p.bandwidth_share}}}};
+            {"handoffs", handoffs},
+            {"projected", projected_json(p, gpu, c.schedule,
+                                         "projected from emu's counts, not measured; assumes 1 us per op-to-op "
+                                         "handoff, ops not overlapping")}};
 }
 
 }  // namespace
@@ -216,12 +229,7 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& g
         const uint64_t req = 32 * (k.at("global_load_sectors").get<uint64_t>() +
                                    k.at("global_store_sectors").get<uint64_t>()) +
                              k.at("global_atomic_bytes").get<uint64_t>();
-        uint64_t w_unique = 0, w_sectors = 0;
-        for (const nlohmann::json& a : k.at("allocations"))
-            if (c.weights.count(a.at("base").get<uint64_t>())) {
-                w_unique += a.at("unique").get<uint64_t>();
-                w_sectors += a.at("load_sectors").get<uint64_t>();
-            }
+        const auto [w_unique, w_sectors] = weight_traffic(k, c.weights);
         n_launch += launches;
         requested += req;
         unique += k.at("unique_global_bytes").get<uint64_t>();
@@ -282,18 +290,7 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& g
             {"launches_below_sm_count", below},
             {"registers_from", regs.empty() ? "no ptxas found" : "ptxas sm_90"},
             {"kernels", rows},
-            {"projected",
-             {{"label", "projected from emu's counts, not measured"},
-              {"gpu", gpu.name},
-              {"description", gpu.description},
-              {"sms", gpu.sms},
-              {"bandwidth_gbs", gpu.bandwidth_gbs},
-              {"schedule", schedule_name(c.schedule)},
-              {"us_per_token", p.us_per_token},
-              {"launch_us", p.launch_us},
-              {"memory_us", p.memory_us},
-              {"tokens_per_s", p.tokens_per_s},
-              {"bandwidth_share", p.bandwidth_share}}}};
+            {"projected", projected_json(p, gpu, c.schedule, "projected from emu's counts, not measured")}};
 }
 
 std::string counted_kernel_table(const nlohmann::json& counted) {
