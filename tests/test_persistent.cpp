@@ -160,6 +160,29 @@ TEST_P(Persistent, TwentySeedsSameTokensNoRace) {
   }
 }
 
+// The negative control of the dependency table: without the attention
+// split's wait on its kv head's RoPE block (the block that appends this
+// token's K and V rows), the split reads the cache row while it is written,
+// and emu's race checker must say so. Shows the seed tests above can fail.
+TEST(PersistentNegative, DroppedKvHeadWaitIsReportedAsARace) {
+  std::vector<uint8_t> bytes;
+  const Model m = synth_model(synth::Arch::Llama, bytes);
+  cuda::CudaBackend b(m, cuda::Driver::load(), 64, Schedule::Persistent);
+  ASSERT_EQ(b.drop_dependency_for_test("attention_split", 1), m.layers.size());
+  std::vector<float> logits(kPrompt.size() * m.n_vocab);
+  ::testing::internal::CaptureStderr();
+  std::string error;
+  try {
+    b.eval_batch({kPrompt.data(), kPrompt.size()}, 0, logits.data(), uint32_t(kPrompt.size()));
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  std::printf("[persistent] dropped kv-head wait: %s\n%s", error.c_str(), log.c_str());
+  EXPECT_NE(log.find("race: kernel 'persistent"), std::string::npos) << log;
+  EXPECT_NE(error, "") << "the race must fail the launch";
+}
+
 // Real models: the first positions of a prompt, the persistent decoder's
 // logits against the graph schedule's (which test_cuda_backend compares with
 // the CPU), bit for bit.

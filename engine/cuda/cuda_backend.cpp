@@ -96,6 +96,7 @@ struct CudaBackend::Impl {
     }
 
     void build_persistent();
+    void upload_op_table();
     // Queues one persistent launch of up to `steps` tokens from the state
     // already queued; n_stop ids at stop_ids end it early.
     void launch_persistent(uint32_t steps, uint32_t n_stop);
@@ -211,8 +212,16 @@ void CudaBackend::Impl::build_persistent() {
                          std::to_string(fn.num_regs()) + " registers per thread; use --schedule graph");
     ps->geometry.grid = {uint32_t(per_sm) * uint32_t(dev.sm_count), 1, 1};
 
-    // The op table: each op's packed arguments in one buffer, each record
-    // pointing at its own, waiting for the op before it.
+    ps->stop_ids = DeviceBuffer(ctx, Persistent::kMaxStop * 4);
+    ps->io = MappedBuffer(ctx, kx::kPersistentIoHeader + Persistent::kMaxSteps * 4);
+    persistent = std::move(ps);
+    upload_op_table();
+}
+
+// The op table: each op's packed arguments in one buffer, each record
+// pointing at its own, with its dependencies (default: the whole op before it).
+void CudaBackend::Impl::upload_op_table() {
+    Persistent* ps = persistent.get();
     std::vector<uint8_t> blob;
     std::vector<size_t> offsets;
     for (const Op& op : chain) {
@@ -259,9 +268,6 @@ void CudaBackend::Impl::build_persistent() {
     ps->ops = DeviceBuffer(ctx, records.size() * sizeof(kx::OpRecord));
     ps->ops.upload(records.data(), records.size() * sizeof(kx::OpRecord));
     ps->sync = DeviceBuffer(ctx, kx::persistent_sync_bytes(uint32_t(chain.size()), flags));
-    ps->stop_ids = DeviceBuffer(ctx, Persistent::kMaxStop * 4);
-    ps->io = MappedBuffer(ctx, kx::kPersistentIoHeader + Persistent::kMaxSteps * 4);
-    persistent = std::move(ps);
 }
 
 void CudaBackend::Impl::launch_persistent(uint32_t steps, uint32_t n_stop) {
@@ -486,6 +492,19 @@ TokenId CudaBackend::eval_argmax(TokenId token, uint32_t pos) {
     return TokenId(kx::argmax_index(*static_cast<const uint64_t*>(p.best_host.data())));
 }
 Schedule CudaBackend::schedule() const { return p_->schedule; }
+
+size_t CudaBackend::drop_dependency_for_test(const std::string& prefix, size_t dep) {
+    if (!p_->persistent) throw std::logic_error("drop_dependency_for_test: not the persistent schedule");
+    size_t changed = 0;
+    for (Impl::Op& op : p_->chain)
+        if (op.kernel.starts_with(prefix) && dep < op.deps.size()) {
+            op.deps.erase(op.deps.begin() + long(dep));
+            ++changed;
+        }
+    p_->stream.synchronize();   // no launch may read the table being replaced
+    p_->upload_op_table();
+    return changed;
+}
 
 std::vector<CudaBackend::Launch> CudaBackend::launches() const {
     std::vector<Launch> out;

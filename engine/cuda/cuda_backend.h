@@ -74,6 +74,12 @@ public:
     };
     StreamStats stream_stats() const;
     Schedule schedule() const;
+    // For tests only, a negative control of the persistent schedule's
+    // dependency table: removes dependency `dep` (per-head ranges, in the
+    // order head_deps gives them) of every op whose kernel name starts with
+    // `prefix`, and re-uploads the table; returns how many ops lost one.
+    // emu's race checker must then report what the dropped wait protected.
+    size_t drop_dependency_for_test(const std::string& prefix, size_t dep);
 
     struct Impl;
 
