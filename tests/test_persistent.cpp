@@ -61,9 +61,17 @@ TEST_P(Persistent, LogitsAreTheGraphSchedulesExactly) {
   }
   size_t differ = 0;
   for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
-  std::printf("[persistent] %s: %zu ops per token, %zu of %zu logits differ from the graph schedule's\n",
-              synth::arch_name(GetParam()), pers.ops_per_token(), differ, a.size());
+  std::printf("[persistent] %s: %zu ops per token, %zu all-to-all waits (%zu layers), %zu of %zu logits differ "
+              "from the graph schedule's\n",
+              synth::arch_name(GetParam()), pers.ops_per_token(), pers.all_to_all_waits(), m.layers.size(), differ,
+              a.size());
   EXPECT_EQ(pers.launches_per_token(), 1u);
+  // A grid-wide wait only where a full vector goes in: at most 4 per layer
+  // (QKV, output GEMV, gate/up, down; gemma3's norms after the adds are
+  // gathered by one block and broadcast), plus the LM head's and argmax's.
+  EXPECT_LE(pers.all_to_all_waits(), 4 * m.layers.size() + 2);
+  EXPECT_GE(pers.all_to_all_waits(), 4 * m.layers.size()) << "each layer has at least its four GEMV inputs to gather";
+  EXPECT_EQ(graph.all_to_all_waits(), 0u);
   EXPECT_EQ(differ, 0u);
 }
 

@@ -470,6 +470,19 @@ uint32_t CudaBackend::n_ctx() const { return p_->n_ctx; }
 uint32_t CudaBackend::n_vocab() const { return p_->m.n_vocab; }
 size_t CudaBackend::launches_per_token() const { return p_->persistent ? 1 : p_->chain.size(); }
 size_t CudaBackend::ops_per_token() const { return p_->chain.size(); }
+uint32_t CudaBackend::persistent_blocks() const { return p_->persistent ? p_->persistent->geometry.grid.x : 0; }
+size_t CudaBackend::all_to_all_waits() const {
+    if (!p_->persistent) return 0;
+    const std::vector<Impl::Op>& chain = p_->chain;
+    auto blocks = [&](size_t i) { return uint64_t(chain[i].geometry.grid.x) * chain[i].geometry.grid.y; };
+    size_t n = 0;
+    for (size_t i = 1; i < chain.size(); ++i) {
+        const Impl::Op& op = chain[i];
+        if (op.deps.empty()) n += blocks(i - 1) > 1;   // the whole op before it (upload_op_table's default)
+        for (const Impl::Op::Dep& d : op.deps) n += d.ranges.empty() && blocks(d.op) > 1;
+    }
+    return n;
+}
 
 TokenId CudaBackend::eval_argmax(TokenId token, uint32_t pos) {
     Impl& p = *p_;

@@ -50,6 +50,14 @@ public:
     size_t launches_per_token() const;
     // Ops per token: the chain's kernels, launched or inline.
     size_t ops_per_token() const;
+    // The persistent schedule's all-to-all waits per token: ops that wait for
+    // every block of an op run by more than one block (a gather: each of its
+    // blocks needs what all of the producer's blocks wrote, as a grid-wide
+    // barrier would give). Waits on part of an op, or on a one-block op (a
+    // broadcast), are not counted. 0 under the other schedules.
+    size_t all_to_all_waits() const;
+    // The persistent kernel's grid (resident blocks); 0 under the other schedules.
+    uint32_t persistent_blocks() const;
     // The chain, in order: each launch's kernel, grid size (blocks), block
     // size and dynamic shared memory.
     struct Launch {

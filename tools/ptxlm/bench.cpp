@@ -451,10 +451,14 @@ int run(const Args& a) {
                         100 * c["sector_efficiency"].get<double>(),
                         (unsigned long long)c["launches_below_sm_count"].get<uint64_t>(), gpu->name, gpu->sms);
             if (c.contains("grid_syncs"))
-                std::printf("persistent decoder: %llu ops in one launch; %llu grid-wide syncs (%.2f per layer), %llu "
-                            "counter waits, %llu of %llu warp instructions spent spinning\n",
-                            (unsigned long long)c["ops"].get<uint64_t>(), (unsigned long long)c["grid_syncs"].get<uint64_t>(),
-                            c["grid_syncs_per_layer"].get<double>(), (unsigned long long)c["spin_waits"].get<uint64_t>(),
+                std::printf("persistent decoder: %llu ops in one launch; %llu all-to-all waits in the op table (%.2f "
+                            "per layer); emu saw %llu all-to-all happens-before points on its %llu blocks (%.2f per "
+                            "layer); %llu counter waits, %llu of %llu warp instructions spent spinning\n",
+                            (unsigned long long)c["ops"].get<uint64_t>(),
+                            (unsigned long long)c["all_to_all_waits"].get<uint64_t>(),
+                            c["all_to_all_waits_per_layer"].get<double>(), (unsigned long long)c["grid_syncs"].get<uint64_t>(),
+                            (unsigned long long)c["emu_blocks"].get<uint64_t>(), c["grid_syncs_per_layer"].get<double>(),
+                            (unsigned long long)c["spin_waits"].get<uint64_t>(),
                             (unsigned long long)c["spin_instructions"].get<uint64_t>(),
                             (unsigned long long)c["warp_instructions"].get<uint64_t>());
             std::printf("projected for %s (%s schedule): %.0f tok/s, %.1f us per token (%.1f launch overhead + %.1f "

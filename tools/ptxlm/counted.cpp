@@ -26,6 +26,8 @@ struct Counted {
     std::vector<cuda::CudaBackend::Launch> launches;
     std::set<uint64_t> weights;
     Schedule schedule = Schedule::Default;
+    size_t all_to_all_waits = 0;   // the persistent op table's, per token
+    uint32_t blocks = 0;           // the persistent grid on emu
 };
 
 Counted count_one_token(const Model& m, Schedule schedule) {
@@ -41,6 +43,8 @@ Counted count_one_token(const Model& m, Schedule schedule) {
         b.eval(0, 0, logits.data());
         c.launches = b.launches();
         c.schedule = b.schedule();
+        c.all_to_all_waits = b.all_to_all_waits();
+        c.blocks = b.persistent_blocks();
         for (uint64_t w : b.weight_buffers()) c.weights.insert(w);
     } catch (...) {
         unsetenv("PTXLM_EMU_STATS");
@@ -182,8 +186,11 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
             {"n_vocab", m.n_vocab},
             {"launches", k.at("launches")},
             {"ops", c.launches.size()},
+            {"all_to_all_waits", c.all_to_all_waits},
+            {"all_to_all_waits_per_layer", double(c.all_to_all_waits) / double(m.layers.size())},
             {"grid_syncs", syncs},
             {"grid_syncs_per_layer", double(syncs) / double(m.layers.size())},
+            {"emu_blocks", c.blocks},
             {"spin_waits", k.at("spin_waits")},
             {"spin_instructions", k.at("spin_instructions")},
             {"warp_instructions", k.at("warp_instructions")},
