@@ -1,16 +1,19 @@
 """The GPU decode path's efficiency report, counted on emu.
 
-For each model: `ptxlm bench --device cuda` with emu as the driver counts one
-token's work (bench's counted mode: launches, unique and L2-sector bytes, the
-weight loads' sector efficiency, a row per kernel with registers and spills
-from ptxas for sm_90, blocks per SM and bytes in flight per SM) and projects a
-rate for a named GPU. The models: the 4096-wide synthetic Q4_K_M model (two
-Llama-2-7B layers), both real models, and two Llama-3-8B layers
-(`llama3-8b-slice`), which Q4_K_M types as the two kinds of layer the full
-model has 16 of each; that slice is scaled to Llama-3-8B's 32 layers and
-128256-token vocabulary with the projection of engine/projection.h (each
-launch: a fixed overhead, 1.3 us in a graph, plus its bytes at 90% of peak
-bandwidth, slowed in proportion when the grid has fewer blocks than SMs).
+For each model and schedule (graph, persistent): `ptxlm bench --device cuda`
+with emu as the driver counts one token's work (bench's counted mode:
+launches, grid-wide waits, unique and L2-sector bytes, the weight loads'
+sector efficiency, a row per kernel with registers and spills from ptxas for
+sm_90, blocks per SM and bytes in flight per SM) and projects a rate for a
+named GPU. The models: the 4096-wide synthetic Q4_K_M model (two Llama-2-7B
+layers), both real models, and two-layer slices of Llama-3-8B
+(`llama3-8b-slice`) and Llama-3.2-1B (`llama3.2-1b-slice`), which Q4_K_M
+types as the two kinds of layer the full models have half of each; the
+slices are scaled to the full models' layers and 128256-token vocabulary
+with the projection of engine/projection.h (graph: each launch a fixed
+1.3 us plus its bytes at 90% of peak bandwidth, slowed in proportion when
+the grid has fewer blocks than SMs; persistent: one 2 us launch, 1 us per
+op-to-op handoff, every op's bytes at 90% of peak).
 
     bench/efficiency [--project h100-sxm] [--out docs/efficiency.md]
 
@@ -30,11 +33,14 @@ PTXLM = os.path.join(BUILD, "tools", "ptxlm", "ptxlm")
 SYNTH = os.path.join(BUILD, "models", "synth", "ptxlm-synth")
 EMU = os.path.join(BUILD, "emu", "lib", "libcuda.so.1")
 
-# Llama-3-8B: 32 layers, 128256-token vocabulary, Q6_K output (Q4_K_M).
-L3_LAYERS, L3_VOCAB = 32, 128256
+# The full models the slices stand for: layers and vocabulary (Q6_K output
+# under Q4_K_M; Llama-3.2-1B's is its tied embedding, typed as the output).
+SCALED = [("Llama-3-8B Q4_K_M", "llama3-8b-slice", 32, 128256),
+          ("Llama-3.2-1B Q4_K_M", "llama3.2-1b-slice", 16, 128256)]
 MARKER = "<!-- report: bench/efficiency replaces everything below -->"
 # engine/projection.h's model.
-GRAPH_LAUNCH_US, ACHIEVABLE = 1.3, 0.9
+GRAPH_LAUNCH_US, PERSISTENT_LAUNCH_US, HANDOFF_US, ACHIEVABLE = 1.3, 2.0, 1.0, 0.9
+SCHEDULES = ("graph", "persistent")
 
 
 def log(msg):
@@ -48,12 +54,12 @@ def synth(size, out):
     return out
 
 
-def counted(model, gpu):
-    log(f"counting one token of {os.path.basename(model)} on emu")
+def counted(model, gpu, schedule):
+    log(f"counting one token of {os.path.basename(model)} on emu ({schedule} schedule)")
     t = time.time()
     env = dict(os.environ, PTXLM_LIBCUDA=EMU)
-    p = subprocess.run([PTXLM, "bench", "-m", model, "--device", "cuda", "-p", "0", "-n", "1", "-r", "1", "-o", "json",
-                        "--project", gpu], env=env, capture_output=True, text=True)
+    p = subprocess.run([PTXLM, "bench", "-m", model, "--device", "cuda", "--schedule", schedule, "-p", "0", "-n", "1",
+                        "-r", "1", "-o", "json", "--project", gpu], env=env, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"efficiency: ptxlm bench failed on {model}:\n{p.stderr}")
     log(f"  done in {time.time() - t:.0f} s")
@@ -66,32 +72,58 @@ def launch_us(blocks, nbytes, gpu):
     return GRAPH_LAUNCH_US + (nbytes / (gpu["gbs"] * 1e3 * ACHIEVABLE * share) if nbytes else 0.0)
 
 
-def scale_slice(c, gpu):
-    """Llama-3-8B from its two-layer slice: each layer kernel's launches x 16
-    (the slice's 2 layers are one of each of the 16 + 16 layer kinds), the LM
-    head's bytes x 128256 / the slice's vocabulary (its grid already fills
-    every SM), the embedding row, clear and argmax once."""
+def scale_slice(graph, persistent, layers, vocab, gpu):
+    """A full model from its two-layer slice's graph count (the op chain is
+    the same under both schedules): each layer kernel's launches x layers / 2
+    (the slice's 2 layers are one of each of the two layer kinds), the LM
+    head's bytes x vocab / the slice's vocabulary (its grid already fills
+    every SM), the embedding row, clear and argmax once. The persistent
+    schedule runs the same ops in one launch, one handoff each, and its
+    all-to-all waits per layer are the slice's."""
+    c = graph
     assert c["n_layer"] == 2, c["n_layer"]
-    us, launches, nbytes = 0.0, 0, 0.0
+    graph_us, ops, nbytes, mem_us = 0.0, 0, 0.0, 0.0
     for k in c["kernels"]:
         per_launch = k["unique_bytes"] / k["launches"]
         n, b, blocks = k["launches"], per_launch, k["blocks"]
         if k["part"] == "layer":
-            n = k["launches"] * L3_LAYERS // c["n_layer"]
+            n = k["launches"] * layers // c["n_layer"]
         elif k["part"] == "head":
-            b, blocks = per_launch * L3_VOCAB / c["n_vocab"], max(blocks, gpu["sms"])
-        us += n * launch_us(blocks, b, gpu)
-        launches += n
+            b, blocks = per_launch * vocab / c["n_vocab"], max(blocks, gpu["sms"])
+        graph_us += n * launch_us(blocks, b, gpu)
+        mem_us += n * b / (gpu["gbs"] * 1e3 * ACHIEVABLE)
+        ops += n
         nbytes += n * b
-    return {"launches": launches, "bytes": nbytes, "us": us, "tok_s": 1e6 / us,
-            "share": nbytes * (1e6 / us) / (gpu["gbs"] * 1e9)}
+    pers_us = PERSISTENT_LAUNCH_US + ops * HANDOFF_US + mem_us
+    a2a_layer = persistent["all_to_all_waits_per_layer"]
+    a2a_rest = persistent["all_to_all_waits"] - a2a_layer * c["n_layer"]   # the embedding's and the head's
+    out = {}
+    for sched, us, overhead in (("graph", graph_us, ops * GRAPH_LAUNCH_US),
+                                ("persistent", pers_us, PERSISTENT_LAUNCH_US + ops * HANDOFF_US)):
+        out[sched] = {"ops": ops, "launches": ops if sched == "graph" else 1, "bytes": nbytes, "us": us,
+                      "overhead_us": overhead, "tok_s": 1e6 / us, "share": nbytes * (1e6 / us) / (gpu["gbs"] * 1e9)}
+    out["persistent"]["a2a"] = round(a2a_layer * layers + a2a_rest)
+    return out
 
 
-def summary_row(name, c):
+def side_row(name, c):
+    """One schedule's row of the side-by-side table."""
     pj = c["projected"]
-    return (f"| {name} | {c['token_bytes'] / 1e6:.1f} | {c['launches']} | {c['launches_below_sm_count']} | "
+    layers = c["n_layer"]
+    regs = [k["registers"] for k in c["kernels"] if k["registers"] is not None]
+    spills = sum(k["spill_bytes"] or 0 for k in c["kernels"])
+    if pj["schedule"] == "persistent":
+        barriers = f"{c['all_to_all_waits']} ({c['all_to_all_waits_per_layer']:.2f}/layer)"
+        emu = f"{c['grid_syncs']} on {c['emu_blocks']} blocks ({c['grid_syncs'] / layers:.2f}/layer)"
+        waits = f"{c['spin_waits']}"
+        spin = f"{100 * c['spin_instructions'] / c['warp_instructions']:.3f}%"
+    else:   # every launch boundary is a grid-wide barrier
+        in_layers = sum(k["launches"] for k in c["kernels"] if k["part"] == "layer")
+        barriers = f"{c['launches']} ({in_layers / layers:.2f}/layer)"
+        emu, waits, spin = "n/a", "0", "0%"
+    return (f"| {name} | {pj['schedule']} | {c['launches']} | {barriers} | {emu} | {waits} | {spin} | "
             f"{c['unique_over_weights']:.3f} | {c['requested_over_weights']:.3f} | {100 * c['sector_efficiency']:.1f}% | "
-            f"{pj['tokens_per_s']:.0f} | {100 * pj['bandwidth_share']:.0f}% |")
+            f"{max(regs) if regs else 'n/a'} | {spills} | {pj['tokens_per_s']:.0f} | {100 * pj['bandwidth_share']:.0f}% |")
 
 
 def kernel_table(c):
@@ -124,26 +156,44 @@ def main():
     models = [("synthetic llama wide4096 (2 Llama-2-7B layers, Q4_K_M)", synth("wide4096", os.path.join(a.cache, "wide4096.gguf"))),
               ("synthetic llama3-8b-slice (2 Llama-3-8B layers, Q4_K_M)",
                synth("llama3-8b-slice", os.path.join(a.cache, "llama3-8b-slice.gguf"))),
+              ("synthetic llama3.2-1b-slice (2 Llama-3.2-1B layers, Q4_K_M)",
+               synth("llama3.2-1b-slice", os.path.join(a.cache, "llama3.2-1b-slice.gguf"))),
               ("SmolLM2-135M-Instruct Q4_1", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")),
               ("gemma-3-270m Q4_K_M", os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf"))]
-    results = [(name, path, counted(path, a.project)) for name, path in models]
-    pj0 = results[0][2]["projected"]
+    results = [(name, path, {s_: counted(path, a.project, s_) for s_ in SCHEDULES}) for name, path in models]
+    by_path = {os.path.basename(path): c for _, path, c in results}
+    pj0 = results[0][2]["graph"]["projected"]
     gpu = {"sms": pj0["sms"], "gbs": pj0["bandwidth_gbs"]}
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 
-    out = [f"Counted on emu at ptxlm {commit}: one token at depth 0 per model, graph schedule; rates "
-           f"projected for {pj0['description']} ({gpu['sms']} SMs, {gpu['gbs']:.0f} GB/s), never measured.", "",
-           "| model | MB a token reads | launches | launches < SMs | unique / MB read | L2 sectors / MB read | "
-           "weight sector eff. | projected tok/s | of peak BW |",
-           "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
-    out += [summary_row(name, c) for name, _, c in results]
-    l3 = scale_slice(results[1][2], gpu)
-    out += ["", f"Llama-3-8B Q4_K_M, scaled from llama3-8b-slice ({L3_LAYERS} layers, vocabulary {L3_VOCAB}): "
-            f"{l3['launches']} launches, {l3['bytes'] / 1e9:.2f} GB per token, projected {l3['tok_s']:.0f} tok/s "
-            f"({l3['us']:.0f} us per token, {l3['launches'] * GRAPH_LAUNCH_US:.0f} us of it launch overhead, "
-            f"{100 * l3['share']:.0f}% of peak bandwidth)."]
-    for name, _, c in results:
-        out += ["", f"### {name}", "", kernel_table(c)]
+    out = [f"Counted on emu at ptxlm {commit}: one token at depth 0 per model and schedule; rates projected for "
+           f"{pj0['description']} ({gpu['sms']} SMs, {gpu['gbs']:.0f} GB/s), never measured.", "",
+           "### Graph and persistent schedules side by side", "",
+           "| model | schedule | launches | grid-wide waits per token | emu's all-to-all rounds | counter waits | "
+           "warp instr. spinning | unique / MB read | L2 sectors / MB read | weight sector eff. | max regs | spill B | "
+           "projected tok/s | of peak BW |",
+           "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for name, _, cs in results:
+        out += [side_row(name, cs[s_]) for s_ in SCHEDULES]
+    out += ["", "### Full models, scaled from their two-layer slices", "",
+            "| model | schedule | ops | launches | all-to-all waits | GB per token | projected tok/s | us per token | "
+            "of it launch + handoff overhead | of peak BW |",
+            "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for name, slice_name, layers, vocab in SCALED:
+        cs = by_path[slice_name + ".gguf"]
+        sc = scale_slice(cs["graph"], cs["persistent"], layers, vocab, gpu)
+        for s_ in SCHEDULES:
+            r = sc[s_]
+            a2a = f"{r['a2a']}" if s_ == "persistent" else f"{r['launches']} (launches)"
+            out.append(f"| {name} ({layers} layers, vocabulary {vocab}) | {s_} | {r['ops']} | {r['launches']} | {a2a} | "
+                       f"{r['bytes'] / 1e9:.2f} | {r['tok_s']:.0f} | {r['us']:.0f} | {r['overhead_us']:.0f} | "
+                       f"{100 * r['share']:.0f}% |")
+    out += ["", "### Graph schedule: per kernel"]
+    for name, _, cs in results:
+        out += ["", f"#### {name}", "", kernel_table(cs["graph"])]
+    out += ["", "### Persistent schedule: the one kernel", "",
+            kernel_table({"kernels": [dict(cs["persistent"]["kernels"][0], kernel=f"{name}: persistent_decoder")
+                                      for name, _, cs in results]})]
     text = "\n".join(out) + "\n"
     if a.out:
         # An existing file keeps what precedes the marker (its prose).

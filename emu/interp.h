@@ -44,7 +44,7 @@ struct DeviceLimits {
     uint32_t max_threads_per_block = 1024;
     uint32_t max_threads_per_sm = 2048;
     uint32_t max_blocks_per_sm = 32;
-    uint32_t regs_per_sm = 65536;
+    uint32_t regs_per_sm = 65536;                // PTXLM_EMU_REGS_PER_SM overrides (a smaller SM)
     uint32_t max_regs_per_thread = 255;
     uint32_t shared_per_block = 48 * 1024;       // without opt-in
     uint32_t shared_per_block_optin = 227 * 1024;

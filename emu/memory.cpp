@@ -34,6 +34,7 @@ const DeviceLimits& device_limits() {
     static const DeviceLimits lim = [] {
         DeviceLimits l;
         l.sm_count = uint32_t(env_u64("PTXLM_EMU_SMS", l.sm_count));
+        l.regs_per_sm = uint32_t(env_u64("PTXLM_EMU_REGS_PER_SM", l.regs_per_sm));
         l.total_mem = env_u64("PTXLM_EMU_MEM_MB", l.total_mem >> 20) << 20;
         return l;
     }();

@@ -316,6 +316,11 @@ TEST(SynthPresets, AllValidAndQ4KRows) {
     // Its two layers are the two kinds Q4_K_M makes of Llama-3-8B's 32.
     EXPECT_FALSE(q4_k_m_more_bits(0, l3.n_layer));
     EXPECT_TRUE(q4_k_m_more_bits(1, l3.n_layer));
+    const Spec l1 = preset(Arch::Llama, Size::Llama3_2_1B_Slice);    // Llama-3.2-1B's layer shape
+    EXPECT_EQ(l1.n_embd, 2048u);
+    EXPECT_EQ(l1.q_dim(), 2048u);
+    EXPECT_EQ(l1.kv_dim(), 512u);
+    EXPECT_EQ(l1.n_ff, 8192u);
     EXPECT_LT(param_count(preset(Arch::Llama, Size::Tiny)), 2'000'000u);
 }
 
@@ -333,6 +338,7 @@ TEST(SynthPresets, ValidateRejects) {
     EXPECT_FALSE(parse_size("huge"));
     EXPECT_EQ(parse_size("wide4096"), Size::Wide4096);
     EXPECT_EQ(parse_size("llama3-8b-slice"), Size::Llama3_8B_Slice);
+    EXPECT_EQ(parse_size("llama3.2-1b-slice"), Size::Llama3_2_1B_Slice);
 }
 
 // ---- vocabulary -------------------------------------------------------------------------

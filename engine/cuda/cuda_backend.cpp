@@ -472,15 +472,8 @@ size_t CudaBackend::launches_per_token() const { return p_->persistent ? 1 : p_-
 size_t CudaBackend::ops_per_token() const { return p_->chain.size(); }
 uint32_t CudaBackend::persistent_blocks() const { return p_->persistent ? p_->persistent->geometry.grid.x : 0; }
 size_t CudaBackend::all_to_all_waits() const {
-    if (!p_->persistent) return 0;
-    const std::vector<Impl::Op>& chain = p_->chain;
-    auto blocks = [&](size_t i) { return uint64_t(chain[i].geometry.grid.x) * chain[i].geometry.grid.y; };
     size_t n = 0;
-    for (size_t i = 1; i < chain.size(); ++i) {
-        const Impl::Op& op = chain[i];
-        if (op.deps.empty()) n += blocks(i - 1) > 1;   // the whole op before it (upload_op_table's default)
-        for (const Impl::Op::Dep& d : op.deps) n += d.ranges.empty() && blocks(d.op) > 1;
-    }
+    for (const Launch& l : launches()) n += l.all_to_all_waits;
     return n;
 }
 
@@ -520,9 +513,16 @@ size_t CudaBackend::drop_dependency_for_test(const std::string& prefix, size_t d
 }
 
 std::vector<CudaBackend::Launch> CudaBackend::launches() const {
+    const std::vector<Impl::Op>& chain = p_->chain;
+    auto gather = [&](size_t producer) { return p_->persistent && chain[producer].geometry.grid.count() > 1; };
     std::vector<Launch> out;
-    for (const Impl::Op& op : p_->chain)
-        out.push_back({op.kernel, op.geometry.grid.count(), uint32_t(op.geometry.block.count()), op.geometry.shared_bytes});
+    for (size_t i = 0; i < chain.size(); ++i) {
+        const Impl::Op& op = chain[i];
+        uint32_t a2a = 0;
+        if (op.deps.empty() && i) a2a += gather(i - 1);   // the whole op before it (upload_op_table's default)
+        for (const Impl::Op::Dep& d : op.deps) a2a += d.ranges.empty() && gather(d.op);
+        out.push_back({op.kernel, op.geometry.grid.count(), uint32_t(op.geometry.block.count()), op.geometry.shared_bytes, a2a});
+    }
     return out;
 }
 

@@ -59,12 +59,14 @@ public:
     // The persistent kernel's grid (resident blocks); 0 under the other schedules.
     uint32_t persistent_blocks() const;
     // The chain, in order: each launch's kernel, grid size (blocks), block
-    // size and dynamic shared memory.
+    // size and dynamic shared memory; under the persistent schedule, how many
+    // all-to-all waits (see above) the op makes.
     struct Launch {
         std::string kernel;
         uint64_t blocks = 0;
         uint32_t threads = 0;
         uint32_t shared_bytes = 0;
+        uint32_t all_to_all_waits = 0;
     };
     std::vector<Launch> launches() const;
     // Device addresses of the buffers holding quantized weight matrices (for

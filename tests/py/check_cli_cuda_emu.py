@@ -27,8 +27,8 @@ EMU = os.environ["PTXLM_EMU_LIBCUDA"]
 SMOL = str(MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def ptxlm(*args, emu=True, timeout=900):
-    env = dict(os.environ)
+def ptxlm(*args, emu=True, timeout=900, env=None):
+    env = dict(os.environ, **(env or {}))
     env.pop("PTXLM_LIBCUDA", None)
     if emu:
         env["PTXLM_LIBCUDA"] = EMU
@@ -64,6 +64,13 @@ def main():
         if check(pers.returncode == 0 and "persistent schedule" in pers.stderr,
                  f"--schedule persistent: {pers.stderr[-300:]}"):
             check(json.loads(pers.stdout)["tokens"] == gpu["tokens"], "the persistent and graph schedules differ")
+        # A device whose SMs cannot hold one block of the persistent kernel (a
+        # quarter of the registers): a clear error, never a hang.
+        small = ptxlm("run", "-m", gemma, "-p", "Hi", "-n", "2", "--temp", "0", "-c", "64", "--device", "cuda",
+                      "--schedule", "persistent", env={"PTXLM_EMU_REGS_PER_SM": "16384"}, timeout=120)
+        check(small.returncode == 2 and "does not fit on an SM" in small.stderr and "registers per thread" in small.stderr
+              and "--schedule graph" in small.stderr and small.stderr.count("\n") <= 3,
+              f"persistent decoder on a small SM: {small.returncode} {small.stderr[-400:]!r}")
         p = ptxlm("run", "-m", gemma, "-p", "Hi", "--device", "cpu", "--schedule", "graph")
         check(p.returncode == 2 and "--schedule" in p.stderr, f"--schedule on the CPU: {p.stderr[-300:]}")
         auto = ptxlm("run", "-m", gemma, "-p", "Hi", "-n", "2", "--temp", "0", "-c", "32")

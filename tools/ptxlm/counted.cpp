@@ -146,6 +146,12 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
                                k.at("global_atomic_bytes").get<uint64_t>();
     const uint64_t unique = k.at("unique_global_bytes").get<uint64_t>();
     const auto [w_unique, w_sectors] = weight_traffic(k, c.weights);
+    // All-to-all waits inside the layers (the rest: the embedding's and the
+    // LM head's gathers).
+    const ChainParts parts = chain_parts(m);
+    uint64_t layer_a2a = 0;
+    for (const cuda::CudaBackend::Launch& l : c.launches)
+        if (parts.layer.count(l.kernel)) layer_a2a += l.all_to_all_waits;
     const ptx::Target t = ptx::Target::parse("sm_90");
     const ptx::GeneratedKernel g =
         kernels::persistent_kernel(cuda::decode_op_kinds(cuda::decode_plan(m, kCountedContext)), t).kernel;
@@ -187,7 +193,7 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
             {"launches", k.at("launches")},
             {"ops", c.launches.size()},
             {"all_to_all_waits", c.all_to_all_waits},
-            {"all_to_all_waits_per_layer", double(c.all_to_all_waits) / double(m.layers.size())},
+            {"all_to_all_waits_per_layer", double(layer_a2a) / double(m.layers.size())},
             {"grid_syncs", syncs},
             {"grid_syncs_per_layer", double(syncs) / double(m.layers.size())},
             {"emu_blocks", c.blocks},
