@@ -1,0 +1,364 @@
+// Quantized dot products: Isa selection, the activation quantizer, the
+// dispatch table and the scalar kernels, which define the arithmetic the SIMD
+// kernels (qdot_avx2.cpp, qdot_avx512.cpp) reproduce: per block an exact
+// integer sum, then float scale · float(sum) added to a float total.
+#include "engine/cpu/qdot.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "gguf/f16.h"
+
+namespace ptxlm::cpu {
+
+using gguf::GgmlType;
+
+// ---- Isa ------------------------------------------------------------------
+
+const char* isa_name(Isa isa) {
+    switch (isa) {
+        case Isa::Scalar: return "scalar";
+        case Isa::Avx2: return "avx2";
+        case Isa::Avx512: return "avx512";
+        case Isa::Avx512Vnni: return "avx512vnni";
+    }
+    return "?";
+}
+
+std::vector<Isa> runnable_isas() {
+    std::vector<Isa> out{Isa::Scalar};
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                      __builtin_cpu_supports("f16c");
+    if (!avx2) return out;
+    out.push_back(Isa::Avx2);
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl");
+    if (!avx512) return out;
+    out.push_back(Isa::Avx512);
+    if (__builtin_cpu_supports("avx512vnni")) out.push_back(Isa::Avx512Vnni);
+    return out;
+}
+
+Isa best_isa() {
+    const std::vector<Isa> isas = runnable_isas();
+    const char* env = std::getenv("PTXLM_CPU_ISA");
+    if (!env || !*env) return isas.back();
+    const std::string_view want = env;
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni}) {
+        if (want != isa_name(isa)) continue;
+        for (Isa r : isas)
+            if (r == isa) return isa;
+        throw std::runtime_error("PTXLM_CPU_ISA=" + std::string(want) + ": this CPU cannot run " + isa_name(isa) +
+                                 " (best here: " + isa_name(isas.back()) + ")");
+    }
+    throw std::runtime_error("PTXLM_CPU_ISA=" + std::string(want) +
+                             ": unknown, expected scalar, avx2, avx512 or avx512vnni");
+}
+
+// ---- activation quantizer -------------------------------------------------
+
+QuantizedInput::Layout qdot_layout(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0:
+            return QuantizedInput::Layout::Block32;
+        case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+            return QuantizedInput::Layout::Block256;
+        default: return QuantizedInput::Layout::None;
+    }
+}
+
+bool has_qdot(GgmlType t) { return qdot_layout(t) != QuantizedInput::Layout::None; }
+
+namespace {
+
+void quantize_block32(const float* x, BlockQ8x32& y) {
+    float amax = 0.f;
+    for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+    const float d = amax / 127.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+        // |x·id| <= 127 up to rounding of id; clamp so -128 can never appear.
+        const float v = std::fmin(127.f, std::fmax(-127.f, std::nearbyint(x[i] * id)));
+        y.qs[i] = int8_t(v);
+        sum += y.qs[i];
+    }
+    y.d = d;
+    y.s = d * float(sum);
+}
+
+// ggml's Q8_K: the value of largest magnitude maps to -128.
+void quantize_block256(const float* x, BlockQ8x256& y) {
+    float amax = 0.f, max = 0.f;
+    for (int i = 0; i < 256; ++i) {
+        const float a = std::fabs(x[i]);
+        if (a > amax) { amax = a; max = x[i]; }
+    }
+    if (amax == 0.f) {
+        std::memset(&y, 0, sizeof y);
+        return;
+    }
+    const float iscale = -128.f / max;
+    for (int i = 0; i < 256; ++i) {
+        const float v = std::fmin(127.f, std::fmax(-128.f, std::nearbyint(iscale * x[i])));
+        y.qs[i] = int8_t(v);
+    }
+    for (int j = 0; j < 16; ++j) {
+        int sum = 0;
+        for (int i = 0; i < 16; ++i) sum += y.qs[16 * j + i];
+        y.bsums[j] = int16_t(sum);
+    }
+    y.d = 1.f / iscale;
+}
+
+}  // namespace
+
+void quantize_input(const float* x, uint64_t n, GgmlType weight_type, QuantizedInput& out) {
+    const QuantizedInput::Layout layout = qdot_layout(weight_type);
+    const uint64_t block = layout == QuantizedInput::Layout::Block256 ? 256 : 32;
+    if (layout == QuantizedInput::Layout::None)
+        throw std::invalid_argument(std::string("quantize_input: no quantized dot product for ") +
+                                    gguf::type_traits(weight_type).name);
+    if (n % block != 0)
+        throw std::invalid_argument("quantize_input: n = " + std::to_string(n) + " is not a multiple of " +
+                                    std::to_string(block) + " (" + gguf::type_traits(weight_type).name + ")");
+    out.layout = layout;
+    out.n = n;
+    if (layout == QuantizedInput::Layout::Block32) {
+        out.b32.resize(n / 32);
+        for (uint64_t b = 0; b < n / 32; ++b) quantize_block32(x + 32 * b, out.b32[b]);
+    } else {
+        out.b256.resize(n / 256);
+        for (uint64_t b = 0; b < n / 256; ++b) quantize_block256(x + 256 * b, out.b256[b]);
+    }
+}
+
+// ---- scalar kernels ---------------------------------------------------------
+
+namespace {
+
+using gguf::BlockQ4_0;
+using gguf::BlockQ4_1;
+using gguf::BlockQ5_0;
+using gguf::BlockQ5_1;
+using gguf::BlockQ8_0;
+using gguf::BlockQ4_K;
+using gguf::BlockQ5_K;
+using gguf::BlockQ6_K;
+
+float dot_q4_0(const void* row, const void* x, uint64_t n) {
+    const auto* w = static_cast<const BlockQ4_0*>(row);
+    const auto* y = static_cast<const BlockQ8x32*>(x);
+    float sum = 0.f;
+    for (uint64_t b = 0; b < n / 32; ++b) {
+        int isum = 0;
+        for (int j = 0; j < 16; ++j)
+            isum += ((w[b].qs[j] & 0xF) - 8) * y[b].qs[j] + ((w[b].qs[j] >> 4) - 8) * y[b].qs[j + 16];
+        sum += f16_to_f32(w[b].d) * y[b].d * float(isum);
+    }
+    return sum;
+}
+
+float dot_q4_1(const void* row, const void* x, uint64_t n) {
+    const auto* w = static_cast<const BlockQ4_1*>(row);
+    const auto* y = static_cast<const BlockQ8x32*>(x);
+    float sum = 0.f;
+    for (uint64_t b = 0; b < n / 32; ++b) {
+        int isum = 0;
+        for (int j = 0; j < 16; ++j) isum += (w[b].qs[j] & 0xF) * y[b].qs[j] + (w[b].qs[j] >> 4) * y[b].qs[j + 16];
+        sum += f16_to_f32(w[b].d) * y[b].d * float(isum) + f16_to_f32(w[b].m) * y[b].s;
+    }
+    return sum;
+}
+
+// Q5 codes 0..31: low nibble | bit j (element j) or bit j+16 of qh, times 16.
+float dot_q5_0(const void* row, const void* x, uint64_t n) {
+    const auto* w = static_cast<const BlockQ5_0*>(row);
+    const auto* y = static_cast<const BlockQ8x32*>(x);
+    float sum = 0.f;
+    for (uint64_t b = 0; b < n / 32; ++b) {
+        const uint32_t qh = detail::load_u32(w[b].qh);
+        int isum = 0;
+        for (int j = 0; j < 16; ++j) {
+            const int q0 = int((w[b].qs[j] & 0xF) | ((qh >> j) & 1) << 4) - 16;
+            const int q1 = int((w[b].qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16;
+            isum += q0 * y[b].qs[j] + q1 * y[b].qs[j + 16];
+        }
+        sum += f16_to_f32(w[b].d) * y[b].d * float(isum);
+    }
+    return sum;
+}
+
+float dot_q5_1(const void* row, const void* x, uint64_t n) {
+    const auto* w = static_cast<const BlockQ5_1*>(row);
+    const auto* y = static_cast<const BlockQ8x32*>(x);
+    float sum = 0.f;
+    for (uint64_t b = 0; b < n / 32; ++b) {
+        const uint32_t qh = detail::load_u32(w[b].qh);
+        int isum = 0;
+        for (int j = 0; j < 16; ++j) {
+            const int q0 = int((w[b].qs[j] & 0xF) | ((qh >> j) & 1) << 4);
+            const int q1 = int((w[b].qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+            isum += q0 * y[b].qs[j] + q1 * y[b].qs[j + 16];
+        }
+        sum += f16_to_f32(w[b].d) * y[b].d * float(isum) + f16_to_f32(w[b].m) * y[b].s;
+    }
+    return sum;
+}
+
+float dot_q8_0(const void* row, const void* x, uint64_t n) {
+    const auto* w = static_cast<const BlockQ8_0*>(row);
+    const auto* y = static_cast<const BlockQ8x32*>(x);
+    float sum = 0.f;
+    for (uint64_t b = 0; b < n / 32; ++b) {
+        int isum = 0;
+        for (int j = 0; j < 32; ++j) isum += w[b].qs[j] * y[b].qs[j];
+        sum += f16_to_f32(w[b].d) * y[b].d * float(isum);
+    }
+    return sum;
+}
+
+// Q4_K/Q5_K: Σ_j sc_j·Σ(q·x) over the 8 sub-blocks of 32, minus
+// Σ_j m_j·Σx (two bsums per sub-block), each scaled once per super-block.
+int k_min_sum(const uint8_t m[8], const int16_t bsums[16]) {
+    int msum = 0;
+    for (int j = 0; j < 8; ++j) msum += m[j] * (bsums[2 * j] + bsums[2 * j + 1]);
+    return msum;
+}
+
+float dot_q4_k(const void* row, const void* x, uint64_t n) {
+    const auto* w = static_cast<const BlockQ4_K*>(row);
+    const auto* y = static_cast<const BlockQ8x256*>(x);
+    float sum = 0.f;
+    for (uint64_t b = 0; b < n / 256; ++b) {
+        uint8_t sc[8], m[8];
+        detail::unpack_k_scales(w[b].scales, sc, m);
+        const uint8_t* q = w[b].qs;
+        const int8_t* xq = y[b].qs;
+        int isum = 0;
+        for (int c = 0; c < 4; ++c, q += 32, xq += 64) {
+            int lo = 0, hi = 0;
+            for (int l = 0; l < 32; ++l) {
+                lo += (q[l] & 0xF) * xq[l];
+                hi += (q[l] >> 4) * xq[l + 32];
+            }
+            isum += sc[2 * c] * lo + sc[2 * c + 1] * hi;
+        }
+        const int msum = k_min_sum(m, y[b].bsums);
+        sum += f16_to_f32(w[b].d) * y[b].d * float(isum) - f16_to_f32(w[b].dmin) * y[b].d * float(msum);
+    }
+    return sum;
+}
+
+float dot_q5_k(const void* row, const void* x, uint64_t n) {
+    const auto* w = static_cast<const BlockQ5_K*>(row);
+    const auto* y = static_cast<const BlockQ8x256*>(x);
+    float sum = 0.f;
+    for (uint64_t b = 0; b < n / 256; ++b) {
+        uint8_t sc[8], m[8];
+        detail::unpack_k_scales(w[b].scales, sc, m);
+        const uint8_t* q = w[b].qs;
+        const uint8_t* qh = w[b].qh;
+        const int8_t* xq = y[b].qs;
+        int isum = 0;
+        for (int c = 0; c < 4; ++c, q += 32, xq += 64) {
+            int lo = 0, hi = 0;
+            for (int l = 0; l < 32; ++l) {
+                lo += ((q[l] & 0xF) | ((qh[l] >> (2 * c)) & 1) << 4) * xq[l];
+                hi += ((q[l] >> 4) | ((qh[l] >> (2 * c + 1)) & 1) << 4) * xq[l + 32];
+            }
+            isum += sc[2 * c] * lo + sc[2 * c + 1] * hi;
+        }
+        const int msum = k_min_sum(m, y[b].bsums);
+        sum += f16_to_f32(w[b].d) * y[b].d * float(isum) - f16_to_f32(w[b].dmin) * y[b].d * float(msum);
+    }
+    return sum;
+}
+
+// Q6_K: element 128h + 32k + l (k = 0..3) takes its low 4 bits from
+// ql[64h + l + 32·(k & 1)] (low nibble for k < 2, high for k >= 2) and its top
+// 2 bits from bits 2k..2k+1 of qh[32h + l]; its group of 16 is
+// g = 8h + 2k + l/16, scaled by scales[g]. Codes are 0..63; the -32 offset is
+// Σ_g scales[g]·32·bsums[g].
+float dot_q6_k(const void* row, const void* x, uint64_t n) {
+    const auto* w = static_cast<const BlockQ6_K*>(row);
+    const auto* y = static_cast<const BlockQ8x256*>(x);
+    float sum = 0.f;
+    for (uint64_t b = 0; b < n / 256; ++b) {
+        int gs[16] = {};
+        for (int h = 0; h < 2; ++h) {
+            const uint8_t* ql = w[b].ql + 64 * h;
+            const uint8_t* qh = w[b].qh + 32 * h;
+            const int8_t* xq = y[b].qs + 128 * h;
+            for (int l = 0; l < 32; ++l) {
+                const int g = 8 * h + l / 16;
+                gs[g + 0] += ((ql[l] & 0xF) | ((qh[l] >> 0) & 3) << 4) * xq[l];
+                gs[g + 2] += ((ql[l + 32] & 0xF) | ((qh[l] >> 2) & 3) << 4) * xq[l + 32];
+                gs[g + 4] += ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) * xq[l + 64];
+                gs[g + 6] += ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) * xq[l + 96];
+            }
+        }
+        int isum = 0;
+        for (int g = 0; g < 16; ++g) isum += w[b].scales[g] * (gs[g] - 32 * y[b].bsums[g]);
+        sum += f16_to_f32(w[b].d) * y[b].d * float(isum);
+    }
+    return sum;
+}
+
+}  // namespace
+
+namespace detail {
+const QDotFn kQDotScalar[kQDotSlots] = {dot_q4_0, dot_q4_1, dot_q5_0, dot_q5_1, dot_q8_0,
+                                        dot_q4_k, dot_q5_k, dot_q6_k};
+}  // namespace detail
+
+// ---- dispatch ---------------------------------------------------------------
+
+namespace {
+
+int qdot_slot(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q4_0: return detail::kQ4_0;
+        case GgmlType::Q4_1: return detail::kQ4_1;
+        case GgmlType::Q5_0: return detail::kQ5_0;
+        case GgmlType::Q5_1: return detail::kQ5_1;
+        case GgmlType::Q8_0: return detail::kQ8_0;
+        case GgmlType::Q4_K: return detail::kQ4_K;
+        case GgmlType::Q5_K: return detail::kQ5_K;
+        case GgmlType::Q6_K: return detail::kQ6_K;
+        default: return -1;
+    }
+}
+
+}  // namespace
+
+QDotFn qdot_fn(Isa isa, GgmlType t) {
+    const int slot = qdot_slot(t);
+    if (slot < 0) return nullptr;
+    switch (isa) {
+        case Isa::Scalar: return detail::kQDotScalar[slot];
+        case Isa::Avx2: return detail::kQDotAvx2[slot];
+        case Isa::Avx512: return detail::kQDotAvx512[slot];
+        case Isa::Avx512Vnni: return detail::kQDotAvx512Vnni[slot];
+    }
+    return nullptr;
+}
+
+float qdot(Isa isa, GgmlType t, const void* row, const QuantizedInput& x, uint64_t n) {
+    const QDotFn fn = qdot_fn(isa, t);
+    if (!fn)
+        throw std::invalid_argument(std::string("qdot: no quantized dot product for ") + gguf::type_traits(t).name);
+    if (x.layout != qdot_layout(t) || x.n != n)
+        throw std::invalid_argument(std::string("qdot: input not quantized for ") + gguf::type_traits(t).name +
+                                    " rows of " + std::to_string(n));
+    bool runnable = false;
+    for (Isa r : runnable_isas()) runnable |= r == isa;
+    if (!runnable) throw std::invalid_argument(std::string("qdot: this CPU cannot run ") + isa_name(isa));
+    return fn(row, x.blocks(), n);
+}
+
+}  // namespace ptxlm::cpu

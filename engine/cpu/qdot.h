@@ -1,0 +1,124 @@
+// Quantized dot products for the CPU backend: a row of quantized weights times
+// an activation vector that was quantized once, per matrix-vector product, to
+// 8-bit blocks. The inner loops are integer multiply-adds on the packed
+// weights (llama.cpp's scheme); floats enter once per block.
+//
+// Activation layouts (QuantizedInput), chosen by the weight type:
+//   Block32  for Q4_0 Q4_1 Q5_0 Q5_1 Q8_0: per 32 values, int8 qs in
+//            [-127, 127] (never -128, so the SIMD kernels may negate them for
+//            the sign trick), float d = amax / 127, and s = d · Σqs, which
+//            applies the offset m of Q4_1/Q5_1 as m · s.
+//   Block256 for Q4_K Q5_K Q6_K (ggml's Q8_K): per 256 values, int8 qs in
+//            [-128, 127], float d, and int16 bsums (Σ of each 16 qs), which
+//            apply the mins of Q4_K/Q5_K and the -32 offset of Q6_K.
+// A value is x ≈ d · q. Scales are float (ggml keeps f16 for Q8_0's d); one
+// rounding less, same integer math.
+//
+// Kernels exist per Isa; the scalar ones define the arithmetic, the SIMD ones
+// compute the same integer sums per block and differ only in the order of the
+// float additions. Callers fetch a QDotFn once (qdot_fn) and call it per row.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "gguf/quant.h"
+
+namespace ptxlm::cpu {
+
+enum class Isa {
+    Scalar,
+    Avx2,        // avx2 + fma + f16c: 256-bit, vpmaddubsw
+    Avx512,      // avx512f + bw + vl: 512-bit, vpmaddubsw
+    Avx512Vnni,  // the same plus avx512vnni: vpdpbusd
+};
+
+const char* isa_name(Isa isa);   // "scalar", "avx2", "avx512", "avx512vnni"
+// Every Isa this CPU can run, Scalar first, best last.
+std::vector<Isa> runnable_isas();
+// The best runnable Isa, or the one named by env PTXLM_CPU_ISA
+// (scalar|avx2|avx512|avx512vnni); throws std::runtime_error for a name that
+// is unknown or that this CPU cannot run.
+Isa best_isa();
+
+struct BlockQ8x32 {
+    int8_t qs[32];
+    float d;
+    float s;   // d · Σqs
+};
+struct BlockQ8x256 {
+    int8_t qs[256];
+    int16_t bsums[16];   // bsums[j] = Σ qs[16j .. 16j+16)
+    float d;
+};
+static_assert(sizeof(BlockQ8x32) == 40 && sizeof(BlockQ8x256) == 292);
+
+struct QuantizedInput {
+    enum class Layout { None, Block32, Block256 };
+    Layout layout = Layout::None;
+    uint64_t n = 0;                  // values quantized
+    std::vector<BlockQ8x32> b32;     // n / 32 blocks when layout == Block32
+    std::vector<BlockQ8x256> b256;   // n / 256 blocks when layout == Block256
+
+    // The blocks of the current layout, as QDotFn takes them.
+    const void* blocks() const {
+        return layout == Layout::Block256 ? static_cast<const void*>(b256.data()) : b32.data();
+    }
+};
+
+// True for the weight types with quantized dot products (Q4_0 Q4_1 Q5_0 Q5_1
+// Q8_0 Q4_K Q5_K Q6_K).
+bool has_qdot(gguf::GgmlType weight_type);
+// The activation layout weights of this type need (None without qdot).
+QuantizedInput::Layout qdot_layout(gguf::GgmlType weight_type);
+
+// out = x[0..n) quantized for dot products with rows of weight_type. n is a
+// multiple of the type's block size (throws std::invalid_argument otherwise,
+// or when the type has no qdot). Reuses out's storage: no allocation once
+// its capacity suffices.
+void quantize_input(const float* x, uint64_t n, gguf::GgmlType weight_type, QuantizedInput& out);
+
+// Σ_i w[i]·x[i] for one row of n weights; x = QuantizedInput::blocks() of an
+// input quantized for the row's type, with n = its QuantizedInput::n. No
+// allocation, no checks: the hot path. (The SIMD kernels take plain pointers
+// so that they use no inline library code: an inline function instantiated in
+// a file built with -mavx512f could be the copy the linker keeps for all.)
+using QDotFn = float (*)(const void* row, const void* x, uint64_t n);
+// The kernel for (isa, type); nullptr when the type has no qdot. isa must be
+// runnable (runnable_isas()).
+QDotFn qdot_fn(Isa isa, gguf::GgmlType weight_type);
+// Convenience with checks (type, layout, n, isa): throws std::invalid_argument.
+float qdot(Isa isa, gguf::GgmlType weight_type, const void* row, const QuantizedInput& x, uint64_t n);
+
+namespace detail {
+
+// One table per Isa, indexed by QDotSlot; defined in qdot.cpp,
+// qdot_avx2.cpp and qdot_avx512.cpp.
+enum QDotSlot { kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kQDotSlots };
+extern const QDotFn kQDotScalar[kQDotSlots];
+extern const QDotFn kQDotAvx2[kQDotSlots];
+extern const QDotFn kQDotAvx512[kQDotSlots];
+extern const QDotFn kQDotAvx512Vnni[kQDotSlots];
+
+// static: each file keeps its own copy, built with its own ISA flags (see
+// QDotFn).
+static inline uint32_t load_u32(const uint8_t* p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
+
+// Q4_K/Q5_K: the 8 six-bit scales and mins packed in 12 bytes, as bytes
+// sc[0..8) and m[0..8) (same result as gguf's k_scale_min_get, four at a
+// time: sub-blocks 4..7 keep their low 4 bits in bytes 8..11 and their top 2
+// bits in bits 6..7 of bytes 0..7).
+static inline void unpack_k_scales(const uint8_t s[12], uint8_t sc[8], uint8_t m[8]) {
+    const uint32_t a = load_u32(s), b = load_u32(s + 4), c = load_u32(s + 8);
+    const uint32_t sc_lo = a & 0x3f3f3f3fu, m_lo = b & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u);
+    const uint32_t m_hi = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u);
+    std::memcpy(sc, &sc_lo, 4);
+    std::memcpy(sc + 4, &sc_hi, 4);
+    std::memcpy(m, &m_lo, 4);
+    std::memcpy(m + 4, &m_hi, 4);
+}
+
+}  // namespace detail
+}  // namespace ptxlm::cpu

@@ -1,0 +1,246 @@
+// Quantized dot products, AVX-512 (F + BW + VL, optionally VNNI; compiled
+// with those flags only here, called only after runnable_isas() saw them).
+// Same integer sums per block as the scalar kernels in qdot.cpp.
+//
+// 32-element types: two blocks per 512-bit register (an odd last block pairs
+// with zeros). With VNNI, vpdpbusd does u8 × s8 with 4-product int32 sums in
+// one instruction (no int16 step); without it, vpmaddubsw + vpmaddwd as in
+// qdot_avx2.cpp.
+// k-quants: 64 elements per register, in the input's natural order. Their
+// scales change every 16 or 32 elements, and vpmaddwd by the scale is the
+// cheapest way to apply them, so VNNI gains nothing there: Avx512Vnni uses the
+// same k-quant kernels as Avx512.
+//
+// Saturation: as in qdot_avx2.cpp (|w| <= 128 against x in [-127, 127];
+// unsigned codes <= 63 against x in [-128, 127]).
+// GCC 12's AVX-512 headers initialise "undefined" vectors from themselves
+// (GCC bug 105593, fixed in 13), which -Wuninitialized reports inside the
+// headers wherever _mm512_cvtepi32_ps, _mm512_inserti64x4 and friends inline.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include "engine/cpu/qdot.h"
+
+namespace ptxlm::cpu {
+namespace {
+
+using gguf::BlockQ4_0;
+using gguf::BlockQ4_1;
+using gguf::BlockQ5_0;
+using gguf::BlockQ5_1;
+using gguf::BlockQ8_0;
+using gguf::BlockQ4_K;
+using gguf::BlockQ5_K;
+using gguf::BlockQ6_K;
+
+inline float f16(uint16_t h) { return _cvtsh_ss(h); }
+
+inline __m512i loadu512(const void* p) { return _mm512_loadu_si512(p); }
+inline __m256i loadu(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+inline float hsum(__m128 v) {
+    __m128 s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// 16 int32 lanes, each the sum of 4 adjacent products u[i]·s[i].
+template <bool Vnni>
+inline __m512i dot_u8s8(__m512i u, __m512i s) {
+    if constexpr (Vnni) return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s);
+    else return _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1));
+}
+
+// The same for signed w: |w|·(x negated where w < 0); there is no 512-bit
+// vpsignb. x must not hold -128.
+template <bool Vnni>
+inline __m512i dot_s8s8(__m512i w, __m512i x) {
+    const __m512i sx = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
+    return dot_u8s8<Vnni>(_mm512_abs_epi8(w), sx);
+}
+
+inline __m512i pair(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+// 16 packed bytes as 32 nibbles: low nibbles (elements 0..15), then high.
+inline __m256i nibbles(const uint8_t* qs) {
+    const __m128i v = loadu128(qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
+}
+
+// Q5: add 16 to byte i where bit i of qh is set (bit 4 is clear after nibbles()).
+inline __m256i add_fifth_bits(__m256i q, const uint8_t* qh) {
+    return _mm256_mask_add_epi8(q, detail::load_u32(qh), q, _mm256_set1_epi8(0x10));
+}
+
+struct UnpackQ4_0 {
+    __m256i operator()(const BlockQ4_0& b) const { return _mm256_sub_epi8(nibbles(b.qs), _mm256_set1_epi8(8)); }
+};
+struct UnpackQ4_1 {
+    __m256i operator()(const BlockQ4_1& b) const { return nibbles(b.qs); }
+};
+struct UnpackQ5_0 {
+    __m256i operator()(const BlockQ5_0& b) const {
+        return _mm256_sub_epi8(add_fifth_bits(nibbles(b.qs), b.qh), _mm256_set1_epi8(16));
+    }
+};
+struct UnpackQ5_1 {
+    __m256i operator()(const BlockQ5_1& b) const { return add_fifth_bits(nibbles(b.qs), b.qh); }
+};
+struct UnpackQ8_0 {
+    __m256i operator()(const BlockQ8_0& b) const { return loadu(b.qs); }
+};
+
+// Signed: Unpack yields s8 codes (offset applied). Otherwise u8 codes and the
+// block adds m · s_x (Q4_1, Q5_1).
+template <class Block, class Unpack, bool Signed, bool Vnni>
+float dot32(const void* row, const void* x, uint64_t n) {
+    const auto* w = static_cast<const Block*>(row);
+    const auto* y = static_cast<const BlockQ8x32*>(x);
+    const Unpack unpack{};
+    __m512 acc = _mm512_setzero_ps();
+    float accm = 0.f;
+    // Blocks b0 and b1 (lanes 0..7 and 8..15); scale d1 = 0 for a lone block.
+    auto step = [&](__m512i q, __m512i xv, float d0, float d1) {
+        const __m512i p = Signed ? dot_s8s8<Vnni>(q, xv) : dot_u8s8<Vnni>(q, xv);
+        const __m512 d = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(d0), _mm512_set1_ps(d1));
+        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
+    };
+    const uint64_t nb = n / 32;
+    uint64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        step(pair(unpack(w[b]), unpack(w[b + 1])), pair(loadu(y[b].qs), loadu(y[b + 1].qs)),
+             f16(w[b].d) * y[b].d, f16(w[b + 1].d) * y[b + 1].d);
+        if constexpr (!Signed) accm += f16(w[b].m) * y[b].s + f16(w[b + 1].m) * y[b + 1].s;
+    }
+    if (b < nb) {
+        step(_mm512_zextsi256_si512(unpack(w[b])), _mm512_zextsi256_si512(loadu(y[b].qs)), f16(w[b].d) * y[b].d, 0.f);
+        if constexpr (!Signed) accm += f16(w[b].m) * y[b].s;
+    }
+    return _mm512_reduce_add_ps(acc) + accm;
+}
+
+// Lane index vectors for vpermw: 16-bit lane i takes scale first + i / per.
+struct ScaleIndex {
+    alignas(64) int16_t lane[32];
+};
+constexpr ScaleIndex scale_index(int first, int per) {
+    ScaleIndex r{};
+    for (int i = 0; i < 32; ++i) r.lane[i] = int16_t(first + i / per);
+    return r;
+}
+// Q4_K/Q5_K chunk c: sub-blocks 2c | 2c+1 (256 bits each).
+constexpr ScaleIndex kK45Index[4] = {scale_index(0, 16), scale_index(2, 16), scale_index(4, 16), scale_index(6, 16)};
+// Q6_K: groups 4i .. 4i+3, one per 128-bit lane.
+constexpr ScaleIndex kQ6Index[4] = {scale_index(0, 8), scale_index(4, 8), scale_index(8, 8), scale_index(12, 8)};
+
+inline __m512i load_index(const ScaleIndex& s) { return _mm512_load_si512(s.lane); }
+
+// Q4_K/Q5_K mins: 4 int32 lanes of Σ_j m_j·(bsums[2j] + bsums[2j+1]).
+inline __m128i k_min_sums(const uint8_t m[8], const int16_t bsums[16]) {
+    const __m128i bs = _mm_hadd_epi16(loadu128(bsums), loadu128(bsums + 8));   // 8 sub-block sums
+    return _mm_madd_epi16(bs, _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m))));
+}
+
+// Q4_K (HighBits false) and Q5_K. Chunk c (32 bytes) holds sub-block 2c in its
+// low nibbles and 2c+1 in its high nibbles: broadcast it to both halves and
+// shift the upper half by 4, giving elements 64c..64c+63 in order.
+template <class Block, bool HighBits>
+float dot_k45(const void* row, const void* x, uint64_t n) {
+    const auto* w = static_cast<const Block*>(row);
+    const auto* y = static_cast<const BlockQ8x256*>(x);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+    constexpr __mmask32 kUpper16 = 0xFFFF0000u;   // the upper 256 bits, in 16-bit lanes
+    __m512 acc = _mm512_setzero_ps();
+    __m128 accm = _mm_setzero_ps();
+    for (uint64_t b = 0; b < n / 256; ++b) {
+        uint8_t sc[8], m[8];
+        detail::unpack_k_scales(w[b].scales, sc, m);
+        const __m512i sc16 =
+            _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
+        const uint8_t* q = w[b].qs;
+        const int8_t* xq = y[b].qs;
+        // Q5_K: byte test masks for bits 2c (lower half) and 2c+1 (upper half).
+        [[maybe_unused]] __m512i qh{}, bit{};
+        if constexpr (HighBits) {
+            qh = _mm512_broadcast_i64x4(loadu(w[b].qh));
+            bit = _mm512_inserti64x4(_mm512_set1_epi8(1), _mm256_set1_epi8(2), 1);
+        }
+        __m512i isum = _mm512_setzero_si512();
+        for (int c = 0; c < 4; ++c, q += 32, xq += 64) {
+            __m512i v = _mm512_broadcast_i64x4(loadu(q));
+            v = _mm512_and_si512(_mm512_mask_srli_epi16(v, kUpper16, v, 4), m4);
+            if constexpr (HighBits) {
+                v = _mm512_mask_add_epi8(v, _mm512_test_epi8_mask(qh, bit), v, b4);
+                bit = _mm512_slli_epi16(bit, 2);   // 0x01/0x02 .. 0x40/0x80: never crosses a byte
+            }
+            const __m512i p = _mm512_maddubs_epi16(v, loadu512(xq));
+            const __m512i s = _mm512_permutexvar_epi16(load_index(kK45Index[c]), sc16);
+            isum = _mm512_add_epi32(isum, _mm512_madd_epi16(p, s));
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(f16(w[b].d) * y[b].d), _mm512_cvtepi32_ps(isum), acc);
+        accm = _mm_fmadd_ps(_mm_set1_ps(f16(w[b].dmin) * y[b].d), _mm_cvtepi32_ps(k_min_sums(m, y[b].bsums)), accm);
+    }
+    return _mm512_reduce_add_ps(acc) - hsum(accm);
+}
+
+// Q6_K, per 128-element half h: ql[64h..64h+64) in one register gives, from
+// its low nibbles, elements 0..63 of the half (quads 0 | 1) and, from its high
+// nibbles, elements 64..127 (quads 2 | 3); qh (broadcast) supplies bits
+// 2k..2k+1 for quad k. Each 128-bit lane is one group of 16.
+float dot_q6_k(const void* row, const void* x, uint64_t n) {
+    const auto* w = static_cast<const BlockQ6_K*>(row);
+    const auto* y = static_cast<const BlockQ8x256*>(x);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    constexpr __mmask32 kLower16 = 0x0000FFFFu, kUpper16 = 0xFFFF0000u;
+    __m512 acc = _mm512_setzero_ps();
+    for (uint64_t b = 0; b < n / 256; ++b) {
+        const __m256i sc = _mm256_cvtepi8_epi16(loadu128(w[b].scales));   // 16 int16
+        const __m512i sc16 = _mm512_castsi256_si512(sc);
+        __m512i isum = _mm512_setzero_si512();
+        for (int h = 0; h < 2; ++h) {
+            const __m512i ql = loadu512(w[b].ql + 64 * h);
+            const __m512i qh = _mm512_broadcast_i64x4(loadu(w[b].qh + 32 * h));
+            // Quads 0 | 1: (qh << 4) | (qh << 2); quads 2 | 3: qh | (qh >> 2); bits 4..5 kept.
+            const __m512i h01 =
+                _mm512_and_si512(_mm512_mask_slli_epi16(_mm512_slli_epi16(qh, 2), kLower16, qh, 4), m30);
+            const __m512i h23 = _mm512_and_si512(_mm512_mask_srli_epi16(qh, kUpper16, qh, 2), m30);
+            const __m512i q01 = _mm512_or_si512(_mm512_and_si512(ql, m4), h01);
+            const __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), h23);
+            const int8_t* xq = y[b].qs + 128 * h;
+            const __m512i p01 = _mm512_maddubs_epi16(q01, loadu512(xq));
+            const __m512i p23 = _mm512_maddubs_epi16(q23, loadu512(xq + 64));
+            const __m512i s01 = _mm512_permutexvar_epi16(load_index(kQ6Index[2 * h]), sc16);
+            const __m512i s23 = _mm512_permutexvar_epi16(load_index(kQ6Index[2 * h + 1]), sc16);
+            isum = _mm512_add_epi32(isum, _mm512_madd_epi16(p01, s01));
+            isum = _mm512_add_epi32(isum, _mm512_madd_epi16(p23, s23));
+        }
+        // The -32 offset: Σ_g scales[g]·32·bsums[g].
+        const __m256i off = _mm256_madd_epi16(loadu(y[b].bsums), sc);
+        isum = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(f16(w[b].d) * y[b].d), _mm512_cvtepi32_ps(isum), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+}  // namespace
+
+namespace detail {
+const QDotFn kQDotAvx512[kQDotSlots] = {
+    dot32<BlockQ4_0, UnpackQ4_0, true, false>, dot32<BlockQ4_1, UnpackQ4_1, false, false>,
+    dot32<BlockQ5_0, UnpackQ5_0, true, false>, dot32<BlockQ5_1, UnpackQ5_1, false, false>,
+    dot32<BlockQ8_0, UnpackQ8_0, true, false>, dot_k45<BlockQ4_K, false>,
+    dot_k45<BlockQ5_K, true>,                  dot_q6_k,
+};
+const QDotFn kQDotAvx512Vnni[kQDotSlots] = {
+    dot32<BlockQ4_0, UnpackQ4_0, true, true>, dot32<BlockQ4_1, UnpackQ4_1, false, true>,
+    dot32<BlockQ5_0, UnpackQ5_0, true, true>, dot32<BlockQ5_1, UnpackQ5_1, false, true>,
+    dot32<BlockQ8_0, UnpackQ8_0, true, true>, dot_k45<BlockQ4_K, false>,
+    dot_k45<BlockQ5_K, true>,                 dot_q6_k,
+};
+}  // namespace detail
+
+}  // namespace ptxlm::cpu

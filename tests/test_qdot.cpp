@@ -1,0 +1,282 @@
+// Quantized dot products (engine/cpu/qdot.h), for every type and every Isa
+// this CPU runs:
+//   - every SIMD kernel equals the scalar one (same integer sums; only the
+//     order of float additions differs);
+//   - the scalar kernel equals dot(dequantized row, dequantized input) in
+//     double;
+//   - the result stays close to the float dot with the unquantized input;
+//   - a corrupted scale byte changes the result (the tests can fail);
+//   - PTXLM_CPU_ISA selects, and rejects, as documented.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/cpu/qdot.h"
+#include "gguf/f16.h"
+
+using namespace ptxlm;
+using cpu::Isa;
+using gguf::GgmlType;
+
+namespace {
+
+const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                           GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+// Offsets of the f16 scale fields in a block (d, and m/dmin where present).
+std::vector<size_t> f16_fields(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
+        case GgmlType::Q6_K: return {offsetof(gguf::BlockQ6_K, d)};
+        default: return {0};
+    }
+}
+
+// A byte of block 0 that scales part of the row, and a bit of it to flip:
+// the exponent of d (32-element types), sub-block 0's 6-bit scale (Q4_K,
+// Q5_K), group 0's int8 scale (Q6_K).
+std::pair<size_t, uint8_t> scale_byte(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q4_K: case GgmlType::Q5_K: return {offsetof(gguf::BlockQ4_K, scales), 0x08};
+        case GgmlType::Q6_K: return {offsetof(gguf::BlockQ6_K, scales), 0x10};
+        default: return {1, 0x04};   // high byte of f16 d: lowest exponent bit
+    }
+}
+
+enum class RowKind {
+    Quantized,   // random floats through the type's reference quantizer
+    RandomBits,  // random bytes (every code, scale and min value), sane f16 fields
+};
+
+std::vector<uint8_t> make_row(GgmlType t, uint64_t n, RowKind kind, std::mt19937& rng) {
+    const gguf::TypeTraits& tt = gguf::type_traits(t);
+    std::vector<uint8_t> row(n / tt.block_elems * tt.block_bytes);
+    if (kind == RowKind::Quantized && tt.quantize_row) {
+        std::normal_distribution<float> g(0.f, 1.f);
+        std::uniform_real_distribution<float> u(0.1f, 2.f);
+        std::vector<float> w(n);
+        for (uint64_t i = 0; i < n; i += 32) {   // scale varies block to block
+            const float s = u(rng);
+            for (uint64_t j = i; j < i + 32; ++j) w[j] = s * g(rng) + (t == GgmlType::Q4_1 ? 0.3f : 0.f);
+        }
+        tt.quantize_row(w.data(), row.data(), int64_t(n));
+        return row;
+    }
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+    for (uint8_t& b : row) b = uint8_t(byte(rng));
+    for (size_t blk = 0; blk < row.size(); blk += tt.block_bytes)
+        for (size_t off : f16_fields(t)) {
+            const uint16_t h = f32_to_f16(scale(rng));
+            std::memcpy(&row[blk + off], &h, 2);
+        }
+    return row;
+}
+
+enum class InputKind {
+    Normal,  // N(0, 1) with a block-varying scale
+    Signs,   // ±1: every quantized value at full range (saturation check)
+};
+
+std::vector<float> make_input(uint64_t n, InputKind kind, std::mt19937& rng) {
+    std::vector<float> x(n);
+    std::normal_distribution<float> g(0.f, 1.f);
+    std::uniform_real_distribution<float> u(0.2f, 3.f);
+    std::bernoulli_distribution coin(0.5);
+    for (uint64_t i = 0; i < n; i += 32) {
+        const float s = u(rng);
+        for (uint64_t j = i; j < i + 32; ++j) x[j] = kind == InputKind::Signs ? (coin(rng) ? 1.f : -1.f) : s * g(rng);
+    }
+    return x;
+}
+
+// The quantized input as floats: d · q.
+std::vector<float> dequantize_input(const cpu::QuantizedInput& q) {
+    std::vector<float> x(q.n);
+    if (q.layout == cpu::QuantizedInput::Layout::Block32) {
+        for (uint64_t i = 0; i < q.n; ++i) x[i] = q.b32[i / 32].d * float(q.b32[i / 32].qs[i % 32]);
+    } else {
+        for (uint64_t i = 0; i < q.n; ++i) x[i] = q.b256[i / 256].d * float(q.b256[i / 256].qs[i % 256]);
+    }
+    return x;
+}
+
+struct Ref {
+    double dot;   // Σ w·x in double
+    double abs;   // Σ |w·x|, the scale of the rounding errors
+};
+
+Ref reference(const std::vector<float>& w, const std::vector<float>& x) {
+    Ref r{0, 0};
+    for (size_t i = 0; i < w.size(); ++i) {
+        r.dot += double(w[i]) * double(x[i]);
+        r.abs += std::fabs(double(w[i]) * double(x[i]));
+    }
+    return r;
+}
+
+std::string label(GgmlType t, Isa isa, uint64_t n, int row, RowKind rk, InputKind ik) {
+    return std::string(gguf::type_traits(t).name) + " " + cpu::isa_name(isa) + " n=" + std::to_string(n) +
+           " row " + std::to_string(row) + (rk == RowKind::Quantized ? " quantized" : " random-bits") +
+           (ik == InputKind::Normal ? " x~normal" : " x=±1");
+}
+
+TEST(QDot, AllTypesAllIsasMatchReferences) {
+    const std::vector<Isa> isas = cpu::runnable_isas();
+    std::string ran;
+    for (Isa isa : isas) ran += std::string(" ") + cpu::isa_name(isa);
+    std::printf("runnable ISAs:%s\n", ran.c_str());
+    std::mt19937 rng(1234);
+    cpu::QuantizedInput xq;
+    for (GgmlType t : kTypes) {
+        ASSERT_TRUE(cpu::has_qdot(t));
+        const bool k = gguf::type_traits(t).block_elems == 256;
+        // One block, an odd count (pairing tails), several, and real widths.
+        const std::vector<uint64_t> lengths = k ? std::vector<uint64_t>{256, 768, 2048, 5632}
+                                                : std::vector<uint64_t>{32, 96, 256, 2048, 5632};
+        for (uint64_t n : lengths) {
+            for (InputKind ik : {InputKind::Normal, InputKind::Signs}) {
+                const std::vector<float> x = make_input(n, ik, rng);
+                cpu::quantize_input(x.data(), n, t, xq);
+                ASSERT_EQ(xq.layout, cpu::qdot_layout(t));
+                ASSERT_EQ(xq.n, n);
+                const std::vector<float> xd = dequantize_input(xq);
+                for (int r = 0; r < 4; ++r) {
+                    const RowKind rk = r < 2 ? RowKind::Quantized : RowKind::RandomBits;
+                    const std::vector<uint8_t> row = make_row(t, n, rk, rng);
+                    std::vector<float> w(n);
+                    gguf::type_traits(t).dequantize_row(row.data(), w.data(), int64_t(n));
+                    const Ref ref = reference(w, xd);
+                    const Ref exact = reference(w, x);
+
+                    const float scalar = cpu::qdot(Isa::Scalar, t, row.data(), xq, n);
+                    const std::string what = label(t, Isa::Scalar, n, r, rk, ik);
+                    // Same products, rounded differently: the reference rounds
+                    // each w (and x) to float, the kernel rounds d_w·d_x once
+                    // per block and adds in float: ~1e-7 of Σ|w·x| per step.
+                    EXPECT_NEAR(scalar, ref.dot, 1e-5 * ref.abs + 1e-30) << what;
+                    // Input rounding: each x moves by at most half a step
+                    // (amax/254 for 32-blocks, amax/256 for 256-blocks), with
+                    // signs uncorrelated with w, so the error grows like
+                    // √n·step·rms(w) against Σ|w·x| ~ n·E|w|·E|x|: about 0.1% at
+                    // n = 32 and less beyond; 1% leaves room and still catches
+                    // a wrong layout, which errs by O(Σ|w·x|).
+                    EXPECT_NEAR(scalar, exact.dot, 0.01 * exact.abs) << what;
+
+                    for (Isa isa : isas) {
+                        if (isa == Isa::Scalar) continue;
+                        const cpu::QDotFn fn = cpu::qdot_fn(isa, t);
+                        ASSERT_NE(fn, nullptr);
+                        const float v = fn(row.data(), xq.blocks(), n);
+                        // Same integer sums per block; only the float summation order differs.
+                        EXPECT_NEAR(v, scalar, 1e-5 * ref.abs + 1e-30) << label(t, isa, n, r, rk, ik);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// Corrupting one scale byte must change every kernel's result (and the
+// kernels must still agree): the comparisons above are not vacuous.
+TEST(QDot, CorruptedScaleChangesResult) {
+    std::mt19937 rng(99);
+    cpu::QuantizedInput xq;
+    for (GgmlType t : kTypes) {
+        const uint64_t n = 512;
+        const std::vector<float> x = make_input(n, InputKind::Normal, rng);
+        cpu::quantize_input(x.data(), n, t, xq);
+        std::vector<uint8_t> row = make_row(t, n, RowKind::Quantized, rng);
+        std::vector<float> before;
+        for (Isa isa : cpu::runnable_isas()) before.push_back(cpu::qdot(isa, t, row.data(), xq, n));
+        const auto [off, bit] = scale_byte(t);
+        row[off] ^= bit;
+        size_t i = 0;
+        float scalar_after = 0;
+        for (Isa isa : cpu::runnable_isas()) {
+            const float after = cpu::qdot(isa, t, row.data(), xq, n);
+            if (isa == Isa::Scalar) scalar_after = after;
+            const std::string what = std::string(gguf::type_traits(t).name) + " " + cpu::isa_name(isa);
+            EXPECT_GT(std::fabs(after - before[i]), 1e-3f * std::fabs(before[i]) + 1e-6f) << what;
+            EXPECT_NEAR(after, scalar_after, 1e-5f * (std::fabs(scalar_after) + 1.f)) << what;
+            ++i;
+        }
+    }
+}
+
+TEST(QDot, QuantizeInputChecksAndReusesStorage) {
+    std::vector<float> x(2048, 0.5f);
+    cpu::QuantizedInput q;
+    cpu::quantize_input(x.data(), 2048, GgmlType::Q4_K, q);
+    const void* blocks = q.blocks();
+    cpu::quantize_input(x.data(), 1024, GgmlType::Q6_K, q);
+    EXPECT_EQ(q.blocks(), blocks);   // smaller: same storage
+    cpu::quantize_input(x.data(), 2048, GgmlType::Q5_K, q);
+    EXPECT_EQ(q.blocks(), blocks);
+    EXPECT_EQ(q.b256.size(), 8u);
+    cpu::quantize_input(x.data(), 2048, GgmlType::Q8_0, q);
+    EXPECT_EQ(q.layout, cpu::QuantizedInput::Layout::Block32);
+    EXPECT_EQ(q.b32.size(), 64u);
+    // An all-zero block quantizes to zeros and dots to 0.
+    std::vector<float> z(256, 0.f);
+    cpu::quantize_input(z.data(), 256, GgmlType::Q4_K, q);
+    EXPECT_EQ(q.b256[0].d, 0.f);
+
+    EXPECT_THROW(cpu::quantize_input(x.data(), 100, GgmlType::Q4_0, q), std::invalid_argument);
+    EXPECT_THROW(cpu::quantize_input(x.data(), 288, GgmlType::Q4_K, q), std::invalid_argument);
+    EXPECT_THROW(cpu::quantize_input(x.data(), 256, GgmlType::F16, q), std::invalid_argument);
+    EXPECT_FALSE(cpu::has_qdot(GgmlType::F32));
+    EXPECT_FALSE(cpu::has_qdot(GgmlType::Q2_K));
+    EXPECT_EQ(cpu::qdot_fn(Isa::Scalar, GgmlType::Q3_K), nullptr);
+    // qdot() refuses an input quantized for another layout or length.
+    cpu::quantize_input(x.data(), 256, GgmlType::Q8_0, q);
+    std::vector<uint8_t> row(256 / 256 * sizeof(gguf::BlockQ4_K));
+    EXPECT_THROW(cpu::qdot(Isa::Scalar, GgmlType::Q4_K, row.data(), q, 256), std::invalid_argument);
+}
+
+// PTXLM_CPU_ISA: each runnable name selects itself; a name this CPU cannot
+// run and an unknown name throw, naming the value.
+TEST(QDot, IsaFromEnvironment) {
+    const std::vector<Isa> isas = cpu::runnable_isas();
+    ASSERT_FALSE(isas.empty());
+    EXPECT_EQ(isas.front(), Isa::Scalar);
+    unsetenv("PTXLM_CPU_ISA");
+    EXPECT_EQ(cpu::best_isa(), isas.back());
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni}) {
+        setenv("PTXLM_CPU_ISA", cpu::isa_name(isa), 1);
+        bool runnable = false;
+        for (Isa r : isas) runnable |= r == isa;
+        if (runnable) {
+            EXPECT_EQ(cpu::best_isa(), isa) << cpu::isa_name(isa);
+        } else {
+            try {
+                cpu::best_isa();
+                ADD_FAILURE() << "no error for " << cpu::isa_name(isa);
+            } catch (const std::runtime_error& e) {
+                EXPECT_NE(std::string(e.what()).find("cannot run"), std::string::npos) << e.what();
+            }
+        }
+    }
+    setenv("PTXLM_CPU_ISA", "avx9000", 1);
+    try {
+        cpu::best_isa();
+        ADD_FAILURE() << "no error for avx9000";
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("PTXLM_CPU_ISA=avx9000"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("unknown"), std::string::npos) << e.what();
+    }
+    setenv("PTXLM_CPU_ISA", "", 1);   // empty: as if unset
+    EXPECT_EQ(cpu::best_isa(), isas.back());
+    unsetenv("PTXLM_CPU_ISA");
+}
+
+}  // namespace
