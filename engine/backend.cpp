@@ -34,6 +34,13 @@ Schedule parse_schedule(const std::string& s) {
     throw std::invalid_argument("--schedule: '" + s + "' is not a schedule (choose chain, graph or persistent)");
 }
 
+CpuArithmetic parse_cpu_path(const std::string& s) {
+    if (s == "default") return CpuArithmetic::Default;
+    if (s == "quantized") return CpuArithmetic::Quantized;
+    if (s == "reference") return CpuArithmetic::Reference;
+    throw std::invalid_argument("--cpu-path: '" + s + "' is not a CPU path (choose quantized or reference)");
+}
+
 const char* schedule_name(Schedule s) {
     return s == Schedule::Chain ? "chain" : s == Schedule::Persistent ? "persistent" : "graph";
 }
@@ -84,6 +91,10 @@ uint32_t choose_context(const Model& m, uint32_t requested, uint32_t kv_bytes_pe
 
 std::unique_ptr<Backend> make_backend(const Model& m, DeviceKind device, const BackendOptions& opt, std::string* note) {
     std::string why;
+    if (opt.cpu_path != CpuArithmetic::Default) {   // asks for the CPU
+        if (device == DeviceKind::Cuda) throw std::invalid_argument("--cpu-path applies to the CPU, not to --device cuda");
+        device = DeviceKind::Cpu;
+    }
     if (device == DeviceKind::Cuda || device == DeviceKind::Auto) {
         std::shared_ptr<const cuda::Driver> drv;
         try {
@@ -115,6 +126,7 @@ std::unique_ptr<Backend> make_backend(const Model& m, DeviceKind device, const B
     const uint32_t n_ctx = choose_context(m, opt.n_ctx, kv_el, &ctx_note);
     auto b = opt.cpu_pool ? std::make_unique<cpu::CpuBackend>(m, n_ctx, opt.kv_type, opt.cpu_pool)
                           : std::make_unique<cpu::CpuBackend>(m, n_ctx, opt.kv_type, opt.threads);
+    if (opt.cpu_path == CpuArithmetic::Reference) b->set_path(cpu::CpuPath::Reference);
     if (note) *note = (why.empty() ? "" : why + "; ") + b->description() + "; " + ctx_note;
     return b;
 }

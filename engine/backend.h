@@ -30,6 +30,12 @@ const char* schedule_name(Schedule s);
 
 namespace cpu { class ThreadPool; }
 
+// The CPU backend's matrix-vector arithmetic: quantized dot products on the
+// CPU's SIMD (the default), or the float32 reference (cpu/matvec.h).
+enum class CpuArithmetic { Default, Quantized, Reference };
+// "quantized", "reference" or "default"; throws std::invalid_argument naming --cpu-path.
+CpuArithmetic parse_cpu_path(const std::string& s);
+
 struct BackendOptions {
     uint32_t n_ctx = 0;         // 0: the model's trained context, capped to what memory allows
     Schedule schedule = Schedule::Default;   // GPU only; Default = Graph
@@ -40,6 +46,7 @@ struct BackendOptions {
     // in turn: the server's slots do, and idle pools would otherwise spin
     // against the busy one.
     std::shared_ptr<cpu::ThreadPool> cpu_pool;
+    CpuArithmetic cpu_path = CpuArithmetic::Default;   // CPU only; Default = Quantized
 };
 
 // What a backend runs on, for reports (bench, logs).
@@ -48,6 +55,7 @@ struct DeviceInfo {
     std::string name;           // CPU model or GPU name
     int units = 0;              // CPU cores this process may use, or GPU SMs
     std::string schedule;       // GPU: "chain" or "graph"; empty on the CPU
+    std::string cpu_path;       // CPU: "quantized (<isa>)" or "reference"; empty on a GPU
     double peak_gbs = 0;        // GPU: peak DRAM bandwidth from its memory clock and bus width; 0 unknown
     int threads = 0;            // CPU threads the backend uses (0 on a GPU)
     std::string kv_type;        // "f16" or "f32"

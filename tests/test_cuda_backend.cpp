@@ -72,6 +72,7 @@ TEST_P(CudaBackendSynth, TeacherForcedLogitsMatchTheCpu) {
   std::vector<uint8_t> bytes = synth::model_bytes(synth::preset(GetParam(), synth::Size::Tiny));
   Model m = Model::from_file(gguf::File::parse(bytes, std::string("synth-") + synth::arch_name(GetParam())));
   cpu::CpuBackend cpu(m, 64, KvType::F16, 2);
+  cpu.set_path(cpu::CpuPath::Reference);   // what the GPU path is checked against
   std::vector<float> ref;
   const std::vector<TokenId> ids = greedy(cpu, {764, 17, 301, 52}, 36, &ref);
   ASSERT_EQ(ids.size(), 36u);
@@ -149,6 +150,7 @@ void check_real_model(const char* file, uint32_t n) {
   const std::vector<TokenId> ids = tok.encode("The capital of France is", tok.add_bos(), false);
   ASSERT_GE(ids.size(), n);
   cpu::CpuBackend cpu(m, 16, KvType::F16, 2);
+  cpu.set_path(cpu::CpuPath::Reference);
   cuda::CudaBackend gpu(m, cuda::Driver::load(), 16);
   const double tol = 1e-2;
   const Comparison c = compare(cpu, gpu, {ids.begin(), ids.begin() + n}, tol);

@@ -32,6 +32,7 @@ Model synth_model(synth::Arch a, std::vector<uint8_t>& bytes) {
 // The CPU's greedy continuation of a prompt to n tokens.
 std::vector<TokenId> cpu_greedy(const Model& m, std::vector<TokenId> ids, size_t n) {
   cpu::CpuBackend cpu(m, 64, KvType::F16, 2);
+  cpu.set_path(cpu::CpuPath::Reference);
   std::vector<float> l(m.n_vocab);
   for (uint32_t i = 0; i < n; ++i) {
     cpu.eval(ids[i], i, l.data());

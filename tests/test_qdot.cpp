@@ -2,6 +2,8 @@
 // this CPU runs:
 //   - every SIMD kernel equals the scalar one (same integer sums; only the
 //     order of float additions differs);
+//   - each multi-input kernel equals the single-input kernel of its Isa bit
+//     for bit;
 //   - the scalar kernel equals dot(dequantized row, dequantized input) in
 //     double;
 //   - the result stays close to the float dot with the unquantized input;
@@ -184,6 +186,77 @@ TEST(QDot, AllTypesAllIsasMatchReferences) {
             }
         }
     }
+}
+
+// The multi-input kernels equal the single-input kernel of the same Isa bit
+// for bit, for every (row, input) of every batch of 1..kQDotMaxRows rows and
+// 1..kQDotMaxInputs inputs (the SIMD kernels split a batch into passes of
+// their own widths and a smaller tail, so every size takes another path),
+// writing only their outputs of a strided output array.
+TEST(QDot, MultiInputMatchesSingleInputBitForBit) {
+    std::mt19937 rng(4321);
+    constexpr int kMaxX = cpu::kQDotMaxInputs, kMaxR = cpu::kQDotMaxRows;
+    constexpr uint64_t kStride = kMaxR + 1;   // a gap after each input's rows
+    for (GgmlType t : kTypes) {
+        const gguf::TypeTraits& tt = gguf::type_traits(t);
+        const bool k = tt.block_elems == 256;
+        const std::vector<uint64_t> lengths = k ? std::vector<uint64_t>{256, 768, 2048}
+                                                : std::vector<uint64_t>{32, 96, 576, 2048};
+        for (uint64_t n : lengths) {
+            std::vector<cpu::QuantizedInput> xq(kMaxX);
+            std::vector<const void*> xs(kMaxX);
+            for (int i = 0; i < kMaxX; ++i) {
+                const std::vector<float> x = make_input(n, i % 3 == 2 ? InputKind::Signs : InputKind::Normal, rng);
+                cpu::quantize_input(x.data(), n, t, xq[i]);
+                xs[i] = xq[i].blocks();
+            }
+            // kMaxR + 1 consecutive rows, quantized and random bits alternating.
+            const uint64_t row_bytes = n / tt.block_elems * tt.block_bytes;
+            std::vector<uint8_t> rows;
+            for (int r = 0; r <= kMaxR; ++r) {
+                const std::vector<uint8_t> row = make_row(t, n, r % 2 ? RowKind::RandomBits : RowKind::Quantized, rng);
+                rows.insert(rows.end(), row.begin(), row.end());
+            }
+            for (Isa isa : cpu::runnable_isas()) {
+                const cpu::QDotFn single = cpu::qdot_fn(isa, t);
+                const cpu::QDotMultiFn multi = cpu::qdot_multi_fn(isa, t);
+                ASSERT_NE(multi, nullptr);
+                std::vector<float> want((kMaxR + 1) * kMaxX);   // [row][input]
+                for (int r = 0; r <= kMaxR; ++r)
+                    for (int i = 0; i < kMaxX; ++i) want[r * kMaxX + i] = single(rows.data() + r * row_bytes, xs[i], n);
+                for (int n_rows = 1; n_rows <= kMaxR; ++n_rows) {
+                    for (int n_x = 1; n_x <= kMaxX; ++n_x) {
+                        // Start at another row and input per size, so each path sees other data.
+                        const int row0 = (n_x + n_rows) % (kMaxR + 2 - n_rows), x0 = (kMaxX - n_x) / 2;
+                        std::vector<float> out(kMaxX * kStride, -1.f);
+                        cpu::QDotBatch batch;
+                        batch.rows = rows.data() + row0 * row_bytes;
+                        batch.row_bytes = row_bytes;
+                        batch.n_rows = n_rows;
+                        batch.xs = xs.data() + x0;
+                        batch.n_x = n_x;
+                        batch.n = n;
+                        batch.out = out.data();
+                        batch.out_stride = kStride;
+                        multi(batch);
+                        for (int o = 0; o < int(out.size()); ++o) {
+                            const int r = o % int(kStride), i = o / int(kStride);
+                            const std::string what = std::string(tt.name) + " " + cpu::isa_name(isa) +
+                                                     " n=" + std::to_string(n) + " rows=" + std::to_string(n_rows) +
+                                                     " n_x=" + std::to_string(n_x) + " out " + std::to_string(o);
+                            if (r >= n_rows || i >= n_x) {
+                                EXPECT_EQ(out[o], -1.f) << what << ": written outside the outputs";
+                                continue;
+                            }
+                            const float got = out[o], exp = want[(row0 + r) * kMaxX + x0 + i];
+                            EXPECT_EQ(std::memcmp(&got, &exp, sizeof got), 0) << what << ": " << got << " vs " << exp;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    EXPECT_EQ(cpu::qdot_multi_fn(Isa::Scalar, GgmlType::Q3_K), nullptr);
 }
 
 // Corrupting one scale byte must change every kernel's result (and the

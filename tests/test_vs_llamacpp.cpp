@@ -1,5 +1,7 @@
-// The CPU reference path against llama.cpp's logits (tests/golden/
-// llamacpp_*.json, recorded by bench/golden-llamacpp with llama-cpp-python).
+// The CPU backend against llama.cpp's logits (tests/golden/
+// llamacpp_*.json, recorded by bench/golden-llamacpp with llama-cpp-python):
+// the reference arithmetic against the F32 twins, both arithmetics against
+// llama.cpp on the quantized files.
 //
 // llama.cpp's CPU backend rounds activations to 8 bits before its quantized
 // dot products, so on a quantized file its logits carry noise of its own: its
@@ -176,6 +178,7 @@ TEST_P(VsLlamaCpp, F32TwinTeacherForcedLogitsAndGreedyOutputAgree) {
     Model m = load_model(c, &keep);
     ASSERT_EQ(golden["sha256"].get<std::string>().size(), 64u);
     cpu::CpuBackend b(m, 1024, KvType::F32, 0);
+    b.set_path(cpu::CpuPath::Reference);   // float32 arithmetic, as llama.cpp runs the F32 twin
     const Stats st = compare(b, golden, c.tol, true);
     print("(F32 twin)", c, st, c.tol);
     EXPECT_LE(st.max_logit_diff, c.tol);
@@ -193,6 +196,7 @@ TEST_P(VsLlamaCpp, NegativeControlWrongRopeBaseOnOneLayerFails) {
     std::vector<uint8_t> keep;
     Model m = load_model(c, &keep);
     cpu::CpuBackend b(m, 1024, KvType::F32, 0);
+    b.set_path(cpu::CpuPath::Reference);
     // gemma3: the global layers' base on local layer 1 (a bug that is easy to
     // make); elsewhere the base 10% off.
     const float wrong = m.layers[1].sliding ? m.hp.rope_base : m.layers[1].rope_base * 1.1f;
@@ -212,15 +216,20 @@ TEST_P(VsLlamaCpp, QuantizedRunAgreesWithinLlamaCppsOwnNoise) {
     std::vector<uint8_t> keep;
     Model m = load_model(c, &keep);
     ASSERT_EQ(golden["sha256"].get<std::string>().size(), 64u);
-    cpu::CpuBackend b(m, 1024, KvType::F16, 0);
-    // llama.cpp's own argmax flips between its batched and one-by-one runs
-    // here, so free-running outputs are not compared on the quantized files.
-    const Stats st = compare(b, golden, c.tol_q, false, false);
-    print("(quantized file, as llama.cpp runs it)", c, st, c.tol_q);
+    // Both arithmetics: the quantized path users run, and the reference.
+    for (cpu::CpuPath path : {cpu::CpuPath::Quantized, cpu::CpuPath::Reference}) {
+        cpu::CpuBackend b(m, 1024, KvType::F16, 0);
+        b.set_path(path);
+        // llama.cpp's own argmax flips between its batched and one-by-one runs
+        // here, so free-running outputs are not compared on the quantized files.
+        const Stats st = compare(b, golden, c.tol_q, false, false);
+        print(path == cpu::CpuPath::Quantized ? "(quantized file, quantized path)" : "(quantized file, reference path)",
+              c, st, c.tol_q);
+        EXPECT_LE(st.max_logprob_diff, c.tol_q) << b.description();
+        EXPECT_EQ(st.argmax_wrong, 0u) << b.description();
+    }
     std::printf("    llama.cpp's own batched vs one-by-one difference on this file: %s\n",
                 golden["tolerance_hint"].dump().c_str());
-    EXPECT_LE(st.max_logprob_diff, c.tol_q);
-    EXPECT_EQ(st.argmax_wrong, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, VsLlamaCpp, ::testing::ValuesIn(kCases), [](const auto& info) {

@@ -61,6 +61,8 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, int threads)
 
 CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_ptr<ThreadPool> pool)
     : m_(m), n_ctx_(n_ctx), kv_(kv), pool_(std::move(pool)) {
+    arith_.path = CpuPath::Quantized;
+    arith_.isa = best_isa();
     const uint64_t E = m.hp.n_embd, hd = m.head_dim;
     uint64_t max_q = 0, max_kv = 0, max_ff = 0;
     layers_.resize(m.layers.size());
@@ -103,9 +105,23 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_pt
 
 CpuBackend::~CpuBackend() = default;
 
+void CpuBackend::set_isa(Isa isa) {
+    const std::vector<Isa> ok = runnable_isas();
+    if (std::find(ok.begin(), ok.end(), isa) == ok.end())
+        throw std::invalid_argument(std::string("this CPU cannot run ") + isa_name(isa) + " kernels");
+    arith_.isa = isa;
+}
+
+std::string CpuBackend::path_name() const {
+    return arith_.path == CpuPath::Reference ? "reference" : std::string("quantized (") + isa_name(arith_.isa) + ")";
+}
+
 std::string CpuBackend::description() const {
-    return "CPU, " + std::to_string(pool_->size()) + (pool_->size() == 1 ? " thread" : " threads") +
-           ", float32 reference path, KV " + kv_type_name(kv_);
+    const std::string path = arith_.path == CpuPath::Reference
+                                 ? "float32 reference path"
+                                 : std::string("quantized dot products (") + isa_name(arith_.isa) + ")";
+    return "CPU, " + std::to_string(pool_->size()) + (pool_->size() == 1 ? " thread" : " threads") + ", " + path +
+           ", KV " + kv_type_name(kv_);
 }
 
 DeviceInfo CpuBackend::device_info() const {
@@ -114,6 +130,7 @@ DeviceInfo CpuBackend::device_info() const {
     d.name = cpu_model_name();
     d.units = ThreadPool::default_threads();
     d.threads = pool_->size();
+    d.cpu_path = path_name();
     d.kv_type = kv_type_name(kv_);
     d.kv_bytes_per_el = kv_ == KvType::F32 ? 4 : 2;
     return d;
@@ -245,7 +262,7 @@ void CpuBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, float
 
         for (uint32_t t = 0; t < n; ++t) rms_norm(&x_[t * E], l.attn_norm.data(), &xn_[t * E], E, eps);
         matmul(*pool_, {{&d.wq, q_.data(), q_w_}, {&d.wk, k_.data(), kv_w_}, {&d.wv, v_.data(), kv_w_}}, xn_.data(), n, E,
-               rounding_);
+               arith_);
         for (uint32_t t = 0; t < n; ++t) {
             float* q = &q_[t * q_w_];
             float* k = &k_[t * kv_w_];
@@ -267,7 +284,7 @@ void CpuBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, float
         }
 
         attention(il, pos, n);
-        matmul(*pool_, {{&d.wo, o_.data(), E}}, att_.data(), n, q_w_, rounding_);
+        matmul(*pool_, {{&d.wo, o_.data(), E}}, att_.data(), n, q_w_, arith_);
         for (uint32_t t = 0; t < n; ++t) {
             float* o = &o_[t * E];
             float* x = &x_[t * E];
@@ -275,14 +292,14 @@ void CpuBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, float
             for (uint64_t i = 0; i < E; ++i) x[i] += o[i];
             rms_norm(x, l.ffn_norm.data(), &xn_[t * E], E, eps);
         }
-        matmul(*pool_, {{&d.gate, g_.data(), ff_w_}, {&d.up, u_.data(), ff_w_}}, xn_.data(), n, E, rounding_);
+        matmul(*pool_, {{&d.gate, g_.data(), ff_w_}, {&d.up, u_.data(), ff_w_}}, xn_.data(), n, E, arith_);
         for (uint32_t t = 0; t < n; ++t) {
             float* g = &g_[t * ff_w_];
             const float* u = &u_[t * ff_w_];
             for (uint32_t i = 0; i < d.n_ff; ++i)
                 g[i] = (m_.ffn == FfnKind::GeGLU ? gelu_tanh(g[i]) : silu(g[i])) * u[i];
         }
-        matmul(*pool_, {{&d.down, o_.data(), E}}, g_.data(), n, ff_w_, rounding_);
+        matmul(*pool_, {{&d.down, o_.data(), E}}, g_.data(), n, ff_w_, arith_);
         for (uint32_t t = 0; t < n; ++t) {
             float* o = &o_[t * E];
             float* x = &x_[t * E];
@@ -293,7 +310,7 @@ void CpuBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, float
     if (!logits) return;
     const uint32_t first = n - n_logits;
     for (uint32_t t = first; t < n; ++t) rms_norm(&x_[t * E], output_norm_.data(), &xn_[t * E], E, eps);
-    matmul(*pool_, {{&m_.output, logits, m_.n_vocab}}, &xn_[first * E], n_logits, E, rounding_);
+    matmul(*pool_, {{&m_.output, logits, m_.n_vocab}}, &xn_[first * E], n_logits, E, arith_);
     if (m_.final_softcap > 0) {
         const float cap = m_.final_softcap;
         for (uint64_t i = 0; i < uint64_t(n_logits) * m_.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);

@@ -1,8 +1,11 @@
-// The CPU backend: the float32-activation reference forward pass. Weights are
-// read in their quantized form through cpu/matvec; activations, norms, RoPE,
+// The CPU backend: the float32-activation forward pass. Weights are read in
+// their quantized form through cpu/matvec, either with quantized dot products
+// on the CPU's SIMD (CpuPath::Quantized, the default) or with the float32
+// reference arithmetic (CpuPath::Reference); activations, norms, RoPE,
 // softmax and attention are float32 (sums of squares and dot products
-// accumulate in double); the KV cache holds f16 or f32. This path is what
-// every faster path and every GPU kernel is compared against; keep it plain.
+// accumulate in double); the KV cache holds f16 or f32. The reference path is
+// what every faster path and every GPU kernel is compared against; keep it
+// plain.
 #pragma once
 
 #include <memory>
@@ -31,10 +34,23 @@ public:
     uint32_t max_batch() const override { return kMaxBatch; }
     static constexpr uint32_t kMaxBatch = 64;
 
+    // The arithmetic of the matrix-vector products: Quantized (on `isa`,
+    // by default the best the CPU runs, PTXLM_CPU_ISA to override) or
+    // Reference.
+    void set_path(CpuPath p) { arith_.path = p; }
+    void set_isa(Isa isa);   // throws std::invalid_argument when this CPU cannot run it
+    CpuPath path() const { return arith_.path; }
+    std::string path_name() const;   // "quantized (<isa>)" or "reference" (bench rows)
+    Isa isa() const { return arith_.isa; }
+
     // Test hooks. A different RoPE base on one layer (negative controls);
-    // llama.cpp's input rounding in every matrix-vector product (diagnostics).
+    // llama.cpp's input rounding in every matrix-vector product (diagnostics;
+    // selects the reference path).
     void debug_set_rope_base(uint32_t layer, float base);
-    void set_input_rounding(InputRounding r) { rounding_ = r; }
+    void set_input_rounding(InputRounding r) {
+        arith_.rounding = r;
+        if (r != InputRounding::Exact) arith_.path = CpuPath::Reference;
+    }
 
 private:
     struct Layer;
@@ -43,7 +59,7 @@ private:
     const Model& m_;
     uint32_t n_ctx_;
     KvType kv_;
-    InputRounding rounding_ = InputRounding::Exact;
+    Arithmetic arith_;
     std::shared_ptr<ThreadPool> pool_;
     std::vector<Layer> layers_;
     std::vector<float> output_norm_;

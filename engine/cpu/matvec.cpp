@@ -1,6 +1,7 @@
 #include "engine/cpu/matvec.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <vector>
 
 namespace ptxlm::cpu {
@@ -47,25 +48,22 @@ void round_like_llamacpp(gguf::GgmlType t, const float* x, float* out, uint64_t 
     tt.dequantize_row(q.data(), out, static_cast<int64_t>(n));
 }
 
-}  // namespace
-
-void matmul(ThreadPool& pool, std::initializer_list<MatVec> jobs, const float* x, uint64_t n_in, uint64_t ldx,
-            InputRounding rounding) {
-    const MatVec* js = jobs.begin();
+void matmul_reference(ThreadPool& pool, const MatVec* js, size_t n_jobs, const float* x, uint64_t n_in, uint64_t ldx,
+                      InputRounding rounding) {
     if (rounding == InputRounding::LikeLlamaCpp) {
         // One rounded copy of the inputs per job (jobs sharing x may differ in type).
-        for (const MatVec& j : jobs) {
-            const uint64_t n = j.w->cols;
+        for (size_t j = 0; j < n_jobs; ++j) {
+            const uint64_t n = js[j].w->cols;
             std::vector<float> xr(n_in * n);
-            for (uint64_t t = 0; t < n_in; ++t) round_like_llamacpp(j.w->type, x + t * ldx, xr.data() + t * n, n);
-            matmul(pool, {j}, xr.data(), n_in, n);
+            for (uint64_t t = 0; t < n_in; ++t) round_like_llamacpp(js[j].w->type, x + t * ldx, xr.data() + t * n, n);
+            matmul_reference(pool, js + j, 1, xr.data(), n_in, n, InputRounding::Exact);
         }
         return;
     }
     uint64_t total = 0, max_cols = 0;
-    for (const MatVec& j : jobs) {
-        total += j.w->rows;
-        max_cols = std::max(max_cols, j.w->cols);
+    for (size_t j = 0; j < n_jobs; ++j) {
+        total += js[j].w->rows;
+        max_cols = std::max(max_cols, js[j].w->cols);
     }
     // One dequantized row per thread, reused across the inputs.
     std::vector<float> rows(max_cols * pool.size());
@@ -81,6 +79,97 @@ void matmul(ThreadPool& pool, std::initializer_list<MatVec> jobs, const float* x
             for (uint64_t t = 0; t < n_in; ++t) js[j].y[t * js[j].ldy + r] = dot(buf, x + t * ldx, w.cols);
         }
     });
+}
+
+// Jobs whose types all have quantized dot products. The inputs are quantized
+// once per layout the jobs need (jobs sharing x have the same width), then
+// every row of every job is one QDotFn call for a single input; a batch of
+// inputs goes through QDotMultiFn, per row pair and kQDotMaxInputs inputs
+// (each weight block unpacked once for all of them; bit-identical to the
+// QDotFn calls).
+void matmul_quantized(ThreadPool& pool, const MatVec* js, size_t n_jobs, const float* x, uint64_t n_in, uint64_t ldx,
+                      Isa isa) {
+    constexpr size_t kLayouts = 3;   // QuantizedInput::Layout: None, Block32, Block256
+    // Kept per calling thread, so steady decoding allocates nothing.
+    thread_local std::vector<QuantizedInput> inputs[kLayouts];
+    thread_local std::vector<const void*> blocks[kLayouts];   // inputs[l][t].blocks(), as QDotMultiFn takes them
+    constexpr size_t kMaxJobs = 8;
+    if (n_jobs > kMaxJobs) throw std::logic_error("matmul: too many jobs in one product");
+    QDotFn fns[kMaxJobs];
+    QDotMultiFn multi_fns[kMaxJobs];
+    const std::vector<QuantizedInput>* in[kMaxJobs];
+    const void* const* in_blocks[kMaxJobs];
+    gguf::GgmlType layout_type[kLayouts] = {};
+    bool needed[kLayouts] = {};
+    uint64_t total = 0;
+    const uint64_t cols = js[0].w->cols;
+    for (size_t j = 0; j < n_jobs; ++j) {
+        const Weight& w = *js[j].w;
+        if (w.cols != cols) throw std::logic_error("matmul: jobs sharing an input differ in width");
+        const size_t l = size_t(qdot_layout(w.type));
+        needed[l] = true;
+        layout_type[l] = w.type;
+        if (inputs[l].size() < n_in) inputs[l].resize(n_in);
+        if (blocks[l].size() < n_in) blocks[l].resize(n_in);
+        in[j] = &inputs[l];
+        in_blocks[j] = blocks[l].data();
+        fns[j] = qdot_fn(isa, w.type);
+        multi_fns[j] = qdot_multi_fn(isa, w.type);
+        total += w.rows;
+    }
+    for (size_t l = 0; l < kLayouts; ++l) {
+        if (!needed[l]) continue;
+        std::vector<QuantizedInput>& q = inputs[l];
+        if (n_in == 1) quantize_input(x, cols, layout_type[l], q[0]);
+        else
+            pool.parallel_for(n_in, 1, [&](uint64_t begin, uint64_t end, int) {
+                for (uint64_t t = begin; t < end; ++t) quantize_input(x + t * ldx, cols, layout_type[l], q[t]);
+            });
+        for (uint64_t t = 0; t < n_in; ++t) blocks[l][t] = q[t].blocks();
+    }
+    pool.parallel_for(total, 16, [&](uint64_t begin, uint64_t end, int) {
+        size_t j = 0;
+        uint64_t base = 0;
+        for (uint64_t i = begin; i < end; ++i) {
+            while (i >= base + js[j].w->rows) base += js[j++].w->rows;
+            const Weight& w = *js[j].w;
+            const uint64_t r = i - base;
+            if (n_in == 1) {
+                js[j].y[r] = fns[j](w.row(r), (*in[j])[0].blocks(), cols);
+                continue;
+            }
+            // Rows r and r + 1 together when both are this thread's and this job's.
+            QDotBatch batch;
+            batch.rows = w.row(r);
+            batch.row_bytes = w.row_bytes;
+            batch.n_rows = i + 1 < end && r + 1 < w.rows ? 2 : 1;
+            batch.n = cols;
+            batch.out_stride = js[j].ldy;
+            for (uint64_t t = 0; t < n_in; t += kQDotMaxInputs) {
+                batch.xs = in_blocks[j] + t;
+                batch.n_x = int(std::min<uint64_t>(kQDotMaxInputs, n_in - t));
+                batch.out = js[j].y + t * js[j].ldy + r;
+                multi_fns[j](batch);
+            }
+            i += uint64_t(batch.n_rows - 1);
+        }
+    });
+}
+
+}  // namespace
+
+void matmul(ThreadPool& pool, std::initializer_list<MatVec> jobs, const float* x, uint64_t n_in, uint64_t ldx,
+            const Arithmetic& arith) {
+    if (arith.path == CpuPath::Reference) return matmul_reference(pool, jobs.begin(), jobs.size(), x, n_in, ldx, arith.rounding);
+    // Jobs of types without quantized dot products take the reference arithmetic.
+    MatVec fast[8], slow[8];
+    size_t n_fast = 0, n_slow = 0;
+    for (const MatVec& j : jobs) {
+        if (n_fast == 8 || n_slow == 8) throw std::logic_error("matmul: too many jobs in one product");
+        (has_qdot(j.w->type) ? fast[n_fast++] : slow[n_slow++]) = j;
+    }
+    if (n_fast) matmul_quantized(pool, fast, n_fast, x, n_in, ldx, arith.isa);
+    if (n_slow) matmul_reference(pool, slow, n_slow, x, n_in, ldx, InputRounding::Exact);
 }
 
 }  // namespace ptxlm::cpu

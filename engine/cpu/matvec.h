@@ -1,15 +1,23 @@
-// Matrix-vector (and small matrix-matrix) products on quantized weights, the
-// CPU backend's reference arithmetic: each row is dequantized into a small
-// buffer with gguf/'s reference dequantizers and multiplied with the float32
-// input, so no matrix is ever expanded whole and every supported type takes
-// the same path. A batch of inputs shares each dequantized row; the
-// arithmetic per (row, input) is the same as for one input, so batched and
-// token-by-token evaluation give bit-identical results.
+// Matrix-vector (and small matrix-matrix) products on quantized weights, two
+// ways:
+// - the reference arithmetic: each row is dequantized into a small buffer
+//   with gguf/'s reference dequantizers and multiplied with the float32
+//   input, so no matrix is ever expanded whole and every supported type
+//   takes the same path;
+// - the quantized path (the default for users): the input is quantized once
+//   per product to 8-bit blocks and each row goes through an integer dot
+//   product on its packed weights (qdot.h), on the best SIMD the CPU has.
+//   Types without one (F32, F16, BF16, Q2_K, Q3_K) take the reference
+//   arithmetic.
+// Either way a batch of inputs shares each row, and the arithmetic per (row,
+// input) is the same as for one input, so batched and token-by-token
+// evaluation give bit-identical results.
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
 
+#include "engine/cpu/qdot.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/model.h"
 
@@ -30,6 +38,14 @@ void dequantize_row(const Weight& w, uint64_t r, float* out);
 // default.
 enum class InputRounding { Exact, LikeLlamaCpp };
 
+// Which arithmetic a product uses (see the top of this file).
+enum class CpuPath { Quantized, Reference };
+struct Arithmetic {
+    CpuPath path = CpuPath::Reference;
+    Isa isa = Isa::Scalar;                            // Quantized: a runnable Isa
+    InputRounding rounding = InputRounding::Exact;    // Reference only
+};
+
 // Y = W·X for each job: n_in inputs X[t] = x + t·ldx, outputs y + t·ldy. The
 // rows of all jobs share one parallel pass (the matrices that read the same
 // input: Q, K and V; gate and up).
@@ -39,6 +55,6 @@ struct MatVec {
     uint64_t ldy = 0;   // stride between the outputs of consecutive inputs
 };
 void matmul(ThreadPool& pool, std::initializer_list<MatVec> jobs, const float* x, uint64_t n_in, uint64_t ldx,
-            InputRounding rounding = InputRounding::Exact);
+            const Arithmetic& arith = {});
 
 }  // namespace ptxlm::cpu

@@ -8,15 +8,19 @@
 //            [-127, 127] (never -128, so the SIMD kernels may negate them for
 //            the sign trick), float d = amax / 127, and s = d · Σqs, which
 //            applies the offset m of Q4_1/Q5_1 as m · s.
-//   Block256 for Q4_K Q5_K Q6_K (ggml's Q8_K): per 256 values, int8 qs in
-//            [-128, 127], float d, and int16 bsums (Σ of each 16 qs), which
-//            apply the mins of Q4_K/Q5_K and the -32 offset of Q6_K.
-// A value is x ≈ d · q. Scales are float (ggml keeps f16 for Q8_0's d); one
-// rounding less, same integer math.
+//   Block256 for Q4_K Q5_K Q6_K (like ggml's Q8_K): per 256 values, int8
+//            qs in [-127, 127], float d = amax / 127, and int16 bsums (Σ of
+//            each 16 qs), which apply the mins of Q4_K/Q5_K and the -32
+//            offset of Q6_K.
+// A value is x ≈ d · q, rounded to nearest. Scales stay float (ggml keeps
+// f16 for Q8_0's d; tried, it lands further from llama.cpp's logits).
 //
 // Kernels exist per Isa; the scalar ones define the arithmetic, the SIMD ones
 // compute the same integer sums per block and differ only in the order of the
-// float additions. Callers fetch a QDotFn once (qdot_fn) and call it per row.
+// float additions. Callers fetch a QDotFn once (qdot_fn) and call it per row,
+// or, for a batch of inputs, a QDotMultiFn (qdot_multi_fn) per row or row
+// pair and group of inputs: it unpacks the weights once for the group and
+// gives the QDotFn's results bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -91,15 +95,43 @@ QDotFn qdot_fn(Isa isa, gguf::GgmlType weight_type);
 // Convenience with checks (type, layout, n, isa): throws std::invalid_argument.
 float qdot(Isa isa, gguf::GgmlType weight_type, const void* row, const QuantizedInput& x, uint64_t n);
 
+// A few rows times several inputs (a prompt batch), each weight block
+// unpacked once for all the inputs: out[r + k · out_stride] = the QDotFn of
+// the same Isa for (row r, xs[k]), bit for bit. The SIMD kernels take the
+// inputs in passes sized to their registers, and two rows at a time where
+// that measured faster (the input blocks loaded once for both); the scalar
+// ones loop the single-input kernel.
+constexpr int kQDotMaxRows = 2;
+constexpr int kQDotMaxInputs = 8;
+struct QDotBatch {
+    const void* rows = nullptr;        // n_rows rows of n weights, row_bytes apart
+    uint64_t row_bytes = 0;
+    int n_rows = 1;                    // 1 ..= kQDotMaxRows
+    const void* const* xs = nullptr;   // n_x inputs, QuantizedInput::blocks() of n values each
+    int n_x = 1;                       // 1 ..= kQDotMaxInputs
+    uint64_t n = 0;                    // values per row and input
+    float* out = nullptr;              // out[r + k · out_stride]: row r, input k
+    uint64_t out_stride = 0;
+};
+// Same discipline as QDotFn (no allocation, no checks).
+using QDotMultiFn = void (*)(const QDotBatch& batch);
+// The kernel for (isa, type); nullptr when the type has no qdot. isa must be
+// runnable.
+QDotMultiFn qdot_multi_fn(Isa isa, gguf::GgmlType weight_type);
+
 namespace detail {
 
-// One table per Isa, indexed by QDotSlot; defined in qdot.cpp,
-// qdot_avx2.cpp and qdot_avx512.cpp.
+// Two tables per Isa (single and multi input), indexed by QDotSlot; defined
+// in qdot.cpp, qdot_avx2.cpp and qdot_avx512.cpp.
 enum QDotSlot { kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kQDotSlots };
 extern const QDotFn kQDotScalar[kQDotSlots];
 extern const QDotFn kQDotAvx2[kQDotSlots];
 extern const QDotFn kQDotAvx512[kQDotSlots];
 extern const QDotFn kQDotAvx512Vnni[kQDotSlots];
+extern const QDotMultiFn kQDotMultiScalar[kQDotSlots];
+extern const QDotMultiFn kQDotMultiAvx2[kQDotSlots];
+extern const QDotMultiFn kQDotMultiAvx512[kQDotSlots];
+extern const QDotMultiFn kQDotMultiAvx512Vnni[kQDotSlots];
 
 // static: each file keeps its own copy, built with its own ISA flags (see
 // QDotFn).
@@ -118,6 +150,46 @@ static inline void unpack_k_scales(const uint8_t s[12], uint8_t sc[8], uint8_t m
     std::memcpy(sc + 4, &sc_hi, 4);
     std::memcpy(m, &m_lo, 4);
     std::memcpy(m + 4, &m_hi, 4);
+}
+
+// The SIMD files' kernels: Kernel::run<NR, NX>(rows, row_bytes, xs, n, out,
+// out_stride) computes NR rows times NX inputs in one pass, each (row, input)
+// with exactly the arithmetic of NR = NX = 1 (its own accumulators, the same
+// order), so that the single-input kernel (run_single) and the multi-input
+// one (run_multi) agree bit for bit. run_multi takes row pairs in passes of
+// W2 inputs when W2 > 0 (the kernel does NR = 2), single rows in passes of
+// W1, and the leftover inputs in one smaller pass. static, and Kernel lives
+// in the file's anonymous namespace: every instantiation stays in its file.
+template <class Kernel, int NR, int M>
+static inline void run_tail(int m, const void* rows, uint64_t row_bytes, const void* const* xs, uint64_t n,
+                            float* out, uint64_t out_stride) {
+    if constexpr (M > 0) {
+        if (m == M) return Kernel::template run<NR, M>(rows, row_bytes, xs, n, out, out_stride);
+        run_tail<Kernel, NR, M - 1>(m, rows, row_bytes, xs, n, out, out_stride);
+    }
+}
+template <class Kernel, int NR, int W>
+static inline void run_inputs(const QDotBatch& a, int r) {
+    static_assert(W >= 1 && W <= kQDotMaxInputs);
+    const void* rows = static_cast<const uint8_t*>(a.rows) + uint64_t(r) * a.row_bytes;
+    int k = 0;
+    for (; k + W <= a.n_x; k += W)
+        Kernel::template run<NR, W>(rows, a.row_bytes, a.xs + k, a.n, a.out + r + k * a.out_stride, a.out_stride);
+    run_tail<Kernel, NR, W - 1>(a.n_x - k, rows, a.row_bytes, a.xs + k, a.n, a.out + r + k * a.out_stride,
+                                a.out_stride);
+}
+template <class Kernel, int W1, int W2 = 0>
+static void run_multi(const QDotBatch& a) {
+    int r = 0;
+    if constexpr (W2 > 0)
+        for (; r + 2 <= a.n_rows; r += 2) run_inputs<Kernel, 2, W2>(a, r);
+    for (; r < a.n_rows; ++r) run_inputs<Kernel, 1, W1>(a, r);
+}
+template <class Kernel>
+static float run_single(const void* row, const void* x, uint64_t n) {
+    float out;
+    Kernel::template run<1, 1>(row, 0, &x, n, &out, 1);
+    return out;
 }
 
 }  // namespace detail

@@ -2,7 +2,9 @@
 // here; called only after runnable_isas() saw them). Same integer sums per
 // block as the scalar kernels in qdot.cpp; vpmaddubsw (u8 × s8 → s16 pairs)
 // then vpmaddwd into 8 int32 lanes, one float FMA per block (32-element types)
-// or per super-block (k-quants), one horizontal sum per row.
+// or per super-block (k-quants), one horizontal sum per row. The multi-input
+// kernels (qdot.h, run_multi) are the same templates run for several rows
+// and inputs at once.
 //
 // Saturation: vpmaddubsw adds two u8·s8 products in int16. The weights are
 // fed unsigned (at most 63, Q6_K) or, for the signed types, as |w| <= 128
@@ -24,6 +26,11 @@ using gguf::BlockQ5_K;
 using gguf::BlockQ6_K;
 
 inline float f16(uint16_t h) { return _cvtsh_ss(h); }
+// a·b + c rounded once. Written out because the compiler contracts a·b + c
+// on its own (GCC's default -ffp-contract=fast for C++), and decides
+// differently for scalar and vectorised copies of one expression: the
+// multi-input kernels would then differ from the single-input one.
+inline float fma1(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 
 inline __m256i loadu(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
@@ -85,30 +92,63 @@ struct UnpackQ8_0 {
 };
 
 // Signed: Unpack yields s8 codes (offset applied). Otherwise u8 codes and the
-// block adds m · s_x (Q4_1, Q5_1).
+// block adds m · s_x (Q4_1, Q5_1). Per (row, input): two accumulator chains
+// (even and odd blocks) hide the FMA latency.
 template <class Block, class Unpack, bool Signed>
-float dot32(const void* row, const void* x, uint64_t n) {
-    const auto* w = static_cast<const Block*>(row);
-    const auto* y = static_cast<const BlockQ8x32*>(x);
-    const Unpack unpack{};
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    float accm = 0.f;
-    const uint64_t nb = n / 32;
-    auto block = [&](uint64_t b, __m256& acc) {
-        const __m256i q = unpack(w[b]);
-        const __m256i xv = loadu(y[b].qs);
-        const __m256i p = Signed ? dot_s8s8(q, xv) : dot_u8s8(q, xv);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b].d) * y[b].d), _mm256_cvtepi32_ps(p), acc);
-        if constexpr (!Signed) accm += f16(w[b].m) * y[b].s;
-    };
-    uint64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {   // two chains hide the FMA latency
-        block(b, acc0);
-        block(b + 1, acc1);
+struct Dot32 {
+    // NR rows (row_bytes apart) times NX inputs: out[r + k · out_stride].
+    template <int NR, int NX>
+    static void run(const void* row, uint64_t row_bytes, const void* const* xs, uint64_t n, float* out,
+                    uint64_t out_stride) {
+        const Block* w[NR];
+        for (int r = 0; r < NR; ++r)
+            w[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(row) + r * row_bytes);
+        const BlockQ8x32* y[NX];
+        for (int k = 0; k < NX; ++k) y[k] = static_cast<const BlockQ8x32*>(xs[k]);
+        __m256 acc[2][NR][NX];
+        float accm[NR][NX];
+        for (int r = 0; r < NR; ++r)
+            for (int k = 0; k < NX; ++k) {
+                acc[0][r][k] = acc[1][r][k] = _mm256_setzero_ps();
+                accm[r][k] = 0.f;
+            }
+        const Unpack unpack{};
+        // Block b into chain c. Signed: |w| times x with w's sign.
+        // always_inline: else GCC calls it, with the accumulator arrays in memory.
+        auto block = [&](uint64_t b, int c) __attribute__((always_inline)) {
+            __m256i q[NR], aq[NR];
+            float dw[NR];
+            for (int r = 0; r < NR; ++r) {
+                q[r] = unpack(w[r][b]);
+                aq[r] = _mm256_sign_epi8(q[r], q[r]);
+                dw[r] = f16(w[r][b].d);
+            }
+            for (int k = 0; k < NX; ++k) {
+                const __m256i xv = loadu(y[k][b].qs);
+                for (int r = 0; r < NR; ++r) {
+                    const __m256i p = Signed ? dot_u8s8(aq[r], _mm256_sign_epi8(xv, q[r])) : dot_u8s8(q[r], xv);
+                    acc[c][r][k] =
+                        _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * y[k][b].d), _mm256_cvtepi32_ps(p), acc[c][r][k]);
+                }
+            }
+            if constexpr (!Signed)
+                for (int r = 0; r < NR; ++r) {
+                    const float m = f16(w[r][b].m);
+                    for (int k = 0; k < NX; ++k) accm[r][k] = fma1(m, y[k][b].s, accm[r][k]);
+                }
+        };
+        const uint64_t nb = n / 32;
+        uint64_t b = 0;
+        for (; b + 2 <= nb; b += 2) {
+            block(b, 0);
+            block(b + 1, 1);
+        }
+        if (b < nb) block(b, 0);
+        for (int r = 0; r < NR; ++r)
+            for (int k = 0; k < NX; ++k)
+                out[r + k * out_stride] = hsum(_mm256_add_ps(acc[0][r][k], acc[1][r][k])) + accm[r][k];
     }
-    if (b < nb) block(b, acc0);
-    return hsum(_mm256_add_ps(acc0, acc1)) + accm;
-}
+};
 
 // Q4_K/Q5_K mins: 4 int32 lanes of Σ_j m_j·(bsums[2j] + bsums[2j+1]).
 inline __m128i k_min_sums(const uint8_t m[8], const int16_t bsums[16]) {
@@ -120,84 +160,134 @@ inline __m128i k_min_sums(const uint8_t m[8], const int16_t bsums[16]) {
 // its low nibbles and 2c+1 in its high nibbles; Q5_K's fifth bits are bits
 // 2c and 2c+1 of qh.
 template <class Block, bool HighBits>
-float dot_k45(const void* row, const void* x, uint64_t n) {
-    const auto* w = static_cast<const Block*>(row);
-    const auto* y = static_cast<const BlockQ8x256*>(x);
-    const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
-    for (uint64_t b = 0; b < n / 256; ++b) {
-        uint8_t sc[8], m[8];
-        detail::unpack_k_scales(w[b].scales, sc, m);
-        const uint8_t* q = w[b].qs;
-        const int8_t* xq = y[b].qs;
-        [[maybe_unused]] __m256i qh{};
-        if constexpr (HighBits) qh = loadu(w[b].qh);
-        __m256i isum = _mm256_setzero_si256();
-        for (int c = 0; c < 4; ++c, q += 32, xq += 64) {
-            const __m256i v = loadu(q);
-            __m256i lo = _mm256_and_si256(v, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if constexpr (HighBits) {
-                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), b4));
-                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), b4));
-                qh = _mm256_srli_epi16(qh, 2);   // only bits 0..1 of each byte are read
-            }
-            const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, loadu(xq)), _mm256_set1_epi16(sc[2 * c]));
-            const __m256i phi =
-                _mm256_madd_epi16(_mm256_maddubs_epi16(hi, loadu(xq + 32)), _mm256_set1_epi16(sc[2 * c + 1]));
-            isum = _mm256_add_epi32(isum, _mm256_add_epi32(plo, phi));
+struct DotK45 {
+    template <int NR, int NX>
+    static void run(const void* row, uint64_t, const void* const* xs, uint64_t n, float* out, uint64_t out_stride) {
+        static_assert(NR == 1);
+        const auto* w = static_cast<const Block*>(row);
+        const BlockQ8x256* y[NX];
+        __m256 acc[NX];
+        __m128 accm[NX];
+        for (int k = 0; k < NX; ++k) {
+            y[k] = static_cast<const BlockQ8x256*>(xs[k]);
+            acc[k] = _mm256_setzero_ps();
+            accm[k] = _mm_setzero_ps();
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b].d) * y[b].d), _mm256_cvtepi32_ps(isum), acc);
-        accm = _mm_fmadd_ps(_mm_set1_ps(f16(w[b].dmin) * y[b].d), _mm_cvtepi32_ps(k_min_sums(m, y[b].bsums)), accm);
+        const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+        for (uint64_t b = 0; b < n / 256; ++b) {
+            uint8_t sc[8], m[8];
+            detail::unpack_k_scales(w[b].scales, sc, m);
+            const uint8_t* q = w[b].qs;
+            [[maybe_unused]] __m256i qh{};
+            if constexpr (HighBits) qh = loadu(w[b].qh);
+            __m256i isum[NX];
+            for (int k = 0; k < NX; ++k) isum[k] = _mm256_setzero_si256();
+            for (int c = 0; c < 4; ++c, q += 32) {
+                const __m256i v = loadu(q);
+                __m256i lo = _mm256_and_si256(v, m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                if constexpr (HighBits) {
+                    lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), b4));
+                    hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), b4));
+                    qh = _mm256_srli_epi16(qh, 2);   // only bits 0..1 of each byte are read
+                }
+                const __m256i slo = _mm256_set1_epi16(sc[2 * c]), shi = _mm256_set1_epi16(sc[2 * c + 1]);
+                for (int k = 0; k < NX; ++k) {
+                    const int8_t* xq = y[k][b].qs + 64 * c;
+                    const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, loadu(xq)), slo);
+                    const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, loadu(xq + 32)), shi);
+                    isum[k] = _mm256_add_epi32(isum[k], _mm256_add_epi32(plo, phi));
+                }
+            }
+            const float dw = f16(w[b].d), dmin = f16(w[b].dmin);
+            for (int k = 0; k < NX; ++k) {
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y[k][b].d), _mm256_cvtepi32_ps(isum[k]), acc[k]);
+                accm[k] = _mm_fmadd_ps(_mm_set1_ps(dmin * y[k][b].d), _mm_cvtepi32_ps(k_min_sums(m, y[k][b].bsums)),
+                                       accm[k]);
+            }
+        }
+        for (int k = 0; k < NX; ++k) out[k * out_stride] = hsum(acc[k]) - hsum(accm[k]);
     }
-    return hsum(acc) - hsum(accm);
-}
+};
 
 // Q6_K, per 128-element half: quads k = 0..3 of 32 elements, codes 0..63;
 // maddubs lanes 0..7 cover group 2k, lanes 8..15 group 2k+1.
-float dot_q6_k(const void* row, const void* x, uint64_t n) {
-    const auto* w = static_cast<const BlockQ6_K*>(row);
-    const auto* y = static_cast<const BlockQ8x256*>(x);
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256 acc = _mm256_setzero_ps();
-    for (uint64_t b = 0; b < n / 256; ++b) {
-        const int8_t* sc = w[b].scales;
-        __m256i isum = _mm256_setzero_si256();
-        for (int h = 0; h < 2; ++h) {
-            const __m256i q0 = loadu(w[b].ql + 64 * h), q1 = loadu(w[b].ql + 64 * h + 32);
-            const __m256i qh = loadu(w[b].qh + 32 * h);
-            const __m256i k[4] = {
-                _mm256_or_si256(_mm256_and_si256(q0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
-                _mm256_or_si256(_mm256_and_si256(q1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4), _mm256_and_si256(qh, m30)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
-                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
-            };
-            const int8_t* xq = y[b].qs + 128 * h;
-            for (int j = 0; j < 4; ++j) {
-                const int g = 8 * h + 2 * j;
-                const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
-                const __m256i p = _mm256_maddubs_epi16(k[j], loadu(xq + 32 * j));
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, s));
+struct DotQ6K {
+    template <int NR, int NX>
+    static void run(const void* row, uint64_t, const void* const* xs, uint64_t n, float* out, uint64_t out_stride) {
+        static_assert(NR == 1);
+        const auto* w = static_cast<const BlockQ6_K*>(row);
+        const BlockQ8x256* y[NX];
+        __m256 acc[NX];
+        for (int k = 0; k < NX; ++k) {
+            y[k] = static_cast<const BlockQ8x256*>(xs[k]);
+            acc[k] = _mm256_setzero_ps();
+        }
+        const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+        for (uint64_t b = 0; b < n / 256; ++b) {
+            const int8_t* sc = w[b].scales;
+            __m256i isum[NX];
+            for (int k = 0; k < NX; ++k) isum[k] = _mm256_setzero_si256();
+            for (int h = 0; h < 2; ++h) {
+                const __m256i q0 = loadu(w[b].ql + 64 * h), q1 = loadu(w[b].ql + 64 * h + 32);
+                const __m256i qh = loadu(w[b].qh + 32 * h);
+                const __m256i quad[4] = {
+                    _mm256_or_si256(_mm256_and_si256(q0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
+                    _mm256_or_si256(_mm256_and_si256(q1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4), _mm256_and_si256(qh, m30)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+                                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
+                };
+                for (int j = 0; j < 4; ++j) {
+                    const int g = 8 * h + 2 * j;
+                    const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
+                    for (int k = 0; k < NX; ++k) {
+                        const __m256i p = _mm256_maddubs_epi16(quad[j], loadu(y[k][b].qs + 128 * h + 32 * j));
+                        isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(p, s));
+                    }
+                }
+            }
+            // The -32 offset: Σ_g scales[g]·32·bsums[g].
+            const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(sc));
+            const float dw = f16(w[b].d);
+            for (int k = 0; k < NX; ++k) {
+                const __m256i off = _mm256_madd_epi16(loadu(y[k][b].bsums), sc16);
+                isum[k] = _mm256_sub_epi32(isum[k], _mm256_slli_epi32(off, 5));
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y[k][b].d), _mm256_cvtepi32_ps(isum[k]), acc[k]);
             }
         }
-        // The -32 offset: Σ_g scales[g]·32·bsums[g].
-        const __m256i off = _mm256_madd_epi16(loadu(y[b].bsums), _mm256_cvtepi8_epi16(loadu128(sc)));
-        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[b].d) * y[b].d), _mm256_cvtepi32_ps(isum), acc);
+        for (int k = 0; k < NX; ++k) out[k * out_stride] = hsum(acc[k]);
     }
-    return hsum(acc);
-}
+};
+
+// Inputs per pass: 16 ymm registers hold the unpacked blocks, the constants
+// and NR·NX accumulator sets (two chains each for the 32-element types).
+// Measured on pp64 (Zen 4, PTXLM_CPU_ISA=avx2, one thread), one row per pass:
+// Q4_1 (SmolLM2) runs best with 2 inputs (4 spills), Q8_0/Q5_0 (gemma-3)
+// with 4; row pairs × 2 inputs then gained 8% and 4% (271 and 240 tok/s).
+// The k-quants take one row at a time, 4 inputs (not measured).
+constexpr int kWidthSigned32 = 4, kWidthUnsigned32 = 2, kWidthK = 4, kWidth32Pair = 2;
+
+using K4_0 = Dot32<BlockQ4_0, UnpackQ4_0, true>;
+using K4_1 = Dot32<BlockQ4_1, UnpackQ4_1, false>;
+using K5_0 = Dot32<BlockQ5_0, UnpackQ5_0, true>;
+using K5_1 = Dot32<BlockQ5_1, UnpackQ5_1, false>;
+using K8_0 = Dot32<BlockQ8_0, UnpackQ8_0, true>;
+using K4K = DotK45<BlockQ4_K, false>;
+using K5K = DotK45<BlockQ5_K, true>;
 
 }  // namespace
 
 namespace detail {
 const QDotFn kQDotAvx2[kQDotSlots] = {
-    dot32<BlockQ4_0, UnpackQ4_0, true>, dot32<BlockQ4_1, UnpackQ4_1, false>,
-    dot32<BlockQ5_0, UnpackQ5_0, true>, dot32<BlockQ5_1, UnpackQ5_1, false>,
-    dot32<BlockQ8_0, UnpackQ8_0, true>, dot_k45<BlockQ4_K, false>,
-    dot_k45<BlockQ5_K, true>,           dot_q6_k,
+    run_single<K4_0>, run_single<K4_1>, run_single<K5_0>, run_single<K5_1>,
+    run_single<K8_0>, run_single<K4K>,  run_single<K5K>,  run_single<DotQ6K>,
+};
+const QDotMultiFn kQDotMultiAvx2[kQDotSlots] = {
+    run_multi<K4_0, kWidthSigned32, kWidth32Pair>,   run_multi<K4_1, kWidthUnsigned32, kWidth32Pair>,
+    run_multi<K5_0, kWidthSigned32, kWidth32Pair>,   run_multi<K5_1, kWidthUnsigned32, kWidth32Pair>,
+    run_multi<K8_0, kWidthSigned32, kWidth32Pair>,   run_multi<K4K, kWidthK>,
+    run_multi<K5K, kWidthK>,                         run_multi<DotQ6K, kWidthK>,
 };
 }  // namespace detail
 

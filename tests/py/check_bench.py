@@ -119,6 +119,25 @@ def check_ptxlm_bench(tmp):
     if check(p.returncode == 0, f"bench gemma3: {p.stderr[-400:]}"):
         check_json_rows(models["gemma3"], json.loads(p.stdout), ["tg4", "tg4 @ d40"], 1)
 
+    # The CPU arithmetic: quantized dot products by default, the float32
+    # reference on request, said in every row; PTXLM_CPU_ISA picks the SIMD.
+    p = bench("-m", str(models["llama"]), "-p", "8", "-n", "2", "-r", "1", "-o", "json")
+    if check(p.returncode == 0, f"bench default path: {p.stderr[-400:]}"):
+        paths = {r["cpu_path"] for r in json.loads(p.stdout)}
+        check(len(paths) == 1 and paths.pop().startswith("quantized ("), f"default cpu_path: {p.stdout[:300]}")
+        check("quantized dot products" in p.stderr, f"the run does not say its CPU path: {p.stderr[-300:]}")
+    p = bench("-m", str(models["llama"]), "-p", "8", "-n", "2", "-r", "1", "-o", "json", "--cpu-path", "reference")
+    if check(p.returncode == 0, f"bench --cpu-path reference: {p.stderr[-400:]}"):
+        check({r["cpu_path"] for r in json.loads(p.stdout)} == {"reference"}, f"reference cpu_path: {p.stdout[:300]}")
+    p = subprocess.run([PTXLM, "bench", "-m", str(models["llama"]), "-p", "0", "-n", "2", "-r", "1", "-o", "json"],
+                       capture_output=True, text=True, env=dict(os.environ, PTXLM_CPU_ISA="scalar"))
+    if check(p.returncode == 0, f"bench PTXLM_CPU_ISA=scalar: {p.stderr[-400:]}"):
+        check({r["cpu_path"] for r in json.loads(p.stdout)} == {"quantized (scalar)"}, f"scalar: {p.stdout[:300]}")
+    p = subprocess.run([PTXLM, "bench", "-m", str(models["llama"]), "-p", "0", "-n", "2", "-r", "1"],
+                       capture_output=True, text=True, env=dict(os.environ, PTXLM_CPU_ISA="avx9000"))
+    check(p.returncode != 0 and "PTXLM_CPU_ISA" in p.stderr and len(p.stderr.strip().splitlines()) <= 3,
+          f"PTXLM_CPU_ISA=avx9000: exit {p.returncode}, {p.stderr[-300:]!r}")
+
     # Ranges: a factor and a step; 0 skips.
     p = bench("-m", str(models["llama"]), "-p", "8-32*2", "-n", "0-8+8", "-r", "1", "-o", "json")
     if check(p.returncode == 0, f"bench ranges: {p.stderr[-400:]}"):
@@ -149,7 +168,8 @@ def check_ptxlm_bench(tmp):
     # Bad input: exit 2, one message naming the flag, nothing on stdout.
     for args, needle in ((["-p", "abc"], "-p"), (["-p", "8-4"], "-p"), (["-n", "1-9*1"], "-n"), (["-d", "-3"], "-d"),
                          (["-p", "0", "-n", "0"], "nothing to measure"), (["-c", "16", "-p", "32"], "-c 16"),
-                         (["-o", "xml"], "-o"), (["-r", "0"], "-r"), (["-p", "99999999"], "-p")):
+                         (["-o", "xml"], "-o"), (["-r", "0"], "-r"), (["-p", "99999999"], "-p"),
+                         (["--cpu-path", "fast"], "--cpu-path"), (["--cpu-path", "reference", "--device", "cuda"], "--cpu-path")):
         p = bench("-m", str(models["llama"]), *args)
         check(p.returncode == 2 and needle in p.stderr and "|" not in p.stdout,
               f"bench {args}: exit {p.returncode}, stderr {p.stderr.strip()[-200:]!r}")

@@ -4,8 +4,9 @@ For each architecture's tiny synthetic model (llama, qwen2, gemma3 — the
 gemma3 model's sliding window of 16 is crossed), `ptxlm logits --full`
 evaluates a fixed 48-token sequence one token at a time through the KV cache;
 tests/py/check_synth.py's numpy forward pass computes the same logits from
-gguf-py's dequantized weights, all positions at once. With an f32 KV cache the
-two must agree to TOL_F32 (absolute, logits have a spread of about 6); with
+gguf-py's dequantized weights, all positions at once. On the reference path
+(`--cpu-path reference`, what the GPU path is checked against) with an f32 KV
+cache the two must agree to TOL_F32 (absolute, logits have a spread of about 6); with
 the f16 cache to TOL_F16. A negative control proves the tolerance bites: the
 numpy pass with a RoPE base off by 1% on one layer must miss it.
 """
@@ -30,7 +31,7 @@ TOL_F16 = 5e-2
 
 def ptxlm_logits(path, tokens, kv):
     p = subprocess.run([PTXLM, "logits", "-m", str(path), "--tokens", ",".join(map(str, tokens)), "--full",
-                        "--kv-type", kv, "-t", "2", "--device", "cpu", "-c", "256"], capture_output=True, text=True)
+                        "--kv-type", kv, "-t", "2", "--device", "cpu", "--cpu-path", "reference", "-c", "256"], capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"ptxlm logits failed: {p.stderr}")
     j = json.loads(p.stdout)

@@ -336,6 +336,7 @@ int run(const Args& a) {
             {"device_units", dev.units},
             {"n_threads", dev.threads},
             {"schedule", dev.schedule.empty() ? nlohmann::json(nullptr) : nlohmann::json(dev.schedule)},
+            {"cpu_path", dev.cpu_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(dev.cpu_path)},
             {"emulated", emulated},
             {"kv_type", dev.kv_type},
             {"n_ctx", b.n_ctx()},
@@ -365,7 +366,7 @@ int run(const Args& a) {
 
     static const char* kCsvFields[] = {"model_filename", "model_arch", "model_file_type", "model_types", "model_size",
                                        "model_n_params", "device", "device_name", "device_units", "n_threads",
-                                       "schedule", "emulated", "kv_type", "n_ctx", "n_batch", "test", "n_prompt", "n_gen",
+                                       "schedule", "cpu_path", "emulated", "kv_type", "n_ctx", "n_batch", "test", "n_prompt", "n_gen",
                                        "n_depth", "n_tokens", "repetitions", "samples_ns", "samples_ts", "avg_ns",
                                        "stddev_ns", "avg_ts", "stddev_ts", "ms_per_token", "bytes_per_token",
                                        "bandwidth_gbs", "peak_gbs", "peak_source", "peak_share", "peak_rss_bytes"};

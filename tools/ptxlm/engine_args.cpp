@@ -21,6 +21,10 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
                    "GPU path: graph (the token's kernels replayed as one CUDA graph; the default), chain (plain "
                    "launches) or persistent (one cooperative launch runs whole tokens)")
         ->check(CLI::IsMember({"default", "chain", "graph", "persistent"}));
+    app.add_option("--cpu-path", a.cpu_path,
+                   "CPU: quantized (8-bit activations, integer dot products on the CPU's SIMD; the default) or "
+                   "reference (float32 arithmetic, what every faster path is checked against)")
+        ->check(CLI::IsMember({"default", "quantized", "reference"}));
 }
 
 std::string default_model_path() {
@@ -42,6 +46,7 @@ Engine open_engine(const EngineArgs& a) {
     opt.threads = a.threads;
     opt.kv_type = a.kv_type == "f32" ? KvType::F32 : KvType::F16;
     opt.schedule = parse_schedule(a.schedule);
+    opt.cpu_path = parse_cpu_path(a.cpu_path);
     std::string note;
     e.backend = make_backend(*e.model, parse_device(a.device), opt, &note);
     std::fprintf(stderr, "ptxlm: %s (%s, %s)\n", path.c_str(), e.model->hp.arch.c_str(),

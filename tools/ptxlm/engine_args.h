@@ -21,9 +21,10 @@ struct EngineArgs {
     std::string device = "auto";
     std::string kv_type = "f16";
     std::string schedule = "default";   // GPU: chain, graph or persistent (default graph)
+    std::string cpu_path = "default";   // CPU: quantized or reference (default quantized)
 };
 
-// Registers -m/--model, -c/--ctx-size, -t/--threads, --device, --kv-type, --schedule.
+// Registers -m/--model, -c/--ctx-size, -t/--threads, --device, --kv-type, --schedule, --cpu-path.
 void add_engine_options(CLI::App& app, EngineArgs& args);
 
 struct Engine {
