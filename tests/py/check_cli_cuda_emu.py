@@ -36,8 +36,10 @@ def ptxlm(*args, emu=True, timeout=900, env=None):
 
 
 def greedy(model, prompt, n, device, ctx):
+    # The CPU on its reference arithmetic: what the GPU path is checked against.
+    cpu_path = ["--cpu-path", "reference"] if device == "cpu" else []
     p = ptxlm("run", "-m", model, "-p", prompt, "-n", str(n), "--temp", "0", "-c", str(ctx), "--json",
-              "--device", device, "-t", "2")
+              "--device", device, "-t", "2", *cpu_path)
     if not check(p.returncode == 0, f"run --device {device} on {model}: {p.stderr[-400:]}"):
         return None, p.stderr
     return json.loads(p.stdout), p.stderr
