@@ -48,6 +48,17 @@ void round_like_llamacpp(gguf::GgmlType t, const float* x, float* out, uint64_t 
     tt.dequantize_row(q.data(), out, static_cast<int64_t>(n));
 }
 
+// Walks the rows of several jobs as one range: global row i is row r of job j.
+struct RowWalk {
+    const MatVec* js;
+    size_t j = 0;
+    uint64_t base = 0;   // the global index of job j's row 0
+    uint64_t row(uint64_t i) {   // i never decreases between calls
+        while (i >= base + js[j].w->rows) base += js[j++].w->rows;
+        return i - base;
+    }
+};
+
 void matmul_reference(ThreadPool& pool, const MatVec* js, size_t n_jobs, const float* x, uint64_t n_in, uint64_t ldx,
                       InputRounding rounding) {
     if (rounding == InputRounding::LikeLlamaCpp) {
@@ -69,12 +80,11 @@ void matmul_reference(ThreadPool& pool, const MatVec* js, size_t n_jobs, const f
     std::vector<float> rows(max_cols * pool.size());
     pool.parallel_for(total, 16, [&](uint64_t begin, uint64_t end, int thread) {
         float* buf = rows.data() + uint64_t(thread) * max_cols;
-        size_t j = 0;
-        uint64_t base = 0;
+        RowWalk walk{js};
         for (uint64_t i = begin; i < end; ++i) {
-            while (i >= base + js[j].w->rows) base += js[j++].w->rows;
+            const uint64_t r = walk.row(i);
+            const size_t j = walk.j;
             const Weight& w = *js[j].w;
-            const uint64_t r = i - base;
             dequantize_row(w, r, buf);
             for (uint64_t t = 0; t < n_in; ++t) js[j].y[t * js[j].ldy + r] = dot(buf, x + t * ldx, w.cols);
         }
@@ -128,12 +138,11 @@ void matmul_quantized(ThreadPool& pool, const MatVec* js, size_t n_jobs, const f
         for (uint64_t t = 0; t < n_in; ++t) blocks[l][t] = q[t].blocks();
     }
     pool.parallel_for(total, 16, [&](uint64_t begin, uint64_t end, int) {
-        size_t j = 0;
-        uint64_t base = 0;
+        RowWalk walk{js};
         for (uint64_t i = begin; i < end; ++i) {
-            while (i >= base + js[j].w->rows) base += js[j++].w->rows;
+            const uint64_t r = walk.row(i);
+            const size_t j = walk.j;
             const Weight& w = *js[j].w;
-            const uint64_t r = i - base;
             if (n_in == 1) {
                 js[j].y[r] = fns[j](w.row(r), (*in[j])[0].blocks(), cols);
                 continue;

@@ -189,11 +189,12 @@ void CudaBackend::Impl::build_persistent() {
     auto ps = std::make_unique<Persistent>();
     const kx::PersistentKernel pk = kx::persistent_kernel(kinds, target);
     // The inline ops take the same arguments as the standalone kernels: the
-    // records below are the chain's own argument packs.
-    for (size_t j = 0; j < pk.kinds.size(); ++j) {
-        const ptx::GeneratedKernel alone = kinds[j](target, nullptr);
-        if (pk.kinds[j].params.size_bytes() != alone.params.size_bytes() || pk.kinds[j].geometry.grid != alone.geometry.grid)
-            throw std::logic_error("persistent decoder: op " + alone.name + " differs inline from standalone");
+    // records below are the chain's own argument packs (made from each
+    // kind's standalone parameter list when the chain was built).
+    for (const Op& op : chain) {
+        const ptx::GeneratedKernel& in = pk.kinds[op.kind];
+        if (in.params.size_bytes() != op.args.size() || in.geometry.grid != op.geometry.grid)
+            throw std::logic_error("persistent decoder: op " + op.kernel + " differs inline from standalone");
     }
     ps->kernel.module = std::make_unique<Module>(ctx, pk.kernel.ptx);
     ps->kernel.fn = std::make_unique<Function>(ps->kernel.module->function(pk.kernel.name));
