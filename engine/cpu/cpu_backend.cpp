@@ -7,6 +7,7 @@
 #include <cstring>
 #include <new>
 
+#include "engine/cpu/elementwise.h"
 #include "engine/cpu/matvec.h"
 #include "gguf/f16.h"
 
@@ -196,7 +197,26 @@ void CpuBackend::attention(uint32_t il, uint32_t pos, uint32_t n) {
     const uint32_t hd = m_.head_dim, group = d.n_head / d.n_head_kv;
     const uint64_t kv_dim = m_.kv_dim(il);
     const uint32_t window = m_.hp.sliding_window;
-    // One task per (token, head); token t of the batch sits at position pos + t
+    if (arith_.path == CpuPath::Quantized) {
+        AttentionArgs a;
+        a.q = q_.data();
+        a.ldq = q_w_;
+        a.out = att_.data();
+        a.ldo = q_w_;
+        a.k_cache = l.k_cache.data();
+        a.v_cache = l.v_cache.data();
+        a.kv = kv_;
+        a.kv_dim = kv_dim;
+        a.n_head = d.n_head;
+        a.n_head_kv = d.n_head_kv;
+        a.head_dim = hd;
+        a.scale = m_.attn_scale;
+        a.pos = pos;
+        a.n = n;
+        a.window = d.sliding ? window : 0;
+        return fast_attention_.run(*pool_, a, arith_.isa);
+    }
+    // The reference: one task per (token, head); token t of the batch sits at position pos + t
     // and sees the positions up to its own (the causal mask).
     pool_->parallel_for(uint64_t(n) * d.n_head, 1, [&](uint64_t tb, uint64_t te, int thread) {
         float* sc = scores_.data() + uint64_t(thread) * n_ctx_;
@@ -248,22 +268,33 @@ void CpuBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, float
     const uint32_t hd = m_.head_dim;
     const float eps = hp.rms_eps;
 
-    for (uint32_t t = 0; t < n; ++t) {
+    // The per-token work between the products runs over the batch's tokens
+    // in parallel (each token's arithmetic is the same either way).
+    const auto each_token = [&](const auto& fn) {
+        if (n == 1) return fn(0u);
+        pool_->parallel_for(n, 1, [&](uint64_t b, uint64_t e, int) {
+            for (uint64_t t = b; t < e; ++t) fn(static_cast<uint32_t>(t));
+        });
+    };
+    const bool fast = arith_.path == CpuPath::Quantized;
+    const ElementwiseOps ew = elementwise_ops(arith_.isa);
+
+    each_token([&](uint32_t t) {
         float* x = &x_[t * E];
         dequantize_row(m_.tok_embd, uint64_t(tokens[t]), x);
         if (m_.embd_scale != 1.0f)
             for (uint64_t i = 0; i < E; ++i) x[i] *= m_.embd_scale;
-    }
+    });
 
     for (uint32_t il = 0; il < m_.layers.size(); ++il) {
         const LayerDesc& d = m_.layers[il];
         Layer& l = layers_[il];
         const uint64_t q_dim = uint64_t(d.n_head) * hd, kv_dim = m_.kv_dim(il);
 
-        for (uint32_t t = 0; t < n; ++t) rms_norm(&x_[t * E], l.attn_norm.data(), &xn_[t * E], E, eps);
+        each_token([&](uint32_t t) { rms_norm(&x_[t * E], l.attn_norm.data(), &xn_[t * E], E, eps); });
         matmul(*pool_, {{&d.wq, q_.data(), q_w_}, {&d.wk, k_.data(), kv_w_}, {&d.wv, v_.data(), kv_w_}}, xn_.data(), n, E,
                arith_);
-        for (uint32_t t = 0; t < n; ++t) {
+        each_token([&](uint32_t t) {
             float* q = &q_[t * q_w_];
             float* k = &k_[t * kv_w_];
             float* v = &v_[t * kv_w_];
@@ -281,31 +312,32 @@ void CpuBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, float
             rope(k, d.n_head_kv, hd, l.inv_freq, p, hp.rope_style);
             store_row(l.k_cache.data(), kv_, pos + t, k, kv_dim);
             store_row(l.v_cache.data(), kv_, pos + t, v, kv_dim);
-        }
+        });
 
         attention(il, pos, n);
         matmul(*pool_, {{&d.wo, o_.data(), E}}, att_.data(), n, q_w_, arith_);
-        for (uint32_t t = 0; t < n; ++t) {
+        each_token([&](uint32_t t) {
             float* o = &o_[t * E];
             float* x = &x_[t * E];
             if (!l.attn_post_norm.empty()) rms_norm(o, l.attn_post_norm.data(), o, E, eps);
             for (uint64_t i = 0; i < E; ++i) x[i] += o[i];
             rms_norm(x, l.ffn_norm.data(), &xn_[t * E], E, eps);
-        }
+        });
         matmul(*pool_, {{&d.gate, g_.data(), ff_w_}, {&d.up, u_.data(), ff_w_}}, xn_.data(), n, E, arith_);
-        for (uint32_t t = 0; t < n; ++t) {
+        each_token([&](uint32_t t) {
             float* g = &g_[t * ff_w_];
             const float* u = &u_[t * ff_w_];
+            if (fast) return (m_.ffn == FfnKind::GeGLU ? ew.gelu_mul : ew.silu_mul)(g, u, d.n_ff);
             for (uint32_t i = 0; i < d.n_ff; ++i)
                 g[i] = (m_.ffn == FfnKind::GeGLU ? gelu_tanh(g[i]) : silu(g[i])) * u[i];
-        }
+        });
         matmul(*pool_, {{&d.down, o_.data(), E}}, g_.data(), n, ff_w_, arith_);
-        for (uint32_t t = 0; t < n; ++t) {
+        each_token([&](uint32_t t) {
             float* o = &o_[t * E];
             float* x = &x_[t * E];
             if (!l.ffn_post_norm.empty()) rms_norm(o, l.ffn_post_norm.data(), o, E, eps);
             for (uint64_t i = 0; i < E; ++i) x[i] += o[i];
-        }
+        });
     }
     if (!logits) return;
     const uint32_t first = n - n_logits;

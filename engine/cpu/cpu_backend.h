@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/cpu/attention.h"
 #include "engine/cpu/matvec.h"
 #include "engine/cpu/thread_pool.h"
 
@@ -62,6 +63,7 @@ private:
     Arithmetic arith_;
     std::shared_ptr<ThreadPool> pool_;
     std::vector<Layer> layers_;
+    Attention fast_attention_;   // the quantized path's; the reference path's is attention()
     std::vector<float> output_norm_;
     // Activations of up to kMaxBatch tokens, row t of each at t × its width.
     std::vector<float> x_, xn_, q_, k_, v_, att_, o_, g_, u_, scores_, rows_;

@@ -47,19 +47,19 @@ def mean_sd(xs):
 
 def expected_bytes_per_token(r, row):
     """The traffic model, recomputed from the file: a pass reads every tensor
-    but the embedding table (plus the table again as the LM head when the
-    output is tied); each token reads one embedding row and K and V of its
-    visible positions in every layer (f16 cache)."""
+    but the embedding table and the LM head; the LM head (the table again
+    when the output is tied, and the final norm) is read once per generated token and once for
+    the prompt's last token; each token reads one embedding row and K and V
+    of its visible positions in every layer (f16 cache)."""
     hp = cs.hparams(r)
     sizes = {t.name: int(t.n_bytes) for t in r.tensors}
     embd = next(t for t in r.tensors if t.name == "token_embd.weight")
     embd_row = int(embd.n_bytes) // int(embd.shape[1])
-    per_pass = sum(sizes.values()) - sizes["token_embd.weight"]
-    if "output.weight" not in sizes:
-        per_pass += sizes["token_embd.weight"]
+    head = sizes.get("output.weight", sizes["token_embd.weight"]) + sizes["output_norm.weight"]
+    per_pass = sum(sizes.values()) - sizes["token_embd.weight"] - sizes.get("output.weight", 0) - sizes["output_norm.weight"]
     n = row["n_prompt"] + row["n_gen"]
     passes = -(-n // row["n_batch"]) if row["n_prompt"] else n
-    total = passes * per_pass
+    total = passes * per_pass + (1 if row["n_prompt"] else n) * head
     for i in range(n):
         pos = row["n_depth"] + i
         for il in range(hp["n_layer"]):

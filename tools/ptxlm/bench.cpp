@@ -2,8 +2,9 @@
 // it, so the two compare row for row (bench/compare runs both).
 //
 // Tests: prompt processing `ppN` (N prompt tokens evaluated in batches of the
-// backend's max_batch, logits of the last token of each batch, as llama-bench's
-// n_batch chunks ask for) and token generation `tgN` (N tokens evaluated one
+// backend's max_batch, logits of the prompt's last token only, as a chat
+// prompt needs and as llama-bench asks for with its default n_batch of 2048)
+// and token generation `tgN` (N tokens evaluated one
 // at a time with their logits), each at KV depth D (D tokens already in the
 // cache; filling it is not timed). Tokens are pseudo-random ids from a fixed
 // seed; speed does not depend on them. Each test runs once untimed to warm up
@@ -11,8 +12,8 @@
 // and sample standard deviation of the repetitions' rates.
 //
 // Each row also reports the bytes a token reads from memory (pass_traffic and
-// kv_read_bytes: weights once per pass, the LM head once per pass that makes
-// logits, the visible KV cache per token), the bandwidth that implies, and its
+// kv_read_bytes: weights once per pass, the LM head once per test pass that
+// makes logits, the visible KV cache per token), the bandwidth that implies, and its
 // share of the machine's peak: on the CPU a memory-copy rate measured at start
 // with the same thread count (bytes read + bytes written, as STREAM counts).
 #include <algorithm>
@@ -197,7 +198,8 @@ public:
         uint64_t done = 0;
         for (uint32_t i = 0; i < n; i += step) {
             const uint32_t k = std::min(step, n - i);
-            b_.eval_batch({seq_.data() + pos + i, k}, pos + i, logits_.data(), 1);
+            const bool logits = one_by_one || i + k == n;
+            b_.eval_batch({seq_.data() + pos + i, k}, pos + i, logits ? logits_.data() : nullptr, logits ? 1 : 0);
             done += k;
         }
         valid_ = pos + n;
@@ -223,14 +225,15 @@ struct Row {
     double bytes_per_token = 0;
 };
 
-// Bytes read per token for a test: every pass reads the weights and makes
-// logits of its last token; each token reads one embedding row and its
-// visible KV cache.
+// Bytes read per token for a test: every pass reads the weights; each
+// generated token and the prompt's last make logits; each token reads one
+// embedding row and its visible KV cache.
 double bytes_per_token(const Model& m, const Test& t, uint32_t max_batch, uint32_t kv_el) {
     const PassTraffic p = pass_traffic(m);
     const uint32_t n = t.tokens();
     const uint64_t passes = t.n_prompt ? (n + max_batch - 1) / max_batch : n;
-    double total = double(passes) * double(p.weights + p.lm_head);
+    const uint64_t with_logits = t.n_prompt ? 1 : n;
+    double total = double(passes) * double(p.weights) + double(with_logits) * double(p.lm_head);
     for (uint32_t i = 0; i < n; ++i) total += double(p.embd_row + kv_read_bytes(m, t.depth + i, kv_el));
     return total / n;
 }

@@ -1,0 +1,254 @@
+#include "engine/cpu/attention.h"
+
+#pragma GCC diagnostic push   // GCC 12's "undefined" vectors: see qdot_avx512.cpp
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/cpu/elementwise.h"
+#include "gguf/f16.h"
+
+namespace ptxlm::cpu {
+
+namespace {
+
+// The three row operations attention needs, per ISA: a cache row from f16 to
+// f32, a dot product, y += a·x. The SIMD versions carry their ISA as a
+// function attribute, so this file needs no special flags and nothing here
+// runs before the CPU check (runnable_isas) chose them.
+struct RowOps {
+    void (*to_f32)(const uint16_t* h, float* out, uint32_t n);
+    float (*dot)(const float* a, const float* b, uint32_t n);
+    void (*axpy)(float* y, float a, const float* x, uint32_t n);
+};
+
+void to_f32_scalar(const uint16_t* h, float* out, uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) out[i] = f16_to_f32(h[i]);
+}
+float dot_scalar(const float* a, const float* b, uint32_t n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+    for (; i < n; ++i) acc[0] += a[i] * b[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+void axpy_scalar(float* y, float a, const float* x, uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+#define PTXLM_AVX2 __attribute__((target("avx2,fma,f16c")))
+PTXLM_AVX2 void to_f32_avx2(const uint16_t* h, float* out, uint32_t n) {
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+    for (; i < n; ++i) out[i] = _cvtsh_ss(h[i]);
+}
+PTXLM_AVX2 float hsum_avx2(__m256 s) {
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+PTXLM_AVX2 float dot_avx2(const float* a, const float* b, uint32_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    uint32_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float total = hsum_avx2(_mm256_add_ps(s0, s1));
+    for (; i < n; ++i) total += a[i] * b[i];
+    return total;
+}
+PTXLM_AVX2 void axpy_avx2(float* y, float a, const float* x, uint32_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; ++i) y[i] += a * x[i];
+}
+
+// (The maskz forms of the conversion and the extract: GCC 12's plain ones
+// start from an "undefined" register that -Wuninitialized reports.)
+#define PTXLM_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+PTXLM_AVX512 void to_f32_avx512(const uint16_t* h, float* out, uint32_t n) {
+    uint32_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(out + i, _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+    to_f32_avx2(h + i, out + i, n - i);
+}
+PTXLM_AVX512 float dot_avx512(const float* a, const float* b, uint32_t n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    uint32_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+    }
+    for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    const __m512 s = _mm512_add_ps(s0, s1);
+    const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, _mm512_castps_pd(s), 0));
+    const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, _mm512_castps_pd(s), 1));
+    return hsum_avx2(_mm256_add_ps(lo, hi)) + dot_avx2(a + i, b + i, n - i);
+}
+PTXLM_AVX512 void axpy_avx512(float* y, float a, const float* x, uint32_t n) {
+    const __m512 va = _mm512_set1_ps(a);
+    uint32_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    axpy_avx2(y + i, a, x + i, n - i);
+}
+
+RowOps row_ops(Isa isa) {
+    switch (isa) {
+        case Isa::Scalar: return {to_f32_scalar, dot_scalar, axpy_scalar};
+        case Isa::Avx2: return {to_f32_avx2, dot_avx2, axpy_avx2};
+        case Isa::Avx512:
+        case Isa::Avx512Vnni: return {to_f32_avx512, dot_avx512, axpy_avx512};
+    }
+    return {to_f32_scalar, dot_scalar, axpy_scalar};
+}
+
+// The SIMD inner loops (attention_simd.h) where the ISA has them and the
+// head dimension is a multiple of their width; else both null.
+struct ChunkOps {
+    void (*scores)(const AttnChunk&) = nullptr;
+    void (*accumulate)(const AttnChunk&) = nullptr;
+};
+ChunkOps chunk_ops(Isa isa, uint32_t head_dim) {
+    switch (isa) {
+        case Isa::Scalar: break;
+        case Isa::Avx2:
+            if (head_dim % 32 == 0) return {attn_scores_avx2, attn_accumulate_avx2};
+            break;
+        case Isa::Avx512:
+        case Isa::Avx512Vnni:
+            if (head_dim % 64 == 0) return {attn_scores_avx512, attn_accumulate_avx512};
+            if (head_dim % 32 == 0) return {attn_scores_avx2, attn_accumulate_avx2};
+            break;
+    }
+    return {};
+}
+
+// The first position token position p sees.
+uint32_t first_visible(uint32_t p, uint32_t window) { return window && p + 1 > window ? p + 1 - window : 0; }
+
+}  // namespace
+
+void Attention::run(ThreadPool& pool, const AttentionArgs& a, Isa isa) {
+    const RowOps ops = row_ops(isa);
+    const ElementwiseOps ew = elementwise_ops(isa);
+    const uint32_t hd = a.head_dim, group = a.n_head / a.n_head_kv;
+    const ChunkOps simd = chunk_ops(isa, hd);
+    const uint64_t rec = 2 + uint64_t(hd);   // a partial: max, sum, outputs
+
+    // Tasks in (token, KV head, chunk) order: the chunks of one (token, KV
+    // head) are consecutive, which the merge relies on.
+    tasks_.clear();
+    std::vector<uint32_t>& first = first_;   // the first task of each (token, KV head), and the end
+    first.resize(uint64_t(a.n) * a.n_head_kv + 1);
+    for (uint32_t t = 0; t < a.n; ++t) {
+        const uint32_t p = a.pos + t, c0 = first_visible(p, a.window) / kAttnChunk, c1 = p / kAttnChunk;
+        for (uint32_t g = 0; g < a.n_head_kv; ++g) {
+            first[uint64_t(t) * a.n_head_kv + g] = static_cast<uint32_t>(tasks_.size());
+            for (uint32_t c = c0; c <= c1; ++c) tasks_.push_back({t, g, c});
+        }
+    }
+    first.back() = static_cast<uint32_t>(tasks_.size());
+    if (partial_.size() < tasks_.size() * group * rec) partial_.resize(tasks_.size() * group * rec);
+    const uint64_t stride = uint64_t(group) * kAttnChunk + hd;   // per thread: scores, one converted row
+    if (scratch_.size() < stride * pool.size()) scratch_.resize(stride * pool.size());
+
+    pool.parallel_for(tasks_.size(), 1, [&](uint64_t tb, uint64_t te, int thread) {
+        float* sc = scratch_.data() + stride * thread;
+        float* buf = sc + uint64_t(group) * kAttnChunk;
+        const auto row = [&](const uint8_t* cache, uint64_t j, uint32_t g) -> const float* {
+            const uint64_t i = j * a.kv_dim + uint64_t(g) * hd;
+            if (a.kv == KvType::F32) return reinterpret_cast<const float*>(cache) + i;
+            ops.to_f32(reinterpret_cast<const uint16_t*>(cache) + i, buf, hd);
+            return buf;
+        };
+        for (uint64_t ti = tb; ti < te; ++ti) {
+            const Task task = tasks_[ti];
+            const uint32_t p = a.pos + task.t;
+            const uint32_t j0 = std::max(first_visible(p, a.window), task.chunk * kAttnChunk);
+            const uint32_t j1 = std::min(p + 1, (task.chunk + 1) * kAttnChunk);
+            const float* q = a.q + task.t * a.ldq + uint64_t(task.g) * group * hd;
+            float* part = partial_.data() + ti * group * rec;
+            AttnChunk c;
+            if (simd.scores) {
+                c.q = q;
+                c.k_cache = a.k_cache;
+                c.v_cache = a.v_cache;
+                c.f16 = a.kv == KvType::F16;
+                c.kv_dim = a.kv_dim;
+                c.offset = uint64_t(task.g) * hd;
+                c.j0 = j0;
+                c.j1 = j1;
+                c.head_dim = hd;
+                c.group = group;
+                c.scale = a.scale;
+                c.scores = sc;
+                c.out = part + 2;
+                c.out_stride = rec;
+                simd.scores(c);
+            } else {
+                for (uint32_t j = j0; j < j1; ++j) {
+                    const float* k = row(a.k_cache, j, task.g);
+                    for (uint32_t h = 0; h < group; ++h)
+                        sc[h * kAttnChunk + (j - j0)] = ops.dot(q + h * hd, k, hd) * a.scale;
+                }
+            }
+            for (uint32_t h = 0; h < group; ++h) {
+                float* s = sc + h * kAttnChunk;
+                float mx = -INFINITY;
+                for (uint32_t j = 0; j < j1 - j0; ++j) mx = std::max(mx, s[j]);
+                for (uint32_t j = 0; j < j1 - j0; ++j) s[j] -= mx;
+                ew.exp_inplace(s, j1 - j0);
+                float sum = 0;
+                for (uint32_t j = 0; j < j1 - j0; ++j) sum += s[j];
+                part[h * rec] = mx;
+                part[h * rec + 1] = sum;
+            }
+            if (simd.accumulate) {
+                simd.accumulate(c);
+                continue;
+            }
+            for (uint32_t h = 0; h < group; ++h) std::fill(part + h * rec + 2, part + (h + 1) * rec, 0.0f);
+            for (uint32_t j = j0; j < j1; ++j) {
+                const float* v = row(a.v_cache, j, task.g);
+                for (uint32_t h = 0; h < group; ++h) ops.axpy(part + h * rec + 2, sc[h * kAttnChunk + (j - j0)], v, hd);
+            }
+        }
+    });
+
+    // Merge each head's chunks, in chunk order.
+    pool.parallel_for(uint64_t(a.n) * a.n_head, 16, [&](uint64_t b, uint64_t e, int) {
+        for (uint64_t i = b; i < e; ++i) {
+            const uint32_t t = static_cast<uint32_t>(i / a.n_head), h = static_cast<uint32_t>(i % a.n_head);
+            const uint32_t g = h / group, hh = h % group;
+            const uint64_t tg = uint64_t(t) * a.n_head_kv + g;
+            const float* part0 = partial_.data() + hh * rec;
+            float mx = -INFINITY;
+            for (uint32_t ti = first[tg]; ti < first[tg + 1]; ++ti) mx = std::max(mx, part0[ti * group * rec]);
+            float* out = a.out + t * a.ldo + uint64_t(h) * hd;
+            std::fill(out, out + hd, 0.0f);
+            float sum = 0;
+            for (uint32_t ti = first[tg]; ti < first[tg + 1]; ++ti) {
+                const float* part = part0 + ti * group * rec;
+                const float w = std::exp(part[0] - mx);
+                sum += w * part[1];
+                ops.axpy(out, w, part + 2, hd);
+            }
+            const float inv = 1.0f / sum;
+            for (uint32_t k = 0; k < hd; ++k) out[k] *= inv;
+        }
+    });
+}
+
+}  // namespace ptxlm::cpu

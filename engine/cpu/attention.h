@@ -1,0 +1,83 @@
+// Attention for the CPU backend's quantized path: every query head of a
+// batch of tokens against the KV cache (f16 or f32), causal, with an optional
+// sliding window.
+//
+// The visible positions are cut into fixed chunks of kAttnChunk absolute
+// positions. One task handles one (token, KV head, chunk): it reads each K and
+// V row of the chunk once for all the query heads that share the KV head
+// (grouped-query attention) and leaves, per head, the chunk's score maximum,
+// its sum of exponentials and its unnormalised output. A second pass merges
+// each head's chunks in order. So one decoded token at a long context spreads
+// over every thread even when the model has a single KV head, and because
+// the chunks are fixed by position (not by the batch or the thread count), a
+// token's result is the same bit for bit whether it runs alone or in a batch.
+//
+// The float32 reference attention in cpu_backend.cpp stays the plain one;
+// test_cpu_backend compares the two.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/cpu/qdot.h"
+#include "engine/cpu/thread_pool.h"
+
+namespace ptxlm::cpu {
+
+constexpr uint32_t kAttnChunk = 128;
+
+struct AttentionArgs {
+    const float* q = nullptr;   // token t, head h: q + t·ldq + h·head_dim
+    uint64_t ldq = 0;
+    float* out = nullptr;       // same layout as q
+    uint64_t ldo = 0;
+    const uint8_t* k_cache = nullptr;   // [n_ctx][kv_dim] of f16 or f32
+    const uint8_t* v_cache = nullptr;
+    KvType kv = KvType::F16;
+    uint64_t kv_dim = 0;
+    uint32_t n_head = 0, n_head_kv = 0, head_dim = 0;
+    float scale = 1.0f;
+    uint32_t pos = 0;      // token t of the batch sits at position pos + t
+    uint32_t n = 0;        // tokens in the batch
+    uint32_t window = 0;   // > 0: a token sees the last `window` positions, itself included
+};
+
+// One task's chunk for the SIMD inner loops (attention_avx2.cpp,
+// attention_avx512.cpp): the group's heads against positions [j0, j1).
+// scores: [group][kAttnChunk]; out: head h's outputs at out + h·out_stride.
+struct AttnChunk {
+    const float* q = nullptr;   // the group's heads, head_dim apart
+    const uint8_t* k_cache = nullptr;
+    const uint8_t* v_cache = nullptr;
+    bool f16 = true;
+    uint64_t kv_dim = 0, offset = 0;   // row j's slice at j·kv_dim + offset
+    uint32_t j0 = 0, j1 = 0, head_dim = 0, group = 0;
+    float scale = 1.0f;
+    float* scores = nullptr;
+    float* out = nullptr;
+    uint64_t out_stride = 0;
+};
+// head_dim a multiple of 4 vectors (32 floats for AVX2, 64 for AVX-512).
+// scores writes a.scores; accumulate writes a.out from a.scores (the
+// softmax's weights by then).
+void attn_scores_avx2(const AttnChunk& a);
+void attn_accumulate_avx2(const AttnChunk& a);
+void attn_scores_avx512(const AttnChunk& a);
+void attn_accumulate_avx512(const AttnChunk& a);
+
+// Keeps the scratch between calls (per-thread scores, per-chunk partials),
+// so steady decoding allocates nothing once the context has been reached.
+class Attention {
+public:
+    void run(ThreadPool& pool, const AttentionArgs& a, Isa isa);
+
+private:
+    struct Task { uint32_t t, g, chunk; };
+    std::vector<Task> tasks_;
+    std::vector<uint32_t> first_;
+    std::vector<float> partial_;   // per (token, head, chunk): max, sum, head_dim outputs
+    std::vector<float> scratch_;   // per thread: scores and converted rows
+};
+
+}  // namespace ptxlm::cpu

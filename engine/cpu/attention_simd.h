@@ -1,0 +1,89 @@
+// The two inner loops of the quantized path's attention (attention.cpp), as
+// templates over a vector type, included by attention_avx2.cpp and
+// attention_avx512.cpp, each compiled with its ISA flags. Everything here
+// sits in an anonymous namespace: each file keeps its own instantiations.
+//
+// scores: s[h][j] = scale · q_h · K[j] for the group's heads. Sixteen (or
+// eight) positions are summed together: each position's products
+// accumulate lane-wise in one vector, then one transposing reduction turns
+// the W vectors into the W scores.
+// accumulate: out_h += Σ_j s[h][j] · V[j], with the outputs of up to four
+// heads held in registers over a 4-vector slice of the head dimension.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/cpu/attention.h"
+
+namespace ptxlm::cpu {
+namespace {
+
+// A cache row slice as W floats.
+template <class T> inline typename T::V load_row(const AttnChunk& a, const uint8_t* cache, uint64_t i) {
+    return a.f16 ? T::load_h(reinterpret_cast<const uint16_t*>(cache) + i)
+                 : T::load(reinterpret_cast<const float*>(cache) + i);
+}
+
+template <class T>
+inline void attn_scores(const AttnChunk& a) {
+    using V = typename T::V;
+    constexpr int W = T::W;
+    const uint32_t hd = a.head_dim, count = a.j1 - a.j0;
+    for (uint32_t h = 0; h < a.group; ++h) {
+        const float* q = a.q + uint64_t(h) * hd;
+        for (uint32_t jb = 0; jb < count; jb += W) {
+            const uint32_t m = count - jb < uint32_t(W) ? count - jb : uint32_t(W);
+            // W positions always (a short last group repeats its last row), so
+            // the accumulators stay in registers; only m scores are stored.
+            uint64_t base[W];
+            for (int jj = 0; jj < W; ++jj)
+                base[jj] = uint64_t(a.j0 + jb + (uint32_t(jj) < m ? uint32_t(jj) : m - 1)) * a.kv_dim + a.offset;
+            V acc[W];
+            for (int jj = 0; jj < W; ++jj) acc[jj] = T::zero();
+            for (uint32_t i = 0; i < hd; i += W) {
+                const V qv = T::load(q + i);
+                for (int jj = 0; jj < W; ++jj) acc[jj] = T::fmadd(qv, load_row<T>(a, a.k_cache, base[jj] + i), acc[jj]);
+            }
+            T::store_n(a.scores + uint64_t(h) * kAttnChunk + jb, T::mul(T::reduce(acc), T::set1(a.scale)), m);
+        }
+    }
+}
+
+// NH heads (<= 4) over 4 vectors of the head dimension at a time.
+template <class T, int NH>
+inline void attn_accumulate_heads(const AttnChunk& a, uint32_t h0) {
+    using V = typename T::V;
+    constexpr int W = T::W;
+    const uint32_t count = a.j1 - a.j0;
+    for (uint32_t i0 = 0; i0 < a.head_dim; i0 += 4 * W) {
+        V acc[NH][4];
+        for (int h = 0; h < NH; ++h)
+            for (int v = 0; v < 4; ++v) acc[h][v] = T::zero();
+        for (uint32_t j = 0; j < count; ++j) {
+            const uint64_t base = uint64_t(a.j0 + j) * a.kv_dim + a.offset + i0;
+            V row[4];
+            for (int v = 0; v < 4; ++v) row[v] = load_row<T>(a, a.v_cache, base + v * W);
+            for (int h = 0; h < NH; ++h) {
+                const V w = T::set1(a.scores[uint64_t(h0 + h) * kAttnChunk + j]);
+                for (int v = 0; v < 4; ++v) acc[h][v] = T::fmadd(w, row[v], acc[h][v]);
+            }
+        }
+        for (int h = 0; h < NH; ++h)
+            for (int v = 0; v < 4; ++v) T::store(a.out + uint64_t(h0 + h) * a.out_stride + i0 + v * W, acc[h][v]);
+    }
+}
+
+template <class T>
+inline void attn_accumulate(const AttnChunk& a) {
+    uint32_t h0 = 0;
+    for (; h0 + 4 <= a.group; h0 += 4) attn_accumulate_heads<T, 4>(a, h0);
+    switch (a.group - h0) {
+        case 3: attn_accumulate_heads<T, 3>(a, h0); break;
+        case 2: attn_accumulate_heads<T, 2>(a, h0); break;
+        case 1: attn_accumulate_heads<T, 1>(a, h0); break;
+        default: break;
+    }
+}
+
+}  // namespace
+}  // namespace ptxlm::cpu

@@ -1,0 +1,238 @@
+// The quantized path's attention (engine/cpu/attention.h) and elementwise
+// math (engine/cpu/elementwise.h), on every Isa this CPU runs:
+//   - attention equals a plain double-precision softmax(q·K)·V over random
+//     caches, for head sizes with and without the SIMD inner loops, GQA
+//     groups of 1 to 6 heads, f16 and f32 caches, several chunks of
+//     positions and sliding windows that cut chunks;
+//   - a batch of tokens gives each token the bits it gets alone (the chunks
+//     are fixed by position), on 1 and 3 threads;
+//   - a wrong score scale or a shifted window is caught (the test can fail);
+//   - exp, SiLU·u and GELU·u stay within a few ulp of the libm formulas,
+//     including array tails and extreme inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/attention.h"
+#include "engine/cpu/elementwise.h"
+#include "gguf/f16.h"
+
+using namespace ptxlm;
+using cpu::Isa;
+
+namespace {
+
+struct Shape {
+    uint32_t head_dim, n_head, n_head_kv, window;
+    KvType kv;
+};
+
+std::string name(const Shape& s, Isa isa) {
+    return std::string(cpu::isa_name(isa)) + " hd" + std::to_string(s.head_dim) + " heads " + std::to_string(s.n_head) +
+           "/" + std::to_string(s.n_head_kv) + " window " + std::to_string(s.window) +
+           (s.kv == KvType::F16 ? " f16" : " f32");
+}
+
+// A cache of n_pos rows and queries for n tokens, random; the f16 cache holds
+// values that are exact in f16, so the reference sees the same numbers.
+struct Problem {
+    Shape s;
+    uint32_t n_pos, pos, n;
+    std::vector<float> q, k, v;            // k, v as floats
+    std::vector<uint8_t> k_bytes, v_bytes;  // the cache as the kernel reads it
+
+    Problem(const Shape& shape, uint32_t pos_, uint32_t n_, uint32_t seed) : s(shape), pos(pos_), n(n_) {
+        n_pos = pos + n;
+        std::mt19937 rng(seed);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        const uint64_t kv_dim = uint64_t(s.n_head_kv) * s.head_dim;
+        q.resize(uint64_t(n) * s.n_head * s.head_dim);
+        for (float& x : q) x = nd(rng);
+        k.resize(n_pos * kv_dim);
+        v.resize(n_pos * kv_dim);
+        for (float& x : k) x = f16_to_f32(f32_to_f16(nd(rng)));
+        for (float& x : v) x = f16_to_f32(f32_to_f16(nd(rng)));
+        const auto bytes = [&](const std::vector<float>& src, std::vector<uint8_t>& dst) {
+            if (s.kv == KvType::F32) {
+                dst.resize(src.size() * 4);
+                std::memcpy(dst.data(), src.data(), dst.size());
+            } else {
+                dst.resize(src.size() * 2);
+                for (size_t i = 0; i < src.size(); ++i) {
+                    const uint16_t h = f32_to_f16(src[i]);
+                    std::memcpy(dst.data() + 2 * i, &h, 2);
+                }
+            }
+        };
+        bytes(k, k_bytes);
+        bytes(v, v_bytes);
+    }
+
+    cpu::AttentionArgs args(float* out, float scale) const {
+        cpu::AttentionArgs a;
+        a.q = q.data();
+        a.ldq = uint64_t(s.n_head) * s.head_dim;
+        a.out = out;
+        a.ldo = a.ldq;
+        a.k_cache = k_bytes.data();
+        a.v_cache = v_bytes.data();
+        a.kv = s.kv;
+        a.kv_dim = uint64_t(s.n_head_kv) * s.head_dim;
+        a.n_head = s.n_head;
+        a.n_head_kv = s.n_head_kv;
+        a.head_dim = s.head_dim;
+        a.scale = scale;
+        a.pos = pos;
+        a.n = n;
+        a.window = s.window;
+        return a;
+    }
+
+    // softmax(scale · q·K)·V in double, per token and head.
+    std::vector<double> reference(float scale) const {
+        const uint32_t hd = s.head_dim, group = s.n_head / s.n_head_kv;
+        const uint64_t kv_dim = uint64_t(s.n_head_kv) * hd;
+        std::vector<double> out(q.size());
+        for (uint32_t t = 0; t < n; ++t) {
+            const uint32_t p = pos + t, p0 = s.window && p + 1 > s.window ? p + 1 - s.window : 0;
+            for (uint32_t h = 0; h < s.n_head; ++h) {
+                const float* qh = &q[(uint64_t(t) * s.n_head + h) * hd];
+                const uint64_t off = uint64_t(h / group) * hd;
+                std::vector<double> w(p + 1, 0.0);
+                double mx = -INFINITY, sum = 0;
+                for (uint32_t j = p0; j <= p; ++j) {
+                    double d = 0;
+                    for (uint32_t i = 0; i < hd; ++i) d += double(qh[i]) * k[j * kv_dim + off + i];
+                    w[j] = d * scale;
+                    mx = std::max(mx, w[j]);
+                }
+                for (uint32_t j = p0; j <= p; ++j) sum += (w[j] = std::exp(w[j] - mx));
+                for (uint32_t i = 0; i < hd; ++i) {
+                    double acc = 0;
+                    for (uint32_t j = p0; j <= p; ++j) acc += w[j] * v[j * kv_dim + off + i];
+                    out[(uint64_t(t) * s.n_head + h) * hd + i] = acc / sum;
+                }
+            }
+        }
+        return out;
+    }
+};
+
+const Shape kShapes[] = {
+    {64, 9, 3, 0, KvType::F16},     // SmolLM2: SIMD loops, group 3
+    {64, 9, 3, 0, KvType::F32},
+    {256, 4, 1, 200, KvType::F16},  // gemma3-like, a window that cuts chunks
+    {32, 6, 1, 0, KvType::F16},     // group 6: four heads, then two (AVX2 loops only)
+    {80, 4, 2, 150, KvType::F32},   // no SIMD loops (80 is no multiple of 32)
+    {128, 2, 2, 0, KvType::F16},    // group 1
+};
+
+float max_rel_err(const std::vector<float>& got, const std::vector<double>& want) {
+    double worst = 0, scale = 0;
+    for (double w : want) scale = std::max(scale, std::abs(w));
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+    return float(worst / scale);
+}
+
+TEST(CpuAttention, MatchesADoubleReferenceOnEveryIsa) {
+    for (Isa isa : cpu::runnable_isas())
+        for (const Shape& s : kShapes)
+            for (uint32_t pos : {0u, 127u, 300u}) {
+                SCOPED_TRACE(name(s, isa) + " pos " + std::to_string(pos));
+                const Problem pr(s, pos, 5, pos + s.head_dim);
+                const float scale = 1.0f / std::sqrt(float(s.head_dim));
+                cpu::ThreadPool pool(2);
+                cpu::Attention attn;
+                std::vector<float> out(pr.q.size());
+                attn.run(pool, pr.args(out.data(), scale), isa);
+                EXPECT_LT(max_rel_err(out, pr.reference(scale)), 2e-5f);
+            }
+}
+
+TEST(CpuAttention, ABatchGivesEachTokenItsOwnBits) {
+    for (Isa isa : cpu::runnable_isas())
+        for (const Shape& s : kShapes) {
+            SCOPED_TRACE(name(s, isa));
+            const uint32_t pos = 250, n = 12;
+            const Problem pr(s, pos, n, 7);
+            const float scale = 0.125f;
+            cpu::ThreadPool one(1), three(3);
+            cpu::Attention attn;
+            std::vector<float> batched(pr.q.size()), alone(pr.q.size());
+            attn.run(three, pr.args(batched.data(), scale), isa);
+            const uint64_t w = uint64_t(s.n_head) * s.head_dim;
+            for (uint32_t t = 0; t < n; ++t) {
+                cpu::AttentionArgs a = pr.args(alone.data() + t * w, scale);
+                a.q += t * w;
+                a.pos = pos + t;
+                a.n = 1;
+                attn.run(one, a, isa);
+            }
+            EXPECT_EQ(0, std::memcmp(batched.data(), alone.data(), batched.size() * 4));
+        }
+}
+
+TEST(CpuAttention, AWrongScaleOrWindowIsCaught) {
+    const Shape s{64, 4, 2, 100, KvType::F16};
+    const Problem pr(s, 200, 3, 11);
+    cpu::ThreadPool pool(2);
+    cpu::Attention attn;
+    std::vector<float> out(pr.q.size());
+    attn.run(pool, pr.args(out.data(), 0.2f), cpu::runnable_isas().back());
+    EXPECT_LT(max_rel_err(out, pr.reference(0.2f)), 2e-5f);
+    EXPECT_GT(max_rel_err(out, pr.reference(0.21f)), 1e-3f);
+    Problem wider = pr;
+    wider.s.window = 101;
+    EXPECT_GT(max_rel_err(out, wider.reference(0.2f)), 1e-4f);
+}
+
+double ulps(float got, double want) {
+    const double ulp = std::ldexp(1.0, std::ilogb(float(want)) - 23);
+    return std::abs(got - want) / ulp;
+}
+
+TEST(CpuElementwise, ExpSiluAndGeluStayWithinAFewUlp) {
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> ud(-20.0f, 20.0f);
+    std::vector<float> xs(1003);   // not a multiple of 8 or 16: the tails too
+    for (float& x : xs) x = ud(rng);
+    xs[0] = 0.0f;
+    xs[1] = -87.0f;
+    xs[2] = -200.0f;   // exp underflows to 0
+    xs[3] = 87.0f;
+    xs[4] = 1e-8f;
+    for (Isa isa : cpu::runnable_isas()) {
+        SCOPED_TRACE(cpu::isa_name(isa));
+        const cpu::ElementwiseOps ops = cpu::elementwise_ops(isa);
+        std::vector<float> e = xs;
+        ops.exp_inplace(e.data(), uint32_t(e.size()));
+        double worst = 0;
+        for (size_t i = 0; i < xs.size(); ++i) {
+            const double want = std::exp(double(xs[i]));
+            if (want < 1e-37) EXPECT_LT(e[i], 1e-37f) << xs[i];
+            else worst = std::max(worst, ulps(e[i], want));
+        }
+        EXPECT_LE(worst, 3.0);
+        std::vector<float> u(xs.size());
+        for (size_t i = 0; i < u.size(); ++i) u[i] = 0.5f + float(i % 7);
+        for (bool gelu : {false, true}) {
+            std::vector<float> g = xs;
+            (gelu ? ops.gelu_mul : ops.silu_mul)(g.data(), u.data(), uint32_t(g.size()));
+            double worst_abs = 0;
+            for (size_t i = 0; i < xs.size(); ++i) {
+                const double x = xs[i];
+                const double act = gelu ? 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+                                        : x / (1 + std::exp(-x));
+                const double want = act * u[i];
+                worst_abs = std::max(worst_abs, std::abs(g[i] - want) / std::max(1.0, std::abs(want)));
+            }
+            EXPECT_LT(worst_abs, 1e-6) << (gelu ? "gelu" : "silu");
+        }
+    }
+}
+
+}  // namespace
