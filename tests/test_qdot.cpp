@@ -11,6 +11,7 @@
 //   - PTXLM_CPU_ISA selects, and rejects, as documented.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -318,6 +319,53 @@ TEST(QDot, QuantizeInputChecksAndReusesStorage) {
 
 // PTXLM_CPU_ISA: each runnable name selects itself; a name this CPU cannot
 // run and an unknown name throw, naming the value.
+// quantize_input follows its documented rule exactly, whichever code path
+// (scalar or AVX-512) this CPU takes: Block32 d = amax/127, q = x·(1/d)
+// rounded to nearest even, s = d·Σq; Block256 q = x·(127/amax) rounded,
+// bsums of 16, d = 1/(127/amax). Values land on exact halves too.
+TEST(QDot, QuantizeInputFollowsItsRule) {
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    std::vector<float> x(1024);
+    for (float& v : x) v = nd(rng);
+    for (size_t i = 0; i < 64; ++i) x[i] = float(int(i) - 32) * 0.5f;   // halves: ties to even
+    std::fill(x.begin() + 256, x.begin() + 512, 0.0f);                 // an all-zero block of each size
+    x[700] = std::nanf("");                                              // skipped by amax, clamped to -127
+    cpu::QuantizedInput q32, q256;
+    cpu::quantize_input(x.data(), x.size(), GgmlType::Q5_0, q32);
+    cpu::quantize_input(x.data(), x.size(), GgmlType::Q4_K, q256);
+    const auto amax = [&](size_t b, size_t n) {
+        float m = 0;
+        for (size_t i = b; i < b + n; ++i) m = std::fabs(x[i]) > m ? std::fabs(x[i]) : m;
+        return m;
+    };
+    const auto code = [](float v) { return int8_t(std::isnan(v) ? -127.f : std::min(127.f, std::max(-127.f, std::nearbyint(v)))); };
+    for (size_t b = 0; b < x.size() / 32; ++b) {
+        const float d = amax(32 * b, 32) / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+        int sum = 0;
+        for (size_t i = 0; i < 32; ++i) {
+            const int8_t want = code(x[32 * b + i] * id);
+            ASSERT_EQ(want, q32.b32[b].qs[i]) << "block32 " << b << " element " << i;
+            sum += want;
+        }
+        EXPECT_EQ(d, q32.b32[b].d);
+        EXPECT_EQ(d * float(sum), q32.b32[b].s);
+    }
+    for (size_t b = 0; b < x.size() / 256; ++b) {
+        const float m = amax(256 * b, 256), iscale = m != 0.f ? 127.f / m : 0.f;
+        for (size_t j = 0; j < 16; ++j) {
+            int sum = 0;
+            for (size_t i = 0; i < 16; ++i) {
+                const int8_t want = m != 0.f ? code(iscale * x[256 * b + 16 * j + i]) : int8_t(0);
+                ASSERT_EQ(want, q256.b256[b].qs[16 * j + i]) << "block256 " << b << " element " << 16 * j + i;
+                sum += want;
+            }
+            EXPECT_EQ(sum, q256.b256[b].bsums[j]);
+        }
+        EXPECT_EQ(m != 0.f ? 1.f / iscale : 0.f, q256.b256[b].d);
+    }
+}
+
 TEST(QDot, IsaFromEnvironment) {
     const std::vector<Isa> isas = cpu::runnable_isas();
     ASSERT_FALSE(isas.empty());

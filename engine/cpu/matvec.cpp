@@ -147,11 +147,12 @@ void matmul_quantized(ThreadPool& pool, const MatVec* js, size_t n_jobs, const f
                 js[j].y[r] = fns[j](w.row(r), (*in[j])[0].blocks(), cols);
                 continue;
             }
-            // Rows r and r + 1 together when both are this thread's and this job's.
+            // Up to kQDotMaxRows rows together, as long as they are this
+            // thread's and this job's.
             QDotBatch batch;
             batch.rows = w.row(r);
             batch.row_bytes = w.row_bytes;
-            batch.n_rows = i + 1 < end && r + 1 < w.rows ? 2 : 1;
+            batch.n_rows = int(std::min<uint64_t>({uint64_t(kQDotMaxRows), end - i, w.rows - r}));
             batch.n = cols;
             batch.out_stride = js[j].ldy;
             for (uint64_t t = 0; t < n_in; t += kQDotMaxInputs) {

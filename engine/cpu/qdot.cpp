@@ -4,8 +4,15 @@
 // integer sum, then float scale · float(sum) added to a float total.
 #include "engine/cpu/qdot.h"
 
+#pragma GCC diagnostic push   // GCC 12's "undefined" vectors: see qdot_avx512.cpp
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -130,6 +137,57 @@ void quantize_block256(const float* x, BlockQ8x256& y) {
     y.d = 1.f / iscale;
 }
 
+
+// The same two functions on AVX-512, bit for bit: x·id (or iscale·x) is one
+// rounded product either way, vrndscaleps rounds to nearest even as
+// nearbyint does in the default rounding mode, and max and the integer sums
+// are exact.
+#define PTXLM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+PTXLM_AVX512 float max_abs_avx512(const float* x, int n) {
+    __m512 m = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), m);   // a NaN is skipped, as in max_abs
+    return _mm512_reduce_max_ps(m);
+}
+PTXLM_AVX512 __m128i quantize16_avx512(const float* x, __m512 scale) {
+    const __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x), scale), _MM_FROUND_TO_NEAREST_INT);
+    const __m512 c = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-127.f)), _mm512_set1_ps(127.f));
+    return _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(c));
+}
+PTXLM_AVX512 void quantize_block32_avx512(const float* x, BlockQ8x32& y) {
+    const float amax = max_abs_avx512(x, 32);
+    const float d = amax / 127.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    const __m128i q0 = quantize16_avx512(x, _mm512_set1_ps(id)), q1 = quantize16_avx512(x + 16, _mm512_set1_ps(id));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y.qs), q0);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y.qs + 16), q1);
+    const __m512i s = _mm512_add_epi32(_mm512_cvtepi8_epi32(q0), _mm512_cvtepi8_epi32(q1));
+    y.d = d;
+    y.s = d * float(_mm512_reduce_add_epi32(s));
+}
+PTXLM_AVX512 void quantize_block256_avx512(const float* x, BlockQ8x256& y) {
+    const float amax = max_abs_avx512(x, 256);
+    if (amax == 0.f) {
+        std::memset(&y, 0, sizeof y);
+        return;
+    }
+    const float iscale = 127.f / amax;
+    for (int j = 0; j < 16; ++j) {
+        const __m128i q = quantize16_avx512(x + 16 * j, _mm512_set1_ps(iscale));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(y.qs + 16 * j), q);
+        y.bsums[j] = int16_t(_mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(q)));
+    }
+    y.d = 1.f / iscale;
+}
+
+bool quantize_avx512() {
+    static const bool yes = [] {
+        for (Isa isa : runnable_isas())
+            if (isa == Isa::Avx512) return true;
+        return false;
+    }();
+    return yes;
+}
+
 }  // namespace
 
 void quantize_input(const float* x, uint64_t n, GgmlType weight_type, QuantizedInput& out) {
@@ -145,10 +203,13 @@ void quantize_input(const float* x, uint64_t n, GgmlType weight_type, QuantizedI
     out.n = n;
     if (layout == QuantizedInput::Layout::Block32) {
         out.b32.resize(n / 32);
-        for (uint64_t b = 0; b < n / 32; ++b) quantize_block32(x + 32 * b, out.b32[b]);
+        for (uint64_t b = 0; b < n / 32; ++b)
+            quantize_avx512() ? quantize_block32_avx512(x + 32 * b, out.b32[b]) : quantize_block32(x + 32 * b, out.b32[b]);
     } else {
         out.b256.resize(n / 256);
-        for (uint64_t b = 0; b < n / 256; ++b) quantize_block256(x + 256 * b, out.b256[b]);
+        for (uint64_t b = 0; b < n / 256; ++b)
+            quantize_avx512() ? quantize_block256_avx512(x + 256 * b, out.b256[b])
+                              : quantize_block256(x + 256 * b, out.b256[b]);
     }
 }
 

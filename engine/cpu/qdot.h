@@ -101,7 +101,7 @@ float qdot(Isa isa, gguf::GgmlType weight_type, const void* row, const Quantized
 // inputs in passes sized to their registers, and two rows at a time where
 // that measured faster (the input blocks loaded once for both); the scalar
 // ones loop the single-input kernel.
-constexpr int kQDotMaxRows = 2;
+constexpr int kQDotMaxRows = 4;
 constexpr int kQDotMaxInputs = 8;
 struct QDotBatch {
     const void* rows = nullptr;        // n_rows rows of n weights, row_bytes apart
@@ -156,9 +156,10 @@ static inline void unpack_k_scales(const uint8_t s[12], uint8_t sc[8], uint8_t m
 // out_stride) computes NR rows times NX inputs in one pass, each (row, input)
 // with exactly the arithmetic of NR = NX = 1 (its own accumulators, the same
 // order), so that the single-input kernel (run_single) and the multi-input
-// one (run_multi) agree bit for bit. run_multi takes row pairs in passes of
-// W2 inputs when W2 > 0 (the kernel does NR = 2), single rows in passes of
-// W1, and the leftover inputs in one smaller pass. static, and Kernel lives
+// one (run_multi) agree bit for bit. run_multi takes rows in fours in
+// passes of W4 inputs when W4 > 0 (the kernel does NR = 4), then pairs in
+// passes of W2 when W2 > 0 (NR = 2), then single rows in passes of W1, and
+// the leftover inputs of each in one smaller pass. static, and Kernel lives
 // in the file's anonymous namespace: every instantiation stays in its file.
 template <class Kernel, int NR, int M>
 static inline void run_tail(int m, const void* rows, uint64_t row_bytes, const void* const* xs, uint64_t n,
@@ -178,9 +179,11 @@ static inline void run_inputs(const QDotBatch& a, int r) {
     run_tail<Kernel, NR, W - 1>(a.n_x - k, rows, a.row_bytes, a.xs + k, a.n, a.out + r + k * a.out_stride,
                                 a.out_stride);
 }
-template <class Kernel, int W1, int W2 = 0>
+template <class Kernel, int W1, int W2 = 0, int W4 = 0>
 static void run_multi(const QDotBatch& a) {
     int r = 0;
+    if constexpr (W4 > 0)
+        for (; r + 4 <= a.n_rows; r += 4) run_inputs<Kernel, 4, W4>(a, r);
     if constexpr (W2 > 0)
         for (; r + 2 <= a.n_rows; r += 2) run_inputs<Kernel, 2, W2>(a, r);
     for (; r < a.n_rows; ++r) run_inputs<Kernel, 1, W1>(a, r);
