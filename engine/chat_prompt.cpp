@@ -46,8 +46,8 @@ std::vector<std::pair<size_t, size_t>> content_ranges(const std::string& text, s
 ChatPrompt chat_prompt(const Tokenizer& tok, const ChatTemplate& tmpl, std::span<const ChatMessage> msgs,
                        bool add_generation_prompt) {
     ChatPrompt p;
-    const std::string bos_text = tok.bos() ? tok.text(*tok.bos()) : std::string();
-    const std::string eos_text = tok.eos() ? tok.text(*tok.eos()) : std::string();
+    const std::string bos_text = tok.bos() ? std::string(tok.text(*tok.bos())) : std::string();
+    const std::string eos_text = tok.eos() ? std::string(tok.text(*tok.eos())) : std::string();
     p.text = tmpl.render(msgs, add_generation_prompt, bos_text, eos_text);
 
     // Special tokens by their first byte, longest first.

@@ -179,7 +179,7 @@ struct Tokenizer::Impl {
     std::unordered_map<std::string, int32_t> merge_rank;   // "left right" -> rank
     TokenId byte_token[256] = {};   // -1: the vocabulary has no token for the byte
     // Both: the output bytes of each token (control tokens: their text).
-    std::vector<std::string> pieces;
+    StringTable pieces;
 };
 
 std::vector<std::string> Tokenizer::supported_pre() {
@@ -202,7 +202,10 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
     if (!tokens || tokens->empty()) throw ModelError(where + "required key 'tokenizer.ggml.tokens' is missing or empty");
     if (tokens->size() > size_t(INT32_MAX)) throw ModelError(where + "tokenizer.ggml.tokens has too many entries");
     const size_t n = tokens->size();
-    t.tokens_.assign(tokens->begin(), tokens->end());
+    size_t bytes = 0;
+    for (std::string_view s : *tokens) bytes += s.size();
+    t.tokens_.reserve(n, bytes);
+    for (std::string_view s : *tokens) t.tokens_.push_back(s);
     t.types_.assign(n, kNormal);
     if (auto types = f.get_int_array("tokenizer.ggml.token_type")) {
         if (types->size() != n)
@@ -217,7 +220,7 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
                              " entries, tokenizer.ggml.tokens " + std::to_string(n));
         scores = *s;
     }
-    for (size_t i = 0; i < n; ++i) t.index_.emplace(t.tokens_[i], static_cast<TokenId>(i));
+    t.tokens_.build_index();
     auto id_key = [&](const char* key) -> std::optional<TokenId> {
         auto v = f.get_int(key);
         if (!v || *v == -1) return std::nullopt;
@@ -263,7 +266,6 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
         if (auto id = t.find(s); id && t.types_[*id] == kControl) t.eog_[*id] = true;
 
     auto impl = std::make_shared<Impl>();
-    impl->pieces.resize(n);
     if (spm) {
         Proto m;
         for (size_t i = 0; i < n; ++i) {
@@ -298,19 +300,21 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
         impl->spm = std::make_unique<sentencepiece::SentencePieceProcessor>();
         auto st = impl->spm->LoadFromSerializedProto(m.b);
         if (!st.ok()) throw ModelError(where + "the SentencePiece vocabulary does not load: " + st.ToString());
+        std::string out;
         for (size_t i = 0; i < n; ++i) {
-            const std::string& s = t.tokens_[i];
-            std::string& out = impl->pieces[i];
-            if (t.types_[i] == kByte && s.size() == 6 && s.compare(0, 3, "<0x") == 0) {
-                out = char(std::stoi(s.substr(3, 2), nullptr, 16));
+            const std::string_view s = t.tokens_[i];
+            out.clear();
+            if (t.types_[i] == kByte && s.size() == 6 && s.substr(0, 3) == "<0x") {
+                out = char(std::stoi(std::string(s.substr(3, 2)), nullptr, 16));
             } else if (t.types_[i] == kNormal) {
                 for (size_t k = 0; k < s.size();) {
-                    if (s.compare(k, 3, "\xE2\x96\x81") == 0) { out += ' '; k += 3; }
+                    if (s.substr(k, 3) == "\xE2\x96\x81") { out += ' '; k += 3; }
                     else out += s[k++];
                 }
             } else if (renders_as_text(t.types_[i])) {
                 out = s;
             }
+            impl->pieces.push_back(out);
         }
     } else {
         for (const char* r : spec->regexes) impl->regexes.push_back(std::make_unique<Regex>(r));
@@ -323,20 +327,23 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
             // A vocabulary may lack tokens for bytes its training text never had.
             impl->byte_token[b] = t.find(bm.to_unicode[b]).value_or(-1);
         }
+        std::string out;
         for (size_t i = 0; i < n; ++i) {
-            const std::string& s = t.tokens_[i];
+            const std::string_view s = t.tokens_[i];
+            out.clear();
             if (t.types_[i] != kNormal && t.types_[i] != kByte) {
-                if (renders_as_text(t.types_[i])) impl->pieces[i] = s;
+                if (renders_as_text(t.types_[i])) out = s;
+                impl->pieces.push_back(out);
                 continue;
             }
-            std::string& out = impl->pieces[i];
             for (size_t k = 0; k < s.size();) {
                 const size_t len = std::min(utf8_len(static_cast<unsigned char>(s[k])), s.size() - k);
-                auto it = bm.to_byte.find(s.substr(k, len));
+                auto it = bm.to_byte.find(std::string(s.substr(k, len)));
                 if (it != bm.to_byte.end()) out += char(it->second);
-                else out.append(s, k, len);
+                else out.append(s.substr(k, len));
                 k += len;
             }
+            impl->pieces.push_back(out);
         }
     }
     t.impl_ = std::move(impl);
@@ -344,9 +351,9 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
 }
 
 std::optional<TokenId> Tokenizer::find(std::string_view text) const {
-    auto it = index_.find(std::string(text));
-    if (it == index_.end()) return std::nullopt;
-    return it->second;
+    const std::optional<uint32_t> id = tokens_.find(text);
+    if (!id) return std::nullopt;
+    return static_cast<TokenId>(*id);
 }
 
 bool Tokenizer::is_eog(TokenId id) const { return id >= 0 && size_t(id) < eog_.size() && eog_[id]; }
@@ -360,7 +367,7 @@ bool Tokenizer::is_special(TokenId id) const {
 std::string Tokenizer::piece(TokenId id, bool render_special) const {
     if (id < 0 || id >= n_vocab()) return {};
     if ((types_[id] == kControl || types_[id] == kUnknown) && !render_special) return {};
-    return impl_->pieces[id];
+    return std::string(impl_->pieces[id]);
 }
 
 std::string Tokenizer::decode(std::span<const TokenId> ids, bool render_special) const {
@@ -462,7 +469,7 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_bos, bool
     std::vector<Frag> next;
     for (TokenId sid : specials_) {
         if (!parse_special && types_[sid] != kUserDefined) continue;
-        const std::string& s = tokens_[sid];
+        const std::string_view s = tokens_[sid];
         bool any = false;
         for (const Frag& f : frags)
             if (f.id < 0 && f.text.find(s) != std::string_view::npos) { any = true; break; }

@@ -18,9 +18,9 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
+#include "engine/string_table.h"
 #include "gguf/gguf.h"
 
 namespace ptxlm {
@@ -56,7 +56,7 @@ public:
     // Control, user-defined or unknown: matched as a whole in template text.
     bool is_special(TokenId id) const;
     std::optional<TokenId> find(std::string_view text) const;
-    const std::string& text(TokenId id) const { return tokens_.at(static_cast<size_t>(id)); }
+    std::string_view text(TokenId id) const { return tokens_.at(static_cast<size_t>(id)); }
     const std::string& model() const { return model_; }
     const std::string& pre() const { return pre_; }
 
@@ -67,9 +67,8 @@ private:
     void encode_text(std::string_view text, bool prev_special, std::vector<TokenId>& out) const;
 
     std::string model_, pre_;
-    std::vector<std::string> tokens_;
+    StringTable tokens_;   // indexed: find()
     std::vector<int32_t> types_;
-    std::unordered_map<std::string, TokenId> index_;
     std::vector<TokenId> specials_;        // longest text first
     std::vector<bool> eog_;
     std::optional<TokenId> bos_, eos_, eot_;

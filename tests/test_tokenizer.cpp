@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -350,3 +351,31 @@ TEST(Utf8, CompletePrefix) {
 }
 
 }  // namespace
+
+// The vocabulary's storage (engine/string_table.h): index, text and lookup
+// over many strings, the first of equal strings found, absent text and
+// indices reported.
+TEST(StringTable, FindsEveryStringAndOnlyThose) {
+    ptxlm::StringTable t;
+    std::vector<std::string> all;
+    std::mt19937 rng(9);
+    for (int i = 0; i < 5000; ++i) {
+        std::string s(rng() % 9, '\0');
+        for (char& c : s) c = char('a' + rng() % 4);   // short strings over 4 letters: many duplicates
+        all.push_back(s);
+        t.push_back(s);
+    }
+    t.build_index();
+    ASSERT_EQ(all.size(), t.size());
+    for (size_t i = 0; i < all.size(); ++i) {
+        EXPECT_EQ(all[i], t[i]);
+        const size_t first = size_t(std::find(all.begin(), all.end(), all[i]) - all.begin());
+        ASSERT_EQ(std::optional<uint32_t>(uint32_t(first)), t.find(all[i])) << all[i];
+    }
+    EXPECT_FALSE(t.find("abcdefghij").has_value());
+    EXPECT_FALSE(t.find("e").has_value());
+    EXPECT_THROW(t.at(all.size()), std::out_of_range);
+    ptxlm::StringTable empty;
+    empty.build_index();
+    EXPECT_FALSE(empty.find("").has_value());
+}
