@@ -176,6 +176,34 @@ TEST(CpuAttention, ABatchGivesEachTokenItsOwnBits) {
         }
 }
 
+// 70 tokens at depth 8000 with head_dim 256: their partials would pass
+// 16 MiB, so the batch runs in waves; each token still gets its own bits.
+TEST(CpuAttention, ADeepBatchRunsInWavesWithTheSameBits) {
+    const Shape s{256, 4, 1, 0, KvType::F16};
+    const uint32_t pos = 8000, n = 70;
+    const Problem pr(s, pos, n, 13);
+    const Isa isa = cpu::runnable_isas().back();
+    cpu::ThreadPool pool(2);
+    cpu::Attention attn;
+    std::vector<float> batched(pr.q.size()), alone(pr.q.size());
+    attn.run(pool, pr.args(batched.data(), 0.0625f), isa);
+    const uint64_t w = uint64_t(s.n_head) * s.head_dim;
+    for (uint32_t t = 0; t < n; ++t) {
+        cpu::AttentionArgs a = pr.args(alone.data() + t * w, 0.0625f);
+        a.q += t * w;
+        a.pos = pos + t;
+        a.n = 1;
+        attn.run(pool, a, isa);
+    }
+    EXPECT_EQ(0, std::memcmp(batched.data(), alone.data(), batched.size() * 4));
+    // And one token of it against the double reference.
+    const Problem last(s, pos + n - 1, 1, 13);
+    std::vector<float> out(last.q.size());
+    cpu::AttentionArgs a = last.args(out.data(), 0.0625f);
+    attn.run(pool, a, isa);
+    EXPECT_LT(max_rel_err(out, last.reference(0.0625f)), 2e-5f);
+}
+
 TEST(CpuAttention, AWrongScaleOrWindowIsCaught) {
     const Shape s{64, 4, 2, 100, KvType::F16};
     const Problem pr(s, 200, 3, 11);

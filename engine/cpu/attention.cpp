@@ -141,6 +141,23 @@ uint32_t first_visible(uint32_t p, uint32_t window) { return window && p + 1 > w
 }  // namespace
 
 void Attention::run(ThreadPool& pool, const AttentionArgs& a, Isa isa) {
+    // The partials of every task of a call are kept until the merge: a batch
+    // deep in a long context runs in waves of tokens, so they stay under
+    // kMaxPartialFloats (a token's result does not depend on its wave).
+    constexpr uint64_t kMaxPartialFloats = uint64_t(4) << 20;   // 16 MiB
+    const uint64_t per_token = (uint64_t(a.pos + a.n - 1) / kAttnChunk + 1) * a.n_head * (2 + uint64_t(a.head_dim));
+    if (a.n > 1 && a.n * per_token > kMaxPartialFloats) {
+        const uint32_t wave = static_cast<uint32_t>(std::max<uint64_t>(1, kMaxPartialFloats / per_token));
+        for (uint32_t t0 = 0; t0 < a.n; t0 += wave) {
+            AttentionArgs b = a;
+            b.q += t0 * a.ldq;
+            b.out += t0 * a.ldo;
+            b.pos += t0;
+            b.n = std::min(wave, a.n - t0);
+            run(pool, b, isa);
+        }
+        return;
+    }
     const RowOps ops = row_ops(isa);
     const ElementwiseOps ew = elementwise_ops(isa);
     const uint32_t hd = a.head_dim, group = a.n_head / a.n_head_kv;

@@ -68,6 +68,8 @@ void attn_accumulate_avx512(const AttnChunk& a);
 
 // Keeps the scratch between calls (per-thread scores, per-chunk partials),
 // so steady decoding allocates nothing once the context has been reached.
+// The partials stay under 16 MiB: a batch deep in a long context runs in
+// waves of tokens.
 class Attention {
 public:
     void run(ThreadPool& pool, const AttentionArgs& a, Isa isa);
