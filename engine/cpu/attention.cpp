@@ -1,15 +1,10 @@
 #include "engine/cpu/attention.h"
 
-#pragma GCC diagnostic push   // GCC 12's "undefined" vectors: see qdot_avx512.cpp
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <algorithm>
 #include <cmath>
 
 #include "engine/cpu/elementwise.h"
+#include "engine/cpu/x86_intrinsics.h"
 #include "gguf/f16.h"
 
 namespace ptxlm::cpu {
@@ -74,13 +69,11 @@ PTXLM_AVX2 void axpy_avx2(float* y, float a, const float* x, uint32_t n) {
     for (; i < n; ++i) y[i] += a * x[i];
 }
 
-// (The maskz forms of the conversion and the extract: GCC 12's plain ones
-// start from an "undefined" register that -Wuninitialized reports.)
 #define PTXLM_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
 PTXLM_AVX512 void to_f32_avx512(const uint16_t* h, float* out, uint32_t n) {
     uint32_t i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(out + i, _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+        _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
     to_f32_avx2(h + i, out + i, n - i);
 }
 PTXLM_AVX512 float dot_avx512(const float* a, const float* b, uint32_t n) {
@@ -92,9 +85,7 @@ PTXLM_AVX512 float dot_avx512(const float* a, const float* b, uint32_t n) {
     }
     for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
     const __m512 s = _mm512_add_ps(s0, s1);
-    const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, _mm512_castps_pd(s), 0));
-    const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, _mm512_castps_pd(s), 1));
-    return hsum_avx2(_mm256_add_ps(lo, hi)) + dot_avx2(a + i, b + i, n - i);
+    return _mm512_reduce_add_ps(s) + dot_avx2(a + i, b + i, n - i);
 }
 PTXLM_AVX512 void axpy_avx512(float* y, float a, const float* x, uint32_t n) {
     const __m512 va = _mm512_set1_ps(a);

@@ -1,10 +1,6 @@
 // attention_simd.h's loops on AVX-512 (compiled with -mavx512f; called only
 // after runnable_isas() saw it).
-#pragma GCC diagnostic push   // GCC 12's "undefined" vectors: see qdot_avx512.cpp
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "engine/cpu/x86_intrinsics.h"
 
 #include "engine/cpu/attention_simd.h"
 

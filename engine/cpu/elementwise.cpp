@@ -1,13 +1,9 @@
 #include "engine/cpu/elementwise.h"
 
-#pragma GCC diagnostic push   // GCC 12's "undefined" vectors: see qdot_avx512.cpp
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <cmath>
 #include <cstring>
+
+#include "engine/cpu/x86_intrinsics.h"
 
 namespace ptxlm::cpu {
 

@@ -4,12 +4,6 @@
 // integer sum, then float scale · float(sum) added to a float total.
 #include "engine/cpu/qdot.h"
 
-#pragma GCC diagnostic push   // GCC 12's "undefined" vectors: see qdot_avx512.cpp
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "engine/cpu/x86_intrinsics.h"
 #include "gguf/f16.h"
 
 namespace ptxlm::cpu {

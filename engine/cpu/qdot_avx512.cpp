@@ -15,16 +15,8 @@
 //
 // Saturation: as in qdot_avx2.cpp (|w| <= 128 against x in [-127, 127];
 // unsigned codes <= 63 against x in [-128, 127]).
-// GCC 12's AVX-512 headers initialise "undefined" vectors from themselves
-// (GCC bug 105593, fixed in 13), which -Wuninitialized reports inside the
-// headers wherever _mm512_cvtepi32_ps, _mm512_inserti64x4 and friends inline.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include "engine/cpu/qdot.h"
+#include "engine/cpu/x86_intrinsics.h"
 
 namespace ptxlm::cpu {
 namespace {
