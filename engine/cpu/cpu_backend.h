@@ -2,10 +2,12 @@
 // their quantized form through cpu/matvec, either with quantized dot products
 // on the CPU's SIMD (CpuPath::Quantized, the default) or with the float32
 // reference arithmetic (CpuPath::Reference); activations, norms, RoPE,
-// softmax and attention are float32 (sums of squares and dot products
-// accumulate in double); the KV cache holds f16 or f32. The reference path is
-// what every faster path and every GPU kernel is compared against; keep it
-// plain.
+// softmax and attention are float32 (sums of squares accumulate in double);
+// the KV cache holds f16 or f32. The quantized path also takes the SIMD
+// attention of cpu/attention.h and the vectorised activations of
+// cpu/elementwise.h; the reference path keeps plain loops (attention()). The
+// reference path is what every faster path and every GPU kernel is compared
+// against; keep it plain.
 #pragma once
 
 #include <memory>

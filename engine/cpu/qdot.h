@@ -98,8 +98,8 @@ float qdot(Isa isa, gguf::GgmlType weight_type, const void* row, const Quantized
 // A few rows times several inputs (a prompt batch), each weight block
 // unpacked once for all the inputs: out[r + k · out_stride] = the QDotFn of
 // the same Isa for (row r, xs[k]), bit for bit. The SIMD kernels take the
-// inputs in passes sized to their registers, and two rows at a time where
-// that measured faster (the input blocks loaded once for both); the scalar
+// inputs in passes sized to their registers, and two or four rows at a time
+// where that measured faster (the input blocks loaded once for all); the scalar
 // ones loop the single-input kernel.
 constexpr int kQDotMaxRows = 4;
 constexpr int kQDotMaxInputs = 8;
