@@ -342,20 +342,25 @@ def check_concurrency(s):
         t.join()
     check(got == alone, f"8 concurrent clients: {sum(a != b for a, b in zip(got, alone))} answers differ from alone")
 
-    # --parallel 2: the second stream's first token arrives before the first stream ends.
+    # --parallel 2: the second stream's first token arrives before the first
+    # stream ends. b starts once a has its first token; each asks for 4000
+    # tokens (the tiny model decodes about 10,000 tokens/s on one thread, so
+    # a alone would run for about 0.4 s: ample time for b to join).
     times = {}
+    a_started = threading.Event()
 
     def stream(name):
         stamps = []
-        for k in s.client().completions.create(model="x", prompt="The keeper", max_tokens=600, temperature=0,
+        for k in s.client().completions.create(model="x", prompt="The keeper", max_tokens=4000, temperature=0,
                                                stream=True):
             if k.choices and k.choices[0].text:
                 stamps.append(time.monotonic())
+                a_started.set()
         times[name] = stamps
 
     a = threading.Thread(target=stream, args=("a",))
     a.start()
-    time.sleep(0.05)
+    a_started.wait(timeout=60)
     b = threading.Thread(target=stream, args=("b",))
     b.start()
     a.join()
