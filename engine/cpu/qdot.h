@@ -152,6 +152,14 @@ static inline void unpack_k_scales(const uint8_t s[12], uint8_t sc[8], uint8_t m
     std::memcpy(m + 4, &m_hi, 4);
 }
 
+// A pass's NR weight rows (row_bytes apart) and NX inputs, typed.
+template <class Block, class Input, int NR, int NX>
+static inline void pass_operands(const void* row, uint64_t row_bytes, const void* const* xs, const Block* (&w)[NR],
+                                 const Input* (&y)[NX]) {
+    for (int r = 0; r < NR; ++r) w[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(row) + r * row_bytes);
+    for (int k = 0; k < NX; ++k) y[k] = static_cast<const Input*>(xs[k]);
+}
+
 // The SIMD files' kernels: Kernel::run<NR, NX>(rows, row_bytes, xs, n, out,
 // out_stride) computes NR rows times NX inputs in one pass, each (row, input)
 // with exactly the arithmetic of NR = NX = 1 (its own accumulators, the same

@@ -94,10 +94,8 @@ struct Dot32 {
     static void run(const void* row, uint64_t row_bytes, const void* const* xs, uint64_t n, float* out,
                     uint64_t out_stride) {
         const Block* w[NR];
-        for (int r = 0; r < NR; ++r)
-            w[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(row) + r * row_bytes);
         const BlockQ8x32* y[NX];
-        for (int k = 0; k < NX; ++k) y[k] = static_cast<const BlockQ8x32*>(xs[k]);
+        detail::pass_operands(row, row_bytes, xs, w, y);
         __m256 acc[2][NR][NX];
         float accm[NR][NX];
         for (int r = 0; r < NR; ++r)
@@ -155,10 +153,8 @@ struct Dot32Offset {
     static void run(const void* row, uint64_t row_bytes, const void* const* xs, uint64_t n, float* out,
                     uint64_t out_stride) {
         const Block* w[NR];
-        for (int r = 0; r < NR; ++r)
-            w[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(row) + r * row_bytes);
         const BlockQ8x32* y[NX];
-        for (int k = 0; k < NX; ++k) y[k] = static_cast<const BlockQ8x32*>(xs[k]);
+        detail::pass_operands(row, row_bytes, xs, w, y);
         __m256 acc[NR][NX];
         for (int r = 0; r < NR; ++r)
             for (int k = 0; k < NX; ++k) acc[r][k] = _mm256_setzero_ps();

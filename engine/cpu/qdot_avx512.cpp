@@ -94,12 +94,10 @@ struct Dot32 {
     static void run(const void* row, uint64_t row_bytes, const void* const* xs, uint64_t n, float* out,
                     uint64_t out_stride) {
         const Block* w[NR];
-        for (int r = 0; r < NR; ++r)
-            w[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(row) + r * row_bytes);
         const BlockQ8x32* y[NX];
+        detail::pass_operands(row, row_bytes, xs, w, y);
         __m512 acc[NR][NX];
         float accm[NR][NX];
-        for (int k = 0; k < NX; ++k) y[k] = static_cast<const BlockQ8x32*>(xs[k]);
         for (int r = 0; r < NR; ++r)
             for (int k = 0; k < NX; ++k) {
                 acc[r][k] = _mm512_setzero_ps();
