@@ -14,7 +14,6 @@
 #include <cstdint>
 
 #include "engine/cpu/qdot.h"
-#include "engine/model.h"
 
 namespace ptxlm::cpu {
 

@@ -48,9 +48,10 @@ def mean_sd(xs):
 def expected_bytes_per_token(r, row):
     """The traffic model, recomputed from the file: a pass reads every tensor
     but the embedding table and the LM head; the LM head (the table again
-    when the output is tied, and the final norm) is read once per generated token and once for
-    the prompt's last token; each token reads one embedding row and K and V
-    of its visible positions in every layer (f16 cache)."""
+    when the output is tied, and the final norm) is read once per generated
+    token and once for the prompt's last token; each token reads one
+    embedding row and K and V of its visible positions in every layer (f16
+    cache)."""
     hp = cs.hparams(r)
     sizes = {t.name: int(t.n_bytes) for t in r.tensors}
     embd = next(t for t in r.tensors if t.name == "token_embd.weight")
