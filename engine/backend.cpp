@@ -91,8 +91,12 @@ uint32_t choose_context(const Model& m, uint32_t requested, uint32_t kv_bytes_pe
 
 std::unique_ptr<Backend> make_backend(const Model& m, DeviceKind device, const BackendOptions& opt, std::string* note) {
     std::string why;
-    if (opt.cpu_path != CpuArithmetic::Default) {   // asks for the CPU
-        if (device == DeviceKind::Cuda) throw std::invalid_argument("--cpu-path applies to the CPU, not to --device cuda");
+    if (opt.cpu_path != CpuArithmetic::Default || !opt.cpu_isa.empty()) {   // asks for the CPU
+        const char* flag = opt.cpu_isa.empty() ? "--cpu-path" : "--cpu-isa";
+        if (device == DeviceKind::Cuda)
+            throw std::invalid_argument(std::string(flag) + " applies to the CPU, not to --device cuda");
+        if (!opt.cpu_isa.empty() && opt.cpu_path == CpuArithmetic::Reference)
+            throw std::invalid_argument("--cpu-isa chooses the quantized path's kernels; --cpu-path reference has none");
         device = DeviceKind::Cpu;
     }
     if (device == DeviceKind::Cuda || device == DeviceKind::Auto) {
@@ -127,6 +131,13 @@ std::unique_ptr<Backend> make_backend(const Model& m, DeviceKind device, const B
     auto b = opt.cpu_pool ? std::make_unique<cpu::CpuBackend>(m, n_ctx, opt.kv_type, opt.cpu_pool)
                           : std::make_unique<cpu::CpuBackend>(m, n_ctx, opt.kv_type, opt.threads);
     if (opt.cpu_path == CpuArithmetic::Reference) b->set_path(cpu::CpuPath::Reference);
+    if (!opt.cpu_isa.empty()) {
+        try {
+            b->set_isa(cpu::parse_isa(opt.cpu_isa));
+        } catch (const std::invalid_argument& e) {
+            throw std::invalid_argument(std::string("--cpu-isa ") + opt.cpu_isa + ": " + e.what());
+        }
+    }
     if (note) *note = (why.empty() ? "" : why + "; ") + b->description() + "; " + ctx_note;
     return b;
 }

@@ -47,6 +47,9 @@ struct BackendOptions {
     // against the busy one.
     std::shared_ptr<cpu::ThreadPool> cpu_pool;
     CpuArithmetic cpu_path = CpuArithmetic::Default;   // CPU only; Default = Quantized
+    // CPU quantized path: the SIMD kernels by name (scalar, avx2, avx512,
+    // avx512vnni); empty: the best this CPU runs (PTXLM_CPU_ISA caps it).
+    std::string cpu_isa;
 };
 
 // What a backend runs on, for reports (bench, logs).

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -63,17 +64,36 @@ TEST_P(CpuBackendTest, BatchedThreadedAndOneByOneAreBitIdentical) {
     }
 }
 
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    float worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+    return worst;
+}
+
+// The negative controls' defect: layer 1's RoPE base ten times the file's (a
+// base read from the wrong key, or a default where the file had its own). A
+// 10% error is not enough here: over these 40 positions it moves the
+// reference logits by 0.19-0.46, inside the quantized path's own reach.
+void break_rope(cpu::CpuBackend& b, const Model& m) { b.debug_set_rope_base(1, m.layers[1].rope_base * 10.f); }
+
+// The quantized path's bound against the reference, the same on every Isa:
+// 1.25 x the largest maximum measured (issue 19, 2026-11-25). Measured at
+// 40 positions, teacher-forced, logits spread about 6:
+//   llama  scalar 0.4438, avx2 0.4438; avx512vnni 0.45 (an earlier
+//          measurement, rounded; avx512 not measured): bound 0.57
+//   qwen2  scalar 0.4386, avx2 0.4386; avx512vnni 0.45 (same): bound 0.57
+//   gemma3 scalar 0.9964, avx2 1.0192; avx512vnni 1.0 (same): bound 1.28
+// Negative control (break_rope, avx2): llama 3.99, qwen2 3.71, gemma3 7.43,
+// each over twice its bound.
+float quantized_tolerance(synth::Arch arch) { return arch == synth::Arch::Gemma3 ? 1.28f : 0.57f; }
+
 // The quantized path (8-bit activations, integer dot products) against the
-// float32 reference, teacher-forced, on every SIMD variant this CPU runs:
-// logits within the activation rounding's reach. On these random models
-// (logits spread about 6) it moves them by up to 0.45 (gemma3: 1.0, GELU and
-// four norms per layer), as much as llama.cpp's own 8-bit activations do:
-// test_vs_llamacpp allows its quantized runs 0.6 (gemma3 1.2), the bounds
-// used here. The variants' kernels agree to float summation order
-// (test_qdot); through the layers that order can flip an 8-bit rounding of
-// the next product's input, so they are held to the same bound.
+// float32 reference, teacher-forced, on every Isa the engine can select here
+// (PTXLM_CPU_ISA caps them): logits within the activation rounding's reach.
+// The Isas' kernels agree to float summation order (test_qdot); through the
+// layers that order can flip an 8-bit rounding of the next product's input.
 TEST_P(CpuBackendTest, QuantizedPathStaysCloseToTheReference) {
-    const float tol = GetParam() == synth::Arch::Gemma3 ? 1.2f : 0.6f;
+    const float tol = quantized_tolerance(GetParam());
     std::vector<uint8_t> bytes;
     Model m = Model::from_file(synth_file(GetParam(), &bytes));
     const auto ids = sequence(40);
@@ -84,14 +104,28 @@ TEST_P(CpuBackendTest, QuantizedPathStaysCloseToTheReference) {
         cpu::CpuBackend q(m, 64, KvType::F16, 2);
         q.set_isa(isa);
         ASSERT_EQ(q.path(), cpu::CpuPath::Quantized);
-        const std::vector<float> l = logits_of(q, ids, 8);
-        float worst = 0;
-        for (size_t i = 0; i < l.size(); ++i) worst = std::max(worst, std::fabs(l[i] - r[i]));
-        std::printf("[cpu] %s %s: max |logit - reference| %.4f (bound %.1f)\n", synth::arch_name(GetParam()),
+        const float worst = max_abs_diff(logits_of(q, ids, 8), r);
+        std::printf("[cpu] %s %s: max |logit - reference| %.4f (bound %.2f)\n", synth::arch_name(GetParam()),
                     cpu::isa_name(isa), worst, tol);
         EXPECT_LE(worst, tol) << cpu::isa_name(isa);
         EXPECT_GT(worst, 0.0f) << "the quantized path did not take effect";
     }
+}
+
+// Its negative control: the quantized path with a wrong RoPE base on one
+// layer lands at least twice the bound away from the reference.
+TEST_P(CpuBackendTest, QuantizedNegativeControlWrongRopeBaseFails) {
+    const float tol = quantized_tolerance(GetParam());
+    std::vector<uint8_t> bytes;
+    Model m = Model::from_file(synth_file(GetParam(), &bytes));
+    const auto ids = sequence(40);
+    cpu::CpuBackend ref(m, 64, KvType::F16, 2), q(m, 64, KvType::F16, 2);
+    ref.set_path(cpu::CpuPath::Reference);
+    break_rope(q, m);
+    const float worst = max_abs_diff(logits_of(q, ids, 8), logits_of(ref, ids, 8));
+    std::printf("[cpu] %s %s, layer 1 with a wrong RoPE base: max |logit - reference| %.4f (bound %.2f)\n",
+                synth::arch_name(GetParam()), cpu::isa_name(q.isa()), worst, tol);
+    EXPECT_GE(worst, 2 * tol) << "the bound is over half of what a wrong RoPE base moves";
 }
 
 TEST_P(CpuBackendTest, BackendsSharingAPoolKeepTheirOwnCaches) {
@@ -114,20 +148,29 @@ TEST_P(CpuBackendTest, BackendsSharingAPoolKeepTheirOwnCaches) {
     EXPECT_EQ(x.device_info().threads, 2);
 }
 
+// The f16 cache against the f32 one, on the reference arithmetic (the
+// quantized path's 8-bit roundings would amplify the cache's difference into
+// their own), which is the same plain C++ on every Isa. Negative control: the
+// f16 cache with a wrong RoPE base on one layer.
 TEST_P(CpuBackendTest, F16CacheStaysCloseToF32) {
+    // 1.25 x the largest maximum measured (issue 19; the same plain C++ on
+    // every Isa): llama 0.0036, qwen2 0.0046, gemma3 0.0165. Negative control:
+    // llama 4.03, qwen2 3.55, gemma3 7.44. Logits spread about 6.
+    const float tol = 0.021f;
     std::vector<uint8_t> bytes;
     Model m = Model::from_file(synth_file(GetParam(), &bytes));
     const auto ids = sequence(40);
-    cpu::CpuBackend f16(m, 64, KvType::F16, 2), f32(m, 64, KvType::F32, 2);
-    // On the reference arithmetic: the quantized path's 8-bit roundings
-    // would amplify the cache's difference into their own.
-    f16.set_path(cpu::CpuPath::Reference);
-    f32.set_path(cpu::CpuPath::Reference);
-    const std::vector<float> a = logits_of(f16, ids, 8), b = logits_of(f32, ids, 8);
-    float worst = 0;
-    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
-    EXPECT_LT(worst, 0.05f);    // logits spread about 6
-    EXPECT_GT(worst, 0.0f);     // the cache type did take effect
+    cpu::CpuBackend f16(m, 64, KvType::F16, 2), f32(m, 64, KvType::F32, 2), broken(m, 64, KvType::F16, 2);
+    for (cpu::CpuBackend* b : {&f16, &f32, &broken}) b->set_path(cpu::CpuPath::Reference);
+    break_rope(broken, m);
+    const std::vector<float> want = logits_of(f32, ids, 8);
+    const float worst = max_abs_diff(logits_of(f16, ids, 8), want);
+    const float control = max_abs_diff(logits_of(broken, ids, 8), want);
+    std::printf("[cpu] %s: f16 cache vs f32 max |logit diff| %.4f, with a wrong RoPE base %.4f (bound %.3f)\n",
+                synth::arch_name(GetParam()), worst, control, tol);
+    EXPECT_LE(worst, tol);
+    EXPECT_GT(worst, 0.0f);   // the cache type did take effect
+    EXPECT_GE(control, 2 * tol) << "the bound is over half of what a wrong RoPE base moves";
 }
 
 TEST_P(CpuBackendTest, RewritingPositionsReplacesTheCache) {
@@ -149,6 +192,33 @@ TEST_P(CpuBackendTest, RewritingPositionsReplacesTheCache) {
 INSTANTIATE_TEST_SUITE_P(Archs, CpuBackendTest,
                          ::testing::Values(synth::Arch::Llama, synth::Arch::Qwen2, synth::Arch::Gemma3),
                          [](const auto& info) { return std::string(synth::arch_name(info.param)); });
+
+// PTXLM_CPU_ISA caps what set_isa accepts: the hardware's Isas above the cap
+// are refused by the variable's name (what makes PTXLM_CPU_ISA=avx2 on an
+// AVX-512 machine behave as an AVX2-only one for the whole suite).
+TEST(CpuBackendIsa, TheEnvironmentCapsSetIsa) {
+    const char* outer = std::getenv("PTXLM_CPU_ISA");
+    const std::string saved = outer ? outer : "";
+    const std::vector<cpu::Isa> hw = cpu::hardware_isas();
+    ASSERT_GE(hw.size(), 2u) << "the suite's machines have AVX2 at least (README)";
+    std::vector<uint8_t> bytes;
+    Model m = Model::from_file(synth_file(synth::Arch::Llama, &bytes));
+    setenv("PTXLM_CPU_ISA", "scalar", 1);
+    {
+        cpu::CpuBackend b(m, 16, KvType::F16, 1);
+        EXPECT_EQ(b.isa(), cpu::Isa::Scalar);
+        try {
+            b.set_isa(hw.back());
+            ADD_FAILURE() << "set_isa(" << cpu::isa_name(hw.back()) << ") passed the cap";
+        } catch (const std::invalid_argument& e) {
+            EXPECT_NE(std::string(e.what()).find("PTXLM_CPU_ISA=scalar"), std::string::npos) << e.what();
+        }
+    }
+    if (outer)
+        setenv("PTXLM_CPU_ISA", saved.c_str(), 1);
+    else
+        unsetenv("PTXLM_CPU_ISA");
+}
 
 std::string load_error(const std::vector<uint8_t>& bytes) {
     try {

@@ -66,6 +66,17 @@ std::vector<TokenId> greedy(Backend& cpu, std::vector<TokenId> ids, size_t n, st
   return ids;
 }
 
+// The GPU path against the CPU reference, max |logit diff|: 1.25 x the largest
+// maximum measured (issue 19, 2026-11-25). Both sides are the same on every
+// CPU Isa (emu and the reference path are plain C++), so one measurement
+// holds for all. Measured: synthetic llama 1.09e-3 (1.06e-3 in emu's
+// hardware-variance mode), qwen2 9.82e-4, gemma3 4.00e-3; SmolLM2 2.81e-3,
+// gemma-3-270m 1.14e-3. Both caches are f16: a K or V value whose f32
+// results differ in the last bits can round to neighbouring halves, which
+// moves logits by ~1e-3. Negative control (a corrupted Q4_K scale, below):
+// llama 0.117, qwen2 0.249, gemma3 0.382, each at least twice the bound.
+constexpr double kTolerance = 5e-3;
+
 class CudaBackendSynth : public ::testing::TestWithParam<synth::Arch> {};
 
 TEST_P(CudaBackendSynth, TeacherForcedLogitsMatchTheCpu) {
@@ -79,12 +90,9 @@ TEST_P(CudaBackendSynth, TeacherForcedLogitsMatchTheCpu) {
 
   cuda::CudaBackend gpu(m, cuda::Driver::load(), 64);
   EXPECT_EQ(gpu.n_ctx(), 64u);
-  // Both caches are f16: a K or V value whose f32 results differ in the
-  // last bits can round to neighbouring halves (1e-3 apart), which moves
-  // logits by ~1e-3; 1e-2 leaves room for that and nothing more.
-  const double tol = 1e-2;
+  const double tol = kTolerance;
   const Comparison c = compare(cpu, gpu, ids, tol, &ref);
-  std::printf("[cuda-backend] %s: %zu launches/token, max |logit diff| %.2e (tolerance %.0e), %zu/%zu positions checked, "
+  std::printf("[cuda-backend] %s: %zu launches/token, max |logit diff| %.2e (tolerance %.1e), %zu/%zu positions checked, "
               "%zu argmax mismatches\n", synth::arch_name(GetParam()), gpu.launches_per_token(), c.max_diff, tol,
               c.checked, c.positions, c.argmax_mismatches);
   EXPECT_LE(c.max_diff, tol);
@@ -133,7 +141,7 @@ TEST_P(CudaBackendSynth, TeacherForcedLogitsMatchTheCpu) {
   const Comparison bad = compare(cpu, broken, ids, tol, &ref);
   std::printf("[cuda-backend] %s with a corrupted scale in %s: max |logit diff| %.2e\n", synth::arch_name(GetParam()),
               victim->name().c_str(), bad.max_diff);
-  EXPECT_GT(bad.max_diff, tol) << "a corrupted scale in " << victim->name() << " passed the comparison";
+  EXPECT_GE(bad.max_diff, 2 * tol) << "a corrupted scale in " << victim->name() << " is within twice the tolerance";
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, CudaBackendSynth,
@@ -152,9 +160,9 @@ void check_real_model(const char* file, uint32_t n) {
   cpu::CpuBackend cpu(m, 16, KvType::F16, 2);
   cpu.set_path(cpu::CpuPath::Reference);
   cuda::CudaBackend gpu(m, cuda::Driver::load(), 16);
-  const double tol = 1e-2;
+  const double tol = kTolerance;
   const Comparison c = compare(cpu, gpu, {ids.begin(), ids.begin() + n}, tol);
-  std::printf("[cuda-backend] %s: %zu launches/token, max |logit diff| %.2e over %u positions (tolerance %.0e)\n", file,
+  std::printf("[cuda-backend] %s: %zu launches/token, max |logit diff| %.2e over %u positions (tolerance %.1e)\n", file,
               gpu.launches_per_token(), c.max_diff, n, tol);
   EXPECT_LE(c.max_diff, tol);
   EXPECT_EQ(c.argmax_mismatches, 0u);

@@ -366,18 +366,24 @@ TEST(QDot, QuantizeInputFollowsItsRule) {
     }
 }
 
-TEST(QDot, IsaFromEnvironment) {
-    const std::vector<Isa> isas = cpu::runnable_isas();
-    ASSERT_FALSE(isas.empty());
-    EXPECT_EQ(isas.front(), Isa::Scalar);
+// PTXLM_CPU_ISA caps what the engine selects and what every test sweeps:
+// runnable_isas() ends at the named Isa. The test restores the variable the
+// suite runs under, so the tests after it keep its cap.
+TEST(QDot, IsaFromEnvironmentCapsTheRunnableOnes) {
+    const char* outer = std::getenv("PTXLM_CPU_ISA");
+    const std::string saved = outer ? outer : "";
+    const std::vector<Isa> hw = cpu::hardware_isas();
+    ASSERT_FALSE(hw.empty());
+    EXPECT_EQ(hw.front(), Isa::Scalar);
     unsetenv("PTXLM_CPU_ISA");
-    EXPECT_EQ(cpu::best_isa(), isas.back());
+    EXPECT_EQ(cpu::runnable_isas(), hw);
+    EXPECT_EQ(cpu::best_isa(), hw.back());
     for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni}) {
         setenv("PTXLM_CPU_ISA", cpu::isa_name(isa), 1);
-        bool runnable = false;
-        for (Isa r : isas) runnable |= r == isa;
-        if (runnable) {
+        const auto at = std::find(hw.begin(), hw.end(), isa);
+        if (at != hw.end()) {
             EXPECT_EQ(cpu::best_isa(), isa) << cpu::isa_name(isa);
+            EXPECT_EQ(cpu::runnable_isas(), std::vector<Isa>(hw.begin(), at + 1)) << cpu::isa_name(isa);
         } else {
             try {
                 cpu::best_isa();
@@ -389,15 +395,18 @@ TEST(QDot, IsaFromEnvironment) {
     }
     setenv("PTXLM_CPU_ISA", "avx9000", 1);
     try {
-        cpu::best_isa();
+        cpu::runnable_isas();
         ADD_FAILURE() << "no error for avx9000";
     } catch (const std::runtime_error& e) {
         EXPECT_NE(std::string(e.what()).find("PTXLM_CPU_ISA=avx9000"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("unknown"), std::string::npos) << e.what();
     }
     setenv("PTXLM_CPU_ISA", "", 1);   // empty: as if unset
-    EXPECT_EQ(cpu::best_isa(), isas.back());
-    unsetenv("PTXLM_CPU_ISA");
+    EXPECT_EQ(cpu::best_isa(), hw.back());
+    if (outer)
+        setenv("PTXLM_CPU_ISA", saved.c_str(), 1);
+    else
+        unsetenv("PTXLM_CPU_ISA");
 }
 
 }  // namespace

@@ -259,7 +259,10 @@ TEST(Robustness, InvalidUtf8DoesNotBreakSentencePiece) {
     }
 }
 
-TEST(Speed, TwentyKilobytesWellUnderASecond) {
+// A long mixed text round-trips. Its time is printed, not asserted: speed is
+// a benchmark's business, and a bound in seconds would depend on the machine
+// (a quadratic tokenizer still fails here, by the ctest TIMEOUT).
+TEST(LongText, TwentyKilobytesRoundTrip) {
     std::string text;
     for (int i = 0; text.size() < 20000; ++i)
         text += "Paragraph " + std::to_string(i) + ": the quick brown fox, café 日本語 🎉, x = f(y) * 12345;\n";
@@ -269,8 +272,7 @@ TEST(Speed, TwentyKilobytesWellUnderASecond) {
         const auto ids = tok.encode(text, false, false);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         EXPECT_EQ(tok.decode(ids), text);
-        // Generous for the sanitizer build; an unsanitized build takes milliseconds.
-        EXPECT_LT(s, 1.0) << model << ": " << ids.size() << " tokens";
+        EXPECT_GT(ids.size(), text.size() / 8) << model;
         std::printf("%s: %zu bytes -> %zu tokens in %.1f ms\n", model, text.size(), ids.size(), s * 1e3);
     }
 }

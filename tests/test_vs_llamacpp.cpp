@@ -12,8 +12,8 @@
 //  - teacher-forced on llama.cpp's greedy sequence (prompt + 64 tokens), our
 //    logits at llama.cpp's top-20 ids, and the row's log-sum-exp, agree within
 //    the model's tolerance at every position;
-//  - our argmax is llama.cpp's wherever llama.cpp's top-2 margin exceeds the
-//    tolerance; positions under it are near-ties, reported, and at least 90%
+//  - our argmax is llama.cpp's wherever llama.cpp's top-2 margin exceeds
+//    twice the tolerance; positions under it are near-ties, reported, and at least 90%
 //    of positions must be checked;
 //  - free-running greedy output equals llama.cpp's on most prompts, and every
 //    divergence starts at a near-tie.
@@ -24,7 +24,8 @@
 //
 // The same sequences as llama.cpp computes them on the quantized file (what
 // its users get) are compared too, with a tolerance set by llama.cpp's own
-// noise: log-probabilities, and the argmax where the margin exceeds it.
+// noise: log-probabilities, and the argmax where the margin exceeds twice it;
+// on every Isa the engine can select here.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -48,19 +49,48 @@ namespace {
 struct Case {
     const char* golden;    // tests/golden/llamacpp_<golden>[_f32].json
     const char* model;     // file in PTXLM_MODELS_DIR, or "synth:<arch>"
-    float tol;             // vs the F32 twin: logits, absolute (spread ~30 real, ~6 synthetic)
-    float tol_q;           // vs llama.cpp on the quantized file: log-probabilities
+    float tol;             // vs the F32 twin: logits and log-sum-exp, absolute (spread ~30 real, ~6 synthetic)
+    float tol_q;           // vs llama.cpp on the quantized file, log-probabilities: scalar, avx2, reference path
+    float tol_q_avx512;    // the same on avx512 and avx512vnni (see below)
 };
 
-// gemma3's tolerance is wider: llama.cpp's CPU GELU reads a table indexed by
-// the input rounded to f16.
+// Every bound is 1.25 x the largest maximum measured (issue 19, 2026-11-25,
+// AMD EPYC, avx2 machine); the negative controls must land at least twice
+// the bound away. gemma3's F32 bounds are wider: llama.cpp's CPU GELU reads
+// a table indexed by the input rounded to f16.
+//
+// F32 twin (the reference path: the same plain C++ on every Isa), max of
+// |logit diff| and |log-sum-exp diff|; control (layer 1's RoPE base wrong):
+//   gemma3-270m 0.0273 -> 0.035, control 1.075
+//   smollm2-135m 1.335e-4 -> 1.7e-4, control 0.0774
+//   synth-llama 5.531e-5 -> 7.0e-5, control 0.2557
+//   synth-qwen2 5.722e-5 -> 7.2e-5, control 0.1751
+//   synth-gemma3 0.01014 -> 0.013, control 8.371
+// Quantized file, max |log-prob diff| (llama.cpp's own 8-bit activation noise
+// dominates): scalar (real models: the first two prompts; all eight, as
+// PTXLM_CPU_ISA=scalar runs them: gemma3-270m 1.366, smollm2-135m 1.175) /
+// avx2 / reference path; control (every layer's RoPE base a tenth of the
+// file's, avx2; scalar 6.459 and 4.633 on the real models):
+//   gemma3-270m 0.7715 / 1.416 / 1.507 -> 1.9, control 6.196
+//   smollm2-135m 1.048 / 1.260 / 0.9810 -> 1.58, control 4.738
+//   synth-llama 0.4589 / 0.4589 / 0.4621 -> 0.58, control 7.891
+//   synth-qwen2 0.4318 / 0.4507 / 0.5302 -> 0.67, control 8.075
+//   synth-gemma3 1.187 / 1.210 / 1.019 -> 1.52, control 15.14
+// avx512 and avx512vnni were not measured (no such machine in that session):
+// they keep the larger of this bound and the one they passed before issue 19
+// (2.0, 1.5, 0.6, 0.6, 1.2) until a run there measures them; the test prints
+// each Isa's figure.
 const Case kCases[] = {
-    {"gemma3-270m", "gemma-3-270m-q4_k_m.gguf", 0.05f, 2.0f},
-    {"smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf", 0.01f, 1.5f},
-    {"synth-llama", "synth:llama", 0.01f, 0.6f},
-    {"synth-qwen2", "synth:qwen2", 0.01f, 0.6f},
-    {"synth-gemma3", "synth:gemma3", 0.05f, 1.2f},
+    {"gemma3-270m", "gemma-3-270m-q4_k_m.gguf", 0.035f, 1.9f, 2.0f},
+    {"smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf", 1.7e-4f, 1.58f, 1.58f},
+    {"synth-llama", "synth:llama", 7.0e-5f, 0.58f, 0.6f},
+    {"synth-qwen2", "synth:qwen2", 7.2e-5f, 0.67f, 0.67f},
+    {"synth-gemma3", "synth:gemma3", 0.013f, 1.52f, 1.52f},
 };
+
+float tol_q(const Case& c, cpu::Isa isa) {
+    return isa == cpu::Isa::Avx512 || isa == cpu::Isa::Avx512Vnni ? c.tol_q_avx512 : c.tol_q;
+}
 
 json load_golden(const std::string& name) {
     std::ifstream in(std::string(PTXLM_SOURCE_DIR) + "/tests/golden/llamacpp_" + name + ".json");
@@ -123,7 +153,9 @@ Stats compare(Backend& b, const json& golden, float tol, bool verbose, bool free
             st.max_lse_diff = std::max(st.max_lse_diff, float(std::fabs(our_lse - their_lse)));
             const float margin = top[0][1].get<float>() - top[1][1].get<float>();
             ++st.positions;
-            tie[i] = margin <= tol;
+            // Two logits each up to `tol` off can swap when their margin is
+            // under twice that.
+            tie[i] = margin <= 2 * tol;
             if (tie[i]) { ++st.near_ties; continue; }
             ++st.checked;
             if (int(argmax(r, nv)) != top[0][0].get<int>()) ++st.argmax_wrong;
@@ -162,9 +194,17 @@ Stats compare(Backend& b, const json& golden, float tol, bool verbose, bool free
 
 class VsLlamaCpp : public ::testing::TestWithParam<Case> {};
 
+// The negative controls' defect. gemma3: the global layers' base on local
+// layer 1 (a bug that is easy to make); elsewhere the base 10% off.
+float wrong_rope_base(const Model& m) {
+    const float wrong = m.layers[1].sliding ? m.hp.rope_base : m.layers[1].rope_base * 1.1f;
+    EXPECT_NE(wrong, m.layers[1].rope_base);
+    return wrong;
+}
+
 void print(const char* what, const Case& c, const Stats& st, float tol) {
-    std::printf("  %s %s: %zu prompts, %zu positions; max |logit diff| %.4f, |log-sum-exp diff| %.4f, "
-                "|log-prob diff| %.4f (tolerance %.3g); %zu near-ties, %zu checked (%.1f%%), argmax wrong at %zu; "
+    std::printf("  %s %s: %zu prompts, %zu positions; max |logit diff| %.4g, |log-sum-exp diff| %.4g, "
+                "|log-prob diff| %.4g (tolerance %.3g); %zu near-ties, %zu checked (%.1f%%), argmax wrong at %zu; "
                 "greedy identical on %zu/%zu\n",
                 c.golden, what, st.prompts, st.positions, st.max_logit_diff, st.max_lse_diff, st.max_logprob_diff, tol,
                 st.near_ties, st.checked, 100.0 * st.checked / st.positions, st.argmax_wrong, st.identical, st.prompts);
@@ -197,18 +237,28 @@ TEST_P(VsLlamaCpp, NegativeControlWrongRopeBaseOnOneLayerFails) {
     Model m = load_model(c, &keep);
     cpu::CpuBackend b(m, 1024, KvType::F32, 0);
     b.set_path(cpu::CpuPath::Reference);
-    // gemma3: the global layers' base on local layer 1 (a bug that is easy to
-    // make); elsewhere the base 10% off.
-    const float wrong = m.layers[1].sliding ? m.hp.rope_base : m.layers[1].rope_base * 1.1f;
-    ASSERT_NE(wrong, m.layers[1].rope_base);
-    b.debug_set_rope_base(1, wrong);
+    b.debug_set_rope_base(1, wrong_rope_base(m));
     json some = golden;
     some["prompts"] = json::array({golden["prompts"][0], golden["prompts"][golden["prompts"].size() - 1]});
     const Stats st = compare(b, some, c.tol, false);
     print("(F32 twin, layer 1 with a wrong RoPE base)", c, st, c.tol);
-    EXPECT_GT(st.max_logit_diff, c.tol) << "the tolerance does not see a wrong RoPE base";
+    EXPECT_GE(st.max_logit_diff, 2 * c.tol) << "the tolerance is over half of what a wrong RoPE base moves";
 }
 
+// The first `n` prompts of a golden file.
+json first_prompts(const json& golden, size_t n) {
+    json some = golden;
+    some["prompts"] = json::array();
+    for (size_t i = 0; i < n && i < golden["prompts"].size(); ++i) some["prompts"].push_back(golden["prompts"][i]);
+    return some;
+}
+
+bool is_synthetic(const Case& c) { return std::string(c.model).rfind("synth:", 0) == 0; }
+
+// Every Isa the engine can select here (PTXLM_CPU_ISA caps them). The best
+// one runs every prompt; the others run every prompt of the synthetic
+// models and the first two of the real ones (the scalar kernels take
+// minutes over a real model's eight).
 TEST_P(VsLlamaCpp, QuantizedRunAgreesWithinLlamaCppsOwnNoise) {
     const Case& c = GetParam();
     const json golden = load_golden(c.golden);
@@ -216,20 +266,48 @@ TEST_P(VsLlamaCpp, QuantizedRunAgreesWithinLlamaCppsOwnNoise) {
     std::vector<uint8_t> keep;
     Model m = load_model(c, &keep);
     ASSERT_EQ(golden["sha256"].get<std::string>().size(), 64u);
-    // Both arithmetics: the quantized path users run, and the reference.
-    for (cpu::CpuPath path : {cpu::CpuPath::Quantized, cpu::CpuPath::Reference}) {
+    const std::vector<cpu::Isa> isas = cpu::runnable_isas();
+    for (cpu::Isa isa : isas) {
         cpu::CpuBackend b(m, 1024, KvType::F16, 0);
-        b.set_path(path);
+        b.set_isa(isa);
+        const bool all = isa == isas.back() || is_synthetic(c);
+        const float tol = tol_q(c, isa);
         // llama.cpp's own argmax flips between its batched and one-by-one runs
         // here, so free-running outputs are not compared on the quantized files.
-        const Stats st = compare(b, golden, c.tol_q, false, false);
-        print(path == cpu::CpuPath::Quantized ? "(quantized file, quantized path)" : "(quantized file, reference path)",
-              c, st, c.tol_q);
-        EXPECT_LE(st.max_logprob_diff, c.tol_q) << b.description();
+        const Stats st = compare(b, all ? golden : first_prompts(golden, 2), tol, false, false);
+        print((std::string("(quantized file, quantized path, ") + cpu::isa_name(isa) + ")").c_str(), c, st, tol);
+        EXPECT_LE(st.max_logprob_diff, tol) << b.description();
         EXPECT_EQ(st.argmax_wrong, 0u) << b.description();
     }
+    cpu::CpuBackend ref(m, 1024, KvType::F16, 0);
+    ref.set_path(cpu::CpuPath::Reference);
+    const Stats st = compare(ref, golden, c.tol_q, false, false);
+    print("(quantized file, reference path)", c, st, c.tol_q);
+    EXPECT_LE(st.max_logprob_diff, c.tol_q) << ref.description();
+    EXPECT_EQ(st.argmax_wrong, 0u) << ref.description();
     std::printf("    llama.cpp's own batched vs one-by-one difference on this file: %s\n",
                 golden["tolerance_hint"].dump().c_str());
+}
+
+// The quantized comparison's negative control: the quantized path on the
+// best Isa with every layer's RoPE base a tenth of the file's (SmolLM2's
+// 100000 read as llama's default 10000), over the first two prompts, must
+// land at least twice the widest tolerance away. The F32 twin's defect (one
+// layer) is not enough here: on gemma-3-270m it moves the log-probabilities
+// by 1.7, inside llama.cpp's own noise.
+TEST_P(VsLlamaCpp, QuantizedNegativeControlWrongRopeBaseFails) {
+    const Case& c = GetParam();
+    const json golden = load_golden(c.golden);
+    ASSERT_FALSE(golden.is_null());
+    std::vector<uint8_t> keep;
+    Model m = load_model(c, &keep);
+    cpu::CpuBackend b(m, 1024, KvType::F16, 0);
+    ASSERT_EQ(b.path(), cpu::CpuPath::Quantized);
+    for (uint32_t l = 0; l < m.layers.size(); ++l) b.debug_set_rope_base(l, m.layers[l].rope_base * 0.1f);
+    const float tol = std::max(c.tol_q, c.tol_q_avx512);
+    const Stats st = compare(b, first_prompts(golden, 2), tol, false, false);
+    print("(quantized file, quantized path, every layer's RoPE base a tenth)", c, st, tol);
+    EXPECT_GE(st.max_logprob_diff, 2 * tol) << "the quantized comparison's tolerance is over half of what a wrong RoPE base moves";
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, VsLlamaCpp, ::testing::ValuesIn(kCases), [](const auto& info) {

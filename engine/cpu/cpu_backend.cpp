@@ -108,9 +108,15 @@ CpuBackend::~CpuBackend() = default;
 
 void CpuBackend::set_isa(Isa isa) {
     const std::vector<Isa> ok = runnable_isas();
-    if (std::find(ok.begin(), ok.end(), isa) == ok.end())
-        throw std::invalid_argument(std::string("this CPU cannot run ") + isa_name(isa) + " kernels");
-    arith_.isa = isa;
+    if (std::find(ok.begin(), ok.end(), isa) != ok.end()) {
+        arith_.isa = isa;
+        return;
+    }
+    const std::vector<Isa> hw = hardware_isas();
+    if (std::find(hw.begin(), hw.end(), isa) != hw.end())
+        throw std::invalid_argument(std::string("PTXLM_CPU_ISA=") + isa_name(ok.back()) + " rules out the " +
+                                    isa_name(isa) + " kernels");
+    throw std::invalid_argument(std::string("this CPU cannot run ") + isa_name(isa) + " kernels");
 }
 
 std::string CpuBackend::path_name() const {

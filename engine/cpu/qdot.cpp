@@ -4,6 +4,7 @@
 // integer sum, then float scale · float(sum) added to a float total.
 #include "engine/cpu/qdot.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -30,7 +31,13 @@ const char* isa_name(Isa isa) {
     return "?";
 }
 
-std::vector<Isa> runnable_isas() {
+Isa parse_isa(std::string_view name) {
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni})
+        if (name == isa_name(isa)) return isa;
+    throw std::invalid_argument("'" + std::string(name) + "' is not an ISA (choose scalar, avx2, avx512 or avx512vnni)");
+}
+
+std::vector<Isa> hardware_isas() {
     std::vector<Isa> out{Isa::Scalar};
     __builtin_cpu_init();
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
@@ -45,21 +52,28 @@ std::vector<Isa> runnable_isas() {
     return out;
 }
 
-Isa best_isa() {
-    const std::vector<Isa> isas = runnable_isas();
+std::vector<Isa> runnable_isas() {
+    std::vector<Isa> isas = hardware_isas();
     const char* env = std::getenv("PTXLM_CPU_ISA");
-    if (!env || !*env) return isas.back();
-    const std::string_view want = env;
-    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni}) {
-        if (want != isa_name(isa)) continue;
-        for (Isa r : isas)
-            if (r == isa) return isa;
-        throw std::runtime_error("PTXLM_CPU_ISA=" + std::string(want) + ": this CPU cannot run " + isa_name(isa) +
-                                 " (best here: " + isa_name(isas.back()) + ")");
+    if (!env || !*env) return isas;
+    Isa cap;
+    try {
+        cap = parse_isa(env);
+    } catch (const std::invalid_argument&) {
+        throw std::runtime_error("PTXLM_CPU_ISA=" + std::string(env) +
+                                 ": unknown, expected scalar, avx2, avx512 or avx512vnni");
     }
-    throw std::runtime_error("PTXLM_CPU_ISA=" + std::string(want) +
-                             ": unknown, expected scalar, avx2, avx512 or avx512vnni");
+    // The Isas are ordered, each a superset of the one before: cut the list
+    // after the named one.
+    const auto at = std::find(isas.begin(), isas.end(), cap);
+    if (at == isas.end())
+        throw std::runtime_error("PTXLM_CPU_ISA=" + std::string(env) + ": this CPU cannot run " + isa_name(cap) +
+                                 " (best here: " + isa_name(isas.back()) + ")");
+    isas.erase(at + 1, isas.end());
+    return isas;
 }
+
+Isa best_isa() { return runnable_isas().back(); }
 
 // ---- activation quantizer -------------------------------------------------
 

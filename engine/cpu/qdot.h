@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "gguf/quant.h"
@@ -39,12 +40,20 @@ enum class Isa {
 };
 
 const char* isa_name(Isa isa);   // "scalar", "avx2", "avx512", "avx512vnni"
-// Every Isa this CPU can run, Scalar first, best last.
+// Every Isa this CPU's hardware runs, Scalar first, best last.
+std::vector<Isa> hardware_isas();
+// The Isas the engine may select here: hardware_isas() up to the one named by
+// env PTXLM_CPU_ISA (scalar|avx2|avx512|avx512vnni), all of them when it is
+// unset or empty. The cap makes an AVX-512 machine behave as an AVX2-only (or
+// a scalar) one for everything that selects or sweeps Isas: the backend's
+// default, set_isa, the quantizer, the tests. Throws std::runtime_error for a
+// name that is unknown or that this CPU cannot run.
 std::vector<Isa> runnable_isas();
-// The best runnable Isa, or the one named by env PTXLM_CPU_ISA
-// (scalar|avx2|avx512|avx512vnni); throws std::runtime_error for a name that
-// is unknown or that this CPU cannot run.
+// The best runnable Isa: runnable_isas().back().
 Isa best_isa();
+// The Isa named `name` (as isa_name spells it); throws std::invalid_argument
+// listing the names for any other.
+Isa parse_isa(std::string_view name);
 
 struct BlockQ8x32 {
     int8_t qs[32];

@@ -134,6 +134,14 @@ def check_ptxlm_bench(tmp):
                        capture_output=True, text=True, env=dict(os.environ, PTXLM_CPU_ISA="scalar"))
     if check(p.returncode == 0, f"bench PTXLM_CPU_ISA=scalar: {p.stderr[-400:]}"):
         check({r["cpu_path"] for r in json.loads(p.stdout)} == {"quantized (scalar)"}, f"scalar: {p.stdout[:300]}")
+    p = bench("-m", str(models["llama"]), "-p", "0", "-n", "2", "-r", "1", "-o", "json", "--cpu-isa", "scalar")
+    if check(p.returncode == 0, f"bench --cpu-isa scalar: {p.stderr[-400:]}"):
+        check({r["cpu_path"] for r in json.loads(p.stdout)} == {"quantized (scalar)"}, f"--cpu-isa: {p.stdout[:300]}")
+    # PTXLM_CPU_ISA caps what --cpu-isa may ask for (every machine here has avx2).
+    p = subprocess.run([PTXLM, "bench", "-m", str(models["llama"]), "-p", "0", "-n", "2", "-r", "1", "--cpu-isa", "avx2"],
+                       capture_output=True, text=True, env=dict(os.environ, PTXLM_CPU_ISA="scalar"))
+    check(p.returncode == 2 and "PTXLM_CPU_ISA=scalar" in p.stderr and len(p.stderr.strip().splitlines()) <= 3,
+          f"--cpu-isa avx2 under PTXLM_CPU_ISA=scalar: exit {p.returncode}, {p.stderr[-300:]!r}")
     p = subprocess.run([PTXLM, "bench", "-m", str(models["llama"]), "-p", "0", "-n", "2", "-r", "1"],
                        capture_output=True, text=True, env=dict(os.environ, PTXLM_CPU_ISA="avx9000"))
     check(p.returncode != 0 and "PTXLM_CPU_ISA" in p.stderr and len(p.stderr.strip().splitlines()) <= 3,
@@ -170,7 +178,9 @@ def check_ptxlm_bench(tmp):
     for args, needle in ((["-p", "abc"], "-p"), (["-p", "8-4"], "-p"), (["-n", "1-9*1"], "-n"), (["-d", "-3"], "-d"),
                          (["-p", "0", "-n", "0"], "nothing to measure"), (["-c", "16", "-p", "32"], "-c 16"),
                          (["-o", "xml"], "-o"), (["-r", "0"], "-r"), (["-p", "99999999"], "-p"),
-                         (["--cpu-path", "fast"], "--cpu-path"), (["--cpu-path", "reference", "--device", "cuda"], "--cpu-path")):
+                         (["--cpu-path", "fast"], "--cpu-path"), (["--cpu-path", "reference", "--device", "cuda"], "--cpu-path"),
+                         (["--cpu-isa", "avx9000"], "--cpu-isa"), (["--cpu-isa", "scalar", "--cpu-path", "reference"], "--cpu-isa"),
+                         (["--cpu-isa", "scalar", "--device", "cuda"], "--cpu-isa")):
         p = bench("-m", str(models["llama"]), *args)
         check(p.returncode == 2 and needle in p.stderr and "|" not in p.stdout,
               f"bench {args}: exit {p.returncode}, stderr {p.stderr.strip()[-200:]!r}")

@@ -7,8 +7,18 @@ tests/py/check_synth.py's numpy forward pass computes the same logits from
 gguf-py's dequantized weights, all positions at once. On the reference path
 (`--cpu-path reference`, what the GPU path is checked against) with an f32 KV
 cache the two must agree to TOL_F32 (absolute, logits have a spread of about 6); with
-the f16 cache to TOL_F16. A negative control proves the tolerance bites: the
-numpy pass with a RoPE base off by 1% on one layer must miss it.
+the f16 cache to TOL_F16. Negative controls prove each tolerance bites: the
+numpy pass with layer 1's RoPE base off by 1% must miss the f32 run by at
+least twice TOL_F32, and off by 10% must miss the f16 run by at least twice
+TOL_F16.
+
+The reference path is the same plain C++ on every ISA (--cpu-isa picks the
+quantized path's kernels only), so one measurement holds for all.
+Tolerances are 1.25 x the largest maximum measured (issue 19, 2026-11-25,
+AMD EPYC): f32 1.71e-05 (gemma3; llama 7.49e-06, qwen2 7.54e-06), f16
+1.61e-02 (gemma3; llama 4.11e-03, qwen2 4.16e-03). Negative controls: 1% off
+vs f32 2.47e-02 (qwen2) .. 3.98e-02 (gemma3); 10% off vs f16 2.41e-01 (qwen2) .. 3.76e-01
+(gemma3).
 """
 import json
 import os
@@ -25,8 +35,8 @@ import check_synth as cs  # noqa: E402
 from checks import check, finish  # noqa: E402
 
 PTXLM = os.environ.get("PTXLM_BIN", "build/tools/ptxlm/ptxlm")
-TOL_F32 = 2e-3
-TOL_F16 = 5e-2
+TOL_F32 = 2.2e-5
+TOL_F16 = 2.0e-2
 
 
 def ptxlm_logits(path, tokens, kv):
@@ -38,8 +48,8 @@ def ptxlm_logits(path, tokens, kv):
     return np.array([row["logits"] for row in j["positions"]], dtype=np.float64)
 
 
-def forward_with_rope_defect(W, hp, tokens):
-    """The numpy pass with layer 1's RoPE base 1% off (the negative control)."""
+def forward_with_rope_defect(W, hp, tokens, factor):
+    """The numpy pass with layer 1's RoPE base times `factor` (the negative controls)."""
     orig = cs.rope
     calls = {"n": 0}
 
@@ -47,7 +57,7 @@ def forward_with_rope_defect(W, hp, tokens):
         # rope() is called twice per layer (q, k); calls 2 and 3 are layer 1.
         layer = calls["n"] // 2
         calls["n"] += 1
-        return orig(x, pos, base * 1.01 if layer == 1 else base, neox)
+        return orig(x, pos, base * factor if layer == 1 else base, neox)
 
     cs.rope = bad_rope
     try:
@@ -69,17 +79,19 @@ def main():
             hp, W = cs.hparams(r), cs.weights(r)
             tokens = [764] + [int(t) for t in rng.integers(0, 764, size=47)]
             ref = cs.forward(W, hp, tokens)
+            runs = {}
             for kv, tol in (("f32", TOL_F32), ("f16", TOL_F16)):
-                ours = ptxlm_logits(path, tokens, kv)
+                ours = runs[kv] = ptxlm_logits(path, tokens, kv)
                 err = np.abs(ours - ref).max()
                 top_same = np.mean(ours.argmax(1) == ref.argmax(1))
                 print(f"{arch} KV {kv}: max |logit diff| {err:.2e} (tolerance {tol:.0e}), argmax agrees at {top_same:.0%}")
                 check(err <= tol, f"{arch} KV {kv}: max |logit diff| {err:.3e} > {tol:.0e}")
                 check(top_same == 1.0, f"{arch} KV {kv}: argmax differs at {int((1 - top_same) * len(tokens))} positions")
-            bad = forward_with_rope_defect(W, hp, tokens)
-            miss = np.abs(ptxlm_logits(path, tokens, "f32") - bad).max()
-            print(f"{arch} negative control (layer 1 RoPE base +1%): max |logit diff| {miss:.2e}")
-            check(miss > 10 * TOL_F32, f"{arch}: the RoPE defect stays within tolerance ({miss:.2e}): the test cannot see it")
+            for kv, tol, factor in (("f32", TOL_F32, 1.01), ("f16", TOL_F16, 1.1)):
+                miss = np.abs(runs[kv] - forward_with_rope_defect(W, hp, tokens, factor)).max()
+                print(f"{arch} negative control, KV {kv} against layer 1's RoPE base {100 * (factor - 1):.0f}% off: "
+                      f"max |logit diff| {miss:.2e} (must be at least {2 * tol:.1e})")
+                check(miss >= 2 * tol, f"{arch} KV {kv}: the RoPE defect is only {miss:.2e} off: the tolerance cannot see it")
     return finish()
 
 

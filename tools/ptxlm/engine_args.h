@@ -22,9 +22,10 @@ struct EngineArgs {
     std::string kv_type = "f16";
     std::string schedule = "default";   // GPU: chain, graph or persistent (default graph)
     std::string cpu_path = "default";   // CPU: quantized or reference (default quantized)
+    std::string cpu_isa;                // CPU quantized path: the SIMD kernels (default the best here)
 };
 
-// Registers -m/--model, -c/--ctx-size, -t/--threads, --device, --kv-type, --schedule, --cpu-path.
+// Registers -m/--model, -c/--ctx-size, -t/--threads, --device, --kv-type, --schedule, --cpu-path, --cpu-isa.
 void add_engine_options(CLI::App& app, EngineArgs& args);
 
 struct Engine {

@@ -99,6 +99,9 @@ int run(const Args& a) {
         nlohmann::json j = {{"model", e.model->file.path()}, {"file", a.file}, {"n_ctx", n_ctx},
                             {"tokens", tokens.size()},     {"chunks", n_chunk}, {"scored", count},
                             {"ppl", ppl},                  {"ppl_stderr", err}, {"running", running}};
+        const DeviceInfo dev = b.device_info();
+        j["device"] = dev.kind;
+        j["cpu_path"] = dev.cpu_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(dev.cpu_path);
         std::printf("%s\n", j.dump(2).c_str());
     } else {
         std::printf("PPL = %.4f +/- %.5f  (%u chunks of %u tokens, %llu predictions)\n", ppl, err, n_chunk, n_ctx,

@@ -34,6 +34,7 @@ int run(Args& a) {
     e.backend.kv_type = a.engine.kv_type == "f32" ? KvType::F32 : KvType::F16;
     e.backend.schedule = parse_schedule(a.engine.schedule);
     e.backend.cpu_path = parse_cpu_path(a.engine.cpu_path);
+    e.backend.cpu_isa = a.engine.cpu_isa;
     if (e.device == DeviceKind::Cuda && e.parallel > 1)
         throw std::invalid_argument("--parallel " + std::to_string(e.parallel) +
                                     " with --device cuda: each GPU slot would upload its own copy of the weights; "
