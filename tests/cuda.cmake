@@ -27,9 +27,9 @@ ptxlm_emu_gtest(test_elementwise_emu test_elementwise_emu.cpp LIBS ptxlm_engine 
 # The GPU decode path end to end on emu against the CPU reference: synthetic
 # models teacher-forced over 36 positions (with a negative control), SmolLM2
 # over its first 4.
-ptxlm_emu_gtest(test_cuda_backend test_cuda_backend.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 900)
+ptxlm_emu_gtest(test_cuda_backend test_cuda_backend.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 2000)
 # ptxlm run/bench on the GPU path with emu as the driver, as a user drives it.
-ptxlm_pytest(cli_cuda_emu check_cli_cuda_emu.py TIMEOUT 1200)
+ptxlm_pytest(cli_cuda_emu check_cli_cuda_emu.py TIMEOUT 1500)
 set_property(TEST cli_cuda_emu APPEND PROPERTY ENVIRONMENT "PTXLM_EMU_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>")
 # Every kernel of the real and synthetic models' decode chains through ptxas.
 ptxlm_gtest(test_decode_plan test_decode_plan.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 600)
@@ -50,7 +50,7 @@ foreach(t test_gemv_emu test_attention_emu test_elementwise_emu test_examples_em
     ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>;PTXLM_EMU_VARIANCE=1")
 endforeach()
 add_test(NAME test_cuda_backend_variance COMMAND test_cuda_backend --gtest_filter=*llama*)
-set_tests_properties(test_cuda_backend_variance PROPERTIES TIMEOUT 300 LABELS "unit"
+set_tests_properties(test_cuda_backend_variance PROPERTIES TIMEOUT 400 LABELS "unit"
   ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>;PTXLM_EMU_VARIANCE=1")
 # emu's device queue: launches return before their kernels run, a host talks
 # to a running kernel through mapped memory, deferred mode (it re-runs itself

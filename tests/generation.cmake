@@ -13,5 +13,5 @@ foreach(m gemma3_270m smollm2_135m)
   set_tests_properties(test_vs_llamacpp_${m} PROPERTIES TIMEOUT 1800 LABELS "unit")
 endforeach()
 # Perplexity of a public-domain text with -c 1024 against llama.cpp's tool.
-ptxlm_pytest(perplexity_vs_llamacpp check_perplexity.py TIMEOUT 1800)
+ptxlm_pytest(perplexity_vs_llamacpp check_perplexity.py TIMEOUT 2400)
 ptxlm_gtest(test_session test_session.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 300)
