@@ -2,6 +2,7 @@
 // warp-collective instructions (shfl, vote, elect) and barriers: the
 // Launch members that exec.cpp's run_warp dispatches to.
 #include "exec_launch.h"
+#include "shared_banks.h"
 
 namespace ptxlm::emu::exec {
 
@@ -18,11 +19,13 @@ bool Launch::mem_op(Warp& w, const Inst& in, uint32_t m) {
     const uint64_t* base = w.regs + size_t(in.addr) * 32;
     const bool sgn = ty_signed(in.ty);
     bool changed = false;   // a store that leaves memory as it was is no progress
+    uint32_t shared_addr[32];   // per lane, for the wavefront count (read for lanes in m only)
     for (uint32_t mm = m; mm; mm &= mm - 1) {
         int l = __builtin_ctz(mm);
         uint64_t a = base[l] + uint64_t(in.off);
         uint8_t* p = access(w, l, in, sp, a, n);
         if (!p) return false;
+        shared_addr[l] = uint32_t(a);   // a shared access is in bounds here, so a < 2^32
         if (race && sp != Space::Param) {
             std::optional<RaceCheck::Race> r;
             if (sp == Space::Shared) r = race->shared(who(w, l), uint32_t(a), n, !is_ld);
@@ -49,7 +52,18 @@ bool Launch::mem_op(Warp& w, const Inst& in, uint32_t m) {
         }
     }
     if (sp == Space::Global) count_global(w, in, m, n, is_ld, false);
-    else if (sp == Space::Shared && stats) (is_ld ? stats->shared_load_bytes : stats->shared_store_bytes) += uint64_t(__builtin_popcount(m)) * n;
+    else if (sp == Space::Shared && stats) {
+        const SharedWavefronts wf = shared_wavefronts(shared_addr, m, n);
+        if (is_ld) {
+            stats->shared_load_bytes += uint64_t(__builtin_popcount(m)) * n;
+            stats->shared_load_wavefronts += wf.actual;
+            stats->shared_load_ideal_wavefronts += wf.ideal;
+        } else {
+            stats->shared_store_bytes += uint64_t(__builtin_popcount(m)) * n;
+            stats->shared_store_wavefronts += wf.actual;
+            stats->shared_store_ideal_wavefronts += wf.ideal;
+        }
+    }
     if (is_ld && sp == Space::Global) w.iter_read = true;
     if (changed) progress(w);
     return true;
@@ -131,6 +145,8 @@ bool Launch::atom_op(Warp& w, const Inst& in, uint32_t m) {
             w.iter_host |= cache_mapped;
         }
     }
+    // Shared atomics add no shared bytes or wavefronts: lanes on one address
+    // serialise instead of broadcasting, which shared_wavefronts() does not model.
     if (sp == Space::Global) count_global(w, in, m, n, false, true);
     w.iter_read = true;
     if (changed) progress(w);

@@ -139,6 +139,10 @@ Stats& Stats::operator+=(const Stats& o) {
     global_store_sectors += o.global_store_sectors;
     shared_load_bytes += o.shared_load_bytes;
     shared_store_bytes += o.shared_store_bytes;
+    shared_load_wavefronts += o.shared_load_wavefronts;
+    shared_store_wavefronts += o.shared_store_wavefronts;
+    shared_load_ideal_wavefronts += o.shared_load_ideal_wavefronts;
+    shared_store_ideal_wavefronts += o.shared_store_ideal_wavefronts;
     barriers += o.barriers;
     spin_yields += o.spin_yields;
     spin_waits += o.spin_waits;
@@ -162,6 +166,9 @@ std::string Stats::to_json() const {
       << ",\"global_load_requests\":" << global_load_requests << ",\"global_store_requests\":" << global_store_requests
       << ",\"global_load_sectors\":" << global_load_sectors << ",\"global_store_sectors\":" << global_store_sectors
       << ",\"shared_load_bytes\":" << shared_load_bytes << ",\"shared_store_bytes\":" << shared_store_bytes
+      << ",\"shared_load_wavefronts\":" << shared_load_wavefronts << ",\"shared_store_wavefronts\":" << shared_store_wavefronts
+      << ",\"shared_load_ideal_wavefronts\":" << shared_load_ideal_wavefronts
+      << ",\"shared_store_ideal_wavefronts\":" << shared_store_ideal_wavefronts
       << ",\"barriers\":" << barriers << ",\"spin_yields\":" << spin_yields << ",\"spin_waits\":" << spin_waits
       << ",\"spin_instructions\":" << spin_instructions << ",\"grid_syncs\":" << grid_syncs << ",\"unique_global_bytes\":" << unique_global_bytes << ",\"allocations\":[";
     bool first = true;

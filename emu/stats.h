@@ -27,6 +27,13 @@ struct Stats {
     uint64_t global_store_sectors = 0;
     uint64_t shared_load_bytes = 0;
     uint64_t shared_store_bytes = 0;
+    // Shared-memory wavefronts of ld/st.shared (emu/shared_banks.h: our model
+    // of the 32-bank rules), and the ideal: ceil(distinct 4-byte words per
+    // access / 32). Shared atomics are not counted (see exec_ops.cpp).
+    uint64_t shared_load_wavefronts = 0;
+    uint64_t shared_store_wavefronts = 0;
+    uint64_t shared_load_ideal_wavefronts = 0;
+    uint64_t shared_store_ideal_wavefronts = 0;
     uint64_t barriers = 0;              // bar.sync completions (per block and barrier phase)
     // Cooperative launches: loop iterations of a warp that read the same
     // global values as the previous one and wrote nothing (a wait on another
@@ -54,6 +61,12 @@ struct Stats {
     // Sectors per warp-level request (ideal for 4-byte loads: 4).
     double load_sectors_per_request() const {
         return global_load_requests ? double(global_load_sectors) / double(global_load_requests) : 0.0;
+    }
+    // Shared wavefronts over the ideal, loads and stores together (1.0: no
+    // bank conflicts; 0 when there were no shared accesses).
+    double shared_wavefront_ratio() const {
+        uint64_t ideal = shared_load_ideal_wavefronts + shared_store_ideal_wavefronts;
+        return ideal ? double(shared_load_wavefronts + shared_store_wavefronts) / double(ideal) : 0.0;
     }
     // Recomputes unique_global_bytes from `touched`.
     void finish();

@@ -454,6 +454,12 @@ int run(const Args& a) {
                         c["requested_over_weights"].get<double>(), c["token_bytes"].get<double>() / 1e6,
                         100 * c["sector_efficiency"].get<double>(),
                         (unsigned long long)c["launches_below_sm_count"].get<uint64_t>(), gpu->name, gpu->sms);
+            const nlohmann::json& wr = c["shared_wavefront_ratio"];
+            std::printf("shared memory: %llu wavefronts per token against an ideal %llu (%s; emu's bank model, not "
+                        "measured)\n",
+                        (unsigned long long)c["shared_wavefronts"].get<uint64_t>(),
+                        (unsigned long long)c["shared_ideal_wavefronts"].get<uint64_t>(),
+                        wr.is_null() ? "no shared accesses" : fmt("%.2f x", wr.get<double>()).c_str());
             if (c.contains("grid_syncs"))
                 std::printf("persistent decoder: %llu ops in one launch; %llu all-to-all waits in the op table (%.2f "
                             "per layer); emu saw %llu all-to-all happens-before points on its %llu blocks (%.2f per "

@@ -121,6 +121,22 @@ std::pair<uint64_t, uint64_t> weight_traffic(const nlohmann::json& k, const std:
     return {unique, sectors};
 }
 
+// A kernel's shared-memory wavefronts, loads and stores together, and their
+// ideal (emu's bank model, emu/shared_banks.h: counted, not measured).
+struct Wavefronts {
+    uint64_t actual = 0, ideal = 0;
+};
+
+Wavefronts shared_wavefronts(const nlohmann::json& k) {
+    return {k.at("shared_load_wavefronts").get<uint64_t>() + k.at("shared_store_wavefronts").get<uint64_t>(),
+            k.at("shared_load_ideal_wavefronts").get<uint64_t>() + k.at("shared_store_ideal_wavefronts").get<uint64_t>()};
+}
+
+// Actual over ideal; null when nothing touched shared memory.
+nlohmann::json wavefront_ratio(const Wavefronts& w) {
+    return w.ideal ? nlohmann::json(double(w.actual) / double(w.ideal)) : nlohmann::json(nullptr);
+}
+
 // The "projected" object of a counted token: a Projection on `gpu`, labelled.
 nlohmann::json projected_json(const Projection& p, const GpuSpec& gpu, Schedule schedule, const std::string& label) {
     return {{"label", label},
@@ -162,6 +178,10 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
                                                                   : nlohmann::json(nullptr)},
                           {"registers", nullptr}, {"spill_bytes", nullptr}, {"blocks_per_sm", nullptr},
                           {"resident_blocks_per_sm", nullptr}, {"in_flight_bytes_per_sm", nullptr}};
+    const Wavefronts wf = shared_wavefronts(k);
+    row["shared_wavefronts"] = wf.actual;
+    row["shared_ideal_wavefronts"] = wf.ideal;
+    row["shared_wavefront_ratio"] = wavefront_ratio(wf);
     uint64_t grid = uint64_t(gpu.sms);   // without ptxas: one block per SM, the kernel's .minnctapersm
     const std::string ptxas = ptx::find_ptxas();
     if (!ptxas.empty()) {
@@ -207,6 +227,9 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
             {"requested_over_weights", double(requested) / token_bytes},
             {"weight_bytes", w_unique},
             {"sector_efficiency", w_sectors ? double(w_unique) / (32.0 * double(w_sectors)) : 0.0},
+            {"shared_wavefronts", wf.actual},
+            {"shared_ideal_wavefronts", wf.ideal},
+            {"shared_wavefront_ratio", wavefront_ratio(wf)},
             {"launches_below_sm_count", 0},
             {"registers_from", ptxas.empty() ? "no ptxas found" : "ptxas sm_90"},
             {"kernels", nlohmann::json::array({row})},
@@ -228,6 +251,7 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& g
     // Requested: what reaches L2, the 32-byte sectors each warp-level access
     // touches (plus atomics); unique: distinct bytes, summed over kernels.
     uint64_t n_launch = 0, requested = 0, unique = 0, weight_unique = 0, weight_sectors = 0;
+    Wavefronts wavefronts;
     nlohmann::json rows = nlohmann::json::array();
     std::set<std::string> seen;
     std::vector<LaunchCost> costs;
@@ -248,6 +272,9 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& g
         unique += k.at("unique_global_bytes").get<uint64_t>();
         weight_unique += w_unique;
         weight_sectors += w_sectors;
+        const Wavefronts wf = shared_wavefronts(k);
+        wavefronts.actual += wf.actual;
+        wavefronts.ideal += wf.ideal;
 
         nlohmann::json row = {{"kernel", l.kernel},
                               {"part", l.kernel == parts.head ? "head" : parts.layer.count(l.kernel) ? "layer" : "token"},
@@ -259,6 +286,9 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& g
                               {"requested_bytes", req},
                               {"weight_bytes", w_unique},
                               {"weight_sector_efficiency", nullptr},
+                              {"shared_wavefronts", wf.actual},
+                              {"shared_ideal_wavefronts", wf.ideal},
+                              {"shared_wavefront_ratio", wavefront_ratio(wf)},
                               {"registers", nullptr},
                               {"spill_bytes", nullptr},
                               {"blocks_per_sm", nullptr},
@@ -300,6 +330,9 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& g
             {"requested_over_weights", double(requested) / token_bytes},
             {"weight_bytes", weight_unique},
             {"sector_efficiency", weight_sectors ? double(weight_unique) / (32.0 * double(weight_sectors)) : 0.0},
+            {"shared_wavefronts", wavefronts.actual},
+            {"shared_ideal_wavefronts", wavefronts.ideal},
+            {"shared_wavefront_ratio", wavefront_ratio(wavefronts)},
             {"launches_below_sm_count", below},
             {"registers_from", regs.empty() ? "no ptxas found" : "ptxas sm_90"},
             {"kernels", rows},
@@ -315,8 +348,8 @@ std::string counted_kernel_table(const nlohmann::json& counted) {
     };
     std::string out =
         "| kernel | launches | blocks | threads | regs | spill B | blocks/SM fit | resident/SM | in flight/SM KiB | "
-        "unique MB | L2 MB | weight sector eff. |\n"
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n";
+        "unique MB | L2 MB | weight sector eff. | shared wavefronts / ideal |\n"
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n";
     for (const nlohmann::json& r : counted.at("kernels")) {
         out += "| " + r.at("kernel").get<std::string>() + " | " + cell(r.at("launches"), "%.0f") + " | " +
                cell(r.at("blocks"), "%.0f") + " | " + cell(r.at("threads"), "%.0f") + " | " +
@@ -324,7 +357,8 @@ std::string counted_kernel_table(const nlohmann::json& counted) {
                cell(r.at("blocks_per_sm"), "%.0f") + " | " + cell(r.at("resident_blocks_per_sm"), "%.0f") + " | " +
                cell(r.at("in_flight_bytes_per_sm"), "%.1f", 1.0 / 1024) + " | " +
                cell(r.at("unique_bytes"), "%.2f", 1e-6) + " | " + cell(r.at("requested_bytes"), "%.2f", 1e-6) + " | " +
-               cell(r.at("weight_sector_efficiency"), "%.1f%%", 100.0) + " |\n";
+               cell(r.at("weight_sector_efficiency"), "%.1f%%", 100.0) + " | " +
+               cell(r.at("shared_wavefront_ratio"), "%.2f") + " |\n";
     }
     return out;
 }

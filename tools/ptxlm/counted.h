@@ -17,9 +17,11 @@ namespace ptxlm::cli {
 // (PTXLM_EMU_STATS is read when the primary context is retained and written
 // when it is released). Returns the per-token totals (launches, unique and
 // L2-sector bytes against the bytes a token must read, the weight loads'
-// sector efficiency), a row per kernel (grid, block, registers and spills
-// from ptxas for sm_90 when ptxas is found, blocks per SM on `gpu`, bytes in
-// flight per SM, unique / requested / weight bytes) and the projection. Call
+// sector efficiency, shared-memory wavefronts against their ideal), a row per
+// kernel (grid, block, registers and spills from ptxas for sm_90 when ptxas
+// is found, blocks per SM on `gpu`, bytes in flight per SM, unique /
+// requested / weight bytes, shared wavefronts / ideal / ratio, the ratio null
+// where the kernel touches no shared memory) and the projection. Call
 // with no other CudaBackend alive.
 nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& gpu);
 
