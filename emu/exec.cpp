@@ -64,6 +64,7 @@ bool Launch::run_warp(Warp& w, uint32_t slice) {
               << "(a spin-wait on another block cannot finish: blocks run one after another; PTXLM_EMU_WATCHDOG sets the limit)";
             return raise(kLaunchTimeout, s.str());
         }
+        if (stats && m) w.fly.before(in, *stats, fly_scratch);
         switch (in.op) {
         case Op::Bra: {
             // A taken backward branch ends a loop iteration: a cooperative
@@ -136,9 +137,18 @@ void Launch::init_block(Block& b, uint32_t bx, uint32_t by, uint32_t bz) {
     for (auto& bar : b.bars) bar = Barrier{};
     const size_t per_warp = size_t(k.nregs) * 32;
     std::fill(b.regfile.begin(), b.regfile.end(), 0);
+    if (stats) {
+        b.fly_pend.resize(size_t(nwarps) * k.nregs);
+        b.fly_depth.resize(size_t(nwarps) * k.nregs);
+    }
     for (uint32_t wi = 0; wi < nwarps; ++wi) {
         Warp& w = b.warps[wi];
+        WarpInflight fly = std::move(w.fly);   // keeps its vectors' capacity from block to block
         w = Warp{};
+        if (stats) {
+            w.fly = std::move(fly);
+            w.fly.reset(b.fly_pend.data() + size_t(wi) * k.nregs, b.fly_depth.data() + size_t(wi) * k.nregs, k.nregs);
+        }
         w.id = wi;
         w.regs = b.regfile.data() + wi * per_warp;
         uint32_t lanes = std::min<uint32_t>(32, nthreads - wi * 32);

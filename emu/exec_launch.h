@@ -15,6 +15,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "inflight.h"
 #include "program.h"
 #include "racecheck.h"
 #include "stats.h"
@@ -48,6 +49,7 @@ struct Warp {
     bool spin_host = false;   // the last spinning iteration did: the host may end the wait
     bool in_wait = false;     // the previous iteration spun too (one wait, many iterations)
     bool spinning = false;   // yielded because it spins (reset when it runs again)
+    WarpInflight fly;        // loads in flight and dependent-load depths (stats only, inflight.h)
 
     // Picks the lanes with the smallest PC (lane_pc must hold every live lane's PC).
     void reschedule() {
@@ -80,6 +82,10 @@ struct Block {
     Barrier bars[16];
     bool done = false;
     uint32_t index = 0;   // linear block index in the grid
+    // With stats: per warp and register, the pending-load seq and the
+    // dependent-load depth (WarpInflight's arrays).
+    std::vector<uint32_t> fly_pend;
+    std::vector<uint16_t> fly_depth;
 };
 
 struct Launch {
@@ -102,7 +108,8 @@ struct Launch {
     uint64_t cache_bits_base = 0;      // allocation whose touched-bitmap cache_bits is
     uint64_t* cache_bits = nullptr;
     std::optional<Fault> fault;
-    std::vector<uint64_t> sector_scratch;
+    std::vector<uint64_t> sector_scratch;   // count_global: the last global access's sorted, distinct sectors
+    std::vector<uint64_t> fly_scratch;
     std::chrono::milliseconds host_wait_limit{0};
     std::chrono::steady_clock::time_point host_wait_since{};
 
@@ -192,8 +199,8 @@ struct Launch {
         uint64_t total = uint64_t(__builtin_popcount(m)) * bytes;
         if (atomic) { stats->global_atomic_bytes += total; return; }
         std::sort(sector_scratch.begin(), sector_scratch.end());
-        const auto end = std::unique(sector_scratch.begin(), sector_scratch.end());
-        uint64_t sectors = uint64_t(end - sector_scratch.begin());
+        sector_scratch.erase(std::unique(sector_scratch.begin(), sector_scratch.end()), sector_scratch.end());
+        uint64_t sectors = uint64_t(sector_scratch.size());
         if (load) {
             stats->global_load_bytes += total; stats->global_load_requests++; stats->global_load_sectors += sectors;
             if (!mixed) {
@@ -201,8 +208,8 @@ struct Launch {
             } else {
                 // Allocations start 256-byte aligned, so a sector's first
                 // byte lies in the allocation of the lane that touched it.
-                for (auto it = sector_scratch.begin(); it != end; ++it) {
-                    global_ptr(*it << 5, 1);
+                for (uint64_t sec : sector_scratch) {
+                    global_ptr(sec << 5, 1);
                     stats->load_sectors_by_alloc[cache_base] += 1;
                 }
             }

@@ -51,8 +51,11 @@ bool Launch::mem_op(Warp& w, const Inst& in, uint32_t m) {
             }
         }
     }
-    if (sp == Space::Global) count_global(w, in, m, n, is_ld, false);
-    else if (sp == Space::Shared && stats) {
+    if (sp == Space::Global) {
+        count_global(w, in, m, n, is_ld, false);
+        if (stats && is_ld)
+            w.fly.issued(in, sector_scratch.data(), sector_scratch.data() + sector_scratch.size(), *stats, fly_scratch);
+    } else if (sp == Space::Shared && stats) {
         const SharedWavefronts wf = shared_wavefronts(shared_addr, m, n);
         if (is_ld) {
             stats->shared_load_bytes += uint64_t(__builtin_popcount(m)) * n;

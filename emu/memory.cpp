@@ -4,6 +4,7 @@
 // on x86-64 Linux in practice) and every allocation is followed by an unmapped
 // gap of at least 4 KiB, so an access just past the end of one buffer faults
 // instead of landing in the next.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -148,6 +149,10 @@ Stats& Stats::operator+=(const Stats& o) {
     spin_waits += o.spin_waits;
     spin_instructions += o.spin_instructions;
     grid_syncs += o.grid_syncs;
+    inflight_batches += o.inflight_batches;
+    inflight_bytes_sum += o.inflight_bytes_sum;
+    inflight_bytes_max = std::max(inflight_bytes_max, o.inflight_bytes_max);
+    dependent_load_chain_max = std::max(dependent_load_chain_max, o.dependent_load_chain_max);
     for (auto& [base, n] : o.load_sectors_by_alloc) load_sectors_by_alloc[base] += n;
     for (auto& [base, bits] : o.touched) {
         auto& mine = touched[base];
@@ -170,7 +175,10 @@ std::string Stats::to_json() const {
       << ",\"shared_load_ideal_wavefronts\":" << shared_load_ideal_wavefronts
       << ",\"shared_store_ideal_wavefronts\":" << shared_store_ideal_wavefronts
       << ",\"barriers\":" << barriers << ",\"spin_yields\":" << spin_yields << ",\"spin_waits\":" << spin_waits
-      << ",\"spin_instructions\":" << spin_instructions << ",\"grid_syncs\":" << grid_syncs << ",\"unique_global_bytes\":" << unique_global_bytes << ",\"allocations\":[";
+      << ",\"spin_instructions\":" << spin_instructions << ",\"grid_syncs\":" << grid_syncs << ",\"unique_global_bytes\":" << unique_global_bytes
+      << ",\"inflight_batches\":" << inflight_batches << ",\"inflight_bytes_sum\":" << inflight_bytes_sum
+      << ",\"inflight_bytes_max\":" << inflight_bytes_max
+      << ",\"dependent_load_chain_max\":" << dependent_load_chain_max << ",\"allocations\":[";
     bool first = true;
     for (auto& [base, bits] : touched) {
         uint64_t unique = 0;

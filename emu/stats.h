@@ -49,6 +49,28 @@ struct Stats {
     // all-to-all dependency however it is built.
     uint64_t grid_syncs = 0;
     uint64_t unique_global_bytes = 0;   // distinct global bytes touched (ld/st/atom), filled at launch end
+    // Memory-level parallelism, counted per warp (emu/inflight.h): a global
+    // load (ld.global or generic ld) is pending from its issue until the first
+    // later instruction of the warp that reads one of its destination
+    // registers; that instruction, and bar, membar/fence, ret/exit, is a wait.
+    // At a wait every load pending then forms one batch in flight, and the
+    // wait completes them all. These are counts of the program's
+    // dependency structure, not timings: emu has no latency model.
+    // inflight_batches: the waits that found at least one load pending.
+    uint64_t inflight_batches = 0;
+    // Sum over those waits of the distinct global bytes pending (distinct
+    // 32-byte sectors over every lane and pending load, times 32); divided by
+    // inflight_batches it is the average bytes a warp has in flight.
+    uint64_t inflight_bytes_sum = 0;
+    // The most distinct bytes (sectors x 32) one warp had pending at one wait.
+    uint64_t inflight_bytes_max = 0;
+    // The longest chain of global loads in one warp where each load's address
+    // (or a value feeding it, or its guard predicate) depends on an earlier
+    // load's result: dependent round trips to memory a warp must make one
+    // after another (a count, not a timing). Registers carry a depth: a global
+    // load's destinations get 1 + the largest depth among its sources, any
+    // other instruction's destinations the largest depth among its sources.
+    uint64_t dependent_load_chain_max = 0;
 
     // Distinct global bytes touched: allocation start -> one bit per byte of
     // the allocation (an eighth of the memory read, kept only with stats).
@@ -68,9 +90,14 @@ struct Stats {
         uint64_t ideal = shared_load_ideal_wavefronts + shared_store_ideal_wavefronts;
         return ideal ? double(shared_load_wavefronts + shared_store_wavefronts) / double(ideal) : 0.0;
     }
+    // Average distinct global bytes a warp had in flight at a wait (0 with none).
+    double inflight_bytes_avg() const {
+        return inflight_batches ? double(inflight_bytes_sum) / double(inflight_batches) : 0.0;
+    }
     // Recomputes unique_global_bytes from `touched`.
     void finish();
-    // Accumulates another launch (unique bytes merge as a union).
+    // Accumulates another launch (unique bytes merge as a union; maxima take
+    // the larger).
     Stats& operator+=(const Stats& o);
     // One JSON object with every counter; per allocation (under
     // "allocations": base, unique bytes, load sectors) instead of `touched`.
