@@ -29,7 +29,7 @@ ptxlm_emu_gtest(test_elementwise_emu test_elementwise_emu.cpp LIBS ptxlm_engine 
 # over its first 4.
 ptxlm_emu_gtest(test_cuda_backend test_cuda_backend.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 2000)
 # ptxlm run/bench on the GPU path with emu as the driver, as a user drives it.
-ptxlm_pytest(cli_cuda_emu check_cli_cuda_emu.py TIMEOUT 1500)
+ptxlm_pytest(cli_cuda_emu check_cli_cuda_emu.py TIMEOUT 2000)
 set_property(TEST cli_cuda_emu APPEND PROPERTY ENVIRONMENT "PTXLM_EMU_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>")
 # Every kernel of the real and synthetic models' decode chains through ptxas.
 ptxlm_gtest(test_decode_plan test_decode_plan.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 600)
