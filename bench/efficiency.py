@@ -10,10 +10,11 @@ layers), both real models, and two-layer slices of Llama-3-8B
 (`llama3-8b-slice`) and Llama-3.2-1B (`llama3.2-1b-slice`), which Q4_K_M
 types as the two kinds of layer the full models have half of each; the
 slices are scaled to the full models' layers and 128256-token vocabulary
-with the projection of engine/projection.h (graph: each launch a fixed
-1.3 us plus its bytes at 90% of peak bandwidth, slowed in proportion when
-the grid has fewer blocks than SMs; persistent: one 2 us launch, 1 us per
-op-to-op handoff, every op's bytes at 90% of peak).
+with the projection of engine/projection.h (each kernel the largest of its
+limits: DRAM bytes, load round trips, instruction issue, each pipe, shared
+wavefronts; plus 1.3 us per launch in a graph; persistent: one 2 us launch
+and 1 us per op-to-op handoff). Per kernel it shows what binds it and the
+counts behind each limit.
 
     bench/efficiency [--project h100-sxm] [--out docs/efficiency.md]
 
@@ -38,9 +39,10 @@ EMU = os.path.join(BUILD, "emu", "lib", "libcuda.so.1")
 SCALED = [("Llama-3-8B Q4_K_M", "llama3-8b-slice", 32, 128256),
           ("Llama-3.2-1B Q4_K_M", "llama3.2-1b-slice", 16, 128256)]
 MARKER = "<!-- report: bench/efficiency replaces everything below -->"
-# engine/projection.h's model.
-GRAPH_LAUNCH_US, PERSISTENT_LAUNCH_US, HANDOFF_US, ACHIEVABLE = 1.3, 2.0, 1.0, 0.9
+# engine/projection.h's overheads.
+GRAPH_LAUNCH_US, PERSISTENT_LAUNCH_US, HANDOFF_US = 1.3, 2.0, 1.0
 SCHEDULES = ("graph", "persistent")
+DEPTHS = (0, 1024, 4096)
 
 
 def log(msg):
@@ -54,56 +56,62 @@ def synth(size, out):
     return out
 
 
-def counted(model, gpu, schedule):
-    log(f"counting one token of {os.path.basename(model)} on emu ({schedule} schedule)")
+def counted(model, gpu, schedule, depths=(0,)):
+    """bench's counted mode: {depth: counted} for one token at each depth."""
+    log(f"counting one token of {os.path.basename(model)} on emu ({schedule} schedule, depth "
+        f"{', '.join(map(str, depths))})")
     t = time.time()
     env = dict(os.environ, PTXLM_LIBCUDA=EMU)
     p = subprocess.run([PTXLM, "bench", "-m", model, "--device", "cuda", "--schedule", schedule, "-p", "0", "-n", "1",
-                        "-r", "1", "-o", "json", "--project", gpu], env=env, capture_output=True, text=True)
+                        "-d", ",".join(map(str, depths)), "-r", "1", "-o", "json", "--project", gpu],
+                       env=env, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"efficiency: ptxlm bench failed on {model}:\n{p.stderr}")
     log(f"  done in {time.time() - t:.0f} s")
-    return json.loads(p.stdout)[0]["counted"]
-
-
-def launch_us(blocks, nbytes, gpu):
-    """One launch in a graph, as engine/projection.cpp projects it."""
-    share = min(1.0, blocks / gpu["sms"])
-    return GRAPH_LAUNCH_US + (nbytes / (gpu["gbs"] * 1e3 * ACHIEVABLE * share) if nbytes else 0.0)
+    return {r["n_depth"]: r["counted"] for r in json.loads(p.stdout)}
 
 
 def scale_slice(graph, persistent, layers, vocab, gpu):
     """A full model from its two-layer slice's graph count (the op chain is
     the same under both schedules): each layer kernel's launches x layers / 2
-    (the slice's 2 layers are one of each of the two layer kinds), the LM
-    head's bytes x vocab / the slice's vocabulary (its grid already fills
-    every SM), the embedding row, clear and argmax once. The persistent
-    schedule runs the same ops in one launch, one handoff each, and its
-    all-to-all waits per layer are the slice's."""
+    (the slice's 2 layers are one of each of the two layer kinds; a layer
+    kernel has the full model's shape, so its projected time per launch
+    carries over), the LM head's bytes and time x vocab / the slice's
+    vocabulary (its grid already fills every SM, so every limit grows with
+    its rows), the embedding row, clear and argmax once. The persistent
+    schedule runs the same ops in one launch, one handoff each, each op
+    charged what it costs in the graph chain, and its all-to-all waits per
+    layer are the slice's."""
     c = graph
     assert c["n_layer"] == 2, c["n_layer"]
-    graph_us, ops, nbytes, mem_us = 0.0, 0, 0.0, 0.0
+    work_us, ops, nbytes, mem_us = 0.0, 0, 0.0, 0.0
+    bound = {}
     for k in c["kernels"]:
-        per_launch = k["unique_bytes"] / k["launches"]
-        n, b, blocks = k["launches"], per_launch, k["blocks"]
+        n, b, us = k["launches"], k["unique_bytes"] / k["launches"], k["projected_us"] / k["launches"]
         if k["part"] == "layer":
             n = k["launches"] * layers // c["n_layer"]
         elif k["part"] == "head":
-            b, blocks = per_launch * vocab / c["n_vocab"], max(blocks, gpu["sms"])
-        graph_us += n * launch_us(blocks, b, gpu)
-        mem_us += n * b / (gpu["gbs"] * 1e3 * ACHIEVABLE)
+            b, us = b * vocab / c["n_vocab"], us * vocab / c["n_vocab"]
+        work_us += n * us
+        bound[k["bound_by"]] = bound.get(k["bound_by"], 0.0) + n * us
+        mem_us += n * b / (gpu["gbs"] * 1e3 * gpu["achievable"])
         ops += n
         nbytes += n * b
-    pers_us = PERSISTENT_LAUNCH_US + ops * HANDOFF_US + mem_us
     a2a_layer = persistent["all_to_all_waits_per_layer"]
     a2a_rest = persistent["all_to_all_waits"] - a2a_layer * c["n_layer"]   # the embedding's and the head's
     out = {}
-    for sched, us, overhead in (("graph", graph_us, ops * GRAPH_LAUNCH_US),
-                                ("persistent", pers_us, PERSISTENT_LAUNCH_US + ops * HANDOFF_US)):
+    for sched, overhead in (("graph", ops * GRAPH_LAUNCH_US), ("persistent", PERSISTENT_LAUNCH_US + ops * HANDOFF_US)):
+        us = overhead + work_us
         out[sched] = {"ops": ops, "launches": ops if sched == "graph" else 1, "bytes": nbytes, "us": us,
-                      "overhead_us": overhead, "tok_s": 1e6 / us, "share": nbytes * (1e6 / us) / (gpu["gbs"] * 1e9)}
+                      "overhead_us": overhead, "memory_us": mem_us, "bound": bound, "tok_s": 1e6 / us,
+                      "share": nbytes * (1e6 / us) / (gpu["gbs"] * 1e9)}
     out["persistent"]["a2a"] = round(a2a_layer * layers + a2a_rest)
     return out
+
+
+def bound_text(pairs):
+    """'shared 199, latency 51': work us by the limit that binds each kernel."""
+    return ", ".join(f"{name} {us:.0f}" for name, us in sorted(pairs, key=lambda p: -p[1]) if us >= 0.5)
 
 
 def side_row(name, c):
@@ -123,23 +131,31 @@ def side_row(name, c):
         emu, waits, spin = "n/a", "0", "0%"
     return (f"| {name} | {pj['schedule']} | {c['launches']} | {barriers} | {emu} | {waits} | {spin} | "
             f"{c['unique_over_weights']:.3f} | {c['requested_over_weights']:.3f} | {100 * c['sector_efficiency']:.1f}% | "
-            f"{max(regs) if regs else 'n/a'} | {spills} | {pj['tokens_per_s']:.0f} | {100 * pj['bandwidth_share']:.0f}% |")
+            f"{max(regs) if regs else 'n/a'} | {spills} | {pj['memory_us']:.1f} | {pj['work_us']:.1f} | "
+            f"{bound_text(pj['bound_us'])} | {pj['tokens_per_s']:.0f} | {100 * pj['bandwidth_share']:.0f}% |")
 
 
 def kernel_table(c):
-    rows = ["| kernel | launches | blocks | threads | regs | spill B | blocks/SM fit | resident/SM | "
-            "in flight/SM KiB | unique MB | L2 MB | weight sector eff. |",
-            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    rows = ["| kernel | launches | blocks | threads | regs | blocks/SM fit | unique MB | weight sector eff. | "
+            "shared wavefronts / ideal | warp instr. / weight B | cvt instr. | waits / warp | in flight / warp B | "
+            "in flight / SM KiB | load chain | dram us | latency us | issue us | shared us | cvt us | "
+            "projected us | bound by |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
 
     def f(v, fmt, scale=1.0):
         return "n/a" if v is None else fmt % (v * scale)
 
     for k in c["kernels"]:
-        rows.append(f"| {k['kernel']} | {k['launches']} | {k['blocks']} | {k['threads']} | {f(k['registers'], '%d')} | "
-                    f"{f(k['spill_bytes'], '%d')} | {f(k['blocks_per_sm'], '%d')} | "
-                    f"{f(k['resident_blocks_per_sm'], '%d')} | {f(k['in_flight_bytes_per_sm'], '%.1f', 1 / 1024)} | "
-                    f"{k['unique_bytes'] / 1e6:.2f} | {k['requested_bytes'] / 1e6:.2f} | "
-                    f"{f(k['weight_sector_efficiency'], '%.1f%%', 100)} |")
+        warps = k["blocks"] * ((k["threads"] + 31) // 32) * k["launches"]
+        t, n = k["terms_us"], k["launches"]
+        rows.append(f"| {k['kernel']} | {n} | {k['blocks']} | {k['threads']} | {f(k['registers'], '%d')} | "
+                    f"{f(k['blocks_per_sm'], '%d')} | {k['unique_bytes'] / 1e6:.2f} | "
+                    f"{f(k['weight_sector_efficiency'], '%.1f%%', 100)} | {f(k['shared_wavefront_ratio'], '%.2f')} | "
+                    f"{f(k['instructions_per_weight_byte'], '%.3f')} | {k['instructions_by_class']['cvt']} | "
+                    f"{k['load_waits'] / warps:.1f} | {f(k['in_flight_bytes_per_warp'], '%.0f')} | "
+                    f"{f(k['in_flight_bytes_per_sm'], '%.1f', 1 / 1024)} | {k['dependent_load_chain']} | "
+                    f"{n * t['dram']:.2f} | {n * t['latency']:.2f} | {n * t['issue']:.2f} | {n * t['shared']:.2f} | "
+                    f"{n * t['cvt']:.2f} | {k['projected_us']:.2f} | {k['bound_by']} |")
     return "\n".join(rows)
 
 
@@ -160,25 +176,30 @@ def main():
                synth("llama3.2-1b-slice", os.path.join(a.cache, "llama3.2-1b-slice.gguf"))),
               ("SmolLM2-135M-Instruct Q4_1", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")),
               ("gemma-3-270m Q4_K_M", os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf"))]
-    results = [(name, path, {s_: counted(path, a.project, s_) for s_ in SCHEDULES}) for name, path in models]
+    results = [(name, path, {s_: counted(path, a.project, s_)[0] for s_ in SCHEDULES}) for name, path in models]
+    # Depth: the graph chain of the Llama-3-8B slice with its cache filled to
+    # each depth (attention reads it; the rest is unchanged).
+    deep_name, deep_path = models[1]
+    deep = counted(deep_path, a.project, "graph", DEPTHS)
     by_path = {os.path.basename(path): c for _, path, c in results}
     pj0 = results[0][2]["graph"]["projected"]
-    gpu = {"sms": pj0["sms"], "gbs": pj0["bandwidth_gbs"]}
+    gpu = {"sms": pj0["sms"], "gbs": pj0["bandwidth_gbs"], "achievable": pj0["achievable_bandwidth"]}
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 
     out = [f"Counted on emu at ptxlm {commit}: one token at depth 0 per model and schedule; rates projected for "
-           f"{pj0['description']} ({gpu['sms']} SMs, {gpu['gbs']:.0f} GB/s), never measured.", "",
+           f"{pj0['description']} ({gpu['sms']} SMs, {gpu['gbs']:.0f} GB/s, {100 * gpu['achievable']:.0f}% of it "
+           f"achievable, {pj0['clock_ghz']} GHz, {pj0['dram_latency_us']} us DRAM latency), never measured.", "",
            "### Graph and persistent schedules side by side", "",
            "| model | schedule | launches | grid-wide waits per token | emu's all-to-all rounds | counter waits | "
            "warp instr. spinning | unique / MB read | L2 sectors / MB read | weight sector eff. | max regs | spill B | "
-           "projected tok/s | of peak BW |",
-           "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+           "bytes alone us | work us | work us by binding limit | projected tok/s | of peak BW |",
+           "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|"]
     for name, _, cs in results:
         out += [side_row(name, cs[s_]) for s_ in SCHEDULES]
     out += ["", "### Full models, scaled from their two-layer slices", "",
-            "| model | schedule | ops | launches | all-to-all waits | GB per token | projected tok/s | us per token | "
-            "of it launch + handoff overhead | of peak BW |",
-            "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+            "| model | schedule | ops | launches | all-to-all waits | GB per token | bytes alone us | projected tok/s | "
+            "us per token | of it launch + handoff overhead | work us by binding limit | of peak BW |",
+            "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|"]
     for name, slice_name, layers, vocab in SCALED:
         cs = by_path[slice_name + ".gguf"]
         sc = scale_slice(cs["graph"], cs["persistent"], layers, vocab, gpu)
@@ -186,8 +207,21 @@ def main():
             r = sc[s_]
             a2a = f"{r['a2a']}" if s_ == "persistent" else f"{r['launches']} (launches)"
             out.append(f"| {name} ({layers} layers, vocabulary {vocab}) | {s_} | {r['ops']} | {r['launches']} | {a2a} | "
-                       f"{r['bytes'] / 1e9:.2f} | {r['tok_s']:.0f} | {r['us']:.0f} | {r['overhead_us']:.0f} | "
-                       f"{100 * r['share']:.0f}% |")
+                       f"{r['bytes'] / 1e9:.2f} | {r['memory_us']:.0f} | {r['tok_s']:.0f} | {r['us']:.0f} | "
+                       f"{r['overhead_us']:.0f} | {bound_text(r['bound'].items())} | {100 * r['share']:.0f}% |")
+    out += ["", f"### Llama-3-8B Q4_K_M at depth (graph schedule; {deep_name} scaled, the cache filled by a host copy)",
+            "",
+            "| depth | GB per token | bytes alone us | projected tok/s | us per token | work us by binding limit | "
+            "attention us (split + reduce) | of peak BW |",
+            "|--:|--:|--:|--:|--:|---|--:|--:|"]
+    name8, _, layers8, vocab8 = SCALED[0]
+    for d in DEPTHS:
+        c = deep[d]
+        sc = scale_slice(c, results[1][2]["persistent"], layers8, vocab8, gpu)["graph"]
+        att = sum(k["projected_us"] for k in c["kernels"] if k["kernel"].startswith("attention")) * layers8 / c["n_layer"]
+        out.append(f"| {d} | {sc['bytes'] / 1e9:.2f} | {sc['memory_us']:.0f} | {sc['tok_s']:.0f} | {sc['us']:.0f} | "
+                   f"{bound_text(sc['bound'].items())} | {att:.0f} | {100 * sc['share']:.0f}% |")
+    out += ["", "#### Per kernel at depth 4096", "", kernel_table(deep[DEPTHS[-1]])]
     out += ["", "### Graph schedule: per kernel"]
     for name, _, cs in results:
         out += ["", f"#### {name}", "", kernel_table(cs["graph"])]

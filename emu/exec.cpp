@@ -55,6 +55,7 @@ bool Launch::run_warp(Warp& w, uint32_t slice) {
         if (stats) {
             stats->warp_instructions++;
             stats->thread_instructions += uint64_t(__builtin_popcount(w.active));
+            stats->by_class[size_t(inst_class(in))]++;
         }
         if (++w.since_progress > watchdog) {
             std::ostringstream s;

@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "inflight.h"
+#include "inst_class.h"
 #include "program.h"
 #include "racecheck.h"
 #include "stats.h"

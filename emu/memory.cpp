@@ -131,6 +131,7 @@ Stats& Stats::operator+=(const Stats& o) {
     launches += o.launches;
     warp_instructions += o.warp_instructions;
     thread_instructions += o.thread_instructions;
+    for (size_t i = 0; i < kInstClasses; ++i) by_class[i] += o.by_class[i];
     global_load_bytes += o.global_load_bytes;
     global_store_bytes += o.global_store_bytes;
     global_atomic_bytes += o.global_atomic_bytes;
@@ -166,7 +167,9 @@ Stats& Stats::operator+=(const Stats& o) {
 std::string Stats::to_json() const {
     std::ostringstream s;
     s << "{\"launches\":" << launches << ",\"warp_instructions\":" << warp_instructions
-      << ",\"thread_instructions\":" << thread_instructions << ",\"global_load_bytes\":" << global_load_bytes
+      << ",\"thread_instructions\":" << thread_instructions << ",\"instructions_by_class\":{";
+    for (size_t i = 0; i < kInstClasses; ++i) s << (i ? "," : "") << '"' << kInstClassNames[i] << "\":" << by_class[i];
+    s << "},\"global_load_bytes\":" << global_load_bytes
       << ",\"global_store_bytes\":" << global_store_bytes << ",\"global_atomic_bytes\":" << global_atomic_bytes
       << ",\"global_load_requests\":" << global_load_requests << ",\"global_store_requests\":" << global_store_requests
       << ",\"global_load_sectors\":" << global_load_sectors << ",\"global_store_sectors\":" << global_store_sectors

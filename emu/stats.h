@@ -14,10 +14,27 @@
 
 namespace ptxlm::emu {
 
+// Warp instructions by the pipe they load (emu/inst_class.h): floating-point
+// add/mul/fma (Fp), integer and bit operations and compares (Alu), integer
+// multiply-add (Imad), conversions between float and integer or float widths
+// (Cvt), dp4a, the special-function unit (Sfu: ex2, rsqrt, div.f32 ...),
+// global and shared loads and stores, atomics, shuffles and votes, barriers
+// and fences (Sync), branches and exits, moves (and parameter loads: free in
+// SASS) and the rest.
+enum class InstClass : uint8_t {
+    Fp, Alu, Imad, Cvt, Dp4a, Sfu, LdGlobal, StGlobal, LdShared, StShared, Atomic, Shfl, Sync, Branch, Mov, Other,
+};
+constexpr size_t kInstClasses = size_t(InstClass::Other) + 1;
+// JSON names, in InstClass order.
+constexpr const char* kInstClassNames[kInstClasses] = {
+    "fp", "alu", "imad", "cvt", "dp4a", "sfu", "ld_global", "st_global", "ld_shared", "st_shared",
+    "atomic", "shfl", "sync", "branch", "mov", "other"};
+
 struct Stats {
     uint64_t launches = 0;
     uint64_t warp_instructions = 0;     // instructions issued per warp
     uint64_t thread_instructions = 0;   // sum of active lanes over issued instructions
+    uint64_t by_class[kInstClasses] = {};   // warp_instructions by InstClass
     uint64_t global_load_bytes = 0;     // bytes requested by ld.global (all lanes)
     uint64_t global_store_bytes = 0;    // bytes written by st.global
     uint64_t global_atomic_bytes = 0;   // bytes accessed by atom/red.global

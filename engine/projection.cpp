@@ -1,24 +1,48 @@
 #include "engine/projection.h"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <stdexcept>
 
 namespace ptxlm {
 
 namespace {
 
-// Vendors' figures: peak DRAM bandwidth, SM count, resident threads and
-// shared memory per SM (CUDA programming guide, compute capabilities 8.0,
-// 8.9 and 9.0).
+// Per-SM results per clock (CUDA C++ Programming Guide, "Arithmetic
+// Instructions" throughput table): 32-bit float add/mul/fma 64 on compute
+// capability 8.0 and 128 on 8.6, 8.9 and 9.0; 32-bit integer add, compare,
+// shift, logic and multiply-add 64; type conversions between 32-bit types 16;
+// special functions (reciprocal, rsqrt, exp2, log2, sin, cos) 16; warp
+// shuffles 32. dp4a is not in the table: counted on the integer pipe at 64,
+// an assumption the first GPU run checks (bench/gpu-report).
+constexpr std::array<double, kPipes> kRatesSm80 = {64, 64, 16, 16, 32};
+constexpr std::array<double, kPipes> kRatesSm89Sm90 = {128, 64, 16, 16, 32};
+
+// Sources, by column: peak bandwidth, SMs, resident threads and shared memory
+// per SM are the vendors' specifications and the programming guide's
+// compute-capability tables. Clocks: boost clocks from the vendors'
+// specifications (H100 SXM ~1.98 GHz, H100 PCIe 1.755 GHz: ../shared/FACTS.md;
+// A100 1.41 GHz; L40S and RTX 4090 2.52 GHz); H200 is the H100 SXM's die and
+// clock. Achievable bandwidth: H100 SXM's streaming reads measured at
+// 3.15-3.18 of 3.35 TB/s (FACTS.md) give 0.94; the others are assumed 0.90
+// until bench/gpu-report measures them. DRAM latency under load: FACTS.md's
+// 0.6-0.8 µs for the H100, its middle taken for every HBM part and assumed
+// for the GDDR6X ones. Figures are never changed to meet a target.
 constexpr GpuSpec kGpus[] = {
-    {"h100-sxm", "NVIDIA H100 SXM5 80 GB (HBM3)", 3350, 132, 2048, 228 * 1024},
-    {"h100-pcie", "NVIDIA H100 PCIe 80 GB (HBM2e)", 2000, 114, 2048, 228 * 1024},
-    {"h200", "NVIDIA H200 SXM 141 GB (HBM3e)", 4800, 132, 2048, 228 * 1024},
-    {"a100", "NVIDIA A100 SXM4 80 GB (HBM2e)", 2039, 108, 2048, 164 * 1024},
-    {"rtx4090", "NVIDIA GeForce RTX 4090 (GDDR6X)", 1008, 128, 1536, 100 * 1024},
+    {"h100-sxm", "NVIDIA H100 SXM5 80 GB (HBM3)", 3350, 132, 2048, 228 * 1024, 1.98, 0.94, 0.7, kRatesSm89Sm90},
+    {"h100-pcie", "NVIDIA H100 PCIe 80 GB (HBM2e)", 2000, 114, 2048, 228 * 1024, 1.755, 0.90, 0.7, kRatesSm89Sm90},
+    {"h200", "NVIDIA H200 SXM 141 GB (HBM3e)", 4800, 132, 2048, 228 * 1024, 1.98, 0.90, 0.7, kRatesSm89Sm90},
+    {"a100", "NVIDIA A100 SXM4 80 GB (HBM2e)", 2039, 108, 2048, 164 * 1024, 1.41, 0.90, 0.7, kRatesSm80},
+    {"l40s", "NVIDIA L40S 48 GB (GDDR6)", 864, 142, 1536, 100 * 1024, 2.52, 0.90, 0.7, kRatesSm89Sm90},
+    {"rtx4090", "NVIDIA GeForce RTX 4090 (GDDR6X)", 1008, 128, 1536, 100 * 1024, 2.52, 0.90, 0.7, kRatesSm89Sm90},
 };
 
+constexpr double kSchedulersPerSm = 4;   // warp instructions issued per clock per SM
+
 }  // namespace
+
+std::span<const GpuSpec> gpus() { return kGpus; }
 
 std::optional<GpuSpec> find_gpu(std::string_view name) {
     for (const GpuSpec& g : kGpus)
@@ -42,25 +66,67 @@ int blocks_per_sm(const GpuSpec& gpu, uint32_t threads, int registers, uint32_t 
     return int(n);
 }
 
+double LaunchTerms::bound_us() const {
+    double m = std::max({dram, latency, issue, shared});
+    for (double p : pipe) m = std::max(m, p);
+    return m;
+}
+
+std::string LaunchTerms::bound_by() const {
+    std::string name = "dram";
+    double m = dram;
+    auto take = [&](double v, const char* n) {
+        if (v > m) m = v, name = n;
+    };
+    take(latency, "latency");
+    take(issue, "issue");
+    take(shared, "shared");
+    for (size_t i = 0; i < kPipes; ++i) take(pipe[i], kPipeNames[i]);
+    return name;
+}
+
+LaunchTerms launch_terms(const LaunchCost& l, const GpuSpec& gpu) {
+    LaunchTerms t;
+    t.dram = double(l.bytes) / (gpu.bandwidth_gbs * 1e3 * gpu.achievable);
+    if (l.blocks == 0) return t;
+    // The busiest SM runs ceil(blocks / SMs) blocks, `fit` at a time.
+    const uint64_t per_sm = (l.blocks + uint64_t(gpu.sms) - 1) / uint64_t(gpu.sms);
+    const uint64_t fit = uint64_t(std::max(l.blocks_per_sm, 1));
+    const double rounds = double((per_sm + fit - 1) / fit);
+    const double share = double(per_sm) / double(l.blocks);   // of the launch's work
+    const double cycles_per_us = gpu.clock_ghz * 1e3;
+    t.issue = l.warp_instructions * share / (kSchedulersPerSm * cycles_per_us);
+    for (size_t i = 0; i < kPipes; ++i) t.pipe[i] = l.pipe[i] * share / (gpu.pipe_rate[i] / 32 * cycles_per_us);
+    t.shared = l.shared_wavefronts * share / cycles_per_us;
+    const double warps = double(l.blocks) * double(std::max<uint32_t>((l.threads + 31) / 32, 1));
+    t.latency = l.load_waits / warps * gpu.dram_latency_us * rounds;
+    return t;
+}
+
 Projection project(std::span<const LaunchCost> launches, uint32_t tokens, const GpuSpec& gpu, LaunchMode mode,
                    uint64_t grid_syncs) {
     if (tokens == 0) throw std::invalid_argument("project: no tokens");
     Projection p;
-    const double bytes_per_us = gpu.bandwidth_gbs * 1e3 * kAchievableBandwidth;
+    std::map<std::string, double> by;
     for (const LaunchCost& l : launches) {
-        const double sm_share = std::min(1.0, double(l.blocks) / gpu.sms);
+        const LaunchTerms t = launch_terms(l, gpu);
         p.launch_us += kLaunchOverheadUs[int(mode)];
-        if (l.bytes) p.memory_us += double(l.bytes) / (bytes_per_us * sm_share);
+        p.memory_us += t.dram;
+        p.work_us += t.bound_us();
+        by[t.bound_by()] += t.bound_us() / tokens;
         p.bytes += double(l.bytes);
     }
     p.launches = double(launches.size()) / tokens;
     p.launch_us /= tokens;
     p.memory_us /= tokens;
+    p.work_us /= tokens;
     p.bytes /= tokens;
     p.sync_us = double(grid_syncs) * kGridSyncUs / tokens;
-    p.us_per_token = p.launch_us + p.memory_us + p.sync_us;
+    p.us_per_token = p.launch_us + p.work_us + p.sync_us;
     p.tokens_per_s = p.us_per_token > 0 ? 1e6 / p.us_per_token : 0;
     p.bandwidth_share = p.bytes * p.tokens_per_s / (gpu.bandwidth_gbs * 1e9);
+    p.bound_us.assign(by.begin(), by.end());
+    std::sort(p.bound_us.begin(), p.bound_us.end(), [](auto& a, auto& b) { return a.second > b.second; });
     return p;
 }
 

@@ -1,22 +1,44 @@
 // Projected decode speed on a named GPU from counted work: what bench's
 // counted mode reports when the device is emu, whose times mean nothing.
 //
-// The model: each launch costs a fixed overhead (about 2 µs on a stream,
-// 1.3 µs inside a CUDA graph; ../shared/FACTS.md) plus the time to move the
-// distinct global bytes it touches at 90% of the GPU's peak bandwidth, scaled
-// down when the grid has fewer blocks than the GPU has SMs (an idle SM's
-// share of the bandwidth goes unused). Launches run one after another, as a
-// single decode stream's do. A projection, never a measurement: bench labels
-// it so.
+// The model (issue 20): each launch takes the largest of its limits, plus a
+// fixed launch overhead (about 2 µs on a stream, 1.3 µs inside a CUDA graph;
+// ../shared/FACTS.md); launches run one after another, as a single decode
+// stream's do. The limits:
+//   dram     distinct global bytes ÷ the bandwidth a streaming read achieves;
+//   latency  every wait of a warp on its global loads is one DRAM round trip
+//            the warp cannot hide (Little's law: bytes in flight ÷ latency is
+//            the rate a warp moves data); per warp on average, times the
+//            rounds of blocks the busiest SM runs one after another;
+//   issue    warp instructions (all but moves, which ptxas folds away) ÷ the
+//            SM's 4 schedulers;
+//   pipes    each pipe's warp instructions ÷ its rate per SM (fp32, integer,
+//            conversions, special functions, shuffles) and shared-memory
+//            wavefronts ÷ 1 per clock;
+// every per-SM term on the busiest SM (a grid that is not a multiple of the
+// SM count puts more blocks on some SMs). Each launch names the limit that
+// binds it. Instruction counts are PTX instructions emu executed, not SASS
+// (bench/sass shows what ptxas makes of the hot loops). A projection, never
+// a measurement: bench labels it so; it leaves out L2 hits, DRAM page and
+// refresh effects, clock throttling and the overlap of one launch's tail
+// with the next one's start.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ptxlm {
+
+// Per-SM pipes whose warp instructions a launch counts (emu's classes,
+// emu/inst_class.h, grouped by the throughput table they share).
+enum class Pipe { Fp32, Int, Cvt, Sfu, Shfl };
+constexpr size_t kPipes = 5;
+constexpr const char* kPipeNames[kPipes] = {"fp32", "int", "cvt", "sfu", "shfl"};
 
 struct GpuSpec {
     const char* name;          // "h100-sxm"
@@ -25,6 +47,12 @@ struct GpuSpec {
     int sms;
     int max_threads_per_sm;    // resident threads
     uint32_t smem_per_sm;      // shared memory an SM can give its blocks, bytes
+    double clock_ghz;          // SM clock under load
+    double achievable;         // share of peak bandwidth a streaming read reaches
+    double dram_latency_us;    // a global load's round trip under load
+    // Results per clock per SM by pipe (thread-level operations; a warp
+    // instruction is 32), in Pipe order.
+    std::array<double, kPipes> pipe_rate;
 };
 
 // Blocks of `threads` threads, `registers` registers per thread and
@@ -33,10 +61,12 @@ struct GpuSpec {
 // units of 256), shared memory (1 KiB reserved per block) and 32-block limits.
 int blocks_per_sm(const GpuSpec& gpu, uint32_t threads, int registers, uint32_t smem_bytes);
 
-// h100-sxm, h100-pcie, h200, a100, rtx4090; nullopt for another name.
+// h100-sxm, h100-pcie, h200, a100, l40s, rtx4090; nullopt for another name.
 std::optional<GpuSpec> find_gpu(std::string_view name);
-// "h100-sxm, h100-pcie, h200, a100, rtx4090", for messages.
+// "h100-sxm, h100-pcie, ...", for messages.
 std::string gpu_names();
+// Every GPU of the table, in its order.
+std::span<const GpuSpec> gpus();
 
 enum class LaunchMode { Stream, Graph, Persistent };
 // By LaunchMode; a persistent kernel is one cooperative launch on a stream.
@@ -45,22 +75,42 @@ constexpr double kLaunchOverheadUs[] = {2.0, 1.3, 2.0};
 // reads): a release to L2, seen by the waiting block's acquire poll. An
 // assumed figure (about two L2 round trips), stated wherever it is used.
 constexpr double kGridSyncUs = 1.0;
-constexpr double kAchievableBandwidth = 0.9;          // of peak
 
+// One launch's counted work. Only blocks and bytes: the bytes-only model
+// (every other limit zero).
 struct LaunchCost {
     uint64_t blocks = 0;       // grid size
     uint64_t bytes = 0;        // distinct global bytes the launch reads or writes
+    uint32_t threads = 0;      // per block (0: unknown, one warp assumed)
+    int blocks_per_sm = 0;     // blocks that fit on an SM at once (0: unknown, 1 assumed)
+    double warp_instructions = 0;   // issued, moves excluded
+    std::array<double, kPipes> pipe = {};   // warp instructions by pipe
+    double shared_wavefronts = 0;
+    double load_waits = 0;     // waits on pending global loads, summed over warps
 };
+
+// The limits of one launch, µs, and the one that binds it.
+struct LaunchTerms {
+    double dram = 0, latency = 0, issue = 0, shared = 0;
+    std::array<double, kPipes> pipe = {};
+    double bound_us() const;   // the largest
+    std::string bound_by() const;   // "dram", "latency", "issue", "shared", or a pipe's name
+};
+
+LaunchTerms launch_terms(const LaunchCost& l, const GpuSpec& gpu);
 
 struct Projection {
     double us_per_token = 0;
     double tokens_per_s = 0;
     double launch_us = 0;      // per token: launch overheads
-    double memory_us = 0;      // per token: moving the bytes
+    double work_us = 0;        // per token: each launch's binding limit, summed
+    double memory_us = 0;      // per token: the dram terms alone (the bytes-only model)
     double launches = 0;       // per token
     double sync_us = 0;        // per token: grid-wide synchronisations (persistent)
     double bytes = 0;          // per token
     double bandwidth_share = 0;   // bytes per token × tokens/s ÷ peak
+    // Per token: work µs by the limit that binds each launch.
+    std::vector<std::pair<std::string, double>> bound_us;
 };
 
 // `launches` ran `tokens` tokens (a persistent kernel may run several per

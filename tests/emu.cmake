@@ -6,6 +6,8 @@ ptxlm_gtest(test_emu_ops test_emu_ops.cpp LIBS ptxlm_emu_core TIMEOUT 120 SANITI
 ptxlm_gtest(test_emu_shared_banks test_emu_shared_banks.cpp LIBS ptxlm_emu_core TIMEOUT 60 SANITIZE)
 # loads in flight per warp and dependent-load chains on hand-written kernels
 ptxlm_gtest(test_emu_inflight test_emu_inflight.cpp LIBS ptxlm_emu_core TIMEOUT 60 SANITIZE)
+# warp instructions by class on a hand-written kernel
+ptxlm_gtest(test_emu_inst_class test_emu_inst_class.cpp LIBS ptxlm_emu_core TIMEOUT 60 SANITIZE)
 ptxlm_gtest(test_emu_coop test_emu_coop.cpp LIBS ptxlm_emu_core TIMEOUT 120 SANITIZE)
 # hardware-variance mode: .approx results within their ISA bounds, mul+add fusion
 ptxlm_gtest(test_emu_variance test_emu_variance.cpp LIBS ptxlm_emu_core TIMEOUT 120 SANITIZE)

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/cpu/qdot.h"
 #include "gguf/quant.h"
 #include "kernels/decode/gemv.h"
 #include "kernels/decode/layout.h"
@@ -277,6 +278,58 @@ TEST_F(GemvOnEmu, NegativeControlMissingNorm) {
       << "a GEMV without its norm passed the comparison";
 }
 
+// The 8-bit input (GemvShape::q8_input) against the CPU quantized path:
+// cpu::quantize_input of the same f32 vector and cpu::qdot (scalar) per row.
+// The quants and every integer sum are the same; the per-block f32 terms are
+// added in another order, hence gemv_tolerance over the quantized terms.
+// With the norm, the kernel quantizes x · norm_w and scales each result by
+// 1/rms (the quants of a vector scaled by a constant are the same but for
+// rounding ties), so the reference is 1/rms · qdot(quantize(x · norm_w)).
+// Negative control: the f32 reference is further off on most rows (the
+// kernel does round its input to 8 bits).
+TEST_F(GemvOnEmu, Q4kEightBitInputEqualsTheCpuQuantizedPath) {
+  for (bool norm : {false, true}) {
+    for (uint32_t n_in : {1024u, 3328u}) {   // 4 blocks per row; 13 (a partial unrolled step)
+      kx::GemvShape s = shape(n_in, {40, 24}, norm, !norm);
+      s.q8_input = true;
+      const Case c = make_case(s);
+      const std::vector<std::vector<float>> ys = run(kx::gemv_kernel(s), c);
+      std::vector<float> v = c.x;
+      float scale = 1.0f;
+      if (norm) {
+        double ss = 0;
+        for (float e : c.x) ss += double(e) * e;
+        scale = float(1.0 / std::sqrt(ss / n_in + s.eps));
+        for (uint32_t i = 0; i < n_in; ++i) v[i] = c.x[i] * c.norm_w[i];
+      }
+      cpu::QuantizedInput qi;
+      cpu::quantize_input(v.data(), n_in, GgmlType::Q4_K, qi);
+      std::vector<float> deq(n_in);   // the quantized input, for the terms' magnitude
+      for (uint32_t i = 0; i < n_in; ++i) deq[i] = qi.b256[i / 256].d * float(qi.b256[i / 256].qs[i % 256]);
+      size_t bad = 0;
+      double worst = 0;
+      for (size_t si = 0; si < c.mats.size(); ++si) {
+        for (uint32_t r = 0; r < c.mats[si].rows; ++r) {
+          const uint8_t* row = c.mats[si].bytes.data() + r * c.mats[si].row_bytes();
+          const double ref =
+              double(scale) * cpu::qdot(cpu::Isa::Scalar, GgmlType::Q4_K, row, qi, n_in) + (s.accumulate ? c.y0[si][r] : 0.0);
+          const std::vector<float> w = c.mats[si].row(r);
+          double abs_dot = 0;
+          for (uint32_t i = 0; i < n_in; ++i) abs_dot += std::fabs(double(w[i]) * deq[i]) * scale;
+          const double err = std::fabs(ys[si][r] - ref), tol = kx::gemv_tolerance(abs_dot, n_in);
+          worst = std::max(worst, err / tol);
+          if (!(err <= tol) && bad++ < 3)
+            ADD_FAILURE() << "norm " << norm << " n_in " << n_in << " segment " << si << " row " << r << ": got "
+                          << ys[si][r] << ", CPU quantized path " << ref << " (error " << err << ", tolerance " << tol << ")";
+        }
+      }
+      std::printf("[gemv q8] norm %d n_in %u: worst error %.3g of the tolerance\n", norm, n_in, worst);
+      EXPECT_EQ(bad, 0u);
+      EXPECT_GE(mismatches(c, ys, false), 20u) << "the 8-bit input kernel matches the f32 reference too closely";
+    }
+  }
+}
+
 TEST(Gemv, RefusesShapesItCannotRun) {
   EXPECT_THROW(kx::gemv_kernel(shape(300, {4}, false)), ptx::Error);       // not a multiple of 256
   EXPECT_THROW(kx::gemv_kernel(shape(640, {4}, false)), ptx::Error);       // Q4_K needs 256
@@ -285,6 +338,12 @@ TEST(Gemv, RefusesShapesItCannotRun) {
   kx::GemvShape q2 = shape(512, {4}, false);
   q2.segments[0].type = GgmlType::Q2_K;
   EXPECT_THROW(kx::gemv_kernel(q2), ptx::Error);                           // not supported
+  kx::GemvShape q6 = shape(512, {4, 4}, false, false, {GgmlType::Q4_K, GgmlType::Q6_K});
+  q6.q8_input = true;
+  EXPECT_THROW(kx::gemv_kernel(q6), ptx::Error);                           // no dp4a kernel for Q6_K yet
+  kx::GemvShape q8_0 = shape(96, {4}, false, false, {GgmlType::Q8_0});
+  q8_0.q8_input = true;
+  EXPECT_THROW(kx::gemv_kernel(q8_0), ptx::Error);                         // and an n_in not a multiple of 256
 }
 
 }  // namespace

@@ -120,6 +120,12 @@ TEST(Ptxas, GemvKernelsAssembleWithoutSpills) {
   shapes.push_back(typed(2048, {{GgmlType::Q6_K, 640}}, false, true));
   shapes.push_back(typed(576, {{GgmlType::Q4_1, 576}, {GgmlType::Q4_1, 192}, {GgmlType::Q8_0, 192}}, true, false));
   shapes.push_back(typed(576, {{GgmlType::Q4_0, 1536}}, true, false));
+  // The 8-bit-input (dp4a) Q4_K kernels at Llama-3-8B's QKV, gate/up and down.
+  for (kx::GemvShape s : {shape(4096, {4096, 1024, 1024}, true, false), shape(4096, {14336, 14336}, true, false),
+                          shape(14336, {4096}, false, true)}) {
+    s.q8_input = true;
+    shapes.push_back(s);
+  }
   for (const char* arch : kArches) {
     for (const kx::GemvShape& s : shapes) {
       const GeneratedKernel g = kx::gemv_kernel(s, Target::parse(arch));

@@ -15,6 +15,7 @@
 #include "engine/cuda/device.h"
 #include "engine/cuda/launch.h"
 #include "engine/cuda/module.h"
+#include "gguf/f16.h"
 #include "kernels/decode/attention.h"
 #include "kernels/decode/elementwise.h"
 #include "kernels/decode/gemv.h"
@@ -499,6 +500,27 @@ TokenId CudaBackend::eval_argmax(TokenId token, uint32_t pos) {
     return TokenId(kx::argmax_index(*static_cast<const uint64_t*>(p.best_host.data())));
 }
 Schedule CudaBackend::schedule() const { return p_->schedule; }
+
+void CudaBackend::fill_kv_for_count(uint32_t from, uint32_t to) {
+    Impl& p = *p_;
+    if (from > to || to > p.n_ctx)
+        throw std::invalid_argument("fill_kv_for_count: positions [" + std::to_string(from) + ", " + std::to_string(to) +
+                                    ") are not inside the context of " + std::to_string(p.n_ctx));
+    p.ctx.make_current();
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    std::vector<uint16_t> host;
+    for (size_t il = 0; il < p.k_cache.size(); ++il) {
+        const size_t dim = p.m.kv_dim(uint32_t(il));
+        host.resize(size_t(to - from) * dim);
+        for (DeviceBuffer* cache : {&p.k_cache[il], &p.v_cache[il]}) {
+            for (uint16_t& h : host) {
+                state = state * 6364136223846793005ull + 1442695040888963407ull;
+                h = f32_to_f16(float(int64_t(state >> 40) - (1 << 23)) / float(1 << 23));
+            }
+            cache->upload(host.data(), host.size() * 2, size_t(from) * dim * 2);
+        }
+    }
+}
 
 size_t CudaBackend::drop_dependency_for_test(const std::string& prefix, size_t dep) {
     if (!p_->persistent) throw std::logic_error("drop_dependency_for_test: not the persistent schedule");

@@ -69,6 +69,12 @@ public:
         uint32_t all_to_all_waits = 0;
     };
     std::vector<Launch> launches() const;
+    // Positions [from, to) of every layer's K and V cache set to fixed
+    // pseudo-random f16 values in (-1, 1) by a host copy, as if tokens had
+    // been evaluated there: what counted mode uses to run one token at depth
+    // `to` without evaluating the tokens before it on emu. Throws
+    // std::invalid_argument when to exceeds the context or from > to.
+    void fill_kv_for_count(uint32_t from, uint32_t to);
     // Device addresses of the buffers holding quantized weight matrices (for
     // counters that tell weight traffic from the rest).
     std::vector<uint64_t> weight_buffers() const;

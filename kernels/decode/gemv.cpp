@@ -38,10 +38,14 @@ void check_shape(const GemvShape& s) {
   if (s.glu != Glu::None && s.accumulate) throw Error("gemv: a GLU output does not accumulate");
   if (s.n_in == 0 || s.n_in % 32) throw Error("gemv: n_in " + std::to_string(s.n_in) + " is not a positive multiple of 32");
   if (uint64_t(s.n_in) * 4 > 200 * 1024) throw Error("gemv: n_in " + std::to_string(s.n_in) + " does not fit in shared memory");
+  if (s.q8_input && s.n_in % 256) throw Error("gemv: an 8-bit input needs n_in a multiple of 256");
   for (const GemvSegment& g : s.segments) {
     if (!gemv_supports(g.type))
       throw Error(std::string("gemv: weight type ") + gguf::type_traits(g.type).name + " is not supported yet");
     if (g.rows == 0) throw Error("gemv: a segment has no rows");
+    if (s.q8_input && !gemv_supports_q8_input(g.type))
+      throw Error(std::string("gemv: weight type ") + gguf::type_traits(g.type).name +
+                  " has no 8-bit-input (dp4a) kernel yet");
     if (s.n_in % gguf::type_traits(g.type).block_elems)
       throw Error("gemv: n_in " + std::to_string(s.n_in) + " is not a multiple of " + gguf::type_traits(g.type).name +
                   "'s block");
@@ -61,6 +65,7 @@ std::string kernel_name(const GemvShape& s) {
   if (s.glu == Glu::SwiGlu) n.append("_swiglu");
   if (s.glu == Glu::GeGlu) n.append("_geglu");
   if (s.accumulate) n.append("_acc");
+  if (s.q8_input) n.append("_q8");
   n.append("_").append(std::to_string(s.n_in));
   for (const GemvSegment& g : s.segments) {
     std::string t = gguf::type_traits(g.type).name;
@@ -314,6 +319,159 @@ Reg q4k_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane,
   return acc;
 }
 
+// ---- The 8-bit input (GemvShape::q8_input).
+//
+// Shared memory holds the input quantized by the CPU quantized path's rule
+// (quantize_block256): n_in int8 quants, then per 256-block a kQ8Record-byte
+// record: f32 d, 4 bytes of padding, eight s32 sums of the 32-element
+// sub-blocks (bsums pairs, which the Q4_K mins multiply). Within a block the
+// quants are in element order by 64-element parts, but each part's four
+// 16-byte chunks are rotated: chunk c of part j of block A sits at
+// 64j + 16·((c + rot) mod 4), rot = j / 2 + 2·(A mod 2). The Q4_K row dot's
+// lanes read chunk c of part j of blocks A and A + 1 eight at a time; the
+// rotation puts those eight on eight distinct groups of 4 banks (one
+// wavefront per 8 lanes, the ideal), where element order would put four
+// lanes on each group.
+constexpr uint32_t kQ8Record = 40;
+
+uint32_t q8_shared_bytes(uint32_t n_in) { return n_in + n_in / 256 * kQ8Record; }
+
+// One warp per 256-block: lane l quantizes elements 8l .. 8l + 7 (x times
+// the norm weight, whose squares it adds to ss) and stores them as two words
+// at their rotated place; lane 0 stores the block's d, every fourth lane a
+// sub-block sum. Bit for bit the CPU's quants: amax, iscale = 127 / amax,
+// q = rni(iscale · v) clamped to ±127, d = 1 / iscale (all zero when amax is).
+void stage_q8_input(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm_w, const Reg& xq, const Reg& lane,
+                    const Reg& warp, uint32_t warps, const Reg& ss) {
+  // Part j = l / 8, chunk c = (l % 8) / 2, half of the chunk l % 2.
+  const Reg j = k.shr(lane, 3u), c = k.and_(k.shr(lane, 1u), 3u);
+  const Reg base_rot = k.add(c, k.shr(j, 1u));
+  const Reg part_off = k.add(k.shl(j, 6u), k.shl(k.and_(lane, 1u), 3u));
+  const Reg sub_lane = k.setp(Cmp::eq, k.and_(lane, 3u), 0u), lane0 = k.setp(Cmp::eq, lane, 0u);
+  const Reg sub_off = k.add(k.shl(k.shr(lane, 2u), 2u), 8u);   // record offset of sub-block lane / 4's sum
+  Reg qb = k.reg(Type::u32);
+  k.for_range(qb, warp, s.n_in / 256, warps, [&] {
+    Reg off = k.mul_wide(k.mad_lo(qb, 256u, k.shl(lane, 3u)), 4u);
+    std::vector<Reg> v = ld_vec(k, Space::global, Type::f32, 4, k.add(x, off), 0, true);
+    std::vector<Reg> v2 = ld_vec(k, Space::global, Type::f32, 4, k.add(x, off), 16, true);
+    v.insert(v.end(), v2.begin(), v2.end());
+    if (s.norm) {
+      std::vector<Reg> w = ld_vec(k, Space::global, Type::f32, 4, k.add(norm_w, off), 0, true);
+      std::vector<Reg> w2 = ld_vec(k, Space::global, Type::f32, 4, k.add(norm_w, off), 16, true);
+      w.insert(w.end(), w2.begin(), w2.end());
+      for (int e = 0; e < 8; ++e) {
+        k.fma(ss, v[e], v[e], ss);
+        v[e] = k.mul(v[e], w[e]);
+      }
+    }
+    Reg amax = k.abs(v[0]);
+    for (int e = 1; e < 8; ++e) amax = k.max(amax, k.abs(v[e]));
+    amax = warp_allreduce(k, amax, ReduceOp::max_f32);
+    Reg nonzero = k.setp(Cmp::gt, amax, 0.0f);
+    Reg iscale = k.selp(k.div(k.mov(Type::f32, 127.0f), amax), 0.0f, nonzero, Type::f32);
+    Reg d = k.selp(k.div(k.mov(Type::f32, 1.0f), iscale), 0.0f, nonzero, Type::f32);
+    std::vector<Reg> q;
+    for (int e = 0; e < 8; ++e) {
+      Reg r = k.cvt(Type::s32, k.mul(iscale, v[e]), Rnd::rni);
+      q.push_back(k.min(k.max(r, -127), 127));
+    }
+    Reg sum = q[0];
+    for (int e = 1; e < 8; ++e) sum = k.add(sum, q[e]);
+    std::vector<Operand> words;
+    for (int wd = 0; wd < 2; ++wd) {
+      Reg w = k.and_(k.bitcast(Type::u32, q[4 * wd]), 255u);
+      for (uint32_t b = 1; b < 4; ++b) {
+        Reg nw = k.reg(Type::u32);
+        k.bfi(nw, k.bitcast(Type::u32, q[4 * wd + b]), w, 8 * b, 8u);
+        w = nw;
+      }
+      words.push_back(w);
+    }
+    Reg rot = k.and_(k.add(base_rot, k.shl(k.and_(qb, 1u), 1u)), 3u);
+    Reg dst = k.add(k.mad_lo(qb, 256u, xq), k.add(part_off, k.shl(rot, 4u)));
+    k.st(Space::shared, at(dst), words);
+    sum = k.add(sum, k.shfl_bfly(sum, 1u));
+    sum = k.add(sum, k.shfl_bfly(sum, 2u));
+    Reg rec = k.add(k.mad_lo(qb, kQ8Record, xq), s.n_in);
+    k.when(sub_lane, [&] { k.st_shared(at(k.add(rec, sub_off)), sum); });
+    k.when(lane0, [&] { k.st_shared(at(rec), d); });
+  });
+}
+
+// Steps of q4k_row_dot_q8 whose loads issue before the first is used: its
+// lanes cover 8 blocks per step; at most this many steps, fewer when a row
+// has fewer blocks.
+constexpr uint32_t kQ4kUnroll = 2;
+
+// The per-warp dot product of one Q4_K row with the 8-bit input (see
+// stage_q8_input). Lane l takes part j = l % 4 of blocks l / 4 + 8i: quant
+// bytes 32j .. 32j + 31, whose low nibbles are sub-block 2j (elements 64j ..
+// + 31) and high nibbles sub-block 2j + 1 (the next 32). Per block: four
+// dp4a sums of 8 per sub-block, times the 6-bit scales, minus the mins times
+// the sub-block sums; then d·dx·Σ − dmin·dx·Σm in f32, as the CPU's dot_q4_k
+// per block. Up to kQ4kUnroll steps' loads issue together; a step past the
+// row's end loads the last block again and adds nothing.
+Reg q4k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq, uint32_t n_in) {
+  const uint32_t nb = l.blocks, unroll = std::min(kQ4kUnroll, ceil_div(nb, 8));
+  Reg j = k.and_(lane, 3u), first = k.shr(lane, 2u);
+  Reg big = k.setp(Cmp::ge, j, 2u);
+  Reg shift = k.shl(k.and_(j, 1u), 4u), shift_hi = k.add(shift, 8u);
+  Reg qoff = k.cvt(Type::u64, k.shl(j, 5u));
+  // Chunk c of this lane's part sits at 64j + 16·((c + rot) mod 4); the
+  // lane's blocks all have the parity of l / 4.
+  Reg rot = k.and_(k.add(k.shr(j, 1u), k.shl(k.and_(first, 1u), 1u)), 3u);
+  std::vector<Reg> chunk_off;
+  for (uint32_t c = 0; c < 4; ++c) chunk_off.push_back(k.add(k.shl(j, 6u), k.shl(k.and_(k.add(rot, c), 3u), 4u)));
+  Reg sums_off = k.add(k.shl(j, 3u), n_in + 8);
+  Reg acc = k.mov(Type::f32, 0.0f);
+  Reg b = k.reg(Type::u32);
+  k.for_range(b, first, nb, 8 * unroll, [&] {
+    std::vector<Reg> bu, valid;
+    std::vector<std::vector<Reg>> q, h;
+    for (uint32_t u = 0; u < unroll; ++u) {
+      Reg bi = k.add(b, 8 * u);
+      valid.push_back(k.setp(Cmp::lt, bi, nb));
+      bu.push_back(k.min(bi, nb - 1));
+      Reg qa = k.add(k.add(wrow, k.mul_wide(bu[u], 128u)), qoff);
+      std::vector<Reg> qv = ld_v4_nc(k, Type::u32, qa), qv2 = ld_v4_nc(k, Type::u32, qa, 16);
+      qv.insert(qv.end(), qv2.begin(), qv2.end());
+      q.push_back(qv);
+      h.push_back(ld_v4_nc(k, Type::u32, k.add(wrow, k.cvt(Type::u64, k.mad_lo(bu[u], 16u, l.planes[1].offset)))));
+    }
+    for (uint32_t u = 0; u < unroll; ++u) {
+      Reg xa = k.mad_lo(bu[u], 256u, xq);
+      std::vector<Reg> x;   // 64 int8 inputs: elements 64j .. 64j + 63
+      for (uint32_t c = 0; c < 4; ++c) {
+        std::vector<Reg> v = ld_vec(k, Space::shared, Type::s32, 4, k.add(xa, chunk_off[c]));
+        x.insert(x.end(), v.begin(), v.end());
+      }
+      Reg rec = k.mad_lo(bu[u], kQ8Record, xq);
+      Reg dx = k.ld_shared(Type::f32, at(rec, n_in));
+      std::vector<Reg> sums = ld_vec(k, Space::shared, Type::s32, 2, k.add(rec, sums_off));
+      Reg il = k.mov(Type::s32, 0), ih = k.mov(Type::s32, 0);
+      for (uint32_t w = 0; w < 8; ++w) {
+        k.dp4a(il, k.and_(q[u][w], 0x0f0f0f0fu), x[w], il);
+        k.dp4a(ih, k.and_(k.shr(q[u][w], 4u), 0x0f0f0f0fu), x[8 + w], ih);
+      }
+      // 6-bit scales and mins of sub-blocks 2j, 2j + 1 (unpack_k_scales):
+      // a = scales[0..3], bm = scales[4..7], c = scales[8..11].
+      const Reg &a = h[u][1], &bm = h[u][2], &c = h[u][3];
+      Reg sc_word = k.selp(k.or_(k.and_(c, 0x0f0f0f0fu), k.and_(k.shr(a, 2u), 0x30303030u)), k.and_(a, 0x3f3f3f3fu),
+                           big, Type::u32);
+      Reg m_word = k.selp(k.or_(k.and_(k.shr(c, 4u), 0x0f0f0f0fu), k.and_(k.shr(bm, 2u), 0x30303030u)),
+                          k.and_(bm, 0x3f3f3f3fu), big, Type::u32);
+      Reg isum = k.mul(k.bitcast(Type::s32, k.bfe(sc_word, shift, 8u)), il);
+      k.mad_lo(isum, k.bitcast(Type::s32, k.bfe(sc_word, shift_hi, 8u)), ih, isum);
+      Reg imin = k.mul(k.bitcast(Type::s32, k.bfe(m_word, shift, 8u)), sums[0]);
+      k.mad_lo(imin, k.bitcast(Type::s32, k.bfe(m_word, shift_hi, 8u)), sums[1], imin);
+      Reg dd = k.mul(half_to_f32(k, h[u][0], 0), dx), dm = k.mul(half_to_f32(k, h[u][0], 16), dx);
+      Reg t = k.sub(k.mul(dd, k.cvt(Type::f32, isum)), k.mul(dm, k.cvt(Type::f32, imin)));
+      k.add(acc, acc, k.selp(t, 0.0f, valid[u], Type::f32));
+    }
+  });
+  return acc;
+}
+
 // silu(g) = g / (1 + e^-g), or gelu_tanh(g) = 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))),
 // in the CPU reference's order of operations; e^y as 2^(y·log2 e) and
 // tanh(y) = 1 - 2 / (1 + e^(2y)) (exact at the extremes, ~1e-7 absolute).
@@ -334,6 +492,8 @@ Reg glu_activation(Kernel& k, const Reg& g, Glu kind) {
 }
 
 }  // namespace
+
+bool gemv_supports_q8_input(GgmlType t) { return t == GgmlType::Q4_K; }
 
 bool gemv_supports(GgmlType t) {
   return t == GgmlType::Q4_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0 || t == GgmlType::Q4_0 ||
@@ -373,7 +533,8 @@ LaunchGeometry gemv_geometry(const GemvShape& s) {
   LaunchGeometry g;
   g.grid = {ceil_div(total_rows(s), p.rows_per_block), 1, 1};
   g.block = {32 * p.warps, 1, 1};
-  g.shared_bytes = s.n_in * 4 + s.n_in / 8 * 4;   // the staged input, then its 8-element sums
+  g.shared_bytes = s.q8_input ? q8_shared_bytes(s.n_in)           // the 8-bit input and its block records
+                              : s.n_in * 4 + s.n_in / 8 * 4;   // the staged input, then its 8-element sums
   return g;
 }
 
@@ -391,6 +552,9 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
   }
   Emit emit(in, kernel_name(s).c_str(), t, params, g);
   Kernel& k = emit.k();
+  // ptxas left alone caps a 512-thread kernel near 40 registers and spills
+  // the 8-bit input's unrolled loads; two blocks per SM give it 64.
+  if (s.q8_input && !in) k.set_minnctapersm(2);
   Symbol dyn = k.dynamic_shared("xs", 16);
   Symbol scratch = k.shared_array("red", Type::f32, plan.warps);
 
@@ -401,34 +565,39 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
   Reg xs = k.shared_addr(dyn);
   Reg xsum8 = k.add(xs, s.n_in * 4);
 
-  k.comment("stage the input (times the norm weight) in shared memory; sum of squares for the norm");
   Reg ss = k.mov(Type::f32, 0.0f);
-  Reg i = k.reg(Type::u32);
-  MemOpt nc;
-  nc.nc = true;
-  k.for_range(i, tid, s.n_in / 4, threads, [&] {
-    Reg off = k.mul_wide(i, 16u);
-    std::vector<Reg> v = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
-    k.ld(Space::global, v, at(k.add(x, off)), nc);
-    std::vector<Operand> out(v.begin(), v.end());
-    if (s.norm) {
-      std::vector<Reg> w = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
-      k.ld(Space::global, w, at(k.add(norm_w, off)), nc);
-      for (int c = 0; c < 4; ++c) {
-        k.fma(ss, v[c], v[c], ss);
-        out[c] = k.mul(v[c], w[c]);
+  if (s.q8_input) {
+    k.comment("quantize the input (times the norm weight) to 8-bit blocks of 256; sum of squares for the norm");
+    stage_q8_input(k, s, x, norm_w, xs, lane, warp, plan.warps, ss);
+  } else {
+    k.comment("stage the input (times the norm weight) in shared memory; sum of squares for the norm");
+    Reg i = k.reg(Type::u32);
+    MemOpt nc;
+    nc.nc = true;
+    k.for_range(i, tid, s.n_in / 4, threads, [&] {
+      Reg off = k.mul_wide(i, 16u);
+      std::vector<Reg> v = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
+      k.ld(Space::global, v, at(k.add(x, off)), nc);
+      std::vector<Operand> out(v.begin(), v.end());
+      if (s.norm) {
+        std::vector<Reg> w = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
+        k.ld(Space::global, w, at(k.add(norm_w, off)), nc);
+        for (int c = 0; c < 4; ++c) {
+          k.fma(ss, v[c], v[c], ss);
+          out[c] = k.mul(v[c], w[c]);
+        }
       }
-    }
-    k.st(Space::shared, at(k.mad_lo(i, 16u, xs)), out);
-  });
-  k.bar_sync(0);
-  k.comment("sums of each 8 staged inputs (the quant offsets and mins multiply them)");
-  k.for_range(i, tid, s.n_in / 8, threads, [&] {
-    Reg src = k.mad_lo(i, 32u, xs);
-    Reg sum = k.ld_shared(Type::f32, at(src));
-    for (uint32_t e = 1; e < 8; ++e) sum = k.add(sum, k.ld_shared(Type::f32, at(src, 4 * e)));
-    k.st_shared(at(k.mad_lo(i, 4u, xsum8)), sum);
-  });
+      k.st(Space::shared, at(k.mad_lo(i, 16u, xs)), out);
+    });
+    k.bar_sync(0);
+    k.comment("sums of each 8 staged inputs (the quant offsets and mins multiply them)");
+    k.for_range(i, tid, s.n_in / 8, threads, [&] {
+      Reg src = k.mad_lo(i, 32u, xs);
+      Reg sum = k.ld_shared(Type::f32, at(src));
+      for (uint32_t e = 1; e < 8; ++e) sum = k.add(sum, k.ld_shared(Type::f32, at(src, 4 * e)));
+      k.st_shared(at(k.mad_lo(i, 4u, xsum8)), sum);
+    });
+  }
   Reg scale;
   if (s.norm) {
     k.comment("1 / rms: every row's result is scaled by it");
@@ -451,6 +620,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
     const GemvSegment& seg = s.segments[si];
     const RowLayout layout = row_layout(seg.type, s.n_in);
     Reg wrow = k.add(k.param(indexed("w", si)), k.mul_wide(local, layout.row_bytes));
+    if (s.q8_input) return q4k_row_dot_q8(k, layout, wrow, lane, xs, s.n_in);   // check_shape: Q4_K only
     return seg.type == GgmlType::Q4_K   ? q4k_row_dot(k, layout, wrow, lane, xs, xsum8)
            : seg.type == GgmlType::Q6_K ? q6k_row_dot(k, layout, wrow, lane, xs, xsum8)
            : seg.type == GgmlType::Q8_0 ? q8_0_row_dot(k, layout, wrow, lane, xs)

@@ -51,7 +51,16 @@ struct GemvShape {
   float eps = 1e-6f;
   bool accumulate = false;             // y += W·x (a residual add fused in; not with a GLU)
   Glu glu = Glu::None;                 // pairs segments 0 and 1 into act(gate)·up
+  // Quantize the (normalised) input to 8-bit blocks of 256 by the CPU
+  // quantized path's rule (engine/cpu/qdot.h, Block256: d = amax / 127,
+  // q = round-to-nearest-even(127 / amax · x), block sums) and multiply the
+  // packed weights with dp4a: no per-weight conversion. Q4_K segments only
+  // so far (gemv_supports_q8_input).
+  bool q8_input = false;
 };
+
+// Types gemv_kernel multiplies with a q8_input (dp4a on packed weights).
+bool gemv_supports_q8_input(gguf::GgmlType t);
 
 // Types gemv_kernel multiplies (the others are refused with an Error).
 bool gemv_supports(gguf::GgmlType t);

@@ -101,7 +101,14 @@ def main():
             check(pj["gpu"] == "a100" and "projected" in pj["label"] and pj["schedule"] == "graph", f"projection {pj}")
             check(abs(pj["tokens_per_s"] * pj["us_per_token"] - 1e6) < 1e-3 * 1e6 and pj["bandwidth_share"] <= 0.9,
                   f"projection arithmetic {pj}")
-            check(abs(pj["us_per_token"] - pj["launch_us"] - pj["memory_us"]) < 1e-6 * pj["us_per_token"], f"{pj}")
+            # Each kernel's time is its binding limit; the bytes alone are one of
+            # them, so the work is at least the memory time; the work by binding
+            # limit sums to it and matches the rows.
+            check(abs(pj["us_per_token"] - pj["launch_us"] - pj["work_us"]) < 1e-6 * pj["us_per_token"]
+                  and pj["work_us"] >= pj["memory_us"] > 0, f"{pj}")
+            check(abs(sum(us for _, us in pj["bound_us"]) - pj["work_us"]) < 1e-6 * pj["work_us"]
+                  and abs(sum(k["projected_us"] for k in c["kernels"]) - pj["work_us"]) < 1e-6 * pj["work_us"],
+                  f"work by limit {pj['bound_us']}")
             check(abs(pj["launch_us"] - 1.3 * kernels) < 1e-6 * kernels, f"graph launch overhead {pj['launch_us']}")
             # Per kernel: the rows account for every launch and byte; the weight
             # loads of every GEMV touch only sectors they use (the device
@@ -123,6 +130,18 @@ def main():
                 if k["kernel"].startswith("gemv"):
                     check(k["part"] in ("layer", "head") and k["weight_sector_efficiency"] >= 0.8
                           and k["in_flight_bytes_per_sm"] > 0, f"GEMV row {k}")
+                    # emu's instruction classes account for every instruction;
+                    # today's GEMVs convert weights to float (cvt) and wait on
+                    # their loads, one round trip deep (warps without a row
+                    # on this small model may not load at all).
+                    by = k["instructions_by_class"]
+                    check(sum(by.values()) == k["warp_instructions"] and by["cvt"] > 0 and by["ld_global"] > 0
+                          and k["load_waits"] >= k["blocks"] * k["launches"]
+                          and k["dependent_load_chain"] >= 1 and k["in_flight_bytes_per_warp"] > 0
+                          and k["instructions_per_weight_byte"] > 0, f"GEMV work counts {k}")
+                check(k["bound_by"] in ("dram", "latency", "issue", "shared", "fp32", "int", "cvt", "sfu", "shfl")
+                      and abs(k["projected_us"] - k["launches"] * max(k["terms_us"].values())) < 1e-6 * k["projected_us"] + 1e-12,
+                      f"kernel limits {k['kernel']}: {k['terms_us']} {k['bound_by']}")
             check(0.8 <= c["sector_efficiency"] <= 1, f"weight loads' sector efficiency {c['sector_efficiency']}")
             # Shared-memory wavefronts (emu's bank model): per kernel, never
             # below the ideal, the ratio their quotient (null with no shared

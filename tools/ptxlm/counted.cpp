@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -17,6 +18,7 @@ namespace ptxlm::cli {
 
 namespace {
 
+// The context counted mode generates its kernels for: the depth plus this.
 constexpr uint32_t kCountedContext = 64;
 
 // Runs one token with emu's counters written to a temp file; returns the
@@ -30,7 +32,7 @@ struct Counted {
     uint32_t blocks = 0;           // the persistent grid on emu
 };
 
-Counted count_one_token(const Model& m, Schedule schedule) {
+Counted count_one_token(const Model& m, Schedule schedule, uint32_t depth) {
     char path[] = "/tmp/ptxlm-emu-stats-XXXXXX";
     const int fd = mkstemp(path);
     if (fd < 0) throw std::runtime_error("bench: cannot create a file for emu's counters");
@@ -38,9 +40,10 @@ Counted count_one_token(const Model& m, Schedule schedule) {
     setenv("PTXLM_EMU_STATS", path, 1);
     Counted c;
     try {
-        cuda::CudaBackend b(m, cuda::Driver::load(), kCountedContext, schedule);
+        cuda::CudaBackend b(m, cuda::Driver::load(), depth + kCountedContext, schedule);
         std::vector<float> logits(b.n_vocab());
-        b.eval(0, 0, logits.data());
+        b.fill_kv_for_count(0, depth);
+        b.eval(0, depth, logits.data());
         c.launches = b.launches();
         c.schedule = b.schedule();
         c.all_to_all_waits = b.all_to_all_waits();
@@ -67,12 +70,12 @@ Counted count_one_token(const Model& m, Schedule schedule) {
 
 // Registers and spill bytes per kernel from ptxas for sm_90; empty when no
 // ptxas is found (the rows then say null).
-std::map<std::string, ptx::PtxasFunctionReport> ptxas_reports(const Model& m) {
+std::map<std::string, ptx::PtxasFunctionReport> ptxas_reports(const Model& m, uint32_t ctx) {
     std::map<std::string, ptx::PtxasFunctionReport> out;
     const std::string ptxas = ptx::find_ptxas();
     if (ptxas.empty()) return out;
     const ptx::Target t = ptx::Target::parse("sm_90");
-    for (const ptx::GeneratedKernel& g : cuda::decode_kernels(cuda::decode_plan(m, kCountedContext), t)) {
+    for (const ptx::GeneratedKernel& g : cuda::decode_kernels(cuda::decode_plan(m, ctx), t)) {
         const ptx::PtxasResult r = ptx::run_ptxas(ptxas, g.ptx, "sm_90");
         if (!r.ok()) throw std::runtime_error("bench: ptxas rejected " + g.name + ":\n" + r.log);
         if (const ptx::PtxasFunctionReport* f = r.find(g.name)) out[g.name] = *f;
@@ -90,9 +93,9 @@ struct ChainParts {
     std::string head;
 };
 
-ChainParts chain_parts(const Model& m) {
+ChainParts chain_parts(const Model& m, uint32_t ctx) {
     ChainParts c;
-    const cuda::DecodePlan p = cuda::decode_plan(m, kCountedContext);
+    const cuda::DecodePlan p = cuda::decode_plan(m, ctx);
     auto add = [&](const kernels::GemvShape& s) {
         const std::string name = kernels::gemv_kernel(s).name;
         c.gemvs.emplace(name, s);
@@ -137,6 +140,51 @@ nlohmann::json wavefront_ratio(const Wavefronts& w) {
     return w.ideal ? nlohmann::json(double(w.actual) / double(w.ideal)) : nlohmann::json(nullptr);
 }
 
+// One launch's counted work for the projection: emu's counters for a kernel
+// (summed over its `launches`) divided per launch. Instruction classes map to
+// the pipes whose throughput they share (emu/inst_class.h, engine/projection.h).
+LaunchCost launch_work(const nlohmann::json& k, uint64_t blocks, uint32_t threads, int fit) {
+    const double n = double(k.at("launches").get<uint64_t>());
+    const nlohmann::json& c = k.at("instructions_by_class");
+    auto cls = [&](const char* name) { return c.at(name).get<double>() / n; };
+    LaunchCost l;
+    l.blocks = blocks;
+    l.bytes = uint64_t(double(k.at("unique_global_bytes").get<uint64_t>()) / n);
+    l.threads = threads;
+    l.blocks_per_sm = fit;
+    l.warp_instructions = k.at("warp_instructions").get<double>() / n - cls("mov");
+    l.pipe[size_t(Pipe::Fp32)] = cls("fp");
+    l.pipe[size_t(Pipe::Int)] = cls("alu") + cls("imad") + cls("dp4a");
+    l.pipe[size_t(Pipe::Cvt)] = cls("cvt");
+    l.pipe[size_t(Pipe::Sfu)] = cls("sfu");
+    l.pipe[size_t(Pipe::Shfl)] = cls("shfl");
+    const Wavefronts wf = shared_wavefronts(k);
+    l.shared_wavefronts = double(wf.actual) / n;
+    l.load_waits = k.at("inflight_batches").get<double>() / n;
+    return l;
+}
+
+// What emu counted of a kernel's instructions and loads in flight, for its row.
+void add_work_counts(nlohmann::json& row, const nlohmann::json& k, uint64_t weight_bytes) {
+    row["warp_instructions"] = k.at("warp_instructions");
+    row["instructions_by_class"] = k.at("instructions_by_class");
+    row["instructions_per_weight_byte"] =
+        weight_bytes ? nlohmann::json(k.at("warp_instructions").get<double>() / double(weight_bytes)) : nlohmann::json(nullptr);
+    const uint64_t waits = k.at("inflight_batches").get<uint64_t>();
+    row["load_waits"] = waits;
+    row["in_flight_bytes_per_warp"] = waits ? nlohmann::json(k.at("inflight_bytes_sum").get<double>() / double(waits))
+                                            : nlohmann::json(nullptr);
+    row["in_flight_bytes_per_warp_max"] = k.at("inflight_bytes_max");
+    row["dependent_load_chain"] = k.at("dependent_load_chain_max");
+}
+
+// The limits of one launch on `gpu` (engine/projection.h), for its row.
+nlohmann::json terms_json(const LaunchTerms& t) {
+    nlohmann::json j = {{"dram", t.dram}, {"latency", t.latency}, {"issue", t.issue}, {"shared", t.shared}};
+    for (size_t i = 0; i < kPipes; ++i) j[kPipeNames[i]] = t.pipe[i];
+    return j;
+}
+
 // The "projected" object of a counted token: a Projection on `gpu`, labelled.
 nlohmann::json projected_json(const Projection& p, const GpuSpec& gpu, Schedule schedule, const std::string& label) {
     return {{"label", label},
@@ -146,9 +194,14 @@ nlohmann::json projected_json(const Projection& p, const GpuSpec& gpu, Schedule 
             {"bandwidth_gbs", gpu.bandwidth_gbs},
             {"schedule", schedule_name(schedule)},
             {"us_per_token", p.us_per_token},
+            {"clock_ghz", gpu.clock_ghz},
+            {"achievable_bandwidth", gpu.achievable},
+            {"dram_latency_us", gpu.dram_latency_us},
             {"launch_us", p.launch_us + p.sync_us},
             {"sync_us", p.sync_us},
+            {"work_us", p.work_us},
             {"memory_us", p.memory_us},
+            {"bound_us", p.bound_us},
             {"tokens_per_s", p.tokens_per_s},
             {"bandwidth_share", p.bandwidth_share}};
 }
@@ -156,7 +209,8 @@ nlohmann::json projected_json(const Projection& p, const GpuSpec& gpu, Schedule 
 // The persistent schedule: one kernel runs every op, so emu's counters are
 // one row; what it adds is the waiting: grid-wide syncs, counter waits and
 // the instructions spent spinning.
-nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpec& gpu) {
+nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpec& gpu, uint32_t depth) {
+    const uint32_t ctx = depth + kCountedContext;
     const nlohmann::json& k = c.kernels.at("persistent_decoder");
     const uint64_t requested = 32 * (k.at("global_load_sectors").get<uint64_t>() + k.at("global_store_sectors").get<uint64_t>()) +
                                k.at("global_atomic_bytes").get<uint64_t>();
@@ -164,13 +218,13 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
     const auto [w_unique, w_sectors] = weight_traffic(k, c.weights);
     // All-to-all waits inside the layers (the rest: the embedding's and the
     // LM head's gathers).
-    const ChainParts parts = chain_parts(m);
+    const ChainParts parts = chain_parts(m, ctx);
     uint64_t layer_a2a = 0;
     for (const cuda::CudaBackend::Launch& l : c.launches)
         if (parts.layer.count(l.kernel)) layer_a2a += l.all_to_all_waits;
     const ptx::Target t = ptx::Target::parse("sm_90");
     const ptx::GeneratedKernel g =
-        kernels::persistent_kernel(cuda::decode_op_kinds(cuda::decode_plan(m, kCountedContext)), t).kernel;
+        kernels::persistent_kernel(cuda::decode_op_kinds(cuda::decode_plan(m, ctx)), t).kernel;
     nlohmann::json row = {{"kernel", g.name}, {"part", "token"}, {"launches", k.at("launches")}, {"blocks", nullptr},
                           {"threads", g.geometry.block.x}, {"dynamic_shared_bytes", g.geometry.shared_bytes},
                           {"unique_bytes", unique}, {"requested_bytes", requested}, {"weight_bytes", w_unique},
@@ -182,7 +236,9 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
     row["shared_wavefronts"] = wf.actual;
     row["shared_ideal_wavefronts"] = wf.ideal;
     row["shared_wavefront_ratio"] = wavefront_ratio(wf);
-    uint64_t grid = uint64_t(gpu.sms);   // without ptxas: one block per SM, the kernel's .minnctapersm
+    add_work_counts(row, k, w_unique);
+    int fit = 1;                          // without ptxas: the kernel's .minnctapersm
+    uint64_t grid = uint64_t(gpu.sms);   // one block per SM
     const std::string ptxas = ptx::find_ptxas();
     if (!ptxas.empty()) {
         const ptx::PtxasResult r = ptx::run_ptxas(ptxas, g.ptx, "sm_90");
@@ -190,7 +246,7 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
         if (const ptx::PtxasFunctionReport* f = r.find(g.name)) {
             row["registers"] = f->registers;
             row["spill_bytes"] = f->spill_store_bytes + f->spill_load_bytes;
-            const int fit = blocks_per_sm(gpu, g.geometry.block.x, f->registers, uint32_t(f->smem_bytes) + g.geometry.shared_bytes);
+            fit = blocks_per_sm(gpu, g.geometry.block.x, f->registers, uint32_t(f->smem_bytes) + g.geometry.shared_bytes);
             row["blocks_per_sm"] = fit;
             row["resident_blocks_per_sm"] = fit;
             grid = uint64_t(std::max(fit, 1)) * uint64_t(gpu.sms);
@@ -198,16 +254,24 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
     }
     row["blocks"] = grid;
     const uint64_t syncs = k.at("grid_syncs").get<uint64_t>();
-    const std::vector<LaunchCost> costs = {{grid, unique}};
+    // emu runs the persistent grid with its own block count; the work per
+    // token is the same on any grid, spread over this one.
+    // Spinning is emu's artefact (its blocks run one after another), not work.
+    std::vector<LaunchCost> costs = {launch_work(k, grid, g.geometry.block.x, std::max(fit, 1))};
+    costs[0].warp_instructions -= k.at("spin_instructions").get<double>() / k.at("launches").get<double>();
+    const LaunchTerms terms = launch_terms(costs[0], gpu);
+    row["bound_by"] = terms.bound_by();
+    row["terms_us"] = terms_json(terms);
+    row["projected_us"] = terms.bound_us();
     // Every op waits for (part of) the op before it: the token's critical
     // path crosses one release -> acquire handoff per op, each assumed to
     // cost what a grid-wide sync does. Ops do not overlap in this model.
     const uint64_t handoffs = c.launches.size();
     const Projection p = project(costs, 1, gpu, LaunchMode::Persistent, handoffs);
     const PassTraffic tr = pass_traffic(m);
-    const double token_bytes = double(tr.weights + tr.lm_head + tr.embd_row);
+    const double token_bytes = double(tr.weights + tr.lm_head + tr.embd_row + kv_read_bytes(m, depth, 2));
     return {{"tokens", 1},
-            {"depth", 0},
+            {"depth", depth},
             {"n_layer", m.layers.size()},
             {"n_vocab", m.n_vocab},
             {"launches", k.at("launches")},
@@ -241,12 +305,13 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
 
 }  // namespace
 
-nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& gpu) {
-    const Counted c = count_one_token(m, schedule);
-    if (c.schedule == Schedule::Persistent) return counted_persistent(m, c, gpu);
+nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& gpu, uint32_t depth) {
+    const Counted c = count_one_token(m, schedule, depth);
+    if (c.schedule == Schedule::Persistent) return counted_persistent(m, c, gpu, depth);
+    const uint32_t ctx = depth + kCountedContext;
     const nlohmann::json& ks = c.kernels;
-    const std::map<std::string, ptx::PtxasFunctionReport> regs = ptxas_reports(m);
-    const ChainParts parts = chain_parts(m);
+    const std::map<std::string, ptx::PtxasFunctionReport> regs = ptxas_reports(m, ctx);
+    const ChainParts parts = chain_parts(m, ctx);
 
     // Requested: what reaches L2, the 32-byte sectors each warp-level access
     // touches (plus atomics); unique: distinct bytes, summed over kernels.
@@ -256,11 +321,25 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& g
     std::set<std::string> seen;
     std::vector<LaunchCost> costs;
     uint64_t below = 0;
+    // Blocks of a kernel that fit on one of the GPU's SMs (0: no ptxas report).
+    auto fit_of = [&](const cuda::CudaBackend::Launch& l) {
+        auto r = regs.find(l.kernel);
+        return r == regs.end() ? 0
+                               : blocks_per_sm(gpu, l.threads, r->second.registers, uint32_t(r->second.smem_bytes) + l.shared_bytes);
+    };
+    std::map<std::string, std::pair<double, LaunchTerms>> kernel_us;   // per kernel: µs summed over its launches, last terms
+    for (const cuda::CudaBackend::Launch& l : c.launches) {
+        const LaunchCost w = launch_work(ks.at(l.kernel), l.blocks, l.threads, fit_of(l));
+        const LaunchTerms t = launch_terms(w, gpu);
+        auto& ku = kernel_us[l.kernel];
+        ku.first += t.bound_us();
+        ku.second = t;
+        costs.push_back(w);
+        below += l.blocks < uint64_t(gpu.sms);
+    }
     for (const cuda::CudaBackend::Launch& l : c.launches) {
         const nlohmann::json& k = ks.at(l.kernel);
         const uint64_t launches = k.at("launches").get<uint64_t>();
-        costs.push_back({l.blocks, k.at("unique_global_bytes").get<uint64_t>() / launches});
-        below += l.blocks < uint64_t(gpu.sms);
         if (!seen.insert(l.kernel).second) continue;
 
         const uint64_t req = 32 * (k.at("global_load_sectors").get<uint64_t>() +
@@ -295,20 +374,27 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& g
                               {"resident_blocks_per_sm", nullptr},
                               {"in_flight_bytes_per_sm", nullptr}};
         if (w_sectors) row["weight_sector_efficiency"] = double(w_unique) / (32.0 * double(w_sectors));
+        add_work_counts(row, k, w_unique);
+        const auto& [us, terms] = kernel_us.at(l.kernel);
+        row["projected_us"] = us;   // all its launches of the token
+        row["bound_by"] = terms.bound_by();
+        row["terms_us"] = terms_json(terms);   // one launch
         auto r = regs.find(l.kernel);
         if (r != regs.end()) {
             const ptx::PtxasFunctionReport& f = r->second;
             row["registers"] = f.registers;
             row["spill_bytes"] = f.spill_store_bytes + f.spill_load_bytes;
-            const int fit = blocks_per_sm(gpu, l.threads, f.registers, uint32_t(f.smem_bytes) + l.shared_bytes);
+            const int fit = fit_of(l);
             row["blocks_per_sm"] = fit;
             // Blocks an SM holds at once during this launch: its share of the
-            // grid, at most what fits.
+            // grid, at most what fits; each warp's bytes in flight at its
+            // waits, as emu counted them.
             const uint64_t share = (l.blocks + gpu.sms - 1) / uint64_t(gpu.sms);
             const uint64_t resident = std::min<uint64_t>(uint64_t(fit), share);
             row["resident_blocks_per_sm"] = resident;
-            auto g = parts.gemvs.find(l.kernel);
-            if (g != parts.gemvs.end()) row["in_flight_bytes_per_sm"] = resident * kernels::gemv_block_bytes_in_flight(g->second);
+            if (!row["in_flight_bytes_per_warp"].is_null())
+                row["in_flight_bytes_per_sm"] =
+                    row["in_flight_bytes_per_warp"].get<double>() * double(resident * ((l.threads + 31) / 32));
         }
         rows.push_back(row);
     }
@@ -317,9 +403,9 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& g
                                  std::to_string(c.launches.size()));
     const Projection p = project(costs, 1, gpu, c.schedule == Schedule::Graph ? LaunchMode::Graph : LaunchMode::Stream);
     const PassTraffic t = pass_traffic(m);
-    const double token_bytes = double(t.weights + t.lm_head + t.embd_row);
+    const double token_bytes = double(t.weights + t.lm_head + t.embd_row + kv_read_bytes(m, depth, 2));
     return {{"tokens", 1},
-            {"depth", 0},
+            {"depth", depth},
             {"n_layer", m.layers.size()},
             {"n_vocab", m.n_vocab},
             {"launches", n_launch},
@@ -347,18 +433,25 @@ std::string counted_kernel_table(const nlohmann::json& counted) {
         return std::string(buf);
     };
     std::string out =
-        "| kernel | launches | blocks | threads | regs | spill B | blocks/SM fit | resident/SM | in flight/SM KiB | "
-        "unique MB | L2 MB | weight sector eff. | shared wavefronts / ideal |\n"
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n";
+        "| kernel | launches | blocks | threads | regs | spill B | blocks/SM fit | unique MB | weight sector eff. | "
+        "shared wavefronts / ideal | warp instr. / weight B | cvt instr. | waits / warp | in flight / warp B | "
+        "in flight / SM KiB | load chain | projected us | bound by |\n"
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n";
     for (const nlohmann::json& r : counted.at("kernels")) {
+        const double warps = r.at("blocks").get<double>() * std::ceil(r.at("threads").get<double>() / 32) *
+                             r.at("launches").get<double>();
         out += "| " + r.at("kernel").get<std::string>() + " | " + cell(r.at("launches"), "%.0f") + " | " +
                cell(r.at("blocks"), "%.0f") + " | " + cell(r.at("threads"), "%.0f") + " | " +
                cell(r.at("registers"), "%.0f") + " | " + cell(r.at("spill_bytes"), "%.0f") + " | " +
-               cell(r.at("blocks_per_sm"), "%.0f") + " | " + cell(r.at("resident_blocks_per_sm"), "%.0f") + " | " +
-               cell(r.at("in_flight_bytes_per_sm"), "%.1f", 1.0 / 1024) + " | " +
-               cell(r.at("unique_bytes"), "%.2f", 1e-6) + " | " + cell(r.at("requested_bytes"), "%.2f", 1e-6) + " | " +
+               cell(r.at("blocks_per_sm"), "%.0f") + " | " + cell(r.at("unique_bytes"), "%.2f", 1e-6) + " | " +
                cell(r.at("weight_sector_efficiency"), "%.1f%%", 100.0) + " | " +
-               cell(r.at("shared_wavefront_ratio"), "%.2f") + " |\n";
+               cell(r.at("shared_wavefront_ratio"), "%.2f") + " | " + cell(r.at("instructions_per_weight_byte"), "%.3f") +
+               " | " + cell(r.at("instructions_by_class").at("cvt"), "%.0f") + " | " +
+               cell(nlohmann::json(r.at("load_waits").get<double>() / warps), "%.1f") + " | " +
+               cell(r.at("in_flight_bytes_per_warp"), "%.0f") + " | " +
+               cell(r.at("in_flight_bytes_per_sm"), "%.1f", 1.0 / 1024) + " | " +
+               cell(r.at("dependent_load_chain"), "%.0f") + " | " + cell(r.at("projected_us"), "%.2f") + " | " +
+               r.at("bound_by").get<std::string>() + " |\n";
     }
     return out;
 }

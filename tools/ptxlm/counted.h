@@ -13,17 +13,21 @@
 
 namespace ptxlm::cli {
 
-// One token at depth 0 in a fresh CudaBackend with emu's counters on
+// One token at KV depth `depth` (the cache filled by a host copy,
+// CudaBackend::fill_kv_for_count) in a fresh CudaBackend with emu's counters on
 // (PTXLM_EMU_STATS is read when the primary context is retained and written
 // when it is released). Returns the per-token totals (launches, unique and
-// L2-sector bytes against the bytes a token must read, the weight loads'
-// sector efficiency, shared-memory wavefronts against their ideal), a row per
+// L2-sector bytes against the bytes a token must read (weights, LM head,
+// embedding row, the f16 KV cache at that depth), the weight loads' sector
+// efficiency, shared-memory wavefronts against their ideal), a row per
 // kernel (grid, block, registers and spills from ptxas for sm_90 when ptxas
 // is found, blocks per SM on `gpu`, bytes in flight per SM, unique /
 // requested / weight bytes, shared wavefronts / ideal / ratio, the ratio null
-// where the kernel touches no shared memory) and the projection. Call
+// where the kernel touches no shared memory; instructions by class, loads in
+// flight per warp, waits, dependent-load chains; each kernel's limits on
+// `gpu`, the binding one and its projected time) and the projection. Call
 // with no other CudaBackend alive.
-nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& gpu);
+nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& gpu, uint32_t depth = 0);
 
 // The per-kernel rows of `counted` as a Markdown table.
 std::string counted_kernel_table(const nlohmann::json& counted);
