@@ -24,7 +24,7 @@ instructions per weight byte as the lanes load them. The gates check every
 load loop, the hot one included.
 
     bench/sass -m MODEL.gguf [--arch sm_90] [--kernel REGEX] [--json]
-    bench/sass --ptx FILE.ptx... [--forbid-conversions] [--max-insts-per-byte X]
+    bench/sass --ptx FILE.ptx... [--forbid-conversions] [--max-conversions-per-byte X] [--max-insts-per-byte X]
 
 The gates exit 1 naming every load loop that breaks them; usage errors and
 tool failures exit 2 with one line (then ptxas's log, when it rejects a file).
@@ -241,6 +241,9 @@ def violations(kernels, a):
             where = f"{k['name']} {'hot' if lp['hot'] else 'load'} loop {lp['start']}-{lp['end']}"
             if a.forbid_conversions and lp["classes"]["conversions"]:
                 bad.append(f"{where}: {lp['classes']['conversions']} conversions per iteration (--forbid-conversions)")
+            if a.max_conversions_per_byte is not None and lp["conversions_per_global_byte"] > a.max_conversions_per_byte:
+                bad.append(f"{where}: {lp['conversions_per_global_byte']:.4f} conversions per global byte "
+                           f"> {a.max_conversions_per_byte} (--max-conversions-per-byte)")
             if a.max_insts_per_byte is not None and lp["insts_per_global_byte"] > a.max_insts_per_byte:
                 bad.append(f"{where}: {lp['insts_per_global_byte']:.4f} instructions per global byte "
                            f"> {a.max_insts_per_byte} (--max-insts-per-byte)")
@@ -301,6 +304,9 @@ def main():
                     help="exit 1 if a load loop issues more than X instructions per global byte")
     ap.add_argument("--forbid-conversions", action="store_true",
                     help="exit 1 if a load loop converts (I2F, F2F, ...)")
+    ap.add_argument("--max-conversions-per-byte", type=float, metavar="X",
+                    help="exit 1 if a load loop converts more than X times per global byte (a conversion per "
+                         "block passes, one per weight fails)")
     a = ap.parse_args()
     try:
         re.compile(a.kernel)

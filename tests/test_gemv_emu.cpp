@@ -278,7 +278,8 @@ TEST_F(GemvOnEmu, NegativeControlMissingNorm) {
       << "a GEMV without its norm passed the comparison";
 }
 
-// The 8-bit input (GemvShape::q8_input) against the CPU quantized path:
+// The 8-bit input (GemvShape::q8_input; Q4_K, Q6_K and the two in one launch)
+// against the CPU quantized path:
 // cpu::quantize_input of the same f32 vector and cpu::qdot (scalar) per row.
 // The quants and every integer sum are the same; the per-block f32 terms are
 // added in another order, hence gemv_tolerance over the quantized terms.
@@ -287,10 +288,13 @@ TEST_F(GemvOnEmu, NegativeControlMissingNorm) {
 // rounding ties), so the reference is 1/rms · qdot(quantize(x · norm_w)).
 // Negative control: the f32 reference is further off on most rows (the
 // kernel does round its input to 8 bits).
-TEST_F(GemvOnEmu, Q4kEightBitInputEqualsTheCpuQuantizedPath) {
+TEST_F(GemvOnEmu, EightBitInputEqualsTheCpuQuantizedPath) {
+  const std::vector<std::vector<GgmlType>> mixes = {
+      {GgmlType::Q4_K, GgmlType::Q4_K}, {GgmlType::Q6_K, GgmlType::Q6_K}, {GgmlType::Q4_K, GgmlType::Q6_K}};
+  for (const std::vector<GgmlType>& types : mixes)
   for (bool norm : {false, true}) {
-    for (uint32_t n_in : {1024u, 3328u}) {   // 4 blocks per row; 13 (a partial unrolled step)
-      kx::GemvShape s = shape(n_in, {40, 24}, norm, !norm);
+    for (uint32_t n_in : {1024u, 4352u}) {   // 4 blocks per row; 17 (a partial unrolled step)
+      kx::GemvShape s = shape(n_in, {40, 24}, norm, !norm, types);
       s.q8_input = true;
       const Case c = make_case(s);
       const std::vector<std::vector<float>> ys = run(kx::gemv_kernel(s), c);
@@ -311,8 +315,8 @@ TEST_F(GemvOnEmu, Q4kEightBitInputEqualsTheCpuQuantizedPath) {
       for (size_t si = 0; si < c.mats.size(); ++si) {
         for (uint32_t r = 0; r < c.mats[si].rows; ++r) {
           const uint8_t* row = c.mats[si].bytes.data() + r * c.mats[si].row_bytes();
-          const double ref =
-              double(scale) * cpu::qdot(cpu::Isa::Scalar, GgmlType::Q4_K, row, qi, n_in) + (s.accumulate ? c.y0[si][r] : 0.0);
+          const double ref = double(scale) * cpu::qdot(cpu::Isa::Scalar, c.mats[si].type, row, qi, n_in) +
+                             (s.accumulate ? c.y0[si][r] : 0.0);
           const std::vector<float> w = c.mats[si].row(r);
           double abs_dot = 0;
           for (uint32_t i = 0; i < n_in; ++i) abs_dot += std::fabs(double(w[i]) * deq[i]) * scale;
@@ -323,7 +327,8 @@ TEST_F(GemvOnEmu, Q4kEightBitInputEqualsTheCpuQuantizedPath) {
                           << ys[si][r] << ", CPU quantized path " << ref << " (error " << err << ", tolerance " << tol << ")";
         }
       }
-      std::printf("[gemv q8] norm %d n_in %u: worst error %.3g of the tolerance\n", norm, n_in, worst);
+      std::printf("[gemv q8] %s+%s norm %d n_in %u: worst error %.3g of the tolerance\n",
+                  gguf::type_traits(types[0]).name, gguf::type_traits(types[1]).name, norm, n_in, worst);
       EXPECT_EQ(bad, 0u);
       EXPECT_GE(mismatches(c, ys, false), 20u) << "the 8-bit input kernel matches the f32 reference too closely";
     }
@@ -338,9 +343,9 @@ TEST(Gemv, RefusesShapesItCannotRun) {
   kx::GemvShape q2 = shape(512, {4}, false);
   q2.segments[0].type = GgmlType::Q2_K;
   EXPECT_THROW(kx::gemv_kernel(q2), ptx::Error);                           // not supported
-  kx::GemvShape q6 = shape(512, {4, 4}, false, false, {GgmlType::Q4_K, GgmlType::Q6_K});
-  q6.q8_input = true;
-  EXPECT_THROW(kx::gemv_kernel(q6), ptx::Error);                           // no dp4a kernel for Q6_K yet
+  kx::GemvShape q5 = shape(512, {4, 4}, false, false, {GgmlType::Q4_K, GgmlType::Q5_0});
+  q5.q8_input = true;
+  EXPECT_THROW(kx::gemv_kernel(q5), ptx::Error);                           // no dp4a kernel for Q5_0 yet
   kx::GemvShape q8_0 = shape(96, {4}, false, false, {GgmlType::Q8_0});
   q8_0.q8_input = true;
   EXPECT_THROW(kx::gemv_kernel(q8_0), ptx::Error);                         // and an n_in not a multiple of 256

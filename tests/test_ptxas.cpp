@@ -120,9 +120,14 @@ TEST(Ptxas, GemvKernelsAssembleWithoutSpills) {
   shapes.push_back(typed(2048, {{GgmlType::Q6_K, 640}}, false, true));
   shapes.push_back(typed(576, {{GgmlType::Q4_1, 576}, {GgmlType::Q4_1, 192}, {GgmlType::Q8_0, 192}}, true, false));
   shapes.push_back(typed(576, {{GgmlType::Q4_0, 1536}}, true, false));
-  // The 8-bit-input (dp4a) Q4_K kernels at Llama-3-8B's QKV, gate/up and down.
+  // The 8-bit-input (dp4a) kernels at Llama-3-8B Q4_K_M's QKV (Q4_K, and
+  // with a Q6_K V), gate/up, down (Q4_K and Q6_K) and LM head.
   for (kx::GemvShape s : {shape(4096, {4096, 1024, 1024}, true, false), shape(4096, {14336, 14336}, true, false),
-                          shape(14336, {4096}, false, true)}) {
+                          shape(14336, {4096}, false, true),
+                          typed(4096, {{GgmlType::Q4_K, 4096}, {GgmlType::Q4_K, 1024}, {GgmlType::Q6_K, 1024}}, true,
+                                false),
+                          typed(14336, {{GgmlType::Q6_K, 4096}}, false, true),
+                          typed(4096, {{GgmlType::Q6_K, 128256}}, true, false)}) {
     s.q8_input = true;
     shapes.push_back(s);
   }

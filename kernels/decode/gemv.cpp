@@ -322,19 +322,30 @@ Reg q4k_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane,
 // ---- The 8-bit input (GemvShape::q8_input).
 //
 // Shared memory holds the input quantized by the CPU quantized path's rule
-// (quantize_block256): n_in int8 quants, then per 256-block a kQ8Record-byte
-// record: f32 d, 4 bytes of padding, eight s32 sums of the 32-element
-// sub-blocks (bsums pairs, which the Q4_K mins multiply). Within a block the
-// quants are in element order by 64-element parts, but each part's four
-// 16-byte chunks are rotated: chunk c of part j of block A sits at
-// 64j + 16·((c + rot) mod 4), rot = j / 2 + 2·(A mod 2). The Q4_K row dot's
-// lanes read chunk c of part j of blocks A and A + 1 eight at a time; the
-// rotation puts those eight on eight distinct groups of 4 banks (one
-// wavefront per 8 lanes, the ideal), where element order would put four
-// lanes on each group.
-constexpr uint32_t kQ8Record = 40;
+// (quantize_block256), in arrays over the nb = n_in / 256 blocks: the n_in
+// int8 quants; each block's f32 d; its eight s32 sums of 32-element
+// sub-blocks (which the Q4_K mins multiply); its sixteen s32 sums of 16
+// elements (the CPU's bsums, which Q6_K's -32 offset multiplies). Arrays, not
+// a record per block: the lanes of consecutive blocks then read consecutive
+// sums, free of bank conflicts. Within a block the quants are in element
+// order by 64-element parts, but each part's four 16-byte chunks are
+// rotated: chunk c of part j of block A sits at 64j + 16·((c + rot) mod 4),
+// rot = j / 2 + 2·(A mod 2). The row dots' lanes read chunk c of part j of
+// blocks A and A + 1 eight at a time; the rotation puts those eight on eight
+// distinct groups of 4 banks (one wavefront per 8 lanes, the ideal), where
+// element order would put four lanes on each group.
+struct Q8Layout {
+  uint32_t d = 0, sum32 = 0, sum16 = 0, bytes = 0;   // byte offsets of the arrays; the total
+  explicit Q8Layout(uint32_t n_in) {
+    const uint32_t nb = n_in / 256;
+    d = n_in;
+    sum32 = d + (4 * nb + 15) / 16 * 16;
+    sum16 = sum32 + 32 * nb;
+    bytes = sum16 + 64 * nb;
+  }
+};
 
-uint32_t q8_shared_bytes(uint32_t n_in) { return n_in + n_in / 256 * kQ8Record; }
+uint32_t q8_shared_bytes(uint32_t n_in) { return Q8Layout(n_in).bytes; }
 
 // One warp per 256-block: lane l quantizes elements 8l .. 8l + 7 (x times
 // the norm weight, whose squares it adds to ss) and stores them as two words
@@ -348,7 +359,10 @@ void stage_q8_input(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm
   const Reg base_rot = k.add(c, k.shr(j, 1u));
   const Reg part_off = k.add(k.shl(j, 6u), k.shl(k.and_(lane, 1u), 3u));
   const Reg sub_lane = k.setp(Cmp::eq, k.and_(lane, 3u), 0u), lane0 = k.setp(Cmp::eq, lane, 0u);
-  const Reg sub_off = k.add(k.shl(k.shr(lane, 2u), 2u), 8u);   // record offset of sub-block lane / 4's sum
+  const Reg pair_lane = k.setp(Cmp::eq, k.and_(lane, 1u), 0u);
+  const Q8Layout q8(s.n_in);
+  const Reg sub_off = k.add(k.shl(k.shr(lane, 2u), 2u), q8.sum32);    // sub-block lane / 4's sum
+  const Reg group_off = k.add(k.shl(k.shr(lane, 1u), 2u), q8.sum16);  // 16-group lane / 2's sum
   Reg qb = k.reg(Type::u32);
   k.for_range(qb, warp, s.n_in / 256, warps, [&] {
     Reg off = k.mul_wide(k.mad_lo(qb, 256u, k.shl(lane, 3u)), 4u);
@@ -391,10 +405,10 @@ void stage_q8_input(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm
     Reg dst = k.add(k.mad_lo(qb, 256u, xq), k.add(part_off, k.shl(rot, 4u)));
     k.st(Space::shared, at(dst), words);
     sum = k.add(sum, k.shfl_bfly(sum, 1u));
+    k.when(pair_lane, [&] { k.st_shared(at(k.add(k.mad_lo(qb, 64u, xq), group_off)), sum); });
     sum = k.add(sum, k.shfl_bfly(sum, 2u));
-    Reg rec = k.add(k.mad_lo(qb, kQ8Record, xq), s.n_in);
-    k.when(sub_lane, [&] { k.st_shared(at(k.add(rec, sub_off)), sum); });
-    k.when(lane0, [&] { k.st_shared(at(rec), d); });
+    k.when(sub_lane, [&] { k.st_shared(at(k.add(k.mad_lo(qb, 32u, xq), sub_off)), sum); });
+    k.when(lane0, [&] { k.st_shared(at(k.mad_lo(qb, 4u, xq), q8.d), d); });
   });
 }
 
@@ -422,7 +436,8 @@ Reg q4k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& la
   Reg rot = k.and_(k.add(k.shr(j, 1u), k.shl(k.and_(first, 1u), 1u)), 3u);
   std::vector<Reg> chunk_off;
   for (uint32_t c = 0; c < 4; ++c) chunk_off.push_back(k.add(k.shl(j, 6u), k.shl(k.and_(k.add(rot, c), 3u), 4u)));
-  Reg sums_off = k.add(k.shl(j, 3u), n_in + 8);
+  const Q8Layout q8(n_in);
+  Reg sums_off = k.add(k.shl(j, 3u), q8.sum32);
   Reg acc = k.mov(Type::f32, 0.0f);
   Reg b = k.reg(Type::u32);
   k.for_range(b, first, nb, 8 * unroll, [&] {
@@ -445,9 +460,8 @@ Reg q4k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& la
         std::vector<Reg> v = ld_vec(k, Space::shared, Type::s32, 4, k.add(xa, chunk_off[c]));
         x.insert(x.end(), v.begin(), v.end());
       }
-      Reg rec = k.mad_lo(bu[u], kQ8Record, xq);
-      Reg dx = k.ld_shared(Type::f32, at(rec, n_in));
-      std::vector<Reg> sums = ld_vec(k, Space::shared, Type::s32, 2, k.add(rec, sums_off));
+      Reg dx = k.ld_shared(Type::f32, at(k.mad_lo(bu[u], 4u, xq), q8.d));
+      std::vector<Reg> sums = ld_vec(k, Space::shared, Type::s32, 2, k.add(k.mad_lo(bu[u], 32u, xq), sums_off));
       Reg il = k.mov(Type::s32, 0), ih = k.mov(Type::s32, 0);
       for (uint32_t w = 0; w < 8; ++w) {
         k.dp4a(il, k.and_(q[u][w], 0x0f0f0f0fu), x[w], il);
@@ -467,6 +481,92 @@ Reg q4k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& la
       Reg dd = k.mul(half_to_f32(k, h[u][0], 0), dx), dm = k.mul(half_to_f32(k, h[u][0], 16), dx);
       Reg t = k.sub(k.mul(dd, k.cvt(Type::f32, isum)), k.mul(dm, k.cvt(Type::f32, imin)));
       k.add(acc, acc, k.selp(t, 0.0f, valid[u], Type::f32));
+    }
+  });
+  return acc;
+}
+
+// The per-warp dot product of one Q6_K row with the 8-bit input, on the same
+// lane map as q4k_row_dot_q8: lane l takes part j = l % 4 (elements 64j ..
+// 64j + 63, half h = j / 2 of the block, k = j % 2) of blocks l / 4 + 8i.
+// Its elements are q1, q2 (k = 0) or q3, q4 (k = 1) of ql bytes 64h .. + 63
+// (nibble k) and qh bytes 32h .. + 31 (bits 4k, 4k + 2), the 16-element
+// groups 4j .. 4j + 3 with int8 scales scales[4j .. 4j + 3] (one word).
+// Per group: dp4a sums, minus 32 times the group's input sum, times its
+// scale; then d·dx in f32 per block, as the CPU's dot_q6_k. Loads as in
+// q4k_row_dot_q8: up to kQ4kUnroll steps of 8 blocks issue together.
+Reg q6k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq, uint32_t n_in) {
+  const uint32_t nb = l.blocks, unroll = std::min(kQ4kUnroll, ceil_div(nb, 8));
+  Reg j = k.and_(lane, 3u), first = k.shr(lane, 2u);
+  Reg nib = k.shl(k.and_(j, 1u), 2u);         // 4k: the nibble of ql, the first qh bit pair
+  Reg nib2 = k.add(nib, 2u);                  // the second qh bit pair
+  Reg half = k.shr(j, 1u);
+  Reg ql_off = k.cvt(Type::u64, k.shl(half, 6u));
+  Reg qh_off = k.cvt(Type::u64, k.add(k.shl(half, 5u), l.planes[1].offset));
+  Reg sc_off = k.cvt(Type::u64, k.add(k.shl(j, 2u), l.planes[2].offset));
+  Reg rot = k.and_(k.add(k.shr(j, 1u), k.shl(k.and_(first, 1u), 1u)), 3u);
+  std::vector<Reg> chunk_off;
+  for (uint32_t c = 0; c < 4; ++c) chunk_off.push_back(k.add(k.shl(j, 6u), k.shl(k.and_(k.add(rot, c), 3u), 4u)));
+  const Q8Layout q8(n_in);
+  Reg gsum_off = k.add(k.shl(j, 4u), q8.sum16);
+  MemOpt nc;
+  nc.nc = true;
+  Reg acc = k.mov(Type::f32, 0.0f);
+  Reg b = k.reg(Type::u32);
+  k.for_range(b, first, nb, 8 * unroll, [&] {
+    std::vector<Reg> bu, valid, sc, dbits;
+    std::vector<std::vector<Reg>> ql, qh;
+    for (uint32_t u = 0; u < unroll; ++u) {
+      Reg bi = k.add(b, 8 * u);
+      valid.push_back(k.setp(Cmp::lt, bi, nb));
+      bu.push_back(k.min(bi, nb - 1));
+      Reg qa = k.add(k.add(wrow, k.mul_wide(bu[u], 128u)), ql_off);
+      std::vector<Reg> v;
+      for (uint32_t c = 0; c < 4; ++c) {
+        std::vector<Reg> w = ld_v4_nc(k, Type::u32, qa, 16 * c);
+        v.insert(v.end(), w.begin(), w.end());
+      }
+      ql.push_back(v);
+      Reg ha = k.add(k.add(wrow, k.mul_wide(bu[u], 64u)), qh_off);
+      std::vector<Reg> hv = ld_v4_nc(k, Type::u32, ha), hv2 = ld_v4_nc(k, Type::u32, ha, 16);
+      hv.insert(hv.end(), hv2.begin(), hv2.end());
+      qh.push_back(hv);
+      Reg s32 = k.reg(Type::u32);
+      k.ld(Space::global, s32, at(k.add(k.add(wrow, k.mul_wide(bu[u], 16u)), sc_off)), nc);
+      sc.push_back(s32);
+      Reg db = k.reg(Type::u16);
+      k.ld(Space::global, db, at(k.add(wrow, k.cvt(Type::u64, k.mad_lo(bu[u], 2u, l.planes[3].offset)))), nc);
+      dbits.push_back(db);
+    }
+    for (uint32_t u = 0; u < unroll; ++u) {
+      Reg xa = k.mad_lo(bu[u], 256u, xq);
+      std::vector<Reg> x;   // 64 int8 inputs: elements 64j .. 64j + 63
+      for (uint32_t c = 0; c < 4; ++c) {
+        std::vector<Reg> v = ld_vec(k, Space::shared, Type::s32, 4, k.add(xa, chunk_off[c]));
+        x.insert(x.end(), v.begin(), v.end());
+      }
+      Reg dx = k.ld_shared(Type::f32, at(k.mad_lo(bu[u], 4u, xq), q8.d));
+      std::vector<Reg> gsum = ld_vec(k, Space::shared, Type::s32, 4, k.add(k.mad_lo(bu[u], 64u, xq), gsum_off));
+      Reg isum = k.mov(Type::s32, 0);
+      for (uint32_t g = 0; g < 4; ++g) {   // elements 16g .. 16g + 15 of the part: 4 words
+        Reg gs = k.mov(Type::s32, 0);
+        for (uint32_t w = 4 * g; w < 4 * g + 4; ++w) {
+          // Word w of the part: ql word w (the first 32 elements) or w - 8 + 8
+          // (ql bytes 32 .. 63 for the next 32); qh word w % 8, bit pair 4k
+          // for the first 32 elements, 4k + 2 for the next.
+          const Reg& lo = ql[u][w];
+          const Reg& hi = qh[u][w % 8];
+          Reg q = k.and_(k.shr(lo, nib), 0x0f0f0f0fu);
+          Reg top = k.and_(k.shl(k.shr(hi, w < 8 ? nib : nib2), 4u), 0x30303030u);
+          k.dp4a(gs, k.or_(q, top), x[w], gs);
+        }
+        Reg scale = k.bfe(k.bitcast(Type::s32, sc[u]), 8 * g, 8u);   // signed
+        Reg centered = k.reg(Type::s32);
+        k.mad_lo(centered, gsum[g], -32, gs);
+        k.mad_lo(isum, scale, centered, isum);
+      }
+      Reg dd = k.mul(k.cvt(Type::f32, k.bitcast(Type::f16, dbits[u])), dx);
+      k.add(acc, acc, k.selp(k.mul(dd, k.cvt(Type::f32, isum)), 0.0f, valid[u], Type::f32));
     }
   });
   return acc;
@@ -493,7 +593,7 @@ Reg glu_activation(Kernel& k, const Reg& g, Glu kind) {
 
 }  // namespace
 
-bool gemv_supports_q8_input(GgmlType t) { return t == GgmlType::Q4_K; }
+bool gemv_supports_q8_input(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
 
 bool gemv_supports(GgmlType t) {
   return t == GgmlType::Q4_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0 || t == GgmlType::Q4_0 ||
@@ -553,8 +653,9 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
   Emit emit(in, kernel_name(s).c_str(), t, params, g);
   Kernel& k = emit.k();
   // ptxas left alone caps a 512-thread kernel near 40 registers and spills
-  // the 8-bit input's unrolled loads; two blocks per SM give it 64.
-  if (s.q8_input && !in) k.set_minnctapersm(2);
+  // the 8-bit input's unrolled loads (Q6_K's two steps hold 52 words); one
+  // block per SM, all a one-wave grid uses, gives it up to 128.
+  if (s.q8_input && !in) k.set_minnctapersm(1);
   Symbol dyn = k.dynamic_shared("xs", 16);
   Symbol scratch = k.shared_array("red", Type::f32, plan.warps);
 
@@ -620,7 +721,9 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
     const GemvSegment& seg = s.segments[si];
     const RowLayout layout = row_layout(seg.type, s.n_in);
     Reg wrow = k.add(k.param(indexed("w", si)), k.mul_wide(local, layout.row_bytes));
-    if (s.q8_input) return q4k_row_dot_q8(k, layout, wrow, lane, xs, s.n_in);   // check_shape: Q4_K only
+    if (s.q8_input)   // check_shape: Q4_K or Q6_K
+      return seg.type == GgmlType::Q4_K ? q4k_row_dot_q8(k, layout, wrow, lane, xs, s.n_in)
+                                        : q6k_row_dot_q8(k, layout, wrow, lane, xs, s.n_in);
     return seg.type == GgmlType::Q4_K   ? q4k_row_dot(k, layout, wrow, lane, xs, xsum8)
            : seg.type == GgmlType::Q6_K ? q6k_row_dot(k, layout, wrow, lane, xs, xsum8)
            : seg.type == GgmlType::Q8_0 ? q8_0_row_dot(k, layout, wrow, lane, xs)

@@ -54,8 +54,8 @@ struct GemvShape {
   // Quantize the (normalised) input to 8-bit blocks of 256 by the CPU
   // quantized path's rule (engine/cpu/qdot.h, Block256: d = amax / 127,
   // q = round-to-nearest-even(127 / amax · x), block sums) and multiply the
-  // packed weights with dp4a: no per-weight conversion. Q4_K segments only
-  // so far (gemv_supports_q8_input).
+  // packed weights with dp4a: no per-weight conversion. Q4_K and Q6_K
+  // segments so far (gemv_supports_q8_input).
   bool q8_input = false;
 };
 

@@ -10,6 +10,9 @@ and --max-insts-per-byte pass on one kernel and fail on the other; bad input
 gives exit 2 with one clear line. Then the real gemma-3-270m: every GEMV
 kernel `ptxlm ptx` writes has a hot loop that loads global memory; the
 figures are printed, not asserted (the kernels are about to be rebuilt).
+Last, the rebuilt 8-bit-input Q4_K GEMV on a tiny synthetic llama passes
+the per-block-conversion and instructions-per-byte gates, and today's f32
+Q4_K kernels of the same model fail them (q8_gate).
 
 nvdisasm comes from requirements.txt (nvidia-cuda-nvdisasm); a venv without
 it fails this test.
@@ -27,6 +30,7 @@ from checks import check, finish  # noqa: E402
 SRC = Path(os.environ.get("PTXLM_SOURCE_DIR", "."))
 PTXLM = os.environ.get("PTXLM_BIN", "build/tools/ptxlm/ptxlm")
 MODELS = Path(os.environ.get("PTXLM_MODELS_DIR", SRC / "models"))
+BINARY_DIR = os.environ.get("PTXLM_BINARY_DIR", str(SRC / "build"))
 SASS = SRC / "bench" / "sass.py"
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90")
 
@@ -238,6 +242,37 @@ def gemma(tmp):
               f"{c['conversions']:4} {c['fp32']:5} {c['shared_loads']:4} {c['bitops']:7}")
 
 
+def q8_gate(tmp):
+    """The 8-bit-input Q4_K GEMV (PTXLM_GPU_Q8_INPUT=1 on a tiny synthetic
+    llama, Q4_K_M, every input width a multiple of 256): its weight loops
+    convert once per block, not per weight, and issue at most 0.075
+    instructions per byte as the lanes load them (the four lanes of a block
+    each load its 16-byte header, so 0.1 per distinct weight byte: issue 20's
+    target). Negative control: today's f32-input Q4_K kernels of the same
+    model fail both gates."""
+    model = Path(tmp) / "tiny-llama.gguf"
+    p = subprocess.run([str(Path(BINARY_DIR) / "models" / "synth" / "ptxlm-synth"), "--arch", "llama", "--size", "tiny",
+                        "--out", str(model)], capture_output=True, text=True)
+    if not check(p.returncode == 0, f"ptxlm-synth: {p.stderr}"):
+        return
+    gate = ["--max-conversions-per-byte", "0.004", "--max-insts-per-byte", "0.075"]
+    env = dict(os.environ, PTXLM_GPU_Q8_INPUT="1")
+    q = subprocess.run([sys.executable, str(SASS), "-m", str(model), "--kernel", "_q8_", "--json", *gate],
+                       capture_output=True, text=True, timeout=300, env=env)
+    ks = json.loads(q.stdout)["kernels"] if q.stdout else []
+    check(q.returncode == 0 and len(ks) >= 2, f"8-bit-input GEMVs pass the gates: exit {q.returncode} "
+          f"{[k['name'] for k in ks]} {q.stderr.strip()[:400]}")
+    for k in ks:
+        lp = hot(k)
+        if check(lp is not None, f"{k['name']}: a hot loop"):
+            print(f"{k['name']:56} {lp['insts']:5} {lp['global_load_bytes']:6} {lp['insts_per_global_byte']:8.4f} "
+                  f"{lp['classes']['conversions']:4} idp {lp['classes']['idp']}")
+    old = sass("-m", str(model), "--kernel", "^gemv.*q4_k", *gate)
+    check(old.returncode == 1 and old.stderr.count("(--max-conversions-per-byte)") >= 1
+          and old.stderr.count("(--max-insts-per-byte)") >= 1,
+          f"today's f32-input Q4_K GEMVs fail both gates: exit {old.returncode} {old.stderr.strip()[:400]}")
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="check-sass-") as tmp:
         ptx = str(Path(tmp) / "known.ptx")
@@ -250,6 +285,7 @@ def main():
         gates(ptx, ks)
         errors(ptx, tmp)
         gemma(tmp)
+        q8_gate(tmp)
     return finish()
 
 
