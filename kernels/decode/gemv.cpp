@@ -412,10 +412,39 @@ void stage_q8_input(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm
   });
 }
 
-// Steps of q4k_row_dot_q8 whose loads issue before the first is used: its
+// The lane map both 8-bit-input row dots share: lane l takes part j = l % 4
+// (elements 64j .. 64j + 63) of blocks l / 4 + 8i, whose parity is that of
+// l / 4; chunk c of the part sits at 64j + 16·((c + rot) mod 4).
+struct Q8Lanes {
+  Reg j, first;
+  std::vector<Reg> chunk_off;
+  Q8Lanes(Kernel& k, const Reg& lane) : j(k.and_(lane, 3u)), first(k.shr(lane, 2u)) {
+    Reg rot = k.and_(k.add(k.shr(j, 1u), k.shl(k.and_(first, 1u), 1u)), 3u);
+    for (uint32_t c = 0; c < 4; ++c) chunk_off.push_back(k.add(k.shl(j, 6u), k.shl(k.and_(k.add(rot, c), 3u), 4u)));
+  }
+  // The part's 64 int8 inputs of block bu as 16 words, in element order, and the block's d.
+  std::pair<std::vector<Reg>, Reg> input(Kernel& k, const Reg& xq, const Q8Layout& q8, const Reg& bu) const {
+    Reg xa = k.mad_lo(bu, 256u, xq);
+    std::vector<Reg> x;
+    for (uint32_t c = 0; c < 4; ++c) {
+      std::vector<Reg> v = ld_vec(k, Space::shared, Type::s32, 4, k.add(xa, chunk_off[c]));
+      x.insert(x.end(), v.begin(), v.end());
+    }
+    return {x, k.ld_shared(Type::f32, at(k.mad_lo(bu, 4u, xq), q8.d))};
+  }
+};
+
+// Step u of a row loop at block b: the block it reads (the row's last when
+// b + 8u is past the end, which then adds nothing) and whether it counts.
+std::pair<Reg, Reg> q8_step(Kernel& k, const Reg& b, uint32_t u, uint32_t nb) {
+  Reg bi = k.add(b, 8 * u);
+  return {k.min(bi, nb - 1), k.setp(Cmp::lt, bi, nb)};
+}
+
+// Steps of the 8-bit-input row dots whose loads issue before the first is used: its
 // lanes cover 8 blocks per step; at most this many steps, fewer when a row
 // has fewer blocks.
-constexpr uint32_t kQ4kUnroll = 2;
+constexpr uint32_t kQ8Unroll = 2;
 
 // The per-warp dot product of one Q4_K row with the 8-bit input (see
 // stage_q8_input). Lane l takes part j = l % 4 of blocks l / 4 + 8i: quant
@@ -423,30 +452,26 @@ constexpr uint32_t kQ4kUnroll = 2;
 // + 31) and high nibbles sub-block 2j + 1 (the next 32). Per block: four
 // dp4a sums of 8 per sub-block, times the 6-bit scales, minus the mins times
 // the sub-block sums; then d·dx·Σ − dmin·dx·Σm in f32, as the CPU's dot_q4_k
-// per block. Up to kQ4kUnroll steps' loads issue together; a step past the
+// per block. Up to kQ8Unroll steps' loads issue together; a step past the
 // row's end loads the last block again and adds nothing.
 Reg q4k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq, uint32_t n_in) {
-  const uint32_t nb = l.blocks, unroll = std::min(kQ4kUnroll, ceil_div(nb, 8));
-  Reg j = k.and_(lane, 3u), first = k.shr(lane, 2u);
+  const uint32_t nb = l.blocks, unroll = std::min(kQ8Unroll, ceil_div(nb, 8));
+  const Q8Lanes lanes(k, lane);
+  const Reg& j = lanes.j;
   Reg big = k.setp(Cmp::ge, j, 2u);
   Reg shift = k.shl(k.and_(j, 1u), 4u), shift_hi = k.add(shift, 8u);
   Reg qoff = k.cvt(Type::u64, k.shl(j, 5u));
-  // Chunk c of this lane's part sits at 64j + 16·((c + rot) mod 4); the
-  // lane's blocks all have the parity of l / 4.
-  Reg rot = k.and_(k.add(k.shr(j, 1u), k.shl(k.and_(first, 1u), 1u)), 3u);
-  std::vector<Reg> chunk_off;
-  for (uint32_t c = 0; c < 4; ++c) chunk_off.push_back(k.add(k.shl(j, 6u), k.shl(k.and_(k.add(rot, c), 3u), 4u)));
   const Q8Layout q8(n_in);
   Reg sums_off = k.add(k.shl(j, 3u), q8.sum32);
   Reg acc = k.mov(Type::f32, 0.0f);
   Reg b = k.reg(Type::u32);
-  k.for_range(b, first, nb, 8 * unroll, [&] {
+  k.for_range(b, lanes.first, nb, 8 * unroll, [&] {
     std::vector<Reg> bu, valid;
     std::vector<std::vector<Reg>> q, h;
     for (uint32_t u = 0; u < unroll; ++u) {
-      Reg bi = k.add(b, 8 * u);
-      valid.push_back(k.setp(Cmp::lt, bi, nb));
-      bu.push_back(k.min(bi, nb - 1));
+      const auto [block, counts] = q8_step(k, b, u, nb);
+      bu.push_back(block);
+      valid.push_back(counts);
       Reg qa = k.add(k.add(wrow, k.mul_wide(bu[u], 128u)), qoff);
       std::vector<Reg> qv = ld_v4_nc(k, Type::u32, qa), qv2 = ld_v4_nc(k, Type::u32, qa, 16);
       qv.insert(qv.end(), qv2.begin(), qv2.end());
@@ -454,13 +479,7 @@ Reg q4k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& la
       h.push_back(ld_v4_nc(k, Type::u32, k.add(wrow, k.cvt(Type::u64, k.mad_lo(bu[u], 16u, l.planes[1].offset)))));
     }
     for (uint32_t u = 0; u < unroll; ++u) {
-      Reg xa = k.mad_lo(bu[u], 256u, xq);
-      std::vector<Reg> x;   // 64 int8 inputs: elements 64j .. 64j + 63
-      for (uint32_t c = 0; c < 4; ++c) {
-        std::vector<Reg> v = ld_vec(k, Space::shared, Type::s32, 4, k.add(xa, chunk_off[c]));
-        x.insert(x.end(), v.begin(), v.end());
-      }
-      Reg dx = k.ld_shared(Type::f32, at(k.mad_lo(bu[u], 4u, xq), q8.d));
+      const auto [x, dx] = lanes.input(k, xq, q8, bu[u]);
       std::vector<Reg> sums = ld_vec(k, Space::shared, Type::s32, 2, k.add(k.mad_lo(bu[u], 32u, xq), sums_off));
       Reg il = k.mov(Type::s32, 0), ih = k.mov(Type::s32, 0);
       for (uint32_t w = 0; w < 8; ++w) {
@@ -494,32 +513,30 @@ Reg q4k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& la
 // groups 4j .. 4j + 3 with int8 scales scales[4j .. 4j + 3] (one word).
 // Per group: dp4a sums, minus 32 times the group's input sum, times its
 // scale; then d·dx in f32 per block, as the CPU's dot_q6_k. Loads as in
-// q4k_row_dot_q8: up to kQ4kUnroll steps of 8 blocks issue together.
+// q4k_row_dot_q8: up to kQ8Unroll steps of 8 blocks issue together.
 Reg q6k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq, uint32_t n_in) {
-  const uint32_t nb = l.blocks, unroll = std::min(kQ4kUnroll, ceil_div(nb, 8));
-  Reg j = k.and_(lane, 3u), first = k.shr(lane, 2u);
+  const uint32_t nb = l.blocks, unroll = std::min(kQ8Unroll, ceil_div(nb, 8));
+  const Q8Lanes lanes(k, lane);
+  const Reg& j = lanes.j;
   Reg nib = k.shl(k.and_(j, 1u), 2u);         // 4k: the nibble of ql, the first qh bit pair
   Reg nib2 = k.add(nib, 2u);                  // the second qh bit pair
   Reg half = k.shr(j, 1u);
   Reg ql_off = k.cvt(Type::u64, k.shl(half, 6u));
   Reg qh_off = k.cvt(Type::u64, k.add(k.shl(half, 5u), l.planes[1].offset));
   Reg sc_off = k.cvt(Type::u64, k.add(k.shl(j, 2u), l.planes[2].offset));
-  Reg rot = k.and_(k.add(k.shr(j, 1u), k.shl(k.and_(first, 1u), 1u)), 3u);
-  std::vector<Reg> chunk_off;
-  for (uint32_t c = 0; c < 4; ++c) chunk_off.push_back(k.add(k.shl(j, 6u), k.shl(k.and_(k.add(rot, c), 3u), 4u)));
   const Q8Layout q8(n_in);
   Reg gsum_off = k.add(k.shl(j, 4u), q8.sum16);
   MemOpt nc;
   nc.nc = true;
   Reg acc = k.mov(Type::f32, 0.0f);
   Reg b = k.reg(Type::u32);
-  k.for_range(b, first, nb, 8 * unroll, [&] {
+  k.for_range(b, lanes.first, nb, 8 * unroll, [&] {
     std::vector<Reg> bu, valid, sc, dbits;
     std::vector<std::vector<Reg>> ql, qh;
     for (uint32_t u = 0; u < unroll; ++u) {
-      Reg bi = k.add(b, 8 * u);
-      valid.push_back(k.setp(Cmp::lt, bi, nb));
-      bu.push_back(k.min(bi, nb - 1));
+      const auto [block, counts] = q8_step(k, b, u, nb);
+      bu.push_back(block);
+      valid.push_back(counts);
       Reg qa = k.add(k.add(wrow, k.mul_wide(bu[u], 128u)), ql_off);
       std::vector<Reg> v;
       for (uint32_t c = 0; c < 4; ++c) {
@@ -539,13 +556,7 @@ Reg q6k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& la
       dbits.push_back(db);
     }
     for (uint32_t u = 0; u < unroll; ++u) {
-      Reg xa = k.mad_lo(bu[u], 256u, xq);
-      std::vector<Reg> x;   // 64 int8 inputs: elements 64j .. 64j + 63
-      for (uint32_t c = 0; c < 4; ++c) {
-        std::vector<Reg> v = ld_vec(k, Space::shared, Type::s32, 4, k.add(xa, chunk_off[c]));
-        x.insert(x.end(), v.begin(), v.end());
-      }
-      Reg dx = k.ld_shared(Type::f32, at(k.mad_lo(bu[u], 4u, xq), q8.d));
+      const auto [x, dx] = lanes.input(k, xq, q8, bu[u]);
       std::vector<Reg> gsum = ld_vec(k, Space::shared, Type::s32, 4, k.add(k.mad_lo(bu[u], 64u, xq), gsum_off));
       Reg isum = k.mov(Type::s32, 0);
       for (uint32_t g = 0; g < 4; ++g) {   // elements 16g .. 16g + 15 of the part: 4 words
