@@ -298,7 +298,8 @@ TEST_F(GemvOnEmu, EightBitInputEqualsTheCpuQuantizedPath) {
       {{GgmlType::Q4_K, GgmlType::Q6_K}, {1024, 4352}},
       {{GgmlType::Q8_0, GgmlType::Q8_0}, {576, 4352}},
       {{GgmlType::Q4_0, GgmlType::Q4_1}, {576, 640}},
-      {{GgmlType::Q5_0, GgmlType::Q8_0}, {640, 4352}}};
+      {{GgmlType::Q5_0, GgmlType::Q8_0}, {640, 4352}},
+      {{GgmlType::Q4_1, GgmlType::Q8_0}, {576, 1536}}};
   for (const auto& [types, widths] : mixes)
   for (bool norm : {false, true}) {
     for (uint32_t n_in : widths) {
