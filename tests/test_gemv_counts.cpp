@@ -120,4 +120,19 @@ TEST(GemvCounts, EightBitInputIsFreeOfBankConflicts) {
   }
 }
 
+// The 32-element types at gemma-3-270m's and SmolLM2's widths (1056 rows).
+TEST(GemvCounts, EightBitInputOfBlocksOf32IsFreeOfBankConflicts) {
+  for (const auto& [t, n_in] : {std::pair{GgmlType::Q8_0, 576u}, std::pair{GgmlType::Q4_1, 576u},
+                                std::pair{GgmlType::Q5_0, 640u}, std::pair{GgmlType::Q4_0, 2048u}}) {
+    const Counted q8 = count(shape(n_in, t, 1056, true, true));
+    const Counted f32 = count(shape(n_in, t, 1056, true, false));
+    std::printf("[gemv counts] %s n_in %u: shared wavefronts / ideal %.3f (f32 input %.3f); dp4a %llu\n",
+                gguf::type_traits(t).name, n_in, q8.stats.shared_wavefront_ratio(), f32.stats.shared_wavefront_ratio(),
+                (unsigned long long)q8.stats.by_class[size_t(emu::InstClass::Dp4a)]);
+    EXPECT_LE(q8.stats.shared_wavefront_ratio(), 1.1) << gguf::type_traits(t).name << " " << n_in;
+    EXPECT_GT(q8.stats.by_class[size_t(emu::InstClass::Dp4a)], 0u);
+    EXPECT_GT(f32.stats.shared_wavefront_ratio(), 1.5) << "negative control: today's kernel conflicts";
+  }
+}
+
 }  // namespace

@@ -278,7 +278,7 @@ TEST_F(GemvOnEmu, NegativeControlMissingNorm) {
       << "a GEMV without its norm passed the comparison";
 }
 
-// The 8-bit input (GemvShape::q8_input; Q4_K, Q6_K and the two in one launch)
+// The 8-bit input (GemvShape::q8_input; every type, and two in one launch)
 // against the CPU quantized path:
 // cpu::quantize_input of the same f32 vector and cpu::qdot (scalar) per row.
 // The quants and every integer sum are the same; the per-block f32 terms are
@@ -289,11 +289,20 @@ TEST_F(GemvOnEmu, NegativeControlMissingNorm) {
 // Negative control: the f32 reference is further off on most rows (the
 // kernel does round its input to 8 bits).
 TEST_F(GemvOnEmu, EightBitInputEqualsTheCpuQuantizedPath) {
-  const std::vector<std::vector<GgmlType>> mixes = {
-      {GgmlType::Q4_K, GgmlType::Q4_K}, {GgmlType::Q6_K, GgmlType::Q6_K}, {GgmlType::Q4_K, GgmlType::Q6_K}};
-  for (const std::vector<GgmlType>& types : mixes)
+  // K-types at 4 blocks per row and 17 (a partial unrolled step); the
+  // 32-element types at SmolLM2's and gemma-3-270m's widths (a partial last
+  // 256 to quantize) and 4352 (136 blocks: a partial step).
+  const std::vector<std::pair<std::vector<GgmlType>, std::vector<uint32_t>>> mixes = {
+      {{GgmlType::Q4_K, GgmlType::Q4_K}, {1024, 4352}},
+      {{GgmlType::Q6_K, GgmlType::Q6_K}, {1024, 4352}},
+      {{GgmlType::Q4_K, GgmlType::Q6_K}, {1024, 4352}},
+      {{GgmlType::Q8_0, GgmlType::Q8_0}, {576, 4352}},
+      {{GgmlType::Q4_0, GgmlType::Q4_1}, {576, 640}},
+      {{GgmlType::Q5_0, GgmlType::Q8_0}, {640, 4352}},
+      {{GgmlType::Q4_1, GgmlType::Q8_0}, {576, 1536}}};
+  for (const auto& [types, widths] : mixes)
   for (bool norm : {false, true}) {
-    for (uint32_t n_in : {1024u, 4352u}) {   // 4 blocks per row; 17 (a partial unrolled step)
+    for (uint32_t n_in : widths) {
       kx::GemvShape s = shape(n_in, {40, 24}, norm, !norm, types);
       s.q8_input = true;
       const Case c = make_case(s);
@@ -307,9 +316,11 @@ TEST_F(GemvOnEmu, EightBitInputEqualsTheCpuQuantizedPath) {
         for (uint32_t i = 0; i < n_in; ++i) v[i] = c.x[i] * c.norm_w[i];
       }
       cpu::QuantizedInput qi;
-      cpu::quantize_input(v.data(), n_in, GgmlType::Q4_K, qi);
+      cpu::quantize_input(v.data(), n_in, types[0], qi);
       std::vector<float> deq(n_in);   // the quantized input, for the terms' magnitude
-      for (uint32_t i = 0; i < n_in; ++i) deq[i] = qi.b256[i / 256].d * float(qi.b256[i / 256].qs[i % 256]);
+      for (uint32_t i = 0; i < n_in; ++i)
+        deq[i] = qi.b256.empty() ? qi.b32[i / 32].d * float(qi.b32[i / 32].qs[i % 32])
+                                 : qi.b256[i / 256].d * float(qi.b256[i / 256].qs[i % 256]);
       size_t bad = 0;
       double worst = 0;
       for (size_t si = 0; si < c.mats.size(); ++si) {
@@ -343,12 +354,16 @@ TEST(Gemv, RefusesShapesItCannotRun) {
   kx::GemvShape q2 = shape(512, {4}, false);
   q2.segments[0].type = GgmlType::Q2_K;
   EXPECT_THROW(kx::gemv_kernel(q2), ptx::Error);                           // not supported
-  kx::GemvShape q5 = shape(512, {4, 4}, false, false, {GgmlType::Q4_K, GgmlType::Q5_0});
-  q5.q8_input = true;
-  EXPECT_THROW(kx::gemv_kernel(q5), ptx::Error);                           // no dp4a kernel for Q5_0 yet
-  kx::GemvShape q8_0 = shape(96, {4}, false, false, {GgmlType::Q8_0});
-  q8_0.q8_input = true;
-  EXPECT_THROW(kx::gemv_kernel(q8_0), ptx::Error);                         // and an n_in not a multiple of 256
+  kx::GemvShape mixed = shape(512, {4, 4}, false, false, {GgmlType::Q4_K, GgmlType::Q5_0});
+  mixed.q8_input = true;
+  EXPECT_THROW(kx::gemv_kernel(mixed), ptx::Error);                        // blocks of 256 and of 32 at once
+  kx::GemvShape q6 = shape(640, {4}, false, false, {GgmlType::Q6_K});
+  q6.q8_input = true;
+  EXPECT_THROW(kx::gemv_kernel(q6), ptx::Error);                           // Q6_K needs a multiple of 256
+  kx::GemvShape q5_1 = shape(512, {4}, false, false, {GgmlType::Q8_0});
+  q5_1.q8_input = true;
+  q5_1.segments[0].type = GgmlType::Q5_1;
+  EXPECT_THROW(kx::gemv_kernel(q5_1), ptx::Error);                         // not on the GPU path
 }
 
 }  // namespace

@@ -127,7 +127,12 @@ TEST(Ptxas, GemvKernelsAssembleWithoutSpills) {
                           typed(4096, {{GgmlType::Q4_K, 4096}, {GgmlType::Q4_K, 1024}, {GgmlType::Q6_K, 1024}}, true,
                                 false),
                           typed(14336, {{GgmlType::Q6_K, 4096}}, false, true),
-                          typed(4096, {{GgmlType::Q6_K, 128256}}, true, false)}) {
+                          typed(4096, {{GgmlType::Q6_K, 128256}}, true, false),
+                          // gemma-3-270m's QKV and SmolLM2's QKV and LM head on the 32-element input
+                          typed(640, {{GgmlType::Q5_0, 1024}, {GgmlType::Q5_0, 256}, {GgmlType::Q8_0, 256}}, true, false),
+                          typed(576, {{GgmlType::Q4_1, 576}, {GgmlType::Q4_1, 192}, {GgmlType::Q8_0, 192}}, true, false),
+                          typed(576, {{GgmlType::Q4_0, 1536}}, true, false),
+                          typed(576, {{GgmlType::Q8_0, 49152}}, true, false)}) {
     s.q8_input = true;
     shapes.push_back(s);
   }

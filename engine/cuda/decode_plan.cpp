@@ -19,8 +19,8 @@ void check_weight(const Weight& w) {
 }
 
 // PTXLM_GPU_Q8_INPUT=1: an experiment while the GEMV rebuild is under way
-// (issue 20): ops whose every matrix has an 8-bit-input (dp4a) kernel
-// (gemv_supports_q8_input) quantize their input; the rest stay on f32. Off
+// (issue 20): ops whose matrices have 8-bit-input (dp4a) kernels
+// (gemv_q8_input_fits) quantize their input; the rest stay on f32. Off
 // by default: the GPU path is checked against the CPU reference, which these
 // ops no longer match within its tolerance (they match the CPU quantized
 // path); bench's counted mode names such kernels "_q8_".
@@ -36,8 +36,7 @@ kx::GemvShape gemv(uint32_t n_in, std::vector<kx::GemvSegment> segments, bool no
     s.norm = norm;
     s.eps = eps;
     s.accumulate = accumulate;
-    s.q8_input = q8_input_experiment() && n_in % 256 == 0;
-    for (const kx::GemvSegment& g : s.segments) s.q8_input = s.q8_input && kx::gemv_supports_q8_input(g.type);
+    s.q8_input = q8_input_experiment() && kx::gemv_q8_input_fits(s);
     return s;
 }
 

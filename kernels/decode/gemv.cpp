@@ -22,6 +22,11 @@ namespace {
 // the rows in this many blocks.
 constexpr uint32_t kTargetBlocks = 132;
 
+// The types whose 8-bit input comes in blocks of 256 (the rest: of 32).
+bool k_family(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
+// An 8-bit input in blocks of 256: the first segment's family decides.
+bool q8_blocks256(const GemvShape& s) { return !s.segments.empty() && k_family(s.segments[0].type); }
+
 // Rows the grid covers: every segment's, or a GLU's pairs.
 uint32_t total_rows(const GemvShape& s) {
   if (s.glu != Glu::None) return s.segments.at(0).rows;
@@ -38,7 +43,8 @@ void check_shape(const GemvShape& s) {
   if (s.glu != Glu::None && s.accumulate) throw Error("gemv: a GLU output does not accumulate");
   if (s.n_in == 0 || s.n_in % 32) throw Error("gemv: n_in " + std::to_string(s.n_in) + " is not a positive multiple of 32");
   if (uint64_t(s.n_in) * 4 > 200 * 1024) throw Error("gemv: n_in " + std::to_string(s.n_in) + " does not fit in shared memory");
-  if (s.q8_input && s.n_in % 256) throw Error("gemv: an 8-bit input needs n_in a multiple of 256");
+  if (s.q8_input && q8_blocks256(s) && s.n_in % 256)
+    throw Error("gemv: an 8-bit input for Q4_K or Q6_K needs n_in a multiple of 256");
   for (const GemvSegment& g : s.segments) {
     if (!gemv_supports(g.type))
       throw Error(std::string("gemv: weight type ") + gguf::type_traits(g.type).name + " is not supported yet");
@@ -46,6 +52,8 @@ void check_shape(const GemvShape& s) {
     if (s.q8_input && !gemv_supports_q8_input(g.type))
       throw Error(std::string("gemv: weight type ") + gguf::type_traits(g.type).name +
                   " has no 8-bit-input (dp4a) kernel yet");
+    if (s.q8_input && k_family(g.type) != q8_blocks256(s))
+      throw Error("gemv: an 8-bit input serves Q4_K/Q6_K (blocks of 256) or the 32-element types, not both at once");
     if (s.n_in % gguf::type_traits(g.type).block_elems)
       throw Error("gemv: n_in " + std::to_string(s.n_in) + " is not a multiple of " + gguf::type_traits(g.type).name +
                   "'s block");
@@ -583,6 +591,171 @@ Reg q6k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& la
   return acc;
 }
 
+// ---- The 8-bit input in blocks of 32 (Q8_0, Q4_0, Q4_1, Q5_0): the CPU's
+// quantize_block32 (d = amax / 127, q = rni(x · (1/d)) clamped to ±127,
+// s = d · Σq). Shared memory: the n_in quants, block b's 32 bytes at 32b with
+// its two 16-byte halves swapped when bit 2 of b is set, so that the row
+// dot's lanes (one block each) read 8 distinct groups of 4 banks per 8
+// lanes; then arrays of each block's f32 d, f32 s and s32 Σq.
+struct Q8Layout32 {
+  uint32_t d = 0, s = 0, sumq = 0, bytes = 0;
+  explicit Q8Layout32(uint32_t n_in) {
+    const uint32_t nb = n_in / 32;
+    d = n_in;
+    s = d + 4 * nb;
+    sumq = s + 4 * nb;
+    bytes = sumq + 4 * nb;
+  }
+};
+
+// One warp per 256 elements (8 blocks of 32): lane l quantizes elements
+// 8l .. 8l + 7 of block l / 4 (x times the norm weight, whose squares it
+// adds to ss); the lanes of a block share its amax and Σq by shuffles.
+void stage_q8_input32(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm_w, const Reg& xq, const Reg& lane,
+                      const Reg& warp, uint32_t warps, const Reg& ss) {
+  const Q8Layout32 q8(s.n_in);
+  const Reg half = k.and_(k.shr(lane, 1u), 1u), sub = k.shl(k.and_(lane, 1u), 3u);
+  const Reg swap = k.and_(k.shr(lane, 4u), 1u);   // bit 2 of the block (8 blocks per 256, 4 lanes each)
+  const Reg lane_off = k.add(k.add(k.shl(k.shr(lane, 2u), 5u), k.shl(k.xor_(half, swap), 4u)), sub);
+  const Reg block_lane = k.setp(Cmp::eq, k.and_(lane, 3u), 0u);
+  Reg qb = k.reg(Type::u32);
+  k.for_range(qb, warp, ceil_div(s.n_in, 256), warps, [&] {
+    // The last 256 may be partial (n_in is a multiple of 32): lanes past the
+    // end read element 0 for the shuffles' sake (a block's 4 lanes are all in
+    // or all out) and store nothing.
+    Reg elem = k.mad_lo(qb, 256u, k.shl(lane, 3u));
+    Reg in = k.setp(Cmp::lt, elem, s.n_in);
+    Reg off = k.mul_wide(k.selp(elem, 0u, in, Type::u32), 4u);
+    std::vector<Reg> v = ld_vec(k, Space::global, Type::f32, 4, k.add(x, off), 0, true);
+    std::vector<Reg> v2 = ld_vec(k, Space::global, Type::f32, 4, k.add(x, off), 16, true);
+    v.insert(v.end(), v2.begin(), v2.end());
+    if (s.norm) {
+      std::vector<Reg> w = ld_vec(k, Space::global, Type::f32, 4, k.add(norm_w, off), 0, true);
+      std::vector<Reg> w2 = ld_vec(k, Space::global, Type::f32, 4, k.add(norm_w, off), 16, true);
+      w.insert(w.end(), w2.begin(), w2.end());
+      for (int e = 0; e < 8; ++e) {
+        v[e] = k.selp(v[e], 0.0f, in, Type::f32);   // no square twice
+        k.fma(ss, v[e], v[e], ss);
+        v[e] = k.mul(v[e], w[e]);
+      }
+    }
+    Reg amax = k.abs(v[0]);
+    for (int e = 1; e < 8; ++e) amax = k.max(amax, k.abs(v[e]));
+    amax = k.max(amax, k.shfl_bfly(amax, 1u));
+    amax = k.max(amax, k.shfl_bfly(amax, 2u));
+    Reg d = k.div(amax, k.mov(Type::f32, 127.0f));
+    Reg id = k.selp(k.div(k.mov(Type::f32, 1.0f), d), 0.0f, k.setp(Cmp::ne, d, 0.0f), Type::f32);
+    std::vector<Reg> q;
+    for (int e = 0; e < 8; ++e) q.push_back(k.min(k.max(k.cvt(Type::s32, k.mul(v[e], id), Rnd::rni), -127), 127));
+    Reg sum = q[0];
+    for (int e = 1; e < 8; ++e) sum = k.add(sum, q[e]);
+    std::vector<Operand> words;
+    for (int wd = 0; wd < 2; ++wd) {
+      Reg w = k.and_(k.bitcast(Type::u32, q[4 * wd]), 255u);
+      for (uint32_t b = 1; b < 4; ++b) {
+        Reg nw = k.reg(Type::u32);
+        k.bfi(nw, k.bitcast(Type::u32, q[4 * wd + b]), w, 8 * b, 8u);
+        w = nw;
+      }
+      words.push_back(w);
+    }
+    k.when(in, [&] { k.st(Space::shared, at(k.add(k.mad_lo(qb, 256u, xq), lane_off)), words); });
+    sum = k.add(sum, k.shfl_bfly(sum, 1u));
+    sum = k.add(sum, k.shfl_bfly(sum, 2u));
+    Reg blk = k.add(k.shl(qb, 3u), k.shr(lane, 2u));
+    k.when(k.and_(block_lane, in), [&] {
+      Reg a = k.mad_lo(blk, 4u, xq);
+      k.st_shared(at(a, q8.d), d);
+      k.st_shared(at(a, q8.s), k.mul(d, k.cvt(Type::f32, sum)));
+      k.st_shared(at(a, q8.sumq), sum);
+    });
+  });
+}
+
+// The per-warp dot product of one row of Q8_0, Q4_0, Q4_1 or Q5_0 with the
+// 8-bit input in blocks of 32 (stage_q8_input32): lane l takes blocks l +
+// 32i, two steps' loads issued together. Per block, as the CPU's dot_q*:
+// Q8_0 d·dx·Σq·x; Q4_0 d·dx·(Σq·x − 8Σx); Q5_0 the same with the fifth bit
+// from qh and 16; Q4_1 d·dx·Σq·x + m·s.
+Reg block32_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq, uint32_t n_in) {
+  const GgmlType t = l.type;
+  const uint32_t nb = l.blocks, qbytes = l.planes[0].bytes_per_block, unroll = std::min(kQ8Unroll, ceil_div(nb, 32));
+  const Q8Layout32 q8(n_in);
+  const Reg lo_off = k.shl(k.and_(k.shr(lane, 2u), 1u), 4u), hi_off = k.xor_(lo_off, 16u);
+  MemOpt nc;
+  nc.nc = true;
+  auto plane_addr = [&](const Reg& b, size_t p) {
+    return k.add(wrow, k.cvt(Type::u64, k.mad_lo(b, l.planes[p].bytes_per_block, l.planes[p].offset)));
+  };
+  Reg acc = k.mov(Type::f32, 0.0f);
+  Reg b = k.reg(Type::u32);
+  k.for_range(b, lane, nb, 32 * unroll, [&] {
+    std::vector<Reg> bu, valid, scale, qh;
+    std::vector<std::vector<Reg>> q;
+    for (uint32_t u = 0; u < unroll; ++u) {
+      Reg bi = k.add(b, 32 * u);
+      valid.push_back(k.setp(Cmp::lt, bi, nb));
+      bu.push_back(k.min(bi, nb - 1));
+      Reg qa = k.add(wrow, k.cvt(Type::u64, k.mad_lo(bu[u], qbytes, l.planes[0].offset)));
+      std::vector<Reg> qv = ld_v4_nc(k, Type::u32, qa);
+      if (qbytes == 32) {
+        std::vector<Reg> qv2 = ld_v4_nc(k, Type::u32, qa, 16);
+        qv.insert(qv.end(), qv2.begin(), qv2.end());
+      }
+      q.push_back(qv);
+      const size_t dp = t == GgmlType::Q5_0 ? 2 : 1;
+      Reg sc = k.reg(t == GgmlType::Q4_1 ? Type::u32 : Type::u16);
+      k.ld(Space::global, sc, at(plane_addr(bu[u], dp)), nc);
+      scale.push_back(sc);
+      if (t == GgmlType::Q5_0) {
+        Reg h = k.reg(Type::u32);
+        k.ld(Space::global, h, at(plane_addr(bu[u], 1)), nc);
+        qh.push_back(h);
+      }
+    }
+    for (uint32_t u = 0; u < unroll; ++u) {
+      Reg xa = k.mad_lo(bu[u], 32u, xq);
+      std::vector<Reg> x = ld_vec(k, Space::shared, Type::s32, 4, k.add(xa, lo_off));
+      std::vector<Reg> x2 = ld_vec(k, Space::shared, Type::s32, 4, k.add(xa, hi_off));
+      x.insert(x.end(), x2.begin(), x2.end());
+      Reg dx = k.ld_shared(Type::f32, at(k.mad_lo(bu[u], 4u, xq), q8.d));
+      Reg isum = k.mov(Type::s32, 0);
+      if (t == GgmlType::Q8_0) {
+        for (uint32_t w = 0; w < 8; ++w) k.dp4a(isum, k.bitcast(Type::s32, q[u][w]), x[w], isum);
+      } else {
+        for (uint32_t w = 0; w < 4; ++w) {
+          Reg lo = k.and_(q[u][w], 0x0f0f0f0fu), hi = k.and_(k.shr(q[u][w], 4u), 0x0f0f0f0fu);
+          if (t == GgmlType::Q5_0) {   // bit j of qh is element j's fifth bit, bit j + 16 element j + 16's
+            auto spread = [&](uint32_t first) {   // 4 bits of qh from `first` to bit 4 of each byte
+              Reg nib = k.bfe(qh[u], first, 4u);
+              return k.shl(k.and_(k.mul(nib, 0x00204081u), 0x01010101u), 4u);
+            };
+            lo = k.or_(lo, spread(4 * w));
+            hi = k.or_(hi, spread(16 + 4 * w));
+          }
+          k.dp4a(isum, lo, x[w], isum);
+          k.dp4a(isum, hi, x[4 + w], isum);
+        }
+      }
+      Reg term;
+      if (t == GgmlType::Q4_1) {   // d·dx·Σq·x + m·s
+        Reg dd = k.mul(half_to_f32(k, scale[u], 0), dx);
+        Reg sx = k.ld_shared(Type::f32, at(k.mad_lo(bu[u], 4u, xq), q8.s));
+        term = k.fma(dd, k.cvt(Type::f32, isum), k.mul(half_to_f32(k, scale[u], 16), sx));
+      } else {
+        if (t != GgmlType::Q8_0) {   // the offset: 8 (Q4_0) or 16 (Q5_0) times Σx
+          Reg sq = k.ld_shared(Type::s32, at(k.mad_lo(bu[u], 4u, xq), q8.sumq));
+          k.mad_lo(isum, sq, t == GgmlType::Q5_0 ? -16 : -8, isum);
+        }
+        Reg dd = k.mul(k.cvt(Type::f32, k.bitcast(Type::f16, scale[u])), dx);
+        term = k.mul(dd, k.cvt(Type::f32, isum));
+      }
+      k.add(acc, acc, k.selp(term, 0.0f, valid[u], Type::f32));
+    }
+  });
+  return acc;
+}
+
 // silu(g) = g / (1 + e^-g), or gelu_tanh(g) = 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))),
 // in the CPU reference's order of operations; e^y as 2^(y·log2 e) and
 // tanh(y) = 1 - 2 / (1 + e^(2y)) (exact at the extremes, ~1e-7 absolute).
@@ -604,7 +777,16 @@ Reg glu_activation(Kernel& k, const Reg& g, Glu kind) {
 
 }  // namespace
 
-bool gemv_supports_q8_input(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
+bool gemv_supports_q8_input(GgmlType t) {
+  return k_family(t) || t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0;
+}
+
+bool gemv_q8_input_fits(const GemvShape& s) {
+  if (s.segments.empty()) return false;
+  for (const GemvSegment& g : s.segments)
+    if (!gemv_supports_q8_input(g.type) || k_family(g.type) != q8_blocks256(s)) return false;
+  return s.n_in % (q8_blocks256(s) ? 256 : 32) == 0;
+}
 
 bool gemv_supports(GgmlType t) {
   return t == GgmlType::Q4_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0 || t == GgmlType::Q4_0 ||
@@ -644,7 +826,7 @@ LaunchGeometry gemv_geometry(const GemvShape& s) {
   LaunchGeometry g;
   g.grid = {ceil_div(total_rows(s), p.rows_per_block), 1, 1};
   g.block = {32 * p.warps, 1, 1};
-  g.shared_bytes = s.q8_input ? q8_shared_bytes(s.n_in)           // the 8-bit input and its block records
+  g.shared_bytes = s.q8_input ? (q8_blocks256(s) ? q8_shared_bytes(s.n_in) : Q8Layout32(s.n_in).bytes)   // the 8-bit input
                               : s.n_in * 4 + s.n_in / 8 * 4;   // the staged input, then its 8-element sums
   return g;
 }
@@ -680,7 +862,8 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
   Reg ss = k.mov(Type::f32, 0.0f);
   if (s.q8_input) {
     k.comment("quantize the input (times the norm weight) to 8-bit blocks of 256; sum of squares for the norm");
-    stage_q8_input(k, s, x, norm_w, xs, lane, warp, plan.warps, ss);
+    if (q8_blocks256(s)) stage_q8_input(k, s, x, norm_w, xs, lane, warp, plan.warps, ss);
+    else stage_q8_input32(k, s, x, norm_w, xs, lane, warp, plan.warps, ss);
   } else {
     k.comment("stage the input (times the norm weight) in shared memory; sum of squares for the norm");
     Reg i = k.reg(Type::u32);
@@ -732,9 +915,10 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
     const GemvSegment& seg = s.segments[si];
     const RowLayout layout = row_layout(seg.type, s.n_in);
     Reg wrow = k.add(k.param(indexed("w", si)), k.mul_wide(local, layout.row_bytes));
-    if (s.q8_input)   // check_shape: Q4_K or Q6_K
-      return seg.type == GgmlType::Q4_K ? q4k_row_dot_q8(k, layout, wrow, lane, xs, s.n_in)
-                                        : q6k_row_dot_q8(k, layout, wrow, lane, xs, s.n_in);
+    if (s.q8_input)
+      return seg.type == GgmlType::Q4_K   ? q4k_row_dot_q8(k, layout, wrow, lane, xs, s.n_in)
+             : seg.type == GgmlType::Q6_K ? q6k_row_dot_q8(k, layout, wrow, lane, xs, s.n_in)
+                                          : block32_row_dot_q8(k, layout, wrow, lane, xs, s.n_in);
     return seg.type == GgmlType::Q4_K   ? q4k_row_dot(k, layout, wrow, lane, xs, xsum8)
            : seg.type == GgmlType::Q6_K ? q6k_row_dot(k, layout, wrow, lane, xs, xsum8)
            : seg.type == GgmlType::Q8_0 ? q8_0_row_dot(k, layout, wrow, lane, xs)

@@ -54,13 +54,18 @@ struct GemvShape {
   // Quantize the (normalised) input to 8-bit blocks of 256 by the CPU
   // quantized path's rule (engine/cpu/qdot.h, Block256: d = amax / 127,
   // q = round-to-nearest-even(127 / amax · x), block sums) and multiply the
-  // packed weights with dp4a: no per-weight conversion. Q4_K and Q6_K
-  // segments so far (gemv_supports_q8_input).
+  // packed weights with dp4a: no per-weight conversion. Q4_K and Q6_K take
+  // it in blocks of 256 (quantize_block256), Q8_0, Q4_0, Q4_1 and Q5_0 in
+  // blocks of 32 (quantize_block32); gemv_q8_input_fits says which shapes.
   bool q8_input = false;
 };
 
 // Types gemv_kernel multiplies with a q8_input (dp4a on packed weights).
 bool gemv_supports_q8_input(gguf::GgmlType t);
+// Whether `s` can take q8_input: every segment's type supports it, all of
+// one family (Q4_K/Q6_K, blocks of 256, with n_in a multiple of 256; or the
+// 32-element Q8_0, Q4_0, Q4_1, Q5_0).
+bool gemv_q8_input_fits(const GemvShape& s);
 
 // Types gemv_kernel multiplies (the others are refused with an Error).
 bool gemv_supports(gguf::GgmlType t);
