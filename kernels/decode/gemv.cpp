@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/decode/gemv_q8.h"
 #include "kernels/decode/layout.h"
 #include "kernels/decode/util.h"
 #include "kernels/examples/common.h"
@@ -21,11 +22,6 @@ namespace {
 // blocks than SMs leave SMs idle, so rows per block is the least that fits
 // the rows in this many blocks.
 constexpr uint32_t kTargetBlocks = 132;
-
-// The types whose 8-bit input comes in blocks of 256 (the rest: of 32).
-bool k_family(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
-// An 8-bit input in blocks of 256: the first segment's family decides.
-bool q8_blocks256(const GemvShape& s) { return !s.segments.empty() && k_family(s.segments[0].type); }
 
 // Rows the grid covers: every segment's, or a GLU's pairs.
 uint32_t total_rows(const GemvShape& s) {
@@ -81,11 +77,6 @@ std::string kernel_name(const GemvShape& s) {
     n.append("_").append(t).append("x").append(std::to_string(g.rows));
   }
   return n;
-}
-
-// Loads 4 × 32 bits at `a` (16-byte aligned) through the non-coherent path.
-std::vector<Reg> ld_v4_nc(Kernel& k, Type t, const Reg& a, int64_t offset = 0) {
-  return ld_vec(k, Space::global, t, 4, a, offset, true);
 }
 
 // The per-warp dot product of one Q8_0 row in the device layout (quants
@@ -327,435 +318,6 @@ Reg q4k_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane,
   return acc;
 }
 
-// ---- The 8-bit input (GemvShape::q8_input).
-//
-// Shared memory holds the input quantized by the CPU quantized path's rule
-// (quantize_block256), in arrays over the nb = n_in / 256 blocks: the n_in
-// int8 quants; each block's f32 d; its eight s32 sums of 32-element
-// sub-blocks (which the Q4_K mins multiply); its sixteen s32 sums of 16
-// elements (the CPU's bsums, which Q6_K's -32 offset multiplies). Arrays, not
-// a record per block: the lanes of consecutive blocks then read consecutive
-// sums, free of bank conflicts. Within a block the quants are in element
-// order by 64-element parts, but each part's four 16-byte chunks are
-// rotated: chunk c of part j of block A sits at 64j + 16·((c + rot) mod 4),
-// rot = j / 2 + 2·(A mod 2). The row dots' lanes read chunk c of part j of
-// blocks A and A + 1 eight at a time; the rotation puts those eight on eight
-// distinct groups of 4 banks (one wavefront per 8 lanes, the ideal), where
-// element order would put four lanes on each group.
-struct Q8Layout {
-  uint32_t d = 0, sum32 = 0, sum16 = 0, bytes = 0;   // byte offsets of the arrays; the total
-  explicit Q8Layout(uint32_t n_in) {
-    const uint32_t nb = n_in / 256;
-    d = n_in;
-    sum32 = d + (4 * nb + 15) / 16 * 16;
-    sum16 = sum32 + 32 * nb;
-    bytes = sum16 + 64 * nb;
-  }
-};
-
-uint32_t q8_shared_bytes(uint32_t n_in) { return Q8Layout(n_in).bytes; }
-
-// One warp per 256-block: lane l quantizes elements 8l .. 8l + 7 (x times
-// the norm weight, whose squares it adds to ss) and stores them as two words
-// at their rotated place; lane 0 stores the block's d, every fourth lane a
-// sub-block sum. Bit for bit the CPU's quants: amax, iscale = 127 / amax,
-// q = rni(iscale · v) clamped to ±127, d = 1 / iscale (all zero when amax is).
-void stage_q8_input(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm_w, const Reg& xq, const Reg& lane,
-                    const Reg& warp, uint32_t warps, const Reg& ss) {
-  // Part j = l / 8, chunk c = (l % 8) / 2, half of the chunk l % 2.
-  const Reg j = k.shr(lane, 3u), c = k.and_(k.shr(lane, 1u), 3u);
-  const Reg base_rot = k.add(c, k.shr(j, 1u));
-  const Reg part_off = k.add(k.shl(j, 6u), k.shl(k.and_(lane, 1u), 3u));
-  const Reg sub_lane = k.setp(Cmp::eq, k.and_(lane, 3u), 0u), lane0 = k.setp(Cmp::eq, lane, 0u);
-  const Reg pair_lane = k.setp(Cmp::eq, k.and_(lane, 1u), 0u);
-  const Q8Layout q8(s.n_in);
-  const Reg sub_off = k.add(k.shl(k.shr(lane, 2u), 2u), q8.sum32);    // sub-block lane / 4's sum
-  const Reg group_off = k.add(k.shl(k.shr(lane, 1u), 2u), q8.sum16);  // 16-group lane / 2's sum
-  Reg qb = k.reg(Type::u32);
-  k.for_range(qb, warp, s.n_in / 256, warps, [&] {
-    Reg off = k.mul_wide(k.mad_lo(qb, 256u, k.shl(lane, 3u)), 4u);
-    std::vector<Reg> v = ld_vec(k, Space::global, Type::f32, 4, k.add(x, off), 0, true);
-    std::vector<Reg> v2 = ld_vec(k, Space::global, Type::f32, 4, k.add(x, off), 16, true);
-    v.insert(v.end(), v2.begin(), v2.end());
-    if (s.norm) {
-      std::vector<Reg> w = ld_vec(k, Space::global, Type::f32, 4, k.add(norm_w, off), 0, true);
-      std::vector<Reg> w2 = ld_vec(k, Space::global, Type::f32, 4, k.add(norm_w, off), 16, true);
-      w.insert(w.end(), w2.begin(), w2.end());
-      for (int e = 0; e < 8; ++e) {
-        k.fma(ss, v[e], v[e], ss);
-        v[e] = k.mul(v[e], w[e]);
-      }
-    }
-    Reg amax = k.abs(v[0]);
-    for (int e = 1; e < 8; ++e) amax = k.max(amax, k.abs(v[e]));
-    amax = warp_allreduce(k, amax, ReduceOp::max_f32);
-    Reg nonzero = k.setp(Cmp::gt, amax, 0.0f);
-    Reg iscale = k.selp(k.div(k.mov(Type::f32, 127.0f), amax), 0.0f, nonzero, Type::f32);
-    Reg d = k.selp(k.div(k.mov(Type::f32, 1.0f), iscale), 0.0f, nonzero, Type::f32);
-    std::vector<Reg> q;
-    for (int e = 0; e < 8; ++e) {
-      Reg r = k.cvt(Type::s32, k.mul(iscale, v[e]), Rnd::rni);
-      q.push_back(k.min(k.max(r, -127), 127));
-    }
-    Reg sum = q[0];
-    for (int e = 1; e < 8; ++e) sum = k.add(sum, q[e]);
-    std::vector<Operand> words;
-    for (int wd = 0; wd < 2; ++wd) {
-      Reg w = k.and_(k.bitcast(Type::u32, q[4 * wd]), 255u);
-      for (uint32_t b = 1; b < 4; ++b) {
-        Reg nw = k.reg(Type::u32);
-        k.bfi(nw, k.bitcast(Type::u32, q[4 * wd + b]), w, 8 * b, 8u);
-        w = nw;
-      }
-      words.push_back(w);
-    }
-    Reg rot = k.and_(k.add(base_rot, k.shl(k.and_(qb, 1u), 1u)), 3u);
-    Reg dst = k.add(k.mad_lo(qb, 256u, xq), k.add(part_off, k.shl(rot, 4u)));
-    k.st(Space::shared, at(dst), words);
-    sum = k.add(sum, k.shfl_bfly(sum, 1u));
-    k.when(pair_lane, [&] { k.st_shared(at(k.add(k.mad_lo(qb, 64u, xq), group_off)), sum); });
-    sum = k.add(sum, k.shfl_bfly(sum, 2u));
-    k.when(sub_lane, [&] { k.st_shared(at(k.add(k.mad_lo(qb, 32u, xq), sub_off)), sum); });
-    k.when(lane0, [&] { k.st_shared(at(k.mad_lo(qb, 4u, xq), q8.d), d); });
-  });
-}
-
-// The lane map both 8-bit-input row dots share: lane l takes part j = l % 4
-// (elements 64j .. 64j + 63) of blocks l / 4 + 8i, whose parity is that of
-// l / 4; chunk c of the part sits at 64j + 16·((c + rot) mod 4).
-struct Q8Lanes {
-  Reg j, first;
-  std::vector<Reg> chunk_off;
-  Q8Lanes(Kernel& k, const Reg& lane) : j(k.and_(lane, 3u)), first(k.shr(lane, 2u)) {
-    Reg rot = k.and_(k.add(k.shr(j, 1u), k.shl(k.and_(first, 1u), 1u)), 3u);
-    for (uint32_t c = 0; c < 4; ++c) chunk_off.push_back(k.add(k.shl(j, 6u), k.shl(k.and_(k.add(rot, c), 3u), 4u)));
-  }
-  // The part's 64 int8 inputs of block bu as 16 words, in element order, and the block's d.
-  std::pair<std::vector<Reg>, Reg> input(Kernel& k, const Reg& xq, const Q8Layout& q8, const Reg& bu) const {
-    Reg xa = k.mad_lo(bu, 256u, xq);
-    std::vector<Reg> x;
-    for (uint32_t c = 0; c < 4; ++c) {
-      std::vector<Reg> v = ld_vec(k, Space::shared, Type::s32, 4, k.add(xa, chunk_off[c]));
-      x.insert(x.end(), v.begin(), v.end());
-    }
-    return {x, k.ld_shared(Type::f32, at(k.mad_lo(bu, 4u, xq), q8.d))};
-  }
-};
-
-// Step u of a row loop at block b: the block it reads (the row's last when
-// b + 8u is past the end, which then adds nothing) and whether it counts.
-std::pair<Reg, Reg> q8_step(Kernel& k, const Reg& b, uint32_t u, uint32_t nb) {
-  Reg bi = k.add(b, 8 * u);
-  return {k.min(bi, nb - 1), k.setp(Cmp::lt, bi, nb)};
-}
-
-// Steps of the 8-bit-input row dots whose loads issue before the first is used: its
-// lanes cover 8 blocks per step; at most this many steps, fewer when a row
-// has fewer blocks.
-constexpr uint32_t kQ8Unroll = 2;
-
-// The per-warp dot product of one Q4_K row with the 8-bit input (see
-// stage_q8_input). Lane l takes part j = l % 4 of blocks l / 4 + 8i: quant
-// bytes 32j .. 32j + 31, whose low nibbles are sub-block 2j (elements 64j ..
-// + 31) and high nibbles sub-block 2j + 1 (the next 32). Per block: four
-// dp4a sums of 8 per sub-block, times the 6-bit scales, minus the mins times
-// the sub-block sums; then d·dx·Σ − dmin·dx·Σm in f32, as the CPU's dot_q4_k
-// per block. Up to kQ8Unroll steps' loads issue together; a step past the
-// row's end loads the last block again and adds nothing.
-Reg q4k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq, uint32_t n_in) {
-  const uint32_t nb = l.blocks, unroll = std::min(kQ8Unroll, ceil_div(nb, 8));
-  const Q8Lanes lanes(k, lane);
-  const Reg& j = lanes.j;
-  Reg big = k.setp(Cmp::ge, j, 2u);
-  Reg shift = k.shl(k.and_(j, 1u), 4u), shift_hi = k.add(shift, 8u);
-  Reg qoff = k.cvt(Type::u64, k.shl(j, 5u));
-  const Q8Layout q8(n_in);
-  Reg sums_off = k.add(k.shl(j, 3u), q8.sum32);
-  Reg acc = k.mov(Type::f32, 0.0f);
-  Reg b = k.reg(Type::u32);
-  k.for_range(b, lanes.first, nb, 8 * unroll, [&] {
-    std::vector<Reg> bu, valid;
-    std::vector<std::vector<Reg>> q, h;
-    for (uint32_t u = 0; u < unroll; ++u) {
-      const auto [block, counts] = q8_step(k, b, u, nb);
-      bu.push_back(block);
-      valid.push_back(counts);
-      Reg qa = k.add(k.add(wrow, k.mul_wide(bu[u], 128u)), qoff);
-      std::vector<Reg> qv = ld_v4_nc(k, Type::u32, qa), qv2 = ld_v4_nc(k, Type::u32, qa, 16);
-      qv.insert(qv.end(), qv2.begin(), qv2.end());
-      q.push_back(qv);
-      h.push_back(ld_v4_nc(k, Type::u32, k.add(wrow, k.cvt(Type::u64, k.mad_lo(bu[u], 16u, l.planes[1].offset)))));
-    }
-    for (uint32_t u = 0; u < unroll; ++u) {
-      const auto [x, dx] = lanes.input(k, xq, q8, bu[u]);
-      std::vector<Reg> sums = ld_vec(k, Space::shared, Type::s32, 2, k.add(k.mad_lo(bu[u], 32u, xq), sums_off));
-      Reg il = k.mov(Type::s32, 0), ih = k.mov(Type::s32, 0);
-      for (uint32_t w = 0; w < 8; ++w) {
-        k.dp4a(il, k.and_(q[u][w], 0x0f0f0f0fu), x[w], il);
-        k.dp4a(ih, k.and_(k.shr(q[u][w], 4u), 0x0f0f0f0fu), x[8 + w], ih);
-      }
-      // 6-bit scales and mins of sub-blocks 2j, 2j + 1 (unpack_k_scales):
-      // a = scales[0..3], bm = scales[4..7], c = scales[8..11].
-      const Reg &a = h[u][1], &bm = h[u][2], &c = h[u][3];
-      Reg sc_word = k.selp(k.or_(k.and_(c, 0x0f0f0f0fu), k.and_(k.shr(a, 2u), 0x30303030u)), k.and_(a, 0x3f3f3f3fu),
-                           big, Type::u32);
-      Reg m_word = k.selp(k.or_(k.and_(k.shr(c, 4u), 0x0f0f0f0fu), k.and_(k.shr(bm, 2u), 0x30303030u)),
-                          k.and_(bm, 0x3f3f3f3fu), big, Type::u32);
-      Reg isum = k.mul(k.bitcast(Type::s32, k.bfe(sc_word, shift, 8u)), il);
-      k.mad_lo(isum, k.bitcast(Type::s32, k.bfe(sc_word, shift_hi, 8u)), ih, isum);
-      Reg imin = k.mul(k.bitcast(Type::s32, k.bfe(m_word, shift, 8u)), sums[0]);
-      k.mad_lo(imin, k.bitcast(Type::s32, k.bfe(m_word, shift_hi, 8u)), sums[1], imin);
-      Reg dd = k.mul(half_to_f32(k, h[u][0], 0), dx), dm = k.mul(half_to_f32(k, h[u][0], 16), dx);
-      Reg t = k.sub(k.mul(dd, k.cvt(Type::f32, isum)), k.mul(dm, k.cvt(Type::f32, imin)));
-      k.add(acc, acc, k.selp(t, 0.0f, valid[u], Type::f32));
-    }
-  });
-  return acc;
-}
-
-// The per-warp dot product of one Q6_K row with the 8-bit input, on the same
-// lane map as q4k_row_dot_q8: lane l takes part j = l % 4 (elements 64j ..
-// 64j + 63, half h = j / 2 of the block, k = j % 2) of blocks l / 4 + 8i.
-// Its elements are q1, q2 (k = 0) or q3, q4 (k = 1) of ql bytes 64h .. + 63
-// (nibble k) and qh bytes 32h .. + 31 (bits 4k, 4k + 2), the 16-element
-// groups 4j .. 4j + 3 with int8 scales scales[4j .. 4j + 3] (one word).
-// Per group: dp4a sums, minus 32 times the group's input sum, times its
-// scale; then d·dx in f32 per block, as the CPU's dot_q6_k. Loads as in
-// q4k_row_dot_q8: up to kQ8Unroll steps of 8 blocks issue together.
-Reg q6k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq, uint32_t n_in) {
-  const uint32_t nb = l.blocks, unroll = std::min(kQ8Unroll, ceil_div(nb, 8));
-  const Q8Lanes lanes(k, lane);
-  const Reg& j = lanes.j;
-  Reg nib = k.shl(k.and_(j, 1u), 2u);         // 4k: the nibble of ql, the first qh bit pair
-  Reg nib2 = k.add(nib, 2u);                  // the second qh bit pair
-  Reg half = k.shr(j, 1u);
-  Reg ql_off = k.cvt(Type::u64, k.shl(half, 6u));
-  Reg qh_off = k.cvt(Type::u64, k.add(k.shl(half, 5u), l.planes[1].offset));
-  Reg sc_off = k.cvt(Type::u64, k.add(k.shl(j, 2u), l.planes[2].offset));
-  const Q8Layout q8(n_in);
-  Reg gsum_off = k.add(k.shl(j, 4u), q8.sum16);
-  MemOpt nc;
-  nc.nc = true;
-  Reg acc = k.mov(Type::f32, 0.0f);
-  Reg b = k.reg(Type::u32);
-  k.for_range(b, lanes.first, nb, 8 * unroll, [&] {
-    std::vector<Reg> bu, valid, sc, dbits;
-    std::vector<std::vector<Reg>> ql, qh;
-    for (uint32_t u = 0; u < unroll; ++u) {
-      const auto [block, counts] = q8_step(k, b, u, nb);
-      bu.push_back(block);
-      valid.push_back(counts);
-      Reg qa = k.add(k.add(wrow, k.mul_wide(bu[u], 128u)), ql_off);
-      std::vector<Reg> v;
-      for (uint32_t c = 0; c < 4; ++c) {
-        std::vector<Reg> w = ld_v4_nc(k, Type::u32, qa, 16 * c);
-        v.insert(v.end(), w.begin(), w.end());
-      }
-      ql.push_back(v);
-      Reg ha = k.add(k.add(wrow, k.mul_wide(bu[u], 64u)), qh_off);
-      std::vector<Reg> hv = ld_v4_nc(k, Type::u32, ha), hv2 = ld_v4_nc(k, Type::u32, ha, 16);
-      hv.insert(hv.end(), hv2.begin(), hv2.end());
-      qh.push_back(hv);
-      Reg s32 = k.reg(Type::u32);
-      k.ld(Space::global, s32, at(k.add(k.add(wrow, k.mul_wide(bu[u], 16u)), sc_off)), nc);
-      sc.push_back(s32);
-      Reg db = k.reg(Type::u16);
-      k.ld(Space::global, db, at(k.add(wrow, k.cvt(Type::u64, k.mad_lo(bu[u], 2u, l.planes[3].offset)))), nc);
-      dbits.push_back(db);
-    }
-    for (uint32_t u = 0; u < unroll; ++u) {
-      const auto [x, dx] = lanes.input(k, xq, q8, bu[u]);
-      std::vector<Reg> gsum = ld_vec(k, Space::shared, Type::s32, 4, k.add(k.mad_lo(bu[u], 64u, xq), gsum_off));
-      Reg isum = k.mov(Type::s32, 0);
-      for (uint32_t g = 0; g < 4; ++g) {   // elements 16g .. 16g + 15 of the part: 4 words
-        Reg gs = k.mov(Type::s32, 0);
-        for (uint32_t w = 4 * g; w < 4 * g + 4; ++w) {
-          // Word w of the part: ql word w (the first 32 elements) or w - 8 + 8
-          // (ql bytes 32 .. 63 for the next 32); qh word w % 8, bit pair 4k
-          // for the first 32 elements, 4k + 2 for the next.
-          const Reg& lo = ql[u][w];
-          const Reg& hi = qh[u][w % 8];
-          Reg q = k.and_(k.shr(lo, nib), 0x0f0f0f0fu);
-          Reg top = k.and_(k.shl(k.shr(hi, w < 8 ? nib : nib2), 4u), 0x30303030u);
-          k.dp4a(gs, k.or_(q, top), x[w], gs);
-        }
-        Reg scale = k.bfe(k.bitcast(Type::s32, sc[u]), 8 * g, 8u);   // signed
-        Reg centered = k.reg(Type::s32);
-        k.mad_lo(centered, gsum[g], -32, gs);
-        k.mad_lo(isum, scale, centered, isum);
-      }
-      Reg dd = k.mul(k.cvt(Type::f32, k.bitcast(Type::f16, dbits[u])), dx);
-      k.add(acc, acc, k.selp(k.mul(dd, k.cvt(Type::f32, isum)), 0.0f, valid[u], Type::f32));
-    }
-  });
-  return acc;
-}
-
-// ---- The 8-bit input in blocks of 32 (Q8_0, Q4_0, Q4_1, Q5_0): the CPU's
-// quantize_block32 (d = amax / 127, q = rni(x · (1/d)) clamped to ±127,
-// s = d · Σq). Shared memory: the n_in quants, block b's 32 bytes at 32b with
-// its two 16-byte halves swapped when bit 2 of b is set, so that the row
-// dot's lanes (one block each) read 8 distinct groups of 4 banks per 8
-// lanes; then arrays of each block's f32 d, f32 s and s32 Σq.
-struct Q8Layout32 {
-  uint32_t d = 0, s = 0, sumq = 0, bytes = 0;
-  explicit Q8Layout32(uint32_t n_in) {
-    const uint32_t nb = n_in / 32;
-    d = n_in;
-    s = d + 4 * nb;
-    sumq = s + 4 * nb;
-    bytes = sumq + 4 * nb;
-  }
-};
-
-// One warp per 256 elements (8 blocks of 32): lane l quantizes elements
-// 8l .. 8l + 7 of block l / 4 (x times the norm weight, whose squares it
-// adds to ss); the lanes of a block share its amax and Σq by shuffles.
-void stage_q8_input32(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm_w, const Reg& xq, const Reg& lane,
-                      const Reg& warp, uint32_t warps, const Reg& ss) {
-  const Q8Layout32 q8(s.n_in);
-  const Reg half = k.and_(k.shr(lane, 1u), 1u), sub = k.shl(k.and_(lane, 1u), 3u);
-  const Reg swap = k.and_(k.shr(lane, 4u), 1u);   // bit 2 of the block (8 blocks per 256, 4 lanes each)
-  const Reg lane_off = k.add(k.add(k.shl(k.shr(lane, 2u), 5u), k.shl(k.xor_(half, swap), 4u)), sub);
-  const Reg block_lane = k.setp(Cmp::eq, k.and_(lane, 3u), 0u);
-  Reg qb = k.reg(Type::u32);
-  k.for_range(qb, warp, ceil_div(s.n_in, 256), warps, [&] {
-    // The last 256 may be partial (n_in is a multiple of 32): lanes past the
-    // end read element 0 for the shuffles' sake (a block's 4 lanes are all in
-    // or all out) and store nothing.
-    Reg elem = k.mad_lo(qb, 256u, k.shl(lane, 3u));
-    Reg in = k.setp(Cmp::lt, elem, s.n_in);
-    Reg off = k.mul_wide(k.selp(elem, 0u, in, Type::u32), 4u);
-    std::vector<Reg> v = ld_vec(k, Space::global, Type::f32, 4, k.add(x, off), 0, true);
-    std::vector<Reg> v2 = ld_vec(k, Space::global, Type::f32, 4, k.add(x, off), 16, true);
-    v.insert(v.end(), v2.begin(), v2.end());
-    if (s.norm) {
-      std::vector<Reg> w = ld_vec(k, Space::global, Type::f32, 4, k.add(norm_w, off), 0, true);
-      std::vector<Reg> w2 = ld_vec(k, Space::global, Type::f32, 4, k.add(norm_w, off), 16, true);
-      w.insert(w.end(), w2.begin(), w2.end());
-      for (int e = 0; e < 8; ++e) {
-        v[e] = k.selp(v[e], 0.0f, in, Type::f32);   // no square twice
-        k.fma(ss, v[e], v[e], ss);
-        v[e] = k.mul(v[e], w[e]);
-      }
-    }
-    Reg amax = k.abs(v[0]);
-    for (int e = 1; e < 8; ++e) amax = k.max(amax, k.abs(v[e]));
-    amax = k.max(amax, k.shfl_bfly(amax, 1u));
-    amax = k.max(amax, k.shfl_bfly(amax, 2u));
-    Reg d = k.div(amax, k.mov(Type::f32, 127.0f));
-    Reg id = k.selp(k.div(k.mov(Type::f32, 1.0f), d), 0.0f, k.setp(Cmp::ne, d, 0.0f), Type::f32);
-    std::vector<Reg> q;
-    for (int e = 0; e < 8; ++e) q.push_back(k.min(k.max(k.cvt(Type::s32, k.mul(v[e], id), Rnd::rni), -127), 127));
-    Reg sum = q[0];
-    for (int e = 1; e < 8; ++e) sum = k.add(sum, q[e]);
-    std::vector<Operand> words;
-    for (int wd = 0; wd < 2; ++wd) {
-      Reg w = k.and_(k.bitcast(Type::u32, q[4 * wd]), 255u);
-      for (uint32_t b = 1; b < 4; ++b) {
-        Reg nw = k.reg(Type::u32);
-        k.bfi(nw, k.bitcast(Type::u32, q[4 * wd + b]), w, 8 * b, 8u);
-        w = nw;
-      }
-      words.push_back(w);
-    }
-    k.when(in, [&] { k.st(Space::shared, at(k.add(k.mad_lo(qb, 256u, xq), lane_off)), words); });
-    sum = k.add(sum, k.shfl_bfly(sum, 1u));
-    sum = k.add(sum, k.shfl_bfly(sum, 2u));
-    Reg blk = k.add(k.shl(qb, 3u), k.shr(lane, 2u));
-    k.when(k.and_(block_lane, in), [&] {
-      Reg a = k.mad_lo(blk, 4u, xq);
-      k.st_shared(at(a, q8.d), d);
-      k.st_shared(at(a, q8.s), k.mul(d, k.cvt(Type::f32, sum)));
-      k.st_shared(at(a, q8.sumq), sum);
-    });
-  });
-}
-
-// The per-warp dot product of one row of Q8_0, Q4_0, Q4_1 or Q5_0 with the
-// 8-bit input in blocks of 32 (stage_q8_input32): lane l takes blocks l +
-// 32i, two steps' loads issued together. Per block, as the CPU's dot_q*:
-// Q8_0 d·dx·Σq·x; Q4_0 d·dx·(Σq·x − 8Σx); Q5_0 the same with the fifth bit
-// from qh and 16; Q4_1 d·dx·Σq·x + m·s.
-Reg block32_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq, uint32_t n_in) {
-  const GgmlType t = l.type;
-  const uint32_t nb = l.blocks, qbytes = l.planes[0].bytes_per_block, unroll = std::min(kQ8Unroll, ceil_div(nb, 32));
-  const Q8Layout32 q8(n_in);
-  const Reg lo_off = k.shl(k.and_(k.shr(lane, 2u), 1u), 4u), hi_off = k.xor_(lo_off, 16u);
-  MemOpt nc;
-  nc.nc = true;
-  auto plane_addr = [&](const Reg& b, size_t p) {
-    return k.add(wrow, k.cvt(Type::u64, k.mad_lo(b, l.planes[p].bytes_per_block, l.planes[p].offset)));
-  };
-  Reg acc = k.mov(Type::f32, 0.0f);
-  Reg b = k.reg(Type::u32);
-  k.for_range(b, lane, nb, 32 * unroll, [&] {
-    std::vector<Reg> bu, valid, scale, qh;
-    std::vector<std::vector<Reg>> q;
-    for (uint32_t u = 0; u < unroll; ++u) {
-      Reg bi = k.add(b, 32 * u);
-      valid.push_back(k.setp(Cmp::lt, bi, nb));
-      bu.push_back(k.min(bi, nb - 1));
-      Reg qa = k.add(wrow, k.cvt(Type::u64, k.mad_lo(bu[u], qbytes, l.planes[0].offset)));
-      std::vector<Reg> qv = ld_v4_nc(k, Type::u32, qa);
-      if (qbytes == 32) {
-        std::vector<Reg> qv2 = ld_v4_nc(k, Type::u32, qa, 16);
-        qv.insert(qv.end(), qv2.begin(), qv2.end());
-      }
-      q.push_back(qv);
-      const size_t dp = t == GgmlType::Q5_0 ? 2 : 1;
-      Reg sc = k.reg(t == GgmlType::Q4_1 ? Type::u32 : Type::u16);
-      k.ld(Space::global, sc, at(plane_addr(bu[u], dp)), nc);
-      scale.push_back(sc);
-      if (t == GgmlType::Q5_0) {
-        Reg h = k.reg(Type::u32);
-        k.ld(Space::global, h, at(plane_addr(bu[u], 1)), nc);
-        qh.push_back(h);
-      }
-    }
-    for (uint32_t u = 0; u < unroll; ++u) {
-      Reg xa = k.mad_lo(bu[u], 32u, xq);
-      std::vector<Reg> x = ld_vec(k, Space::shared, Type::s32, 4, k.add(xa, lo_off));
-      std::vector<Reg> x2 = ld_vec(k, Space::shared, Type::s32, 4, k.add(xa, hi_off));
-      x.insert(x.end(), x2.begin(), x2.end());
-      Reg dx = k.ld_shared(Type::f32, at(k.mad_lo(bu[u], 4u, xq), q8.d));
-      Reg isum = k.mov(Type::s32, 0);
-      if (t == GgmlType::Q8_0) {
-        for (uint32_t w = 0; w < 8; ++w) k.dp4a(isum, k.bitcast(Type::s32, q[u][w]), x[w], isum);
-      } else {
-        for (uint32_t w = 0; w < 4; ++w) {
-          Reg lo = k.and_(q[u][w], 0x0f0f0f0fu), hi = k.and_(k.shr(q[u][w], 4u), 0x0f0f0f0fu);
-          if (t == GgmlType::Q5_0) {   // bit j of qh is element j's fifth bit, bit j + 16 element j + 16's
-            auto spread = [&](uint32_t first) {   // 4 bits of qh from `first` to bit 4 of each byte
-              Reg nib = k.bfe(qh[u], first, 4u);
-              return k.shl(k.and_(k.mul(nib, 0x00204081u), 0x01010101u), 4u);
-            };
-            lo = k.or_(lo, spread(4 * w));
-            hi = k.or_(hi, spread(16 + 4 * w));
-          }
-          k.dp4a(isum, lo, x[w], isum);
-          k.dp4a(isum, hi, x[4 + w], isum);
-        }
-      }
-      Reg term;
-      if (t == GgmlType::Q4_1) {   // d·dx·Σq·x + m·s
-        Reg dd = k.mul(half_to_f32(k, scale[u], 0), dx);
-        Reg sx = k.ld_shared(Type::f32, at(k.mad_lo(bu[u], 4u, xq), q8.s));
-        term = k.fma(dd, k.cvt(Type::f32, isum), k.mul(half_to_f32(k, scale[u], 16), sx));
-      } else {
-        if (t != GgmlType::Q8_0) {   // the offset: 8 (Q4_0) or 16 (Q5_0) times Σx
-          Reg sq = k.ld_shared(Type::s32, at(k.mad_lo(bu[u], 4u, xq), q8.sumq));
-          k.mad_lo(isum, sq, t == GgmlType::Q5_0 ? -16 : -8, isum);
-        }
-        Reg dd = k.mul(k.cvt(Type::f32, k.bitcast(Type::f16, scale[u])), dx);
-        term = k.mul(dd, k.cvt(Type::f32, isum));
-      }
-      k.add(acc, acc, k.selp(term, 0.0f, valid[u], Type::f32));
-    }
-  });
-  return acc;
-}
-
 // silu(g) = g / (1 + e^-g), or gelu_tanh(g) = 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))),
 // in the CPU reference's order of operations; e^y as 2^(y·log2 e) and
 // tanh(y) = 1 - 2 / (1 + e^(2y)) (exact at the extremes, ~1e-7 absolute).
@@ -776,17 +338,6 @@ Reg glu_activation(Kernel& k, const Reg& g, Glu kind) {
 }
 
 }  // namespace
-
-bool gemv_supports_q8_input(GgmlType t) {
-  return k_family(t) || t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0;
-}
-
-bool gemv_q8_input_fits(const GemvShape& s) {
-  if (s.segments.empty()) return false;
-  for (const GemvSegment& g : s.segments)
-    if (!gemv_supports_q8_input(g.type) || k_family(g.type) != q8_blocks256(s)) return false;
-  return s.n_in % (q8_blocks256(s) ? 256 : 32) == 0;
-}
 
 bool gemv_supports(GgmlType t) {
   return t == GgmlType::Q4_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0 || t == GgmlType::Q4_0 ||
@@ -826,7 +377,7 @@ LaunchGeometry gemv_geometry(const GemvShape& s) {
   LaunchGeometry g;
   g.grid = {ceil_div(total_rows(s), p.rows_per_block), 1, 1};
   g.block = {32 * p.warps, 1, 1};
-  g.shared_bytes = s.q8_input ? (q8_blocks256(s) ? q8_shared_bytes(s.n_in) : Q8Layout32(s.n_in).bytes)   // the 8-bit input
+  g.shared_bytes = s.q8_input ? q8_shared_bytes(s)                 // the 8-bit input
                               : s.n_in * 4 + s.n_in / 8 * 4;   // the staged input, then its 8-element sums
   return g;
 }
@@ -862,8 +413,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
   Reg ss = k.mov(Type::f32, 0.0f);
   if (s.q8_input) {
     k.comment("quantize the input (times the norm weight) to 8-bit blocks of 256; sum of squares for the norm");
-    if (q8_blocks256(s)) stage_q8_input(k, s, x, norm_w, xs, lane, warp, plan.warps, ss);
-    else stage_q8_input32(k, s, x, norm_w, xs, lane, warp, plan.warps, ss);
+    stage_q8_input(k, s, x, norm_w, xs, lane, warp, plan.warps, ss);
   } else {
     k.comment("stage the input (times the norm weight) in shared memory; sum of squares for the norm");
     Reg i = k.reg(Type::u32);
@@ -915,10 +465,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
     const GemvSegment& seg = s.segments[si];
     const RowLayout layout = row_layout(seg.type, s.n_in);
     Reg wrow = k.add(k.param(indexed("w", si)), k.mul_wide(local, layout.row_bytes));
-    if (s.q8_input)
-      return seg.type == GgmlType::Q4_K   ? q4k_row_dot_q8(k, layout, wrow, lane, xs, s.n_in)
-             : seg.type == GgmlType::Q6_K ? q6k_row_dot_q8(k, layout, wrow, lane, xs, s.n_in)
-                                          : block32_row_dot_q8(k, layout, wrow, lane, xs, s.n_in);
+    if (s.q8_input) return q8_row_dot(k, layout, wrow, lane, xs, s.n_in);
     return seg.type == GgmlType::Q4_K   ? q4k_row_dot(k, layout, wrow, lane, xs, xsum8)
            : seg.type == GgmlType::Q6_K ? q6k_row_dot(k, layout, wrow, lane, xs, xsum8)
            : seg.type == GgmlType::Q8_0 ? q8_0_row_dot(k, layout, wrow, lane, xs)

@@ -27,4 +27,9 @@ inline std::vector<ptx::Reg> ld_vec(ptx::Kernel& k, ptx::Space space, ptx::Type 
   return v;
 }
 
+// Loads 4 × 32 bits at `a + offset` (16-byte aligned) through the non-coherent path.
+inline std::vector<ptx::Reg> ld_v4_nc(ptx::Kernel& k, ptx::Type t, const ptx::Reg& a, int64_t offset = 0) {
+  return ld_vec(k, ptx::Space::global, t, 4, a, offset, true);
+}
+
 }  // namespace ptxlm::kernels
