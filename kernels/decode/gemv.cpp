@@ -352,25 +352,6 @@ GemvPlan gemv_plan(const GemvShape& s) {
   return p;
 }
 
-uint32_t gemv_block_bytes_in_flight(const GemvShape& s) {
-  check_shape(s);
-  const GemvSegment* big = &s.segments[0];
-  for (const GemvSegment& g : s.segments)
-    if (g.rows > big->rows) big = &g;
-  uint32_t warp = 0;
-  switch (big->type) {
-    case GgmlType::Q4_K: warp = 32 * (16 + 16); break;
-    case GgmlType::Q6_K: warp = 32 * 32 + 4 * 2; break;
-    case GgmlType::Q8_0: warp = 32 * 16 + 16 * 2; break;
-    case GgmlType::Q4_0: warp = 32 * (16 + 2); break;
-    case GgmlType::Q4_1: warp = 32 * (16 + 4); break;
-    case GgmlType::Q5_0: warp = 32 * (16 + 4 + 2); break;
-    default: throw Error("gemv: no in-flight figure for this type");
-  }
-  const GemvPlan p = gemv_plan(s);
-  return std::min(p.warps, p.rows_per_block) * warp;
-}
-
 LaunchGeometry gemv_geometry(const GemvShape& s) {
   check_shape(s);
   const GemvPlan p = gemv_plan(s);

@@ -83,17 +83,6 @@ GemvPlan gemv_plan(const GemvShape& s);
 
 ptx::LaunchGeometry gemv_geometry(const GemvShape& s);
 
-// Global bytes a block's busy warps request per iteration of their row
-// loops, all issued before the first is used (the loads a block keeps in
-// flight), for the segment type with the most rows; per warp: Q4_K 32 lanes
-// x (16 header + 16 quant bytes), Q6_K 32 x (8 + 8 ql + 8 qh + 8 scale
-// bytes) + 4 x 2 d bytes, Q8_0 32 x 16 quant bytes + 16 x 2 d bytes,
-// Q4_0/Q4_1/Q5_0 32 x (16 quant bytes + the block's scale (2, 4) and Q5_0's 4
-// high-bit bytes). A GPU hides DRAM latency only with enough of these in
-// flight per SM (Little's law: an H100 needs about 3.35 TB/s x ~0.6 us / 132
-// SMs, some 15 KB).
-uint32_t gemv_block_bytes_in_flight(const GemvShape& s);
-
 // Params: x (n_in f32), norm_w (n_in f32; only with norm), then per segment
 // i: w<i> (rows in the device layout of kernels/decode/layout.h), y<i> (rows
 // f32); with a GLU only y0 (the pairs' outputs) follows w0 and w1. x must not

@@ -83,12 +83,10 @@ std::map<std::string, ptx::PtxasFunctionReport> ptxas_reports(const Model& m, ui
     return out;
 }
 
-// What the chain's kernels are, by name: GEMV shapes (their in-flight figure
-// comes from the generator) and which part of a token each kernel serves
-// ("layer" kernels run once per layer, "head" is the LM head, the rest run
-// once per token).
+// Which part of a token each of the chain's kernels serves, by name ("layer"
+// kernels run once per layer, "head" is the LM head, the rest run once per
+// token).
 struct ChainParts {
-    std::map<std::string, kernels::GemvShape> gemvs;
     std::set<std::string> layer;
     std::string head;
 };
@@ -97,9 +95,7 @@ ChainParts chain_parts(const Model& m, uint32_t ctx) {
     ChainParts c;
     const cuda::DecodePlan p = cuda::decode_plan(m, ctx);
     auto add = [&](const kernels::GemvShape& s) {
-        const std::string name = kernels::gemv_kernel(s).name;
-        c.gemvs.emplace(name, s);
-        return name;
+        return kernels::gemv_kernel(s).name;
     };
     for (const cuda::LayerPlan& l : p.layers) {
         for (const kernels::GemvShape* s : {&l.qkv, &l.wo, &l.gate_up, &l.down}) c.layer.insert(add(*s));
