@@ -210,7 +210,8 @@ def kernels_of(a, tmp):
         ptxlm = os.environ.get("PTXLM_BIN") or os.path.join(BUILD, "tools", "ptxlm", "ptxlm")
         if not os.access(ptxlm, os.X_OK):
             die(f"no ptxlm binary at {ptxlm}: build it (./run.sh build) or set PTXLM_BIN")
-        run([ptxlm, "ptx", "-m", a.model, "--out", tmp, "--arch", a.arch, "--schedule", a.schedule], "ptxlm ptx")
+        run([ptxlm, "ptx", "-m", a.model, "--out", tmp, "--arch", a.arch, "--schedule", a.schedule,
+             "--gpu-path", a.gpu_path or "default"], "ptxlm ptx")
         files = sorted(glob.glob(os.path.join(tmp, "*.ptx")))
         return [f for f in files if re.search(a.kernel, os.path.basename(f)[:-4])]
     for f in a.ptx:
@@ -295,6 +296,8 @@ def main():
     src.add_argument("--ptx", nargs="+", metavar="FILE", help="hand-written or saved .ptx files")
     ap.add_argument("--arch", default="sm_90", choices=ARCHS, help="target (default sm_90)")
     ap.add_argument("--schedule", default="graph", choices=("graph", "persistent"), help="with -m (default graph)")
+    ap.add_argument("--gpu-path", choices=("quantized", "reference"),
+                    help="with -m: the GEMVs' inputs, 8-bit or f32 (ptxlm ptx --gpu-path; default: the schedule's)")
     ap.add_argument("--kernel", default="", metavar="REGEX", help="only kernels whose name matches")
     ap.add_argument("--json", action="store_true", help="JSON on stdout instead of the Markdown table")
     ap.add_argument("--load-loops", action="store_true", help="the table shows load loops only")

@@ -41,6 +41,13 @@ CpuArithmetic parse_cpu_path(const std::string& s) {
     throw std::invalid_argument("--cpu-path: '" + s + "' is not a CPU path (choose quantized or reference)");
 }
 
+GpuArithmetic parse_gpu_path(const std::string& s) {
+    if (s == "default") return GpuArithmetic::Default;
+    if (s == "quantized") return GpuArithmetic::Quantized;
+    if (s == "reference") return GpuArithmetic::Reference;
+    throw std::invalid_argument("--gpu-path: '" + s + "' is not a GPU path (choose quantized or reference)");
+}
+
 const char* schedule_name(Schedule s) {
     return s == Schedule::Chain ? "chain" : s == Schedule::Persistent ? "persistent" : "graph";
 }
@@ -111,7 +118,7 @@ std::unique_ptr<Backend> make_backend(const Model& m, DeviceKind device, const B
             try {
                 if (opt.kv_type != KvType::F16) throw ModelError("the GPU path keeps an f16 KV cache (--kv-type f16)");
                 std::string ctx_note;
-                auto b = std::make_unique<cuda::CudaBackend>(m, drv, opt.n_ctx, opt.schedule, &ctx_note);
+                auto b = std::make_unique<cuda::CudaBackend>(m, drv, opt.n_ctx, opt.schedule, opt.gpu_path, &ctx_note);
                 if (note)
                     *note = b->description() + "; context " + std::to_string(b->n_ctx()) + " tokens" +
                             (ctx_note.empty() ? "" : " (" + ctx_note + ")");
@@ -124,6 +131,9 @@ std::unique_ptr<Backend> make_backend(const Model& m, DeviceKind device, const B
     }
     if (opt.schedule != Schedule::Default)
         throw std::invalid_argument("--schedule applies to the GPU path; the CPU runs without one" +
+                                    (why.empty() ? std::string() : " (" + why + ")"));
+    if (opt.gpu_path != GpuArithmetic::Default)
+        throw std::invalid_argument("--gpu-path applies to the GPU path; the CPU has --cpu-path" +
                                     (why.empty() ? std::string() : " (" + why + ")"));
     const uint32_t kv_el = opt.kv_type == KvType::F16 ? 2 : 4;
     std::string ctx_note;

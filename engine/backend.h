@@ -36,6 +36,14 @@ enum class CpuArithmetic { Default, Quantized, Reference };
 // "quantized", "reference" or "default"; throws std::invalid_argument naming --cpu-path.
 CpuArithmetic parse_cpu_path(const std::string& s);
 
+// The GPU path's GEMV arithmetic: an 8-bit input quantized as the CPU
+// quantized path quantizes it, dp4a on the packed weights (the default; what
+// decode at the roofline needs), or an f32 input as the CPU reference has
+// (engine/cuda/decode_plan.h).
+enum class GpuArithmetic { Default, Quantized, Reference };
+// "quantized", "reference" or "default"; throws std::invalid_argument naming --gpu-path.
+GpuArithmetic parse_gpu_path(const std::string& s);
+
 struct BackendOptions {
     uint32_t n_ctx = 0;         // 0: the model's trained context, capped to what memory allows
     Schedule schedule = Schedule::Default;   // GPU only; Default = Graph
@@ -47,6 +55,7 @@ struct BackendOptions {
     // against the busy one.
     std::shared_ptr<cpu::ThreadPool> cpu_pool;
     CpuArithmetic cpu_path = CpuArithmetic::Default;   // CPU only; Default = Quantized
+    GpuArithmetic gpu_path = GpuArithmetic::Default;   // GPU only; Default = Quantized
     // CPU quantized path: the SIMD kernels by name (scalar, avx2, avx512,
     // avx512vnni); empty: the best this CPU runs (PTXLM_CPU_ISA caps it).
     std::string cpu_isa;
@@ -59,6 +68,7 @@ struct DeviceInfo {
     int units = 0;              // CPU cores this process may use, or GPU SMs
     std::string schedule;       // GPU: "chain" or "graph"; empty on the CPU
     std::string cpu_path;       // CPU: "quantized (<isa>)" or "reference"; empty on a GPU
+    std::string gpu_path;       // GPU: "quantized" or "reference"; empty on the CPU
     double peak_gbs = 0;        // GPU: peak DRAM bandwidth from its memory clock and bus width; 0 unknown
     int threads = 0;            // CPU threads the backend uses (0 on a GPU)
     std::string kv_type;        // "f16" or "f32"

@@ -31,6 +31,9 @@ ptxlm_emu_gtest(test_elementwise_emu test_elementwise_emu.cpp LIBS ptxlm_engine 
 # models teacher-forced over 36 positions (with a negative control), SmolLM2
 # over its first 4.
 ptxlm_emu_gtest(test_cuda_backend test_cuda_backend.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 2000)
+# The default path's GEMVs op by op against the CPU quantized path fed the
+# device's own activations, with a negative control.
+ptxlm_emu_gtest(test_cuda_ops test_cuda_ops.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 1200)
 # ptxlm run/bench on the GPU path with emu as the driver, as a user drives it.
 ptxlm_pytest(cli_cuda_emu check_cli_cuda_emu.py TIMEOUT 2000)
 set_property(TEST cli_cuda_emu APPEND PROPERTY ENVIRONMENT "PTXLM_EMU_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>")
@@ -54,6 +57,10 @@ foreach(t test_gemv_emu test_attention_emu test_elementwise_emu test_examples_em
 endforeach()
 add_test(NAME test_cuda_backend_variance COMMAND test_cuda_backend --gtest_filter=*llama*)
 set_tests_properties(test_cuda_backend_variance PROPERTIES TIMEOUT 400 LABELS "unit"
+  ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>;PTXLM_EMU_VARIANCE=1")
+# The default path's per-op check on the synthetic llama, the same way.
+add_test(NAME test_cuda_ops_variance COMMAND test_cuda_ops --gtest_filter=*Synth*Every*llama*)
+set_tests_properties(test_cuda_ops_variance PROPERTIES TIMEOUT 300 LABELS "unit"
   ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>;PTXLM_EMU_VARIANCE=1")
 # emu's device queue: launches return before their kernels run, a host talks
 # to a running kernel through mapped memory, deferred mode (it re-runs itself

@@ -16,4 +16,4 @@ ptxlm_gtest(test_layout test_layout.cpp LIBS ptxlm_kernels TIMEOUT 60 SANITIZE)
 # bench/sass: loops and their instruction classes in the SASS ptxas makes (nvdisasm from
 # requirements.txt; missing, the test fails), known answers from hand-written PTX on sm_80-90,
 # its gates, and gemma-3-270m's GEMV hot loops printed (14 s on one core).
-ptxlm_pytest(check_sass check_sass.py TIMEOUT 60)
+ptxlm_pytest(check_sass check_sass.py TIMEOUT 120)

@@ -1,5 +1,8 @@
-// The GPU decode path (engine/cuda/cuda_backend) end to end on emu, against
-// the CPU reference (f16 KV cache, like the GPU's): teacher-forced on the
+// The GPU decode path (engine/cuda/cuda_backend) end to end on emu, on its
+// reference arithmetic (`--gpu-path reference`: f32 GEMV inputs) against the
+// CPU reference (f16 KV cache, like the GPU's). Every op but the GEMVs is the
+// default path's too, so this is their sharp end-to-end check (the default
+// path's 8-bit-input GEMVs: test_cuda_ops, op by op). Teacher-forced on the
 // CPU's own 32-token greedy continuation of a prompt, the logits agree within
 // a tolerance at every position and the argmax agrees wherever the CPU's
 // top-2 margin exceeds twice that tolerance (at least 90% of positions). A
@@ -76,6 +79,7 @@ std::vector<TokenId> greedy(Backend& cpu, std::vector<TokenId> ids, size_t n, st
 // moves logits by ~1e-3. Negative control (a corrupted Q4_K scale, below):
 // llama 0.117, qwen2 0.249, gemma3 0.382, each at least twice the bound.
 constexpr double kTolerance = 5e-3;
+constexpr GpuArithmetic kRef = GpuArithmetic::Reference;
 
 class CudaBackendSynth : public ::testing::TestWithParam<synth::Arch> {};
 
@@ -88,7 +92,7 @@ TEST_P(CudaBackendSynth, TeacherForcedLogitsMatchTheCpu) {
   const std::vector<TokenId> ids = greedy(cpu, {764, 17, 301, 52}, 36, &ref);
   ASSERT_EQ(ids.size(), 36u);
 
-  cuda::CudaBackend gpu(m, cuda::Driver::load(), 64);
+  cuda::CudaBackend gpu(m, cuda::Driver::load(), 64, Schedule::Default, kRef);
   EXPECT_EQ(gpu.n_ctx(), 64u);
   const double tol = kTolerance;
   const Comparison c = compare(cpu, gpu, ids, tol, &ref);
@@ -102,7 +106,7 @@ TEST_P(CudaBackendSynth, TeacherForcedLogitsMatchTheCpu) {
   // Greedy decoding on the device: only the argmax comes back, and it is the
   // CPU's wherever the CPU's top-2 margin is clear (the greedy sequence's
   // next token).
-  cuda::CudaBackend greedy_gpu(m, cuda::Driver::load(), 64);
+  cuda::CudaBackend greedy_gpu(m, cuda::Driver::load(), 64, Schedule::Default, kRef);
   const size_t nv = m.n_vocab;
   size_t compared = 0;
   for (uint32_t i = 0; i < ids.size(); ++i) {
@@ -118,7 +122,7 @@ TEST_P(CudaBackendSynth, TeacherForcedLogitsMatchTheCpu) {
 
   // Batches (queued whole, one synchronisation each) give exactly the logits
   // of one-by-one evaluation: chunks of 13, 13 and 10 tokens, all logits.
-  cuda::CudaBackend one(m, cuda::Driver::load(), 64), batched(m, cuda::Driver::load(), 64);
+  cuda::CudaBackend one(m, cuda::Driver::load(), 64), batched(m, cuda::Driver::load(), 64);   // the default path
   std::vector<float> single(ids.size() * nv), batch(ids.size() * nv);
   for (uint32_t i = 0; i < ids.size(); ++i) one.eval(ids[i], i, single.data() + i * nv);
   for (uint32_t i = 0; i < ids.size(); i += 13) {
@@ -136,7 +140,7 @@ TEST_P(CudaBackendSynth, TeacherForcedLogitsMatchTheCpu) {
   uint8_t* scale = const_cast<uint8_t*>(victim->data) + 4 + 1;   // row 0, block 0, scales[1]
   const uint8_t saved = *scale;
   *scale = uint8_t((saved & 0xC0) | (((saved & 63) + 9) & 63));
-  cuda::CudaBackend broken(m, cuda::Driver::load(), 64);
+  cuda::CudaBackend broken(m, cuda::Driver::load(), 64, Schedule::Default, kRef);
   *scale = saved;
   const Comparison bad = compare(cpu, broken, ids, tol, &ref);
   std::printf("[cuda-backend] %s with a corrupted scale in %s: max |logit diff| %.2e\n", synth::arch_name(GetParam()),
@@ -159,7 +163,7 @@ void check_real_model(const char* file, uint32_t n) {
   ASSERT_GE(ids.size(), n);
   cpu::CpuBackend cpu(m, 16, KvType::F16, 2);
   cpu.set_path(cpu::CpuPath::Reference);
-  cuda::CudaBackend gpu(m, cuda::Driver::load(), 16);
+  cuda::CudaBackend gpu(m, cuda::Driver::load(), 16, Schedule::Default, kRef);
   const double tol = kTolerance;
   const Comparison c = compare(cpu, gpu, {ids.begin(), ids.begin() + n}, tol);
   std::printf("[cuda-backend] %s: %zu launches/token, max |logit diff| %.2e over %u positions (tolerance %.1e)\n", file,

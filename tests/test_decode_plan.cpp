@@ -22,12 +22,19 @@ namespace {
 
 void assemble_all(const Model& m, const std::string& what) {
   ASSERT_FALSE(std::string(PTXLM_PTXAS).empty()) << "ptxas not found: these tests never skip";
-  const cuda::DecodePlan plan = cuda::decode_plan(m, 4096);
+  // The standalone kernels of both GEMV paths (8-bit inputs, the default,
+  // and f32 inputs, --gpu-path reference), then the persistent decoder on
+  // its path (cuda::quantized_gemvs: f32 inputs for now).
+  const cuda::DecodePlan plan = cuda::decode_plan(m, 4096), ref = cuda::decode_plan(m, 4096, false);
+  const cuda::DecodePlan pers =
+      cuda::decode_plan(m, 4096, cuda::quantized_gemvs(GpuArithmetic::Default, Schedule::Persistent));
   for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90"}) {
     std::vector<ptx::GeneratedKernel> ks = cuda::decode_kernels(plan, ptx::Target::parse(arch));
     EXPECT_GE(ks.size(), 8u);
+    for (ptx::GeneratedKernel& g : cuda::decode_kernels(ref, ptx::Target::parse(arch)))
+      if (g.name.starts_with("gemv")) ks.push_back(std::move(g));
     // The persistent decoder: every kind inline in one kernel, also hot.
-    ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(plan), ptx::Target::parse(arch)).kernel);
+    ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(pers), ptx::Target::parse(arch)).kernel);
     int max_regs = 0, persistent_regs = 0;
     for (const ptx::GeneratedKernel& g : ks) {
       const ptx::PtxasResult r = ptx::run_ptxas(PTXLM_PTXAS, g.ptx, arch);

@@ -63,6 +63,17 @@ struct CudaBackend::Impl {
         std::vector<Dep> deps;
     };
     std::vector<Op> chain;
+    // The GEMV ops' operands (trace_gemvs): the buffers they read and write.
+    struct GemvIo {
+        size_t op = 0;
+        kx::GemvShape shape;
+        const Weight* norm = nullptr;
+        std::vector<const Weight*> matrices;
+        const DeviceBuffer* in = nullptr;
+        std::vector<const DeviceBuffer*> outs;
+    };
+    std::vector<GemvIo> gemv_io;
+    bool quantized = true;   // decode_plan's quantized_inputs
     std::vector<kx::OpGenerator> kinds;   // the distinct kernels, in chain order
     std::map<std::string, uint32_t> kind_of;
     Schedule schedule = Schedule::Graph;
@@ -282,17 +293,18 @@ void CudaBackend::Impl::launch_persistent(uint32_t steps, uint32_t n_stop) {
 }
 
 CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx, Schedule schedule,
-                         std::string* note)
+                         GpuArithmetic path, std::string* note)
     : p_(std::make_unique<Impl>(m, std::move(driver))) {
     Impl& p = *p_;
     p.schedule = schedule == Schedule::Default ? Schedule::Graph : schedule;
+    p.quantized = quantized_gemvs(path, p.schedule);
     const cuda::DeviceInfo& dev = p.ctx.info();
     const unsigned sm = unsigned(dev.cc_major * 10 + dev.cc_minor);
     if (sm < 80) throw ModelError(dev.name + " is sm_" + std::to_string(sm) + "; the GPU path needs sm_80 or newer");
     p.target = ptx::Target::parse("sm_" + std::to_string(std::min(sm, 90u)));
     const HParams& hp = m.hp;
     const uint32_t E = hp.n_embd, hd = m.head_dim;
-    decode_plan(m, 1);   // refuses what the GPU path cannot run before anything is allocated
+    decode_plan(m, 1, p.quantized);   // refuses what the GPU path cannot run before anything is allocated
 
     // The memory plan, against the device's free memory, before allocating.
     uint64_t max_q = 0, max_kv = 0, max_ff = 0, kv_per_token = 0, weight_bytes = 0;
@@ -394,7 +406,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
                  O = Impl::ptr(p.o), H = Impl::ptr(p.h), PART = Impl::ptr(p.part);
 
     // The chain, from the plan.
-    const DecodePlan plan = decode_plan(m, C);
+    const DecodePlan plan = decode_plan(m, C, p.quantized);
     // A generator bound to its shape: called standalone here, inline by the persistent kernel.
     auto bind = [](auto fn, auto shape) -> kx::OpGenerator {
         return [fn, shape](const ptx::Target& t, const kx::InlineTarget* in) { return fn(shape, t, in); };
@@ -403,7 +415,9 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     for (uint32_t il = 0; il < m.layers.size(); ++il) {
         const LayerPlan& lp = plan.layers[il];
         const DevPtr kc = Impl::ptr(p.k_cache[il]), vc = Impl::ptr(p.v_cache[il]);
+        const LayerDesc& l = m.layers[il];
         const size_t qkv_op = p.add(bind(kx::gemv_kernel, lp.qkv), {X, attn_norm[il], wq[il], Q, wk[il], K, wv[il], V});
+        p.gemv_io.push_back({qkv_op, lp.qkv, &l.attn_norm, {&l.wq, &l.wk, &l.wv}, &p.x, {&p.q, &p.k, &p.v}});
         std::vector<ptx::ParamValue> ra = {Q, K, V};
         if (lp.rope.bias) ra.insert(ra.end(), {bq[il], bk[il], bv[il]});
         if (lp.rope.qk_norm) ra.insert(ra.end(), {qn[il], kn[il]});
@@ -412,13 +426,17 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         const size_t split_op = p.add(bind(kx::attention_split_kernel, lp.attention), {Q, kc, vc, pos_ptr, PART});
         const size_t reduce_op = p.add(bind(kx::attention_reduce_kernel, lp.attention), {PART, pos_ptr, ATT});
         p.head_deps(lp, qkv_op, rope_op, split_op, reduce_op);
-        p.add(bind(kx::gemv_kernel, lp.wo), {ATT, wo[il], lp.post_attn_norm ? O : X});
+        p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, lp.wo), {ATT, wo[il], lp.post_attn_norm ? O : X}), lp.wo, nullptr,
+                             {&l.wo}, &p.att, {lp.post_attn_norm ? &p.o : &p.x}});
         if (lp.post_attn_norm) p.add(bind(kx::add_norm_kernel, plan.add_norm), {X, O, post_attn[il]});
-        p.add(bind(kx::gemv_kernel, lp.gate_up), {X, ffn_norm[il], wg[il], wu[il], H});
-        p.add(bind(kx::gemv_kernel, lp.down), {H, wd[il], lp.post_ffn_norm ? O : X});
+        p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, lp.gate_up), {X, ffn_norm[il], wg[il], wu[il], H}), lp.gate_up,
+                             &l.ffn_norm, {&l.gate, &l.up}, &p.x, {&p.h}});
+        p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, lp.down), {H, wd[il], lp.post_ffn_norm ? O : X}), lp.down, nullptr,
+                             {&l.down}, &p.h, {lp.post_ffn_norm ? &p.o : &p.x}});
         if (lp.post_ffn_norm) p.add(bind(kx::add_norm_kernel, plan.add_norm), {X, O, post_ffn[il]});
     }
-    p.add(bind(kx::gemv_kernel, plan.head), {X, out_norm, out, Impl::ptr(p.logits)});
+    p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, plan.head), {X, out_norm, out, Impl::ptr(p.logits)}), plan.head,
+                         &m.output_norm, {&m.output}, &p.x, {&p.logits}});
     // Greedy decoding reads only this: the argmax key of the logits.
     p.add([](const ptx::Target& t, const kx::InlineTarget* in) { return kx::clear_u64_kernel(t, in); },
           {Impl::ptr(p.best)});
@@ -452,7 +470,7 @@ std::string CudaBackend::description() const {
            (p_->persistent ? " ops per token in one launch of " + std::to_string(p_->persistent->geometry.grid.x) +
                                  " blocks x " + std::to_string(p_->persistent->geometry.block.x) + " threads"
                            : " kernels per token") +
-           ", KV f16";
+           ", " + (p_->quantized ? "8-bit" : "f32") + " GEMV inputs, KV f16";
 }
 
 ptxlm::DeviceInfo CudaBackend::device_info() const {
@@ -464,6 +482,7 @@ ptxlm::DeviceInfo CudaBackend::device_info() const {
     i.kv_type = "f16";
     i.kv_bytes_per_el = 2;
     i.schedule = schedule_name(p_->schedule);
+    i.gpu_path = p_->quantized ? "quantized" : "reference";
     i.peak_gbs = d.peak_bandwidth_gbs();
     return i;
 }
@@ -500,6 +519,43 @@ TokenId CudaBackend::eval_argmax(TokenId token, uint32_t pos) {
     return TokenId(kx::argmax_index(*static_cast<const uint64_t*>(p.best_host.data())));
 }
 Schedule CudaBackend::schedule() const { return p_->schedule; }
+
+std::vector<CudaBackend::GemvTrace> CudaBackend::trace_gemvs(TokenId token, uint32_t pos) {
+    Impl& p = *p_;
+    if (p.persistent) throw std::logic_error("trace_gemvs: the persistent schedule has no standalone ops");
+    p.check_token(token, pos);
+    p.ctx.make_current();
+    auto* host = static_cast<uint32_t*>(p.state_host.data());
+    host[0] = uint32_t(token);
+    host[1] = pos;
+    p.state.upload_async(host, 8, p.stream);
+    p.stream.synchronize();
+    auto read = [](const DeviceBuffer* b, size_t n) {
+        std::vector<float> v(n);
+        b->download(v.data(), n * 4);
+        return v;
+    };
+    std::vector<GemvTrace> out;
+    size_t next = 0;   // the next GemvIo, in chain order
+    for (size_t i = 0; i < p.chain.size(); ++i) {
+        Impl::Op& op = p.chain[i];
+        const Impl::GemvIo* io = next < p.gemv_io.size() && p.gemv_io[next].op == i ? &p.gemv_io[next++] : nullptr;
+        GemvTrace t;
+        if (io) {
+            t = {i, op.kernel, io->shape, io->norm, io->matrices, read(io->in, io->shape.n_in), {}, {}};
+            // The outputs: one per segment, or the pairs' one under a GLU.
+            const bool glu = io->shape.glu != kx::Glu::None;
+            for (size_t o = 0; o < io->outs.size(); ++o)
+                t.before.push_back(read(io->outs[o], io->shape.segments[glu ? 0 : o].rows));
+        }
+        launch(*op.fn, op.geometry, p.stream, op.args);
+        p.stream.synchronize();
+        if (!io) continue;
+        for (size_t o = 0; o < io->outs.size(); ++o) t.after.push_back(read(io->outs[o], t.before[o].size()));
+        out.push_back(std::move(t));
+    }
+    return out;
+}
 
 void CudaBackend::fill_kv_for_count(uint32_t from, uint32_t to) {
     Impl& p = *p_;

@@ -20,6 +20,7 @@
 
 #include "engine/backend.h"
 #include "engine/cuda/driver.h"
+#include "kernels/decode/gemv.h"
 
 namespace ptxlm::cuda {
 
@@ -28,8 +29,11 @@ public:
     // n_ctx = 0: the model's trained context, capped to what device memory
     // allows. Throws ModelError naming what the GPU path cannot run (a weight
     // type, a head size) or what does not fit (with the numbers).
+    // path: the GEMVs' arithmetic (decode_plan's quantized_inputs, as
+    // quantized_gemvs resolves it for the schedule).
     CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx,
-                Schedule schedule = Schedule::Default, std::string* note = nullptr);
+                Schedule schedule = Schedule::Default, GpuArithmetic path = GpuArithmetic::Default,
+                std::string* note = nullptr);
     ~CudaBackend() override;
 
     std::string description() const override;
@@ -75,6 +79,21 @@ public:
     // `to` without evaluating the tokens before it on emu. Throws
     // std::invalid_argument when to exceeds the context or from > to.
     void fill_kv_for_count(uint32_t from, uint32_t to);
+    // For the per-op check: one token through the chain op by op (not under
+    // the persistent schedule), and for each GEMV op what it read and wrote,
+    // so that the CPU's own op (gemv_reference) can be fed the device's input
+    // and compared at float-reordering tolerance. The token's other effects
+    // (its KV cache row) are as eval's.
+    struct GemvTrace {
+        size_t op = 0;                         // index into launches()
+        std::string kernel;
+        kernels::GemvShape shape;
+        const Weight* norm = nullptr;          // with shape.norm
+        std::vector<const Weight*> matrices;   // one per segment
+        std::vector<float> input;              // x as the op read it (before its norm)
+        std::vector<std::vector<float>> before, after;   // each output (one per segment, one under a GLU)
+    };
+    std::vector<GemvTrace> trace_gemvs(TokenId token, uint32_t pos);
     // Device addresses of the buffers holding quantized weight matrices (for
     // counters that tell weight traffic from the rest).
     std::vector<uint64_t> weight_buffers() const;

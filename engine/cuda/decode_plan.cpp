@@ -1,6 +1,5 @@
 #include "engine/cuda/decode_plan.h"
 
-#include <cstdlib>
 #include <set>
 
 #include "kernels/examples/examples.h"
@@ -18,31 +17,31 @@ void check_weight(const Weight& w) {
                          " is not supported on the GPU path yet");
 }
 
-// PTXLM_GPU_Q8_INPUT=1: an experiment while the GEMV rebuild is under way
-// (issue 20): ops whose matrices have 8-bit-input (dp4a) kernels
-// (gemv_q8_input_fits) quantize their input; the rest stay on f32. Off
-// by default: the GPU path is checked against the CPU reference, which these
-// ops no longer match within its tolerance (they match the CPU quantized
-// path); bench's counted mode names such kernels "_q8_".
-bool q8_input_experiment() {
-    const char* e = std::getenv("PTXLM_GPU_Q8_INPUT");
-    return e && std::string(e) == "1";
-}
-
-kx::GemvShape gemv(uint32_t n_in, std::vector<kx::GemvSegment> segments, bool norm, float eps, bool accumulate) {
+kx::GemvShape gemv(uint32_t n_in, std::vector<kx::GemvSegment> segments, bool norm, float eps, bool accumulate,
+                   bool quantized) {
     kx::GemvShape s;
     s.n_in = n_in;
     s.segments = std::move(segments);
     s.norm = norm;
     s.eps = eps;
     s.accumulate = accumulate;
-    s.q8_input = q8_input_experiment() && kx::gemv_q8_input_fits(s);
+    s.q8_input = quantized && kx::gemv_q8_input_fits(s);
     return s;
 }
 
 }  // namespace
 
-DecodePlan decode_plan(const Model& m, uint32_t n_ctx) {
+bool quantized_gemvs(GpuArithmetic path, Schedule schedule) {
+    if (schedule != Schedule::Persistent) return path != GpuArithmetic::Reference;
+    if (path == GpuArithmetic::Quantized)
+        throw ModelError("--schedule persistent runs f32 GEMV inputs for now (inlined into the persistent decoder, "
+                         "the 8-bit-input kernels spill registers on some models): use --gpu-path reference, or "
+                         "--schedule graph for the 8-bit inputs");
+    return false;
+}
+
+DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs) {
+    const bool qi = quantized_inputs;
     const HParams& hp = m.hp;
     const uint32_t E = hp.n_embd, hd = m.head_dim;
     const float eps = hp.rms_eps;
@@ -61,18 +60,18 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx) {
             throw ModelError("layer " + std::to_string(il) + ": q/k norms and q/k/v biases must come together");
         const uint32_t q_dim = l.n_head * hd, kv = m.kv_dim(il);
         LayerPlan lp;
-        lp.qkv = gemv(E, {{l.wq.type, q_dim}, {l.wk.type, kv}, {l.wv.type, kv}}, true, eps, false);
+        lp.qkv = gemv(E, {{l.wq.type, q_dim}, {l.wk.type, kv}, {l.wv.type, kv}}, true, eps, false, qi);
         lp.rope = {l.n_head, l.n_head_kv, hd, hp.rope_style == RopeStyle::Neox, bool(l.bq), bool(l.q_norm), eps};
         lp.attention = {l.n_head, l.n_head_kv, hd, n_ctx, l.sliding ? hp.sliding_window : 0, m.attn_scale, kAttentionChunk};
         lp.post_attn_norm = bool(l.attn_post_norm);
         lp.post_ffn_norm = bool(l.ffn_post_norm);
-        lp.wo = gemv(q_dim, {{l.wo.type, E}}, false, eps, !lp.post_attn_norm);
-        lp.gate_up = gemv(E, {{l.gate.type, l.n_ff}, {l.up.type, l.n_ff}}, true, eps, false);
+        lp.wo = gemv(q_dim, {{l.wo.type, E}}, false, eps, !lp.post_attn_norm, qi);
+        lp.gate_up = gemv(E, {{l.gate.type, l.n_ff}, {l.up.type, l.n_ff}}, true, eps, false, qi);
         lp.gate_up.glu = m.ffn == FfnKind::GeGLU ? kx::Glu::GeGlu : kx::Glu::SwiGlu;
-        lp.down = gemv(l.n_ff, {{l.down.type, E}}, false, eps, !lp.post_ffn_norm);
+        lp.down = gemv(l.n_ff, {{l.down.type, E}}, false, eps, !lp.post_ffn_norm, qi);
         p.layers.push_back(lp);
     }
-    p.head = gemv(E, {{m.output.type, m.n_vocab}}, true, eps, false);
+    p.head = gemv(E, {{m.output.type, m.n_vocab}}, true, eps, false, qi);
     return p;
 }
 

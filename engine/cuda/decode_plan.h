@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/backend.h"
 #include "engine/model.h"
 #include "kernels/decode/attention.h"
 #include "kernels/decode/elementwise.h"
@@ -33,9 +34,20 @@ struct DecodePlan {
     kernels::GemvShape head;          // fused output_norm + LM head
 };
 
-// Throws ModelError naming what the GPU path cannot run (a weight type, a
-// partial rotation, soft-capped logits).
-DecodePlan decode_plan(const Model& m, uint32_t n_ctx);
+// quantized_inputs: every GEMV whose matrices have 8-bit-input kernels
+// (kernels::gemv_q8_input_fits) quantizes its input as the CPU quantized path
+// does and multiplies with dp4a (the default path, `--gpu-path quantized`);
+// the others, and all of them without it (`--gpu-path reference`), multiply
+// an f32 input, as the CPU reference does. Throws ModelError naming what the
+// GPU path cannot run (a weight type, a partial rotation, soft-capped logits).
+DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs = true);
+
+// Whether a schedule runs 8-bit GEMV inputs under `path`: the default is yes,
+// except under the persistent schedule, which keeps f32 inputs for now
+// (inlined into the one persistent kernel, the 8-bit-input ops of
+// gemma-3-270m push ptxas past 128 registers: a 16-byte spill, where each
+// op alone fits). Throws ModelError for --gpu-path quantized there.
+bool quantized_gemvs(GpuArithmetic path, Schedule schedule);
 
 // Every distinct kernel of the plan, in chain order, as generators bound to
 // their shapes (standalone, or inline in the persistent decoder).

@@ -9,6 +9,7 @@
 
 #include "engine/cuda/decode_plan.h"
 #include "engine/cuda/device.h"
+#include "engine/cuda/gemv_reference.h"
 #include "engine/cuda/launch.h"
 #include "engine/cuda/module.h"
 #include "gguf/f16.h"
@@ -95,16 +96,10 @@ private:
     std::vector<DeviceBuffer> bufs_;
 };
 
-// The CPU reference's activations (engine/cpu), for a GLU's reference.
-float glu_ref(kx::Glu g, float x) {
-    return g == kx::Glu::SwiGlu ? x / (1.0f + std::exp(-x))
-                                : 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-}
-
-// GEMV: the model's own matrices for `ws`, random inputs.
+// GEMV: the model's own matrices for `ws`, random inputs, against the CPU
+// arithmetic the shape claims to equal (gemv_reference).
 Worst check_gemv(Runner& r, const kx::GemvShape& s, const std::vector<const Weight*>& ws, const Weight* norm) {
-    const uint32_t n = s.n_in;
-    const std::vector<float> x = r.randv(n, 1.0f);
+    const std::vector<float> x = r.randv(s.n_in, 1.0f);
     const std::vector<float> nw = norm ? vec(*norm) : std::vector<float>{};
     std::vector<ptx::ParamValue> args = {r.up(x)};
     if (s.norm) args.push_back(r.up(nw));
@@ -118,44 +113,11 @@ Worst check_gemv(Runner& r, const kx::GemvShape& s, const std::vector<const Weig
         args.push_back(outs.back());
     }
     r.launch(kx::gemv_kernel(s, r.target()), args);
-
-    // The input the matrices multiply, as the CPU reference forms it.
-    std::vector<float> in = x;
-    if (s.norm) {
-        double ss = 0;
-        for (float v : x) ss += double(v) * v;
-        const float scale = 1.0f / std::sqrt(float(ss / n) + s.eps);
-        for (uint32_t i = 0; i < n; ++i) in[i] = (x[i] * scale) * nw[i];
-    }
-    // Row `row` of matrix si: the reference product and its tolerance.
-    auto ref_row = [&](size_t si, uint64_t row) {
-        const std::vector<float> w = dequantize(*ws[si], row);
-        double dot = 0, mag = 0;
-        for (uint32_t i = 0; i < n; ++i) {
-            dot += double(w[i]) * in[i];
-            mag += std::fabs(double(w[i]) * in[i]);
-        }
-        return std::pair{dot, kx::gemv_tolerance(mag, n)};
-    };
+    const std::vector<std::vector<RowCheck>> ref = gemv_reference(s, ws, nw, x, y0);
     Worst worst;
-    if (s.glu != kx::Glu::None) {
-        // act(g)·u: an error e_g in g moves it by at most max|act'| (< 1.13
-        // for SiLU and GELU) times e_g times |u|, an error e_u by |act(g)| e_u.
-        const std::vector<float> got = r.down<float>(outs[0], ws[0]->rows);
-        for (uint64_t row = 0; row < ws[0]->rows; ++row) {
-            const auto [g, tg] = ref_row(0, row);
-            const auto [u, tu] = ref_row(1, row);
-            const double a = glu_ref(s.glu, float(g));
-            worst.add(std::fabs(got[row] - a * u), 1.13 * tg * (std::fabs(u) + tu) + std::fabs(a) * tu + 1e-6 * std::fabs(a * u));
-        }
-        return worst;
-    }
-    for (size_t si = 0; si < ws.size(); ++si) {
-        const std::vector<float> got = r.down<float>(outs[si], ws[si]->rows);
-        for (uint64_t row = 0; row < ws[si]->rows; ++row) {
-            const auto [dot, tol] = ref_row(si, row);
-            worst.add(std::fabs(got[row] - (dot + y0[si][row])), tol);
-        }
+    for (size_t o = 0; o < ref.size(); ++o) {
+        const std::vector<float> got = r.down<float>(outs[o], ref[o].size());
+        for (size_t row = 0; row < ref[o].size(); ++row) worst.add(std::fabs(got[row] - ref[o][row].value), ref[o][row].tol);
     }
     return worst;
 }
@@ -163,8 +125,9 @@ Worst check_gemv(Runner& r, const kx::GemvShape& s, const std::vector<const Weig
 }  // namespace
 
 std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx,
-                                         uint32_t seed, const std::function<void(const SelftestResult&)>& report) {
-    const DecodePlan plan = decode_plan(m, n_ctx);
+                                         uint32_t seed, const std::function<void(const SelftestResult&)>& report,
+                                         bool quantized_inputs) {
+    const DecodePlan plan = decode_plan(m, n_ctx, quantized_inputs);
     Runner r(m, std::move(driver), seed);
     const ptx::Target& T = r.target();
     std::vector<SelftestResult> out;

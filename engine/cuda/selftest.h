@@ -1,6 +1,7 @@
 // `ptxlm selftest`: every kernel a model's decode chain needs, run on the
 // device at the model's shapes (its own weights, random activations) and
-// compared with the CPU reference of the same op. On emu it runs in CI; on a
+// compared with the CPU's arithmetic for the same op (the quantized path's
+// for 8-bit-input GEMVs, else the reference's). On emu it runs in CI; on a
 // real GPU it is the first thing to run.
 #pragma once
 
@@ -25,7 +26,10 @@ struct SelftestResult {
 // Runs each distinct kernel once, in chain order; `report` sees each result
 // as it is known. Positions are the last of an n_ctx context (the largest
 // RoPE angles, the fullest cache).
+// quantized_inputs: the GEMVs as the default path runs them, checked against
+// the CPU quantized path's arithmetic (false: f32 inputs, the CPU reference).
 std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx,
-                                         uint32_t seed, const std::function<void(const SelftestResult&)>& report);
+                                         uint32_t seed, const std::function<void(const SelftestResult&)>& report,
+                                         bool quantized_inputs = true);
 
 }  // namespace ptxlm::cuda

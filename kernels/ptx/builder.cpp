@@ -368,7 +368,7 @@ void Kernel::if_else(const Reg& p, const std::function<void()>& then, const std:
 }
 
 void Kernel::for_range(const Reg& i, const Operand& begin, const Operand& end, const Operand& step,
-                       const std::function<void()>& body) {
+                       const std::function<void()>& body, bool unroll) {
   check_no_guard("for_range");
   if (!is_int(i.type) || type_bits(i.type) < 32)
     throw Error(std::string("for_range: counter ") + i.name + " is ." + type_name(i.type) + ", expected a 32/64-bit integer");
@@ -378,6 +378,7 @@ void Kernel::for_range(const Reg& i, const Operand& begin, const Operand& end, c
   mov(i, begin);
   Label head = label("for"), done = label("endfor");
   place(head);
+  if (!unroll) instr(".pragma \"nounroll\"");
   Reg p = setp(is_signed(i.type) ? Cmp::ge : Cmp::hs, i, end);
   bra_if(p, done);
   body();

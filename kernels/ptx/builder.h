@@ -336,8 +336,11 @@ class Kernel {
   void if_else(const Reg& p, const std::function<void()>& then, const std::function<void()>& otherwise);
   // for (i = begin; i < end; i += step) body(); i is an integer register;
   // the comparison is signed or unsigned by i's type; step must be > 0.
+  // unroll = false: `.pragma "nounroll"` in the loop's head, for a loop
+  // whose body already keeps enough loads in flight (ptxas's unrolling
+  // would only add registers).
   void for_range(const Reg& i, const Operand& begin, const Operand& end, const Operand& step,
-                 const std::function<void()>& body);
+                 const std::function<void()>& body, bool unroll = true);
 
   // ---- emission
   // The .version this kernel needs (the target's minimum raised by the

@@ -243,22 +243,21 @@ def gemma(tmp):
 
 
 def q8_gate(tmp):
-    """The 8-bit-input Q4_K GEMV (PTXLM_GPU_Q8_INPUT=1 on a tiny synthetic
-    llama, Q4_K_M, every input width a multiple of 256): its weight loops
+    """The 8-bit-input Q4_K GEMV (the default path on a tiny synthetic llama,
+    Q4_K_M, every input width a multiple of 256): its weight loops
     convert once per block, not per weight, and issue at most 0.075
     instructions per byte as the lanes load them (the four lanes of a block
     each load its 16-byte header, so 0.1 per distinct weight byte: issue 20's
-    target). Negative control: today's f32-input Q4_K kernels of the same
-    model fail both gates."""
+    target). Negative control: the f32-input Q4_K kernels of the same model
+    (--gpu-path reference) fail both gates."""
     model = Path(tmp) / "tiny-llama.gguf"
     p = subprocess.run([str(Path(BINARY_DIR) / "models" / "synth" / "ptxlm-synth"), "--arch", "llama", "--size", "tiny",
                         "--out", str(model)], capture_output=True, text=True)
     if not check(p.returncode == 0, f"ptxlm-synth: {p.stderr}"):
         return
     gate = ["--max-conversions-per-byte", "0.004", "--max-insts-per-byte", "0.075"]
-    env = dict(os.environ, PTXLM_GPU_Q8_INPUT="1")
     q = subprocess.run([sys.executable, str(SASS), "-m", str(model), "--kernel", "_q8_", "--json", *gate],
-                       capture_output=True, text=True, timeout=300, env=env)
+                       capture_output=True, text=True, timeout=300)
     ks = json.loads(q.stdout)["kernels"] if q.stdout else []
     check(q.returncode == 0 and len(ks) >= 2, f"8-bit-input GEMVs pass the gates: exit {q.returncode} "
           f"{[k['name'] for k in ks]} {q.stderr.strip()[:400]}")
@@ -267,10 +266,10 @@ def q8_gate(tmp):
         if check(lp is not None, f"{k['name']}: a hot loop"):
             print(f"{k['name']:56} {lp['insts']:5} {lp['global_load_bytes']:6} {lp['insts_per_global_byte']:8.4f} "
                   f"{lp['classes']['conversions']:4} idp {lp['classes']['idp']}")
-    old = sass("-m", str(model), "--kernel", "^gemv.*q4_k", *gate)
+    old = sass("-m", str(model), "--gpu-path", "reference", "--kernel", "^gemv.*q4_k", *gate)
     check(old.returncode == 1 and old.stderr.count("(--max-conversions-per-byte)") >= 1
           and old.stderr.count("(--max-insts-per-byte)") >= 1,
-          f"today's f32-input Q4_K GEMVs fail both gates: exit {old.returncode} {old.stderr.strip()[:400]}")
+          f"the f32-input Q4_K GEMVs fail both gates: exit {old.returncode} {old.stderr.strip()[:400]}")
 
 
 def main():

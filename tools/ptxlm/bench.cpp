@@ -351,6 +351,7 @@ int run(const Args& a) {
             {"n_threads", dev.threads},
             {"schedule", dev.schedule.empty() ? nlohmann::json(nullptr) : nlohmann::json(dev.schedule)},
             {"cpu_path", dev.cpu_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(dev.cpu_path)},
+            {"gpu_path", dev.gpu_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(dev.gpu_path)},
             {"emulated", emulated},
             {"kv_type", dev.kv_type},
             {"n_ctx", b.n_ctx()},
@@ -380,7 +381,7 @@ int run(const Args& a) {
 
     static const char* kCsvFields[] = {"model_filename", "model_arch", "model_file_type", "model_types", "model_size",
                                        "model_n_params", "device", "device_name", "device_units", "n_threads",
-                                       "schedule", "cpu_path", "emulated", "kv_type", "n_ctx", "n_batch", "test", "n_prompt", "n_gen",
+                                       "schedule", "cpu_path", "gpu_path", "emulated", "kv_type", "n_ctx", "n_batch", "test", "n_prompt", "n_gen",
                                        "n_depth", "n_tokens", "repetitions", "samples_ns", "samples_ts", "avg_ns",
                                        "stddev_ns", "avg_ts", "stddev_ts", "ms_per_token", "bytes_per_token",
                                        "bandwidth_gbs", "peak_gbs", "peak_source", "peak_share", "peak_rss_bytes"};
@@ -460,7 +461,7 @@ int run(const Args& a) {
         for (const Test& t : tests) by_depth[t.depth];
         for (auto& [depth, c] : by_depth) {
             std::fprintf(stderr, "bench: counting one token at depth %u on emu\n", depth);
-            c = counted_token(m, sched, *gpu, depth);
+            c = counted_token(m, sched, parse_gpu_path(a.engine.gpu_path), *gpu, depth);
         }
         for (size_t i = 0; i < all.size(); ++i) all[i]["counted"] = by_depth.at(tests[i].depth);
         for (const auto& [depth, c] : by_depth) {

@@ -25,9 +25,11 @@ namespace ptxlm::cli {
 // requested / weight bytes, shared wavefronts / ideal / ratio, the ratio null
 // where the kernel touches no shared memory; instructions by class, loads in
 // flight per warp, waits, dependent-load chains; each kernel's limits on
-// `gpu`, the binding one and its projected time) and the projection. Call
+// `gpu`, the binding one and its projected time) and the projection, for the
+// GEMV arithmetic `path`. Call
 // with no other CudaBackend alive.
-nlohmann::json counted_token(const Model& m, Schedule schedule, const GpuSpec& gpu, uint32_t depth = 0);
+nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic path, const GpuSpec& gpu,
+                             uint32_t depth = 0);
 
 // The per-kernel rows of `counted` as a Markdown table.
 std::string counted_kernel_table(const nlohmann::json& counted);

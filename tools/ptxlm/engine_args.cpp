@@ -25,6 +25,11 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
                    "CPU: quantized (8-bit activations, integer dot products on the CPU's SIMD; the default) or "
                    "reference (float32 arithmetic, what every faster path is checked against)")
         ->check(CLI::IsMember({"default", "quantized", "reference"}));
+    app.add_option("--gpu-path", a.gpu_path,
+                   "GPU: quantized (GEMV inputs quantized to 8 bits as the CPU quantized path does, dp4a on the packed "
+                   "weights; the default, except under --schedule persistent for now) or reference (f32 inputs, what "
+                   "the CPU reference computes)")
+        ->check(CLI::IsMember({"default", "quantized", "reference"}));
     app.add_option("--cpu-isa", a.cpu_isa,
                    "CPU quantized path: the SIMD kernels, scalar, avx2, avx512 or avx512vnni (default: the best this "
                    "CPU runs; the environment variable PTXLM_CPU_ISA caps it)")
@@ -52,6 +57,7 @@ Engine open_engine(const EngineArgs& a) {
     opt.schedule = parse_schedule(a.schedule);
     opt.cpu_path = parse_cpu_path(a.cpu_path);
     opt.cpu_isa = a.cpu_isa;
+    opt.gpu_path = parse_gpu_path(a.gpu_path);
     std::string note;
     e.backend = make_backend(*e.model, parse_device(a.device), opt, &note);
     std::fprintf(stderr, "ptxlm: %s (%s, %s)\n", path.c_str(), e.model->hp.arch.c_str(),

@@ -23,9 +23,11 @@ struct EngineArgs {
     std::string schedule = "default";   // GPU: chain, graph or persistent (default graph)
     std::string cpu_path = "default";   // CPU: quantized or reference (default quantized)
     std::string cpu_isa;                // CPU quantized path: the SIMD kernels (default the best here)
+    std::string gpu_path = "default";   // GPU: quantized or reference (default quantized)
 };
 
-// Registers -m/--model, -c/--ctx-size, -t/--threads, --device, --kv-type, --schedule, --cpu-path, --cpu-isa.
+// Registers -m/--model, -c/--ctx-size, -t/--threads, --device, --kv-type, --schedule, --cpu-path, --cpu-isa,
+// --gpu-path.
 void add_engine_options(CLI::App& app, EngineArgs& args);
 
 struct Engine {

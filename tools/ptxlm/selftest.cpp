@@ -17,7 +17,7 @@ namespace ptxlm::cli {
 namespace {
 
 struct Args {
-    std::string model, device = "cuda";
+    std::string model, device = "cuda", gpu_path = "quantized";
     uint32_t n_ctx = 256;
     uint32_t seed = 1;
     bool json = false;
@@ -42,7 +42,7 @@ int run(const Args& a) {
             std::printf("| %s | %s | %.3g | %.3g | %s |\n", r.kernel.c_str(), r.what.c_str(), r.max_error, r.tolerance,
                         r.pass ? "pass" : "FAIL");
             std::fflush(stdout);
-        });
+        }, a.gpu_path != "reference");
     size_t failed = 0;
     nlohmann::json j = nlohmann::json::array();
     for (const cuda::SelftestResult& r : rs) {
@@ -50,7 +50,7 @@ int run(const Args& a) {
         j.push_back({{"kernel", r.kernel}, {"op", r.what}, {"max_error", r.max_error}, {"tolerance", r.tolerance},
                      {"pass", r.pass}});
     }
-    if (a.json) std::printf("%s\n", nlohmann::json{{"model", path}, {"n_ctx", a.n_ctx}, {"seed", a.seed}, {"kernels", j}}.dump(2).c_str());
+    if (a.json) std::printf("%s\n", nlohmann::json{{"model", path}, {"n_ctx", a.n_ctx}, {"seed", a.seed}, {"gpu_path", a.gpu_path}, {"kernels", j}}.dump(2).c_str());
     std::fprintf(stderr, "selftest: %zu kernels, %zu outside their tolerance (%s, context %u, seed %u)\n", rs.size(),
                  failed, path.c_str(), a.n_ctx, a.seed);
     return failed ? 1 : 0;
@@ -60,12 +60,16 @@ int run(const Args& a) {
 
 Runner add_selftest(CLI::App& app) {
     auto a = std::make_shared<Args>();
-    CLI::App* sub = app.add_subcommand("selftest", "check every GPU kernel a model needs against the CPU reference");
+    CLI::App* sub = app.add_subcommand("selftest", "check every GPU kernel a model needs against the CPU");
     sub->add_option("-m,--model", a->model, "GGUF model file (default: " + default_model_path() + ")");
     sub->add_option("--device", a->device, "cuda (the kernels run on the GPU)")->check(CLI::IsMember({"cuda"}));
     sub->add_option("-c,--ctx-size", a->n_ctx, "context the attention kernels are checked at (default 256)")
         ->check(CLI::Range(1u, 1u << 20));
     sub->add_option("--seed", a->seed, "seed of the random activations (default 1)");
+    sub->add_option("--gpu-path", a->gpu_path,
+                    "quantized (the default path's 8-bit-input GEMVs, against the CPU quantized path) or reference "
+                    "(f32 inputs, against the CPU reference)")
+        ->check(CLI::IsMember({"quantized", "reference"}));
     sub->add_flag("--json", a->json, "print one JSON object");
     return [a] { return run(*a); };
 }

@@ -1,0 +1,178 @@
+// The GPU path's default arithmetic (8-bit GEMV inputs, `--gpu-path
+// quantized`) on emu, op by op: every GEMV of the chain (QKV, attention
+// output, gate/up, down, LM head, every layer) at every position of a prompt,
+// its device result against the CPU quantized path's op fed the device's own
+// input (CudaBackend::trace_gemvs, cuda::gemv_reference), within the
+// float-reordering bound. Whole-model logits cannot be that sharp: an input
+// value that sits near the middle of two 8-bit steps rounds to either
+// neighbour after a reordered sum, and the flips add up over the layers (the
+// CPU's own SIMD and scalar paths differ as much). Negative control: a
+// corrupted Q4_K sub-block scale makes its op fail, and no other.
+// The other ops (RoPE, attention, the adds) are the reference path's too:
+// test_cuda_backend checks them end to end with `--gpu-path reference`.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/gemv_reference.h"
+#include "engine/tokenizer.h"
+#include "models/synth/synth.h"
+
+using namespace ptxlm;
+
+namespace {
+
+struct OpCheck {
+  size_t ops = 0, q8_ops = 0, rows = 0, bad = 0;
+  double worst = 0;                       // largest error / tolerance
+  std::map<std::string, size_t> bad_ops;  // failing rows by kernel
+};
+
+// One token traced through the chain; each GEMV op's rows checked (the first
+// failures reported when `report`).
+void check_token(cuda::CudaBackend& gpu, TokenId token, uint32_t pos, OpCheck& c, bool report = true) {
+  for (const cuda::CudaBackend::GemvTrace& t : gpu.trace_gemvs(token, pos)) {
+    const std::vector<float> nw = t.norm ? to_floats(*t.norm) : std::vector<float>{};
+    const std::vector<std::vector<cuda::RowCheck>> ref = cuda::gemv_reference(t.shape, t.matrices, nw, t.input, t.before);
+    ++c.ops;
+    c.q8_ops += t.shape.q8_input;
+    for (size_t o = 0; o < ref.size(); ++o)
+      for (size_t r = 0; r < ref[o].size(); ++r) {
+        const double err = std::fabs(double(t.after[o][r]) - ref[o][r].value);
+        ++c.rows;
+        c.worst = std::max(c.worst, err / ref[o][r].tol);
+        if (err <= ref[o][r].tol) continue;
+        if (c.bad++ < 3 && report)
+          ADD_FAILURE() << "position " << pos << ", op " << t.op << " (" << t.kernel << "), output " << o << " row " << r
+                        << ": device " << t.after[o][r] << ", CPU quantized op " << ref[o][r].value << " (tolerance "
+                        << ref[o][r].tol << ")";
+        ++c.bad_ops[t.kernel];
+      }
+  }
+}
+
+OpCheck check_prompt(cuda::CudaBackend& gpu, const std::vector<TokenId>& ids) {
+  OpCheck c;
+  for (uint32_t i = 0; i < ids.size(); ++i) check_token(gpu, ids[i], i, c);
+  return c;
+}
+
+Model tiny(synth::Arch a, std::vector<uint8_t>& bytes) {
+  bytes = synth::model_bytes(synth::preset(a, synth::Size::Tiny));
+  return Model::from_file(gguf::File::parse(bytes, std::string("synth-") + synth::arch_name(a)));
+}
+
+const std::vector<TokenId> kPrompt = {764, 17, 301, 52, 9, 388, 600, 5};
+
+class CudaOpsSynth : public ::testing::TestWithParam<synth::Arch> {};
+
+TEST_P(CudaOpsSynth, EveryGemvEqualsTheCpuQuantizedOpOnTheDevicesInput) {
+  std::vector<uint8_t> bytes;
+  Model m = tiny(GetParam(), bytes);
+  cuda::CudaBackend gpu(m, cuda::Driver::load(), 64, Schedule::Chain);
+  const OpCheck c = check_prompt(gpu, kPrompt);
+  std::printf("[cuda-ops] %s: %zu GEMV ops (%zu on 8-bit inputs), %zu rows, worst error %.3g of the tolerance\n",
+              synth::arch_name(GetParam()), c.ops, c.q8_ops, c.rows, c.worst);
+  EXPECT_EQ(c.bad, 0u);
+  EXPECT_EQ(c.ops, kPrompt.size() * (4 * m.layers.size() + 1));
+  EXPECT_EQ(c.q8_ops, c.ops) << "every GEMV of the tiny models fits the 8-bit input";
+
+  // Negative control: one Q4_K sub-block scale of one matrix, 9 steps off,
+  // in the device's copy only: that op fails, every other op (fed the
+  // changed activations) still matches.
+  const Weight* victim = nullptr;
+  for (const LayerDesc& l : m.layers)
+    for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down})
+      if (!victim && w->type == gguf::GgmlType::Q4_K) victim = w;
+  ASSERT_NE(victim, nullptr) << "no Q4_K matrix in the synthetic model";
+  uint8_t* scale = const_cast<uint8_t*>(victim->data) + 4 + 1;   // row 0, block 0, scales[1]
+  const uint8_t saved = *scale;
+  *scale = uint8_t((saved & 0xC0) | (((saved & 63) + 9) & 63));
+  cuda::CudaBackend broken(m, cuda::Driver::load(), 64, Schedule::Chain);
+  *scale = saved;
+  OpCheck bad;
+  for (uint32_t i = 0; i < 2; ++i) check_token(broken, kPrompt[i], i, bad, false);
+  std::printf("[cuda-ops] %s with a corrupted scale in %s: %zu failing rows in %zu ops\n", synth::arch_name(GetParam()),
+              victim->name().c_str(), bad.bad, bad.bad_ops.size());
+  EXPECT_GE(bad.bad, 1u) << "a corrupted scale in " << victim->name() << " passed the per-op check";
+  EXPECT_EQ(bad.bad_ops.size(), 1u) << "the corrupted scale failed more than its own op";
+}
+
+// The whole model on the default path, teacher-forced on the CPU quantized
+// path's own greedy continuation, against its scalar kernels (the same
+// arithmetic on every CPU, as emu's is): max |logit diff| within 1.25 x the
+// maximum measured (2026-11-26: llama 7.63e-6, qwen2 0.310, gemma3 0.458), and
+// the argmax the CPU's wherever its top-2 margin exceeds twice that. Only the
+// llama bound is sharp: qwen2's and gemma3's are flips of 8-bit roundings
+// (their every op is within 5% of the reordering bound above), as large as
+// the CPU's own SIMD and scalar paths are apart; a corrupted scale
+// (test_cuda_backend: 0.12-0.38) hides under them, which is why the per-op
+// check is the proof.
+double whole_model_tolerance(synth::Arch a) {
+  return a == synth::Arch::Llama ? 1e-5 : a == synth::Arch::Qwen2 ? 0.39 : 0.57;
+}
+
+TEST_P(CudaOpsSynth, WholeModelFollowsTheCpuQuantizedPath) {
+  std::vector<uint8_t> bytes;
+  Model m = tiny(GetParam(), bytes);
+  cpu::CpuBackend cpu(m, 64, KvType::F16, 2);
+  cpu.set_isa(cpu::Isa::Scalar);
+  const size_t nv = m.n_vocab;
+  const double tol = whole_model_tolerance(GetParam());
+  std::vector<TokenId> ids = {764, 17, 301, 52};
+  std::vector<float> a(nv), b(nv);
+  cuda::CudaBackend gpu(m, cuda::Driver::load(), 64);
+  double max_diff = 0;
+  size_t clear = 0, agree = 0;
+  for (uint32_t i = 0; i < 36; ++i) {
+    cpu.eval(ids[i], i, a.data());
+    gpu.eval(ids[i], i, b.data());
+    for (size_t t = 0; t < nv; ++t) max_diff = std::max(max_diff, std::fabs(double(a[t]) - b[t]));
+    const TokenId am = TokenId(std::max_element(a.begin(), a.end()) - a.begin());
+    if (i + 1 == ids.size()) ids.push_back(am);
+    std::vector<float> top = a;
+    std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
+    if (top[0] - top[1] <= 2 * tol) continue;
+    ++clear;
+    agree += TokenId(std::max_element(b.begin(), b.end()) - b.begin()) == am;
+  }
+  std::printf("[cuda-ops] %s whole model: max |logit diff| %.3g from the CPU quantized path (tolerance %.2g), argmax "
+              "agrees at %zu of %zu positions with a clear margin\n", synth::arch_name(GetParam()), max_diff, tol, agree,
+              clear);
+  EXPECT_LE(max_diff, tol);
+  EXPECT_EQ(agree, clear);
+  EXPECT_GE(clear * 3, ids.size()) << "too few positions with a clear margin to compare the argmax";
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, CudaOpsSynth, ::testing::Values(synth::Arch::Llama, synth::Arch::Qwen2, synth::Arch::Gemma3),
+                         [](const auto& info) { return std::string(synth::arch_name(info.param)); });
+
+// Real models: the first positions of a prompt (emu runs a few seconds per
+// token of these), every GEMV op checked.
+void check_real_model(const char* file, uint32_t n) {
+  const std::string path = std::string(PTXLM_MODELS_DIR) + "/" + file;
+  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: models/fetch (run by ./run.sh) puts it there";
+  Model m = Model::load(path);
+  const Tokenizer tok = Tokenizer::from_gguf(m.file);
+  const std::vector<TokenId> ids = tok.encode("The capital of France is", tok.add_bos(), false);
+  ASSERT_GE(ids.size(), n);
+  cuda::CudaBackend gpu(m, cuda::Driver::load(), 16, Schedule::Chain);
+  const OpCheck c = check_prompt(gpu, {ids.begin(), ids.begin() + n});
+  std::printf("[cuda-ops] %s: %zu GEMV ops (%zu on 8-bit inputs), %zu rows, worst error %.3g of the tolerance\n", file,
+              c.ops, c.q8_ops, c.rows, c.worst);
+  EXPECT_EQ(c.bad, 0u);
+  EXPECT_EQ(c.ops, n * (4 * m.layers.size() + 1));
+  EXPECT_GE(c.q8_ops * 10, c.ops * 9) << "most GEMVs of " << file << " should run on 8-bit inputs";
+}
+
+TEST(CudaOpsReal, SmolLM2) { check_real_model("SmolLM2-135M-Instruct.Q4_1.gguf", 2); }
+TEST(CudaOpsReal, Gemma3) { check_real_model("gemma-3-270m-q4_k_m.gguf", 2); }
+
+}  // namespace
