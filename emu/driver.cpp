@@ -63,6 +63,21 @@ void invalidate_captures(CUctx_st* ctx) {
         if (st->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) st->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
 }
 
+// A capturing stream cannot record copies, memsets or events in emu (kernels
+// only), which invalidates it.
+CUresult enter_async(CUctx_st** ctx, CUstream hStream) {
+    if (CUresult r = enter(ctx)) return r;
+    if (hStream == nullptr || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD)
+        return capture_forbids_unsafe(*ctx) ? (invalidate_captures(*ctx), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
+                                            : CUDA_SUCCESS;
+    if (!alive(hStream) || hStream->ctx != *ctx) return CUDA_ERROR_INVALID_HANDLE;
+    if (hStream->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+        hStream->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    return CUDA_SUCCESS;
+}
+
 void destroy_context(CUctx_st* ctx) {
     State& s = state();
     for (auto& [m, mod] : ctx->modules) {
@@ -79,11 +94,13 @@ void destroy_context(CUctx_st* ctx) {
         s.live.erase(st);
     }
     for (auto& [e, exec] : ctx->execs) s.live.erase(e);
+    for (auto& [e, event] : ctx->events) s.live.erase(e);
     for (auto& [p, n] : ctx->pinned) std::free(p);
     ctx->modules.clear();
     ctx->graphs.clear();
     ctx->streams.clear();
     ctx->execs.clear();
+    ctx->events.clear();
     ctx->pinned.clear();
     ctx->mapped.clear();
     ctx->mem.reset();
@@ -129,6 +146,7 @@ constexpr ErrorText kErrors[] = {
     E(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle"),
     E(CUDA_ERROR_ILLEGAL_STATE, "the operation cannot be performed in the present state"),
     E(CUDA_ERROR_NOT_FOUND, "named symbol not found"),
+    E(CUDA_ERROR_NOT_READY, "device not ready"),
     E(CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered"),
     E(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "too many resources requested for launch"),
     E(CUDA_ERROR_LAUNCH_TIMEOUT, "the launch timed out and was terminated"),
@@ -467,21 +485,6 @@ static uint8_t* device_range(CUctx_st* ctx, CUdeviceptr dptr, size_t n) {
     return ctx->mem->translate(dptr, n);
 }
 
-// A stream-ordered call on `hStream`: the stream must be valid; a capturing
-// stream cannot record copies in emu (kernels only), which invalidates it.
-static CUresult enter_async(CUctx_st** ctx, CUstream hStream) {
-    if (CUresult r = enter(ctx)) return r;
-    if (hStream == nullptr || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD)
-        return capture_forbids_unsafe(*ctx) ? (invalidate_captures(*ctx), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
-                                            : CUDA_SUCCESS;
-    if (!alive(hStream) || hStream->ctx != *ctx) return CUDA_ERROR_INVALID_HANDLE;
-    if (hStream->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
-        hStream->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    }
-    return CUDA_SUCCESS;
-}
-
 static CUresult copy_htod(CUctx_st* ctx, CUdeviceptr dst, const void* src, size_t n) {
     if (n == 0) return CUDA_SUCCESS;
     uint8_t* d = device_range(ctx, dst, n);
@@ -559,7 +562,7 @@ CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void* srcHost
             if (healthy(ctx)) std::memcpy(d, staged->data(), staged->size());
         };
     }
-    queue().submit(hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ? nullptr : hStream, std::move(copy));
+    queue().submit(queue_key(hStream), std::move(copy));
     return CUDA_SUCCESS;
 }
 
@@ -573,10 +576,9 @@ CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dstHost, CUdeviceptr srcDevice, size
         const uint8_t* src = device_range(ctx, srcDevice, ByteCount);
         if (!src || !dstHost) return CUDA_ERROR_INVALID_VALUE;
         pageable = !is_pinned(ctx, dstHost, ByteCount);
-        queue().submit(hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ? nullptr : hStream,
-                       [ctx, dstHost, src, ByteCount] {
-                           if (healthy(ctx)) std::memcpy(dstHost, src, ByteCount);
-                       });
+        queue().submit(queue_key(hStream), [ctx, dstHost, src, ByteCount] {
+            if (healthy(ctx)) std::memcpy(dstHost, src, ByteCount);
+        });
     }
     if (pageable) queue().drain();
     return CUDA_SUCCESS;
@@ -614,10 +616,9 @@ static CUresult memset_async(CUdeviceptr dst, uint32_t value, size_t width, size
     if (CUresult r = enter_async(&ctx, hStream)) return r;
     if (n == 0) return CUDA_SUCCESS;
     if (dst % width || !device_range(ctx, dst, n * width)) return CUDA_ERROR_INVALID_VALUE;
-    queue().submit(hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ? nullptr : hStream,
-                   [ctx, dst, value, width, n] {
-                       if (healthy(ctx)) memset_n(ctx, dst, &value, width, n);
-                   });
+    queue().submit(queue_key(hStream), [ctx, dst, value, width, n] {
+        if (healthy(ctx)) memset_n(ctx, dst, &value, width, n);
+    });
     return CUDA_SUCCESS;
 }
 

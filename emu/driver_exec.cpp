@@ -680,7 +680,8 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVer
         P(cuStreamCreate), P(cuStreamDestroy), P(cuStreamSynchronize), P(cuStreamBeginCapture),
         P(cuStreamEndCapture), P(cuStreamIsCapturing), P(cuGraphGetNodes), P(cuGraphNodeGetType),
         P(cuGraphKernelNodeGetParams), P(cuGraphInstantiate), P(cuGraphLaunch),
-        P(cuGraphExecKernelNodeSetParams), P(cuGraphDestroy), P(cuGraphExecDestroy), P(cuGetProcAddress),
+        P(cuGraphExecKernelNodeSetParams), P(cuGraphDestroy), P(cuGraphExecDestroy), P(cuEventCreate),
+        P(cuEventRecord), P(cuEventSynchronize), P(cuEventElapsedTime), P(cuEventDestroy), P(cuGetProcAddress),
     };
 #undef P
     for (const Entry& e : kTable)

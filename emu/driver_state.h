@@ -1,6 +1,6 @@
 // emu's Driver API surface, internal state shared by driver.cpp (init, device,
 // context, memory, errors, stats), driver_exec.cpp (modules, launches,
-// streams, graphs) and driver_ptx.cpp (the JIT's module-header checks). Not an
+// streams, graphs), driver_event.cpp (events) and driver_ptx.cpp (the JIT's module-header checks). Not an
 // interface: only libcuda.so.1's exports are.
 //
 // The handle types cuda.h leaves incomplete (CUctx_st, CUmod_st, ...) are
@@ -12,6 +12,7 @@
 
 #include <cuda.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -76,6 +77,21 @@ struct CUstream_st {
     std::unique_ptr<CUgraph_st> graph;   // being captured
 };
 
+// One cuEventRecord: done once the device queue reaches it (everything
+// queued before it has run), stamped then with the host's steady clock. The
+// queued item holds it too, so re-recording or destroying the event while
+// the record is pending touches nothing the item uses.
+struct EmuEventMark {
+    bool done = false;                                   // guarded by State::mu
+    std::chrono::steady_clock::time_point when;          // valid once done
+};
+
+struct CUevent_st {
+    CUctx_st* ctx = nullptr;
+    unsigned flags = 0;                      // CU_EVENT_*
+    std::shared_ptr<EmuEventMark> mark;      // the latest record; null until the first
+};
+
 struct CUctx_st {
     int refcount = 0;                     // primary-context retains; 0 = inactive
     unsigned flags = 0;
@@ -85,6 +101,7 @@ struct CUctx_st {
     std::map<CUstream_st*, std::unique_ptr<CUstream_st>> streams;
     std::map<CUgraph_st*, std::unique_ptr<CUgraph_st>> graphs;
     std::map<CUgraphExec_st*, std::unique_ptr<CUgraphExec_st>> execs;
+    std::map<CUevent_st*, std::unique_ptr<CUevent_st>> events;
     std::map<void*, size_t> pinned;       // cuMemAllocHost / cuMemHostAlloc blocks
     std::map<void*, uint64_t> mapped;     // DEVICEMAP blocks -> their device address
 };
@@ -120,6 +137,16 @@ bool alive(T* h) { return h && state().live.count(static_cast<const void*>(h)) !
 // THREAD_LOCAL one begun by this thread. Such a call invalidates the capture.
 bool capture_forbids_unsafe(CUctx_st* ctx);
 void invalidate_captures(CUctx_st* ctx);
+
+// enter() for a stream-ordered call that emu cannot capture (async copies and
+// memsets, event records): `hStream` must be the default stream or a live
+// stream of the context; a capturing stream fails with
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and is invalidated.
+CUresult enter_async(CUctx_st** ctx, CUstream hStream);
+// The device queue's key for a stream handle (the default streams are one).
+inline const void* queue_key(CUstream h) {
+    return h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD ? nullptr : h;
+}
 
 // Runs a queued launch (driver_queue.h). The kernel runs without the API
 // lock, so the host may call the API while it runs (a stream query, an

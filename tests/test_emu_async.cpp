@@ -1,9 +1,9 @@
 // emu's device queue (emu/driver_queue.h) through the Driver API: launches
 // return before their kernels run, a host talks to a running kernel through
 // mapped pinned memory (the persistent decoder's token stream and cancel
-// flag), a kernel waiting on a host that never answers is reported, and
-// deferred mode (PTXLM_EMU_DEFERRED=1) turns a missing sync into stale data
-// every time.
+// flag), a kernel waiting on a host that never answers is reported, an event
+// completes only when the device queue reaches it, and deferred mode
+// (PTXLM_EMU_DEFERRED=1) turns a missing sync into stale data every time.
 #include "engine/cuda/device.h"
 #include "engine/cuda/driver.h"
 #include "engine/cuda/module.h"
@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -170,6 +171,43 @@ TEST(EmuAsync, HostAndARunningKernelTalkThroughMappedMemory) {
     EXPECT_EQ(api.cuStreamQuery(s.handle()), CUDA_SUCCESS);
 }
 
+// An event recorded behind a kernel that cannot finish until the host answers
+// is not complete (NOT_READY, not an error) until the kernel is: the record
+// is queued, never stamped at the call.
+TEST(EmuAsync, AnEventBehindARunningKernelIsNotReady) {
+    if (deferred()) GTEST_SKIP() << "deferred mode runs kernels only at a sync: no host round trip is possible";
+    Context ctx(driver());
+    const Api& api = ctx.driver().api();
+    Module mod(ctx, kPtx);
+    Function pingpong = mod.function("pingpong");
+    Mapped d2h(api, 64), h2d(api, 64);
+    Stream s(ctx);
+    Event start(ctx), end(ctx);
+    start.record(s);
+    const uint32_t rounds = 1;
+    void* args[] = {&d2h.dev, &h2d.dev, const_cast<uint32_t*>(&rounds)};
+    launch_cooperative(pingpong, {{1}, {32}, 0}, s, args);
+    end.record(s);
+    ASSERT_TRUE(wait_for(d2h.word(0), 1, 30)) << "the kernel did not start";
+    float ms = -1.0f;
+    EXPECT_EQ(api.cuEventElapsedTime_v2(&ms, start.handle(), end.handle()), CUDA_ERROR_NOT_READY);
+    Error e(CUDA_SUCCESS, "", "");
+    try {
+        Event::elapsed_ms(start, end);
+    } catch (const Error& err) {
+        e = err;
+    }
+    EXPECT_EQ(e.code(), CUDA_ERROR_NOT_READY);
+    EXPECT_THAT(e.what(), HasSubstr("cuEventElapsedTime"));
+    EXPECT_THAT(e.what(), HasSubstr("CUDA_ERROR_NOT_READY"));
+    h2d.word(0).store(1, std::memory_order_release);
+    end.synchronize();
+    EXPECT_EQ(d2h.word(0).load(), 0xffffffffu) << "the event completed before the kernel did";
+    ms = Event::elapsed_ms(start, end);
+    EXPECT_TRUE(std::isfinite(ms));
+    EXPECT_GE(ms, 0.0f);
+}
+
 // A kernel waiting on a host that never answers ends with a deadlock report
 // after PTXLM_EMU_HOST_WAIT_MS, never a hang.
 TEST(EmuAsync, AKernelWaitingOnASilentHostIsReported) {
@@ -269,4 +307,46 @@ TEST(EmuDeferred, AMissingSyncReadsStaleData) {
     EXPECT_EQ(hd[0 + 1], -1.0f);
     s.synchronize();
     for (unsigned i = 0; i < n; ++i) ASSERT_EQ(hd[i], 4.0f * float(i)) << i;
+}
+
+// Deferred mode: a record completes at the next sync point, never at the call,
+// so elapsed time is NOT_READY until then; cuEventSynchronize is a sync point.
+// Run by EmuDeferred.AMissingSyncReadsStaleData's deferred-mode process.
+TEST(EmuDeferred, EventsCompleteAtTheNextSyncPoint) {
+    if (!deferred()) GTEST_SKIP() << "runs in the deferred-mode process EmuDeferred.AMissingSyncReadsStaleData starts";
+    Context ctx(driver());
+    const Api& api = ctx.driver().api();
+    Module mod(ctx, kPtx);
+    Function vadd = mod.function("vadd");
+    const unsigned n = 32;
+    DeviceBuffer a(ctx, n * 4), c(ctx, n * 4);
+    std::vector<float> ha(n);
+    for (unsigned i = 0; i < n; ++i) ha[i] = float(i);
+    a.upload(ha.data(), n * 4);
+    PinnedBuffer dst(ctx, n * 4);
+    float* hd = static_cast<float*>(dst.data());
+    for (unsigned i = 0; i < n; ++i) hd[i] = -1.0f;
+    CUdeviceptr pa = a.ptr(), pc = c.ptr();
+    unsigned nn = n;
+    void* args[] = {&pa, &pa, &pc, &nn};
+    Stream s(ctx);
+    Event start(ctx), end(ctx);
+    start.record(s);
+    launch(vadd, {{1}, {n}, 0}, s, args);
+    c.download_async(hd, n * 4, s);
+    end.record(s);
+    float ms = -1.0f;
+    for (int poll = 0; poll < 3; ++poll)   // not a sync point: it never makes progress by itself
+        EXPECT_EQ(api.cuEventElapsedTime_v2(&ms, start.handle(), end.handle()), CUDA_ERROR_NOT_READY) << poll;
+    EXPECT_EQ(hd[0 + 1], -1.0f) << "work ran before a sync point";
+    end.synchronize();
+    for (unsigned i = 0; i < n; ++i) ASSERT_EQ(hd[i], 2.0f * float(i)) << i;
+    ms = Event::elapsed_ms(start, end);
+    EXPECT_TRUE(std::isfinite(ms));
+    EXPECT_GE(ms, 0.0f);
+    // A stream sync completes a record too.
+    start.record(s);
+    EXPECT_EQ(api.cuEventElapsedTime_v2(&ms, start.handle(), end.handle()), CUDA_ERROR_NOT_READY);
+    s.synchronize();
+    EXPECT_LE(Event::elapsed_ms(start, end), 0.0f);   // start is now the later one
 }

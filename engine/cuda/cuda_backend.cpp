@@ -107,6 +107,16 @@ struct CudaBackend::Impl {
                              " tokens");
     }
 
+    // Checks one token and queues its (id, position) to the device state.
+    void queue_state(TokenId token, uint32_t pos) {
+        check_token(token, pos);
+        ctx.make_current();
+        auto* host = static_cast<uint32_t*>(state_host.data());
+        host[0] = uint32_t(token);
+        host[1] = pos;
+        state.upload_async(host, 8, stream);
+    }
+
     void build_persistent();
     void upload_op_table();
     // Queues one persistent launch of up to `steps` tokens from the state
@@ -500,12 +510,7 @@ size_t CudaBackend::all_to_all_waits() const {
 
 TokenId CudaBackend::eval_argmax(TokenId token, uint32_t pos) {
     Impl& p = *p_;
-    p.check_token(token, pos);
-    p.ctx.make_current();
-    auto* host = static_cast<uint32_t*>(p.state_host.data());
-    host[0] = uint32_t(token);
-    host[1] = pos;
-    p.state.upload_async(host, 8, p.stream);
+    p.queue_state(token, pos);
     if (p.persistent) {
         // One step; the kernel's advance publishes the argmax to mapped memory.
         p.launch_persistent(1, 0);
@@ -523,12 +528,7 @@ Schedule CudaBackend::schedule() const { return p_->schedule; }
 std::vector<CudaBackend::GemvTrace> CudaBackend::trace_gemvs(TokenId token, uint32_t pos) {
     Impl& p = *p_;
     if (p.persistent) throw std::logic_error("trace_gemvs: the persistent schedule has no standalone ops");
-    p.check_token(token, pos);
-    p.ctx.make_current();
-    auto* host = static_cast<uint32_t*>(p.state_host.data());
-    host[0] = uint32_t(token);
-    host[1] = pos;
-    p.state.upload_async(host, 8, p.stream);
+    p.queue_state(token, pos);
     p.stream.synchronize();
     auto read = [](const DeviceBuffer* b, size_t n) {
         std::vector<float> v(n);

@@ -209,7 +209,7 @@ void MappedBuffer::reset() noexcept {
     bytes_ = 0;
 }
 
-// ---- Stream, Graph, GraphExec ----
+// ---- Stream ----
 
 Stream::Stream(const Context& ctx) : drv_(&ctx.driver()) {
     PTXLM_CU(*drv_, cuStreamCreate, &s_, CU_STREAM_NON_BLOCKING);
@@ -235,6 +235,40 @@ Graph Stream::end_capture() {
     PTXLM_CU(*drv_, cuStreamEndCapture, s_, &g);
     return Graph(*drv_, g);
 }
+
+// ---- Event ----
+
+Event::Event(const Context& ctx) : drv_(&ctx.driver()) { PTXLM_CU(*drv_, cuEventCreate, &e_, CU_EVENT_DEFAULT); }
+
+Event::~Event() { reset(); }
+
+Event::Event(Event&& o) noexcept : drv_(o.drv_), e_(std::exchange(o.e_, nullptr)) {}
+
+Event& Event::operator=(Event&& o) noexcept {
+    if (this != &o) {
+        reset();
+        drv_ = o.drv_;
+        e_ = std::exchange(o.e_, nullptr);
+    }
+    return *this;
+}
+
+void Event::reset() noexcept {
+    if (e_) drv_->api().cuEventDestroy_v2(e_);   // no throw from a destructor; a fault was reported at sync
+    e_ = nullptr;
+}
+
+void Event::record(const Stream& s) { PTXLM_CU(*drv_, cuEventRecord, e_, s.handle()); }
+
+void Event::synchronize() const { PTXLM_CU(*drv_, cuEventSynchronize, e_); }
+
+float Event::elapsed_ms(const Event& start, const Event& end) {
+    float ms = 0.0f;
+    PTXLM_CU(*start.drv_, cuEventElapsedTime_v2, &ms, start.e_, end.e_);
+    return ms;
+}
+
+// ---- Graph, GraphExec ----
 
 Graph::~Graph() {
     if (g_) drv_->api().cuGraphDestroy(g_);

@@ -1,6 +1,6 @@
 // RAII over the Driver API objects the decode engine uses: the device's
-// primary context, device and pinned host memory, streams, and CUDA graphs
-// captured from a stream. Every object keeps a pointer to its Context's
+// primary context, device and pinned host memory, streams, timing events,
+// and CUDA graphs captured from a stream. Every object keeps a pointer to its Context's
 // Driver: a Context must outlive everything created from it.
 #pragma once
 
@@ -167,6 +167,34 @@ public:
 private:
     const Driver* drv_;
     CUstream s_ = nullptr;
+};
+
+// A timing event (CU_EVENT_DEFAULT): recorded on a stream, it completes when
+// the work queued on that stream before it has; elapsed_ms reads the time
+// between two completed events. Move-only; destroying an event does not wait
+// for it (the driver releases it once its work completes).
+class Event {
+public:
+    explicit Event(const Context& ctx);
+    ~Event();
+    Event(Event&& o) noexcept;
+    Event& operator=(Event&& o) noexcept;
+
+    CUevent handle() const { return e_; }
+    // Marks the work queued on `s` so far; recording again replaces the mark.
+    void record(const Stream& s);
+    // Waits until the recorded work has completed (at once when never
+    // recorded); a fault of that work throws, as a stream sync would.
+    void synchronize() const;
+    // Milliseconds from `start`'s completion to `end`'s (resolution about
+    // 0.5 us on a GPU). Both must be recorded (else CUDA_ERROR_INVALID_HANDLE)
+    // and complete (else CUDA_ERROR_NOT_READY): synchronize `end` first.
+    static float elapsed_ms(const Event& start, const Event& end);
+
+private:
+    void reset() noexcept;
+    const Driver* drv_ = nullptr;
+    CUevent e_ = nullptr;
 };
 
 class GraphExec;

@@ -63,6 +63,13 @@ std::shared_ptr<const Driver> Driver::load(const std::string& path) {
                     "update the driver or use --device cpu");
     PTXLM_CUDA_ENTRY_POINTS(PTXLM_CUDA_RESOLVE)
 #undef PTXLM_CUDA_RESOLVE
+    for (const char* name : {"cuEventElapsedTime_v2", "cuEventElapsedTime"})
+        if (!d->api_.cuEventElapsedTime_v2)
+            d->api_.cuEventElapsedTime_v2 = reinterpret_cast<decltype(&::cuEventElapsedTime_v2)>(dlsym(handle, name));
+    if (!d->api_.cuEventElapsedTime_v2)
+        throw Error(CUDA_ERROR_NOT_FOUND, "cuEventElapsedTime",
+                    path + " exports neither cuEventElapsedTime_v2 nor cuEventElapsedTime; update the driver or use "
+                    "--device cpu");
     PTXLM_CU(*d, cuInit, 0);
     PTXLM_CU(*d, cuDriverGetVersion, &d->version_);
     return d;

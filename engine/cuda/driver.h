@@ -50,12 +50,16 @@ private:
     X(cuStreamBeginCapture_v2) X(cuStreamEndCapture)                                    \
     X(cuGraphGetNodes) X(cuGraphKernelNodeGetParams_v2)                                 \
     X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecKernelNodeSetParams_v2)\
-    X(cuGraphDestroy) X(cuGraphExecDestroy)
+    X(cuGraphDestroy) X(cuGraphExecDestroy)                                             \
+    X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord) X(cuEventSynchronize)
 
 struct Api {
 #define PTXLM_CUDA_API_FIELD(name) decltype(&::name) name = nullptr;
     PTXLM_CUDA_ENTRY_POINTS(PTXLM_CUDA_API_FIELD)
 #undef PTXLM_CUDA_API_FIELD
+    // Drivers before CUDA 12.8 export only the unversioned ABI (the same
+    // signature): resolved to whichever the driver has.
+    decltype(&::cuEventElapsedTime_v2) cuEventElapsedTime_v2 = nullptr;
 };
 
 class Driver {
