@@ -1,7 +1,7 @@
 // emu's Driver API surface, internal state shared by driver.cpp (init, device,
 // context, memory, errors, stats), driver_exec.cpp (modules, launches,
-// streams, graphs), driver_event.cpp (events) and driver_ptx.cpp (the JIT's module-header checks). Not an
-// interface: only libcuda.so.1's exports are.
+// streams, graphs), driver_event.cpp (events) and driver_ptx.cpp (the JIT's
+// module-header checks). Not an interface: only libcuda.so.1's exports are.
 //
 // The handle types cuda.h leaves incomplete (CUctx_st, CUmod_st, ...) are
 // defined here. Every handle a caller passes in is checked against the set of
