@@ -192,6 +192,30 @@ TEST_F(ExamplesOnEmu, NormReduceClipPipelineWithoutHostRoundTrip) {
     EXPECT_EQ(mismatches("clip_apply", download(dx, ss.n), ref_g, [](size_t) { return 0.0; }), 0u);
 }
 
+TEST_F(ExamplesOnEmu, ReadStreamReadsEveryChunkOnce) {
+    // 3 blocks of 128 threads over 10003 chunks: a partial last step, and
+    // threads with one chunk fewer than others. XOR is exact, so the warps'
+    // words equal the reference bit for bit; a reference that skips one
+    // chunk (the negative control) does not.
+    const kx::ReadStreamShape s{10003, 3, 128};
+    std::vector<uint32_t> x(4 * s.chunks);
+    std::mt19937 rng(7);
+    for (uint32_t& w : x) w = rng();
+    const auto g = kx::read_stream_kernel(s);
+    const size_t warps = size_t(s.blocks) * s.block / 32;
+    cuda::DeviceBuffer dx(*ctx_, x.size() * 4), dout(*ctx_, warps * 4);
+    dx.upload(x.data(), x.size() * 4);
+    run(g, g.params.pack({DevPtr{dx.ptr()}, DevPtr{dout.ptr()}}));
+    std::vector<uint32_t> got(warps), ref(warps);
+    dout.download(got.data(), warps * 4);
+    kx::read_stream_ref(s, x.data(), ref.data());
+    EXPECT_EQ(got, ref);
+    kx::ReadStreamShape short_by_one = s;
+    --short_by_one.chunks;
+    kx::read_stream_ref(short_by_one, x.data(), ref.data());
+    EXPECT_NE(got, ref) << "the reference without the last chunk matches too";
+}
+
 TEST_F(ExamplesOnEmu, EveryBuilderCoverageKernelLoads) {
     // emu must accept every instruction family the builder emits (sm_80 and
     // the sm_90 extras) — loading runs its parser and pre-decoder.

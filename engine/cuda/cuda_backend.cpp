@@ -525,6 +525,31 @@ TokenId CudaBackend::eval_argmax(TokenId token, uint32_t pos) {
 }
 Schedule CudaBackend::schedule() const { return p_->schedule; }
 
+std::vector<CudaBackend::OpTime> CudaBackend::time_ops(TokenId token, uint32_t pos, uint32_t reps) {
+    Impl& p = *p_;
+    if (p.persistent) throw std::logic_error("time_ops: the persistent schedule has no standalone ops");
+    if (reps == 0) throw std::invalid_argument("time_ops: no repetitions");
+    const size_t n = p.chain.size();
+    std::vector<Event> marks;
+    for (size_t i = 0; i <= n; ++i) marks.emplace_back(p.ctx);
+    std::vector<OpTime> out(n);
+    for (uint32_t r = 0; r < reps; ++r) {
+        p.queue_state(token, pos);
+        for (size_t i = 0; i < n; ++i) {
+            marks[i].record(p.stream);
+            launch(*p.chain[i].fn, p.chain[i].geometry, p.stream, p.chain[i].args);
+        }
+        marks[n].record(p.stream);
+        marks[n].synchronize();
+        for (size_t i = 0; i < n; ++i) {
+            const double us = 1e3 * Event::elapsed_ms(marks[i], marks[i + 1]);
+            out[i].us_mean += us / reps;
+            out[i].us_min = r ? std::min(out[i].us_min, us) : us;
+        }
+    }
+    return out;
+}
+
 std::vector<CudaBackend::GemvTrace> CudaBackend::trace_gemvs(TokenId token, uint32_t pos) {
     Impl& p = *p_;
     if (p.persistent) throw std::logic_error("trace_gemvs: the persistent schedule has no standalone ops");

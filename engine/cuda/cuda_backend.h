@@ -94,6 +94,17 @@ public:
         std::vector<std::vector<float>> before, after;   // each output (one per segment, one under a GLU)
     };
     std::vector<GemvTrace> trace_gemvs(TokenId token, uint32_t pos);
+    // For `ptxlm profile`: one token's ops launched `reps` times (not under
+    // the persistent schedule), an event recorded before each launch and after
+    // the last; per op of the chain (launches() order), the mean and least
+    // time between its events in microseconds. An op's time includes any
+    // wait of the GPU for the host's next launch (when enqueueing a launch
+    // and an event takes longer than the op runs), so a sum over ops bounds
+    // the kernels' time from above. On emu the times are the emulator's.
+    struct OpTime {
+        double us_mean = 0, us_min = 0;
+    };
+    std::vector<OpTime> time_ops(TokenId token, uint32_t pos, uint32_t reps);
     // Device addresses of the buffers holding quantized weight matrices (for
     // counters that tell weight traffic from the rest).
     std::vector<uint64_t> weight_buffers() const;

@@ -109,6 +109,7 @@ std::vector<GeneratedKernel> example_kernels(Target t) {
   out.push_back(sumsq_partials_kernel({1 << 20}, t));
   out.push_back(clip_scale_kernel({512, 1.0f}, t));
   out.push_back(clip_apply_kernel({1 << 20}, t));
+  out.push_back(read_stream_kernel({1ull << 26, 132 * 4}, t));   // 1 GiB on an H100's 132 SMs
   return out;
 }
 

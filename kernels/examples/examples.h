@@ -90,6 +90,22 @@ GeneratedKernel sumsq_partials_kernel(const SumSqShape& s, Target t = {});
 // Tolerance: |p - ref| <= 1e-5 * ref (ref accumulates in double).
 void sumsq_partials_ref(const SumSqShape& s, const float* x, float* partials);
 
+// ---- Streaming read: the achievable read bandwidth (`ptxlm profile`).
+// Each thread XORs the 16-byte chunks i = gtid, gtid + T, ... (T = every
+// thread of the grid) of x, four loads in flight per step (ld.global.nc.v4);
+// each warp XORs its lanes' words and lane 0 writes out[global warp]. The
+// writes are 1/512 of the bytes read. Params: x (chunks × 16 bytes,
+// 16-byte aligned), out (grid.x · block / 32 u32).
+struct ReadStreamShape {
+  uint64_t chunks = 0;     // 16-byte chunks of x
+  uint32_t blocks = 0;     // a few per SM: the caller knows the SM count
+  uint32_t block = 512;
+};
+LaunchGeometry read_stream_geometry(const ReadStreamShape& s);
+GeneratedKernel read_stream_kernel(const ReadStreamShape& s, Target t = {});
+// out[w] for x given as 32-bit words (exact: XOR).
+void read_stream_ref(const ReadStreamShape& s, const uint32_t* x, uint32_t* out);
+
 // ---- Clip scale: norm = sqrt(sum(partials)), scale = min(1, max_norm /
 // norm) (1 when norm is 0); writes out[0] = scale, out[1] = norm. One block.
 // Params: partials (count f32), out (2 f32, 8-byte aligned).

@@ -95,6 +95,46 @@ GeneratedKernel sumsq_partials_kernel(const SumSqShape& s, Target t) {
   return finish(k, params, g, true);
 }
 
+// ---------------------------------------------------------------- streaming read
+
+LaunchGeometry read_stream_geometry(const ReadStreamShape& s) {
+  if (s.chunks == 0 || s.blocks == 0 || s.block == 0 || s.block % 32 || s.block > 1024)
+    throw Error("read_stream: bad shape (chunks and blocks > 0, block a multiple of 32 up to 1024)");
+  return LaunchGeometry{{s.blocks, 1, 1}, {s.block, 1, 1}, 0};
+}
+
+GeneratedKernel read_stream_kernel(const ReadStreamShape& s, Target t) {
+  const LaunchGeometry g = read_stream_geometry(s);
+  ParamList params;
+  params.add_ptr("x").add_ptr("out");
+  Kernel k = start_kernel("read_stream", t, params, g);
+  Reg x = k.param("x"), out = k.param("out");
+  Reg tid = k.special(Sreg::tid_x), b = k.special(Sreg::ctaid_x);
+  const uint64_t T = uint64_t(s.blocks) * s.block;
+  Reg gtid = k.cvt(Type::u64, k.mad_lo(b, s.block, tid));
+  Reg acc = k.mov(Type::u32, 0u);
+  Reg i = k.reg(Type::u64);
+  MemOpt nc;
+  nc.nc = true;
+  k.for_range(i, gtid, s.chunks, 4 * T, [&] {
+    std::vector<std::vector<Reg>> v;
+    std::vector<Reg> in;
+    for (uint64_t u = 0; u < 4; ++u) {   // four independent loads before the first XOR
+      Reg c = k.add(i, u * T);
+      in.push_back(k.setp(Cmp::lo, c, s.chunks));
+      v.emplace_back();
+      for (int w = 0; w < 4; ++w) v.back().push_back(k.mov(Type::u32, 0u));
+      k.when(in.back(), [&] { k.ld(Space::global, v.back(), at(k.add(x, k.shl(c, 4u))), nc); });
+    }
+    for (const std::vector<Reg>& w : v)
+      for (const Reg& r : w) k.xor_(acc, acc, r);
+  });
+  for (uint32_t m = 16; m >= 1; m /= 2) k.xor_(acc, acc, k.shfl_bfly(acc, m));
+  Reg warp = k.add(k.mul(b, s.block / 32), k.shr(tid, 5u));
+  k.if_(k.setp(Cmp::eq, k.and_(tid, 31u), 0u), [&] { k.st_global(at(k.add(out, k.mul_wide(warp, 4u))), acc); });
+  return finish(k, params, g, true);
+}
+
 // ---------------------------------------------------------------- clip scale
 
 LaunchGeometry clip_scale_geometry(const ClipScaleShape& s) {

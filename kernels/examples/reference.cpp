@@ -91,6 +91,17 @@ void sumsq_partials_ref(const SumSqShape& s, const float* x, float* partials) {
   }
 }
 
+void read_stream_ref(const ReadStreamShape& s, const uint32_t* x, uint32_t* out) {
+  const uint64_t T = uint64_t(s.blocks) * s.block;
+  for (uint64_t w = 0; w < T / 32; ++w) {
+    uint32_t acc = 0;
+    for (uint64_t t = 32 * w; t < 32 * (w + 1); ++t)
+      for (uint64_t c = t; c < s.chunks; c += T)
+        for (int j = 0; j < 4; ++j) acc ^= x[4 * c + j];
+    out[w] = acc;
+  }
+}
+
 void clip_scale_ref(const ClipScaleShape& s, const float* partials, float out[2]) {
   double sum = 0;
   for (uint32_t i = 0; i < s.partials; ++i) sum += partials[i];

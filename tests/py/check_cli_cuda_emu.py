@@ -198,6 +198,20 @@ def main():
                   and all(r["pass"] for r in j["kernels"]), f"selftest --gpu-path reference: {j}")
         p = ptxlm("run", "-m", gemma, "-p", "Hi", "--device", "cpu", "--gpu-path", "reference")
         check(p.returncode == 2 and "--gpu-path" in p.stderr, f"--gpu-path on the CPU: {p.stderr[-300:]}")
+        # profile: the streaming read and one token's kernels timed with
+        # events (emu's times, labelled so); a row per distinct kernel whose
+        # launches add up to the chain's.
+        pr = ptxlm("profile", "-m", gemma, "-r", "2", "--json")
+        if check(pr.returncode == 0 and "say nothing about a GPU" in pr.stderr, f"profile: {pr.stderr[-300:]}"):
+            j = json.loads(pr.stdout)
+            ks = j["kernels"]
+            check(j["device_emulated"] and j["read"]["bytes"] == 4 << 20 and j["read"]["gbs"] > 0
+                  and j["gpu_path"] == "quantized" and len({k["kernel"] for k in ks}) == len(ks)
+                  and all(0 < k["us_min"] <= k["us_mean"] for k in ks)
+                  and abs(sum(k["us_mean"] * k["launches"] for k in ks) - j["token_us"]) <= 1e-6 * j["token_us"],
+                  f"profile JSON: {j}")
+        pr = ptxlm("profile", "-m", gemma, "--bytes", "100")
+        check(pr.returncode == 2 and "--bytes 100" in pr.stderr, f"profile --bytes 100: {pr.returncode} {pr.stderr[-300:]!r}")
         p = ptxlm("selftest", "-m", gemma, emu=False)
         check(p.returncode == 2 and "no CUDA device found" in p.stderr, f"selftest without a driver: {p.stderr!r}")
 

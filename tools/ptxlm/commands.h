@@ -19,6 +19,7 @@ Runner add_tokenize(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_ptx(CLI::App& app);
 Runner add_selftest(CLI::App& app);
+Runner add_profile(CLI::App& app);
 Runner add_serve(CLI::App& app);
 
 }  // namespace ptxlm::cli

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
     add(ptxlm::cli::add_bench);
     add(ptxlm::cli::add_ptx);
     add(ptxlm::cli::add_selftest);
+    add(ptxlm::cli::add_profile);
 
     try {
         app.parse(argc, argv);
