@@ -56,14 +56,15 @@ def synth(size, out):
     return out
 
 
-def counted(model, gpu, schedule, depths=(0,)):
+def counted(model, gpu, schedule, depths=(0,), gpu_path="default"):
     """bench's counted mode: {depth: counted} for one token at each depth."""
-    log(f"counting one token of {os.path.basename(model)} on emu ({schedule} schedule, depth "
+    log(f"counting one token of {os.path.basename(model)} on emu ({schedule} schedule, --gpu-path {gpu_path}, depth "
         f"{', '.join(map(str, depths))})")
     t = time.time()
     env = dict(os.environ, PTXLM_LIBCUDA=EMU)
     p = subprocess.run([PTXLM, "bench", "-m", model, "--device", "cuda", "--schedule", schedule, "-p", "0", "-n", "1",
-                        "-d", ",".join(map(str, depths)), "-r", "1", "-o", "json", "--project", gpu],
+                        "-d", ",".join(map(str, depths)), "-r", "1", "-o", "json", "--project", gpu,
+                        "--gpu-path", gpu_path],
                        env=env, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"efficiency: ptxlm bench failed on {model}:\n{p.stderr}")
@@ -181,6 +182,10 @@ def main():
     # each depth (attention reads it; the rest is unchanged).
     deep_name, deep_path = models[1]
     deep = counted(deep_path, a.project, "graph", DEPTHS)
+    # The persistent decoder keeps f32 GEMV inputs for now (cuda::quantized_gemvs):
+    # its full-model rows are scaled from the slices' graph chains on them.
+    f32_graph = {slice_name: counted(os.path.join(a.cache, slice_name + ".gguf"), a.project, "graph",
+                                     gpu_path="reference")[0] for _, slice_name, _, _ in SCALED}
     by_path = {os.path.basename(path): c for _, path, c in results}
     pj0 = results[0][2]["graph"]["projected"]
     gpu = {"sms": pj0["sms"], "gbs": pj0["bandwidth_gbs"], "achievable": pj0["achievable_bandwidth"]}
@@ -197,12 +202,15 @@ def main():
     for name, _, cs in results:
         out += [side_row(name, cs[s_]) for s_ in SCHEDULES]
     out += ["", "### Full models, scaled from their two-layer slices", "",
+            "Graph: the default path (8-bit GEMV inputs). Persistent: the slices' graph chains on f32 GEMV inputs "
+            "(`--gpu-path reference`), which the persistent decoder keeps for now.", "",
             "| model | schedule | ops | launches | all-to-all waits | GB per token | bytes alone us | projected tok/s | "
             "us per token | of it launch + handoff overhead | work us by binding limit | of peak BW |",
             "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|"]
     for name, slice_name, layers, vocab in SCALED:
         cs = by_path[slice_name + ".gguf"]
         sc = scale_slice(cs["graph"], cs["persistent"], layers, vocab, gpu)
+        sc["persistent"] = scale_slice(f32_graph[slice_name], cs["persistent"], layers, vocab, gpu)["persistent"]
         for s_ in SCHEDULES:
             r = sc[s_]
             a2a = f"{r['a2a']}" if s_ == "persistent" else f"{r['launches']} (launches)"
