@@ -11,6 +11,7 @@ function(ptxlm_emu_gtest name)
 endfunction()
 
 ptxlm_emu_gtest(test_cuda_driver test_cuda_driver.cpp LIBS ptxlm_engine GTest::gmock TIMEOUT 120 SANITIZE)
+ptxlm_emu_gtest(test_cuda_events test_cuda_events.cpp LIBS ptxlm_engine GTest::gmock TIMEOUT 120 SANITIZE)
 # The example kernels on emu against their C++ references (the examples'
 # tolerances), plus a negative control.
 ptxlm_emu_gtest(test_examples_emu test_examples_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 300)

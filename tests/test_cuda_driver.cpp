@@ -1,11 +1,12 @@
 // engine/cuda end to end against emu's libcuda.so.1 (selected by
 // PTXLM_LIBCUDA, which ctest sets): loading, device attributes, memory,
-// modules and launches of hand-written PTX, timing events, stream capture into
-// a graph with a node update, and the error paths a user meets (bad PTX, a kernel fault,
+// modules and launches of hand-written PTX, stream capture into a graph with a
+// node update (events: test_cuda_events), and the error paths a user meets (bad PTX, a kernel fault,
 // no driver, the toolkit's stub driver).
 #include "engine/cuda/device.h"
 #include "engine/cuda/driver.h"
 #include "engine/cuda/module.h"
+#include "tests/cuda_driver_test_util.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -28,121 +29,7 @@
 using namespace ptxlm::cuda;
 using ::testing::HasSubstr;
 
-namespace {
-
-// c[i] = a[i] + b[i] for i < n; x[i] *= s for i < n.
-const char* kPtx = R"(.version 7.8
-.target sm_90
-.address_size 64
-
-.visible .entry vadd(.param .u64 pa, .param .u64 pb, .param .u64 pc, .param .u32 n)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<6>;
-    .reg .f32 %f<4>;
-    .reg .b64 %rd<10>;
-    ld.param.u64 %rd1, [pa];
-    ld.param.u64 %rd2, [pb];
-    ld.param.u64 %rd3, [pc];
-    ld.param.u32 %r1, [n];
-    mov.u32 %r2, %ctaid.x;
-    mov.u32 %r3, %ntid.x;
-    mov.u32 %r4, %tid.x;
-    mad.lo.s32 %r5, %r2, %r3, %r4;
-    setp.ge.u32 %p1, %r5, %r1;
-    @%p1 bra DONE;
-    cvta.to.global.u64 %rd1, %rd1;
-    cvta.to.global.u64 %rd2, %rd2;
-    cvta.to.global.u64 %rd3, %rd3;
-    mul.wide.u32 %rd4, %r5, 4;
-    add.s64 %rd5, %rd1, %rd4;
-    add.s64 %rd6, %rd2, %rd4;
-    add.s64 %rd7, %rd3, %rd4;
-    ld.global.f32 %f1, [%rd5];
-    ld.global.f32 %f2, [%rd6];
-    add.rn.f32 %f3, %f1, %f2;
-    st.global.f32 [%rd7], %f3;
-DONE:
-    ret;
-}
-
-.visible .entry scale(.param .u64 px, .param .f32 s, .param .u32 n)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<6>;
-    .reg .f32 %f<4>;
-    .reg .b64 %rd<6>;
-    ld.param.u64 %rd1, [px];
-    ld.param.f32 %f1, [s];
-    ld.param.u32 %r1, [n];
-    mov.u32 %r2, %ctaid.x;
-    mov.u32 %r3, %ntid.x;
-    mov.u32 %r4, %tid.x;
-    mad.lo.s32 %r5, %r2, %r3, %r4;
-    setp.ge.u32 %p1, %r5, %r1;
-    @%p1 bra DONE;
-    cvta.to.global.u64 %rd1, %rd1;
-    mul.wide.u32 %rd2, %r5, 4;
-    add.s64 %rd3, %rd1, %rd2;
-    ld.global.f32 %f2, [%rd3];
-    mul.rn.f32 %f3, %f2, %f1;
-    st.global.f32 [%rd3], %f3;
-DONE:
-    ret;
-}
-)";
-
-// Line 8 holds an instruction no PTX assembler knows.
-const char* kBadPtx = R"(.version 7.8
-.target sm_90
-.address_size 64
-
-.visible .entry broken(.param .u64 p)
-{
-    .reg .b32 %r<4>;
-    frobnicate.u32 %r1, %r2;
-    ret;
-}
-)";
-
-std::string emu_libcuda() {
-    const char* p = std::getenv("PTXLM_LIBCUDA");
-    return p && *p ? p : PTXLM_EMU_LIBCUDA;
-}
-
-// Sets an environment variable for one scope.
-class ScopedEnv {
-public:
-    ScopedEnv(const char* name, const std::string& value) : name_(name) {
-        if (const char* old = std::getenv(name)) old_ = old;
-        setenv(name, value.c_str(), 1);
-    }
-    ~ScopedEnv() {
-        if (old_) setenv(name_, old_->c_str(), 1);
-        else unsetenv(name_);
-    }
-private:
-    const char* name_;
-    std::optional<std::string> old_;
-};
-
-std::shared_ptr<const Driver> driver() { return Driver::load(emu_libcuda()); }
-
-// Runs f and returns the Error it throws (fails the test if it does not throw one).
-template <class F>
-Error expect_error(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e;
-    }
-    ADD_FAILURE() << "expected ptxlm::cuda::Error";
-    return Error(CUDA_SUCCESS, "", "");
-}
-
-unsigned blocks_for(unsigned n, unsigned block) { return (n + block - 1) / block; }
-
-}  // namespace
+using namespace ptxlm::cuda::test;
 
 TEST(CudaDriver, LoadsEmuAndDescribesTheDevice) {
     auto drv = driver();
@@ -241,126 +128,6 @@ TEST(CudaDriver, LaunchesAVectorAdd) {
 // Events around launches: each completes once the work queued before it on
 // its stream has, so syncing the last one makes an async copy's result
 // visible, and the times between them are finite and follow stream order.
-TEST(CudaDriver, EventsTimeLaunchesInStreamOrder) {
-    Context ctx(driver());
-    Module mod(ctx, kPtx);
-    Function vadd = mod.function("vadd");
-    const unsigned n = 1000;
-    std::vector<float> a(n), b(n);
-    for (unsigned i = 0; i < n; ++i) a[i] = float(i), b[i] = 2.0f;
-    DeviceBuffer da(ctx, n * 4), db(ctx, n * 4), dc(ctx, n * 4);
-    da.upload(a.data(), n * 4);
-    db.upload(b.data(), n * 4);
-    PinnedBuffer out(ctx, n * 4);
-    float* hc = static_cast<float*>(out.data());
-    std::fill(hc, hc + n, -1.0f);
-    CUdeviceptr pa = da.ptr(), pb = db.ptr(), pc = dc.ptr();
-    unsigned nn = n;
-    void* args[] = {&pa, &pb, &pc, &nn};
-    const LaunchDims dims{{blocks_for(n, 128)}, {128}, 0};
-
-    Stream s(ctx);
-    Event start(ctx), mid(ctx), end(ctx);
-    start.record(s);
-    launch(vadd, dims, s, args);
-    mid.record(s);
-    launch(vadd, dims, s, args);
-    dc.download_async(hc, n * 4, s);
-    end.record(s);
-    end.synchronize();   // the only sync: the copy queued before `end` has landed
-    for (unsigned i = 0; i < n; ++i) ASSERT_EQ(hc[i], a[i] + b[i]) << "element " << i;
-    EXPECT_TRUE(s.idle());
-
-    const float first = Event::elapsed_ms(start, mid), second = Event::elapsed_ms(mid, end);
-    const float total = Event::elapsed_ms(start, end);
-    for (float ms : {first, second, total}) {
-        EXPECT_TRUE(std::isfinite(ms)) << ms;
-        EXPECT_GE(ms, 0.0f) << "an event completed before one recorded earlier on its stream";
-    }
-    EXPECT_GE(total, first);
-    EXPECT_GE(total, second);
-    EXPECT_LE(Event::elapsed_ms(end, start), 0.0f);   // reversed: the same span, negated
-    EXPECT_EQ(Event::elapsed_ms(mid, mid), 0.0f);
-
-    // Recording again replaces what an event marks; a moved event keeps its handle.
-    Event later = std::move(start);
-    later.record(s);
-    later.synchronize();
-    EXPECT_GE(Event::elapsed_ms(end, later), 0.0f);
-    s.synchronize();
-}
-
-TEST(CudaDriver, EventErrorsFollowTheDriver) {
-    Context ctx(driver());
-    const Api& api = ctx.driver().api();
-    Stream s(ctx);
-    Event never(ctx), done(ctx);
-    done.record(s);
-    done.synchronize();
-    never.synchronize();   // never recorded: no work to wait for
-
-    // Never recorded is an invalid handle (cuda.h's cuEventElapsedTime), named in the error.
-    Error e = expect_error([&] { Event::elapsed_ms(never, done); });
-    EXPECT_EQ(e.code(), CUDA_ERROR_INVALID_HANDLE);
-    EXPECT_EQ(e.call(), "cuEventElapsedTime_v2");
-    EXPECT_THAT(e.what(), HasSubstr("cuEventElapsedTime"));
-    EXPECT_THAT(e.what(), HasSubstr("CUDA_ERROR_INVALID_HANDLE"));
-    e = expect_error([&] { Event::elapsed_ms(done, never); });
-    EXPECT_EQ(e.code(), CUDA_ERROR_INVALID_HANDLE);
-
-    float ms = -1.0f;
-    EXPECT_EQ(api.cuEventElapsedTime_v2(&ms, nullptr, done.handle()), CUDA_ERROR_INVALID_HANDLE);
-    EXPECT_EQ(api.cuEventElapsedTime_v2(&ms, done.handle(), nullptr), CUDA_ERROR_INVALID_HANDLE);
-    EXPECT_EQ(api.cuEventElapsedTime_v2(nullptr, done.handle(), done.handle()), CUDA_ERROR_INVALID_VALUE);
-    EXPECT_EQ(api.cuEventRecord(nullptr, s.handle()), CUDA_ERROR_INVALID_HANDLE);
-    EXPECT_EQ(api.cuEventSynchronize(nullptr), CUDA_ERROR_INVALID_HANDLE);
-    EXPECT_EQ(ms, -1.0f) << "a failed call wrote its result";
-
-    // Without timing data there is no elapsed time (an invalid handle, as documented).
-    CUevent untimed = nullptr;
-    ASSERT_EQ(api.cuEventCreate(&untimed, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
-    ASSERT_EQ(api.cuEventRecord(untimed, s.handle()), CUDA_SUCCESS);
-    ASSERT_EQ(api.cuEventSynchronize(untimed), CUDA_SUCCESS);
-    EXPECT_EQ(api.cuEventElapsedTime_v2(&ms, done.handle(), untimed), CUDA_ERROR_INVALID_HANDLE);
-    EXPECT_EQ(api.cuEventDestroy_v2(untimed), CUDA_SUCCESS);
-    // An interprocess event must not carry timing; unknown flags are refused.
-    CUevent bad = nullptr;
-    EXPECT_EQ(api.cuEventCreate(&bad, CU_EVENT_INTERPROCESS), CUDA_ERROR_INVALID_VALUE);
-    EXPECT_EQ(api.cuEventCreate(&bad, 0x80), CUDA_ERROR_INVALID_VALUE);
-    EXPECT_EQ(api.cuEventCreate(nullptr, CU_EVENT_DEFAULT), CUDA_ERROR_INVALID_VALUE);
-
-    // Destroying an event whose record is still queued does not wait and
-    // leaves the queued record harmless; emu knows a destroyed handle.
-    Module mod(ctx, kPtx);
-    Function scale = mod.function("scale");
-    DeviceBuffer buf(ctx, 4096 * 4);
-    buf.fill_bytes(0);
-    CUdeviceptr p = buf.ptr();
-    float f = 2.0f;
-    unsigned n = 4096;
-    void* args[] = {&p, &f, &n};
-    CUevent pending = nullptr;
-    ASSERT_EQ(api.cuEventCreate(&pending, CU_EVENT_DEFAULT), CUDA_SUCCESS);
-    launch(scale, {{32}, {128}, 0}, s, args);
-    ASSERT_EQ(api.cuEventRecord(pending, s.handle()), CUDA_SUCCESS);
-    EXPECT_EQ(api.cuEventDestroy_v2(pending), CUDA_SUCCESS);
-    s.synchronize();
-    EXPECT_EQ(api.cuEventDestroy_v2(pending), CUDA_ERROR_INVALID_HANDLE);
-    EXPECT_EQ(api.cuEventSynchronize(pending), CUDA_ERROR_INVALID_HANDLE);
-
-    // emu captures kernel launches only: recording an event in a capturing
-    // stream fails and invalidates the capture, like an async copy (the real
-    // driver adds the record to the capture instead).
-    s.begin_capture();
-    e = expect_error([&] { done.record(s); });
-    EXPECT_EQ(e.code(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-    EXPECT_THAT(e.what(), HasSubstr("cuEventRecord"));
-    e = expect_error([&] { s.end_capture(); });
-    EXPECT_EQ(e.code(), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
-    done.record(s);   // usable again after the capture ended
-    done.synchronize();
-}
-
 TEST(CudaDriver, CapturesReplaysAndUpdatesAGraph) {
     Context ctx(driver());
     Module mod(ctx, kPtx);

@@ -6,6 +6,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "engine/cuda/driver.h"
+
 namespace ptxlm::cli {
 
 void add_engine_options(CLI::App& app, EngineArgs& a) {
@@ -34,6 +36,14 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
                    "CPU quantized path: the SIMD kernels, scalar, avx2, avx512 or avx512vnni (default: the best this "
                    "CPU runs; the environment variable PTXLM_CPU_ISA caps it)")
         ->check(CLI::IsMember({"scalar", "avx2", "avx512", "avx512vnni"}));
+}
+
+std::shared_ptr<const cuda::Driver> load_gpu_driver(const std::string& what) {
+    try {
+        return cuda::Driver::load();
+    } catch (const std::exception& e) {
+        throw ModelError(what + ": no CUDA device found: " + e.what());
+    }
 }
 
 std::string default_model_path() {

@@ -11,6 +11,7 @@
 #include "engine/tokenizer.h"
 
 namespace CLI { class App; }
+namespace ptxlm::cuda { class Driver; }
 
 namespace ptxlm::cli {
 
@@ -39,6 +40,10 @@ struct Engine {
 // Loads the model, its tokenizer and the backend; says on stderr what runs
 // where (device, threads, context). Throws with one clear message.
 Engine open_engine(const EngineArgs& args);
+
+// The CUDA driver for a subcommand that needs a GPU (selftest, profile):
+// without one, a ModelError "<what>: no CUDA device found: <why>".
+std::shared_ptr<const cuda::Driver> load_gpu_driver(const std::string& what);
 
 // $PTXLM_MODEL if set, else the default model fetched by models/fetch.
 std::string default_model_path();

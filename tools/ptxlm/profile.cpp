@@ -67,12 +67,7 @@ int run(const Args& a) {
     if (a.bytes && a.bytes < 16 * 1024) throw std::invalid_argument("--bytes " + std::to_string(a.bytes) + ": at least 16384");
     const std::string path = a.model.empty() ? default_model_path() : a.model;
     const Model m = Model::load(path);
-    std::shared_ptr<const cuda::Driver> drv;
-    try {
-        drv = cuda::Driver::load();
-    } catch (const std::exception& e) {
-        throw ModelError(std::string("profile times the GPU's kernels: no CUDA device found: ") + e.what());
-    }
+    const std::shared_ptr<const cuda::Driver> drv = load_gpu_driver("profile times the GPU's kernels");
     cuda::CudaBackend b(m, drv, a.n_ctx, Schedule::Chain, parse_gpu_path(a.gpu_path));
     const ptxlm::DeviceInfo dev = b.device_info();
     const bool emulated = dev.name.find("emu") != std::string::npos;

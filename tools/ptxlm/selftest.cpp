@@ -26,12 +26,7 @@ struct Args {
 int run(const Args& a) {
     const std::string path = a.model.empty() ? default_model_path() : a.model;
     const Model m = Model::load(path);
-    std::shared_ptr<const cuda::Driver> drv;
-    try {
-        drv = cuda::Driver::load();
-    } catch (const std::exception& e) {
-        throw ModelError(std::string("selftest runs the GPU kernels: no CUDA device found: ") + e.what());
-    }
+    const std::shared_ptr<const cuda::Driver> drv = load_gpu_driver("selftest runs the GPU kernels");
     if (!a.json) {
         std::printf("| kernel | op | max error | tolerance | result |\n| --- | --- | ---: | ---: | --- |\n");
         std::fflush(stdout);
