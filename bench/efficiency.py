@@ -8,9 +8,9 @@ sm_90, blocks per SM and bytes in flight per SM) and projects a rate for a
 named GPU. The models: the 4096-wide synthetic Q4_K_M model (two Llama-2-7B
 layers), both real models, and two-layer slices of Llama-3-8B
 (`llama3-8b-slice`) and Llama-3.2-1B (`llama3.2-1b-slice`), which Q4_K_M
-types as the two kinds of layer the full models have half of each; the
-slices are scaled to the full models' layers and 128256-token vocabulary
-with the projection of engine/projection.h (each kernel the largest of its
+types as the two kinds of layer the full models have half of each, with
+the full models' 128256-token vocabulary (the LM head counted at its real
+shape); the slices are scaled to the full models' layers with the projection of engine/projection.h (each kernel the largest of its
 limits: DRAM bytes, load round trips, instruction issue, each pipe, shared
 wavefronts; plus 1.3 us per launch in a graph; persistent: one 2 us launch
 and 1 us per op-to-op handoff). Per kernel it shows what binds it and the
@@ -50,7 +50,8 @@ def log(msg):
 
 
 def synth(size, out):
-    if not os.path.exists(out):
+    # Regenerated when ptxlm-synth is newer than the file (a preset may have changed).
+    if not os.path.exists(out) or os.path.getmtime(out) < os.path.getmtime(SYNTH):
         log(f"generating the synthetic llama {size} model")
         subprocess.run([SYNTH, "--arch", "llama", "--size", size, "--out", out], check=True, capture_output=True)
     return out
@@ -77,22 +78,20 @@ def scale_slice(graph, persistent, layers, vocab, gpu):
     the same under both schedules): each layer kernel's launches x layers / 2
     (the slice's 2 layers are one of each of the two layer kinds; a layer
     kernel has the full model's shape, so its projected time per launch
-    carries over), the LM head's bytes and time x vocab / the slice's
-    vocabulary (its grid already fills every SM, so every limit grows with
-    its rows), the embedding row, clear and argmax once. The persistent
+    carries over), the LM head, embedding row, clear and argmax once, as
+    counted (the slice has the full vocabulary). The persistent
     schedule runs the same ops in one launch, one handoff each, each op
     charged what it costs in the graph chain, and its all-to-all waits per
     layer are the slice's."""
     c = graph
     assert c["n_layer"] == 2, c["n_layer"]
+    assert c["n_vocab"] == vocab, (c["n_vocab"], vocab)
     work_us, ops, nbytes, mem_us = 0.0, 0, 0.0, 0.0
     bound = {}
     for k in c["kernels"]:
         n, b, us = k["launches"], k["unique_bytes"] / k["launches"], k["projected_us"] / k["launches"]
         if k["part"] == "layer":
             n = k["launches"] * layers // c["n_layer"]
-        elif k["part"] == "head":
-            b, us = b * vocab / c["n_vocab"], us * vocab / c["n_vocab"]
         work_us += n * us
         bound[k["bound_by"]] = bound.get(k["bound_by"], 0.0) + n * us
         mem_us += n * b / (gpu["gbs"] * 1e3 * gpu["achievable"])

@@ -75,7 +75,7 @@ TEST(DecodePlan, LayerShapesFollowTheModel) {
   for (size_t il = 0; il < p.layers.size(); ++il) {
     const cuda::LayerPlan& l = p.layers[il];
     EXPECT_EQ(l.attention.window, m.layers[il].sliding ? m.hp.sliding_window : 0u) << il;
-    EXPECT_TRUE(l.post_attn_norm && l.post_ffn_norm && l.rope.qk_norm && l.rope.neox);
+    EXPECT_TRUE(l.post_attn_norm && l.post_ffn_norm && l.attention.qk_norm && l.attention.neox);
     EXPECT_FALSE(l.wo.accumulate || l.down.accumulate);   // gemma3 adds through its post norms
     EXPECT_EQ(l.gate_up.glu, kernels::Glu::GeGlu);
   }

@@ -180,14 +180,16 @@ TEST_P(Persistent, TwentySeedsSameTokensNoRace) {
 }
 
 // The negative control of the dependency table: without the attention
-// split's wait on its kv head's RoPE block (the block that appends this
-// token's K and V rows), the split reads the cache row while it is written,
-// and emu's race checker must say so. Shows the seed tests above can fail.
+// block's waits on the QKV blocks that write its kv head's K and V rows
+// (this token's, which the split holding the token rotates and appends), it
+// reads them while they are written, and emu's race checker must say so.
+// Shows the seed tests above can fail.
 TEST(PersistentNegative, DroppedKvHeadWaitIsReportedAsARace) {
   std::vector<uint8_t> bytes;
   const Model m = synth_model(synth::Arch::Llama, bytes);
   cuda::CudaBackend b(m, cuda::Driver::load(), 64, Schedule::Persistent);
-  ASSERT_EQ(b.drop_dependency_for_test("attention_split", 1), m.layers.size());
+  ASSERT_EQ(b.drop_dependency_for_test("attention_", 1), m.layers.size());   // k's rows, then v's
+  ASSERT_EQ(b.drop_dependency_for_test("attention_", 1), m.layers.size());
   std::vector<float> logits(kPrompt.size() * m.n_vocab);
   ::testing::internal::CaptureStderr();
   std::string error;

@@ -152,20 +152,14 @@ TEST(Ptxas, GemvKernelsAssembleWithoutSpills) {
 // Llama-3-8B's head shapes.
 TEST(Ptxas, AttentionKernelsAssembleWithoutSpills) {
   ASSERT_TRUE(have_ptxas()) << "ptxas missing: see Ptxas.IsAvailable";
-  const std::vector<kx::RopeShape> ropes = {{9, 3, 64, false, false, false, 1e-5f},
-                                            {14, 2, 64, true, true, false, 1e-6f},
-                                            {4, 1, 256, true, false, true, 1e-6f},
-                                            {32, 8, 128, false, false, false, 1e-5f}};
-  const std::vector<kx::AttentionShape> attns = {{9, 3, 64, 8192, 0, 0.125f, 256},
-                                                 {4, 1, 256, 32768, 512, 0.0625f, 256},
-                                                 {32, 8, 128, 8192, 0, 0.088f, 256}};
+  // SmolLM2, qwen2 (NEOX, biases), gemma3 (NEOX, q/k norms, a window), Llama-3-8B.
+  const std::vector<kx::AttentionShape> attns = {{9, 3, 64, 8192, 0, 0.125f, 256, false, false, false, 1e-5f},
+                                                 {14, 2, 64, 32768, 0, 0.125f, 256, true, true, false, 1e-6f},
+                                                 {4, 1, 256, 32768, 512, 0.0625f, 256, true, false, true, 1e-6f},
+                                                 {32, 8, 128, 8192, 0, 0.088f, 256, false, false, false, 1e-5f}};
   for (const char* arch : kArches) {
     std::vector<GeneratedKernel> ks;
-    for (const kx::RopeShape& r : ropes) ks.push_back(kx::rope_append_kernel(r, Target::parse(arch)));
-    for (const kx::AttentionShape& a : attns) {
-      ks.push_back(kx::attention_split_kernel(a, Target::parse(arch)));
-      ks.push_back(kx::attention_reduce_kernel(a, Target::parse(arch)));
-    }
+    for (const kx::AttentionShape& a : attns) ks.push_back(kx::attention_kernel(a, Target::parse(arch)));
     for (const GeneratedKernel& g : ks) {
       EXPECT_TRUE(g.hot);
       PtxasFunctionReport f = assemble(g, arch);

@@ -40,6 +40,7 @@ struct CudaBackend::Impl {
     std::map<float, DeviceBuffer> rope_tables;         // by RoPE base
     std::vector<DeviceBuffer> k_cache, v_cache;
     DeviceBuffer x, q, k, v, att, o, h, logits, part, state, best;   // h: the FFN's act(gate)·up
+    DeviceBuffer att_sync;   // per layer, the attention's split counters (one u32 per head; left zero)
     PinnedBuffer state_host, best_host;
 
     struct Kernel {
@@ -167,42 +168,26 @@ struct CudaBackend::Impl {
         return chain.size() - 1;
     }
 
-    // The persistent schedule's per-head dependencies of one layer's RoPE and
-    // attention ops (the rest wait for the whole op before them: those are
-    // the true all-to-all points, a full vector in: QKV, output GEMV,
-    // gate/up, down).
-    void head_deps(const LayerPlan& lp, size_t qkv, size_t rope, size_t split, size_t reduce) {
-        const kx::RopeShape& r = lp.rope;
-        const uint32_t hd = r.head_dim, q_dim = r.n_head * hd, kv_dim = r.n_head_kv * hd;
-        const uint32_t rpb = kx::gemv_plan(lp.qkv).rows_per_block, group = r.n_head / r.n_head_kv;
-        auto rows = [&](std::vector<uint32_t>& out, uint32_t lo, uint32_t n) {   // qkv blocks holding rows [lo, lo+n)
-            if (n == 0) return out.insert(out.end(), {0u, 0u, 1u}), void();
-            out.insert(out.end(), {lo / rpb, (lo + n - 1) / rpb - lo / rpb + 1, 1u});
-        };
-        // RoPE block h < n_head rotates q head h; block n_head + j rotates k
-        // head j and appends k and v head j to the cache.
-        Op::Dep qk{uint32_t(qkv), {}}, v{uint32_t(qkv), {}};
-        for (uint32_t h = 0; h < r.n_head + r.n_head_kv; ++h) {
-            const bool is_q = h < r.n_head;
-            const uint32_t j = h - (is_q ? 0 : r.n_head);
-            rows(qk.ranges, is_q ? h * hd : q_dim + j * hd, hd);
-            rows(v.ranges, q_dim + kv_dim + j * hd, is_q ? 0 : hd);
-        }
-        chain[rope].deps = {qk, v};
-        // Split block (h, s) = h + s * n_head reads q head h and the cache of
-        // kv head h / group (this token's row from RoPE block n_head + h/group).
+    // The persistent schedule's per-head dependencies of one layer's
+    // attention op (the rest wait for the whole op before them: those are the
+    // true all-to-all points, a full vector in: QKV, output GEMV, gate/up,
+    // down). Attention block (h, s) = h + s * n_head reads q head h and, for
+    // the token's own row, k and v head h / group.
+    void head_deps(const LayerPlan& lp, size_t qkv, size_t attention) {
         const kx::AttentionShape& a = lp.attention;
-        Op::Dep q_head{uint32_t(rope), {}}, kv_head{uint32_t(rope), {}};
+        const uint32_t hd = a.head_dim, q_dim = a.n_head * hd, kv_dim = a.n_head_kv * hd;
+        const uint32_t rpb = kx::gemv_plan(lp.qkv).rows_per_block, group = a.n_head / a.n_head_kv;
+        auto rows = [&](Op::Dep& d, uint32_t lo) {   // the qkv blocks holding rows [lo, lo + hd)
+            d.ranges.insert(d.ranges.end(), {lo / rpb, (lo + hd - 1) / rpb - lo / rpb + 1, 1u});
+        };
+        Op::Dep q{uint32_t(qkv), {}}, k{uint32_t(qkv), {}}, v{uint32_t(qkv), {}};
         for (uint32_t s = 0; s < a.splits(); ++s)
             for (uint32_t h = 0; h < a.n_head; ++h) {
-                q_head.ranges.insert(q_head.ranges.end(), {h, 1u, 1u});
-                kv_head.ranges.insert(kv_head.ranges.end(), {a.n_head + h / group, 1u, 1u});
+                rows(q, h * hd);
+                rows(k, q_dim + h / group * hd);
+                rows(v, q_dim + kv_dim + h / group * hd);
             }
-        chain[split].deps = {q_head, kv_head};
-        // Reduce block h sums split blocks (h, s) for every s.
-        Op::Dep parts{uint32_t(split), {}};
-        for (uint32_t h = 0; h < a.n_head; ++h) parts.ranges.insert(parts.ranges.end(), {h, a.splits(), a.n_head});
-        chain[reduce].deps = {parts};
+        chain[attention].deps = {q, k, v};
     }
 
 };
@@ -407,6 +392,8 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     p.h = DeviceBuffer(p.ctx, max_ff * 4);
     p.logits = DeviceBuffer(p.ctx, size_t(m.n_vocab) * 4);
     p.part = DeviceBuffer(p.ctx, size_t(max_heads) * splits * (hd + 2) * 4);
+    p.att_sync = DeviceBuffer(p.ctx, size_t(m.layers.size()) * max_heads * 4);
+    p.att_sync.fill_bytes(0);
     p.state = DeviceBuffer(p.ctx, 8);
     p.state_host = PinnedBuffer(p.ctx, 8 * kMaxBatch);   // (token, pos) per token of a batch
     p.best = DeviceBuffer(p.ctx, 8);
@@ -428,14 +415,12 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         const LayerDesc& l = m.layers[il];
         const size_t qkv_op = p.add(bind(kx::gemv_kernel, lp.qkv), {X, attn_norm[il], wq[il], Q, wk[il], K, wv[il], V});
         p.gemv_io.push_back({qkv_op, lp.qkv, &l.attn_norm, {&l.wq, &l.wk, &l.wv}, &p.x, {&p.q, &p.k, &p.v}});
-        std::vector<ptx::ParamValue> ra = {Q, K, V};
-        if (lp.rope.bias) ra.insert(ra.end(), {bq[il], bk[il], bv[il]});
-        if (lp.rope.qk_norm) ra.insert(ra.end(), {qn[il], kn[il]});
-        ra.insert(ra.end(), {Impl::ptr(p.rope_tables.at(m.layers[il].rope_base)), pos_ptr, kc, vc});
-        const size_t rope_op = p.add(bind(kx::rope_append_kernel, lp.rope), ra);
-        const size_t split_op = p.add(bind(kx::attention_split_kernel, lp.attention), {Q, kc, vc, pos_ptr, PART});
-        const size_t reduce_op = p.add(bind(kx::attention_reduce_kernel, lp.attention), {PART, pos_ptr, ATT});
-        p.head_deps(lp, qkv_op, rope_op, split_op, reduce_op);
+        std::vector<ptx::ParamValue> aa = {Q, K, V};
+        if (lp.attention.bias) aa.insert(aa.end(), {bq[il], bk[il], bv[il]});
+        if (lp.attention.qk_norm) aa.insert(aa.end(), {qn[il], kn[il]});
+        aa.insert(aa.end(), {Impl::ptr(p.rope_tables.at(m.layers[il].rope_base)), pos_ptr, kc, vc, PART,
+                             Impl::ptr(p.att_sync, size_t(il) * max_heads * 4), ATT});
+        p.head_deps(lp, qkv_op, p.add(bind(kx::attention_kernel, lp.attention), aa));
         p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, lp.wo), {ATT, wo[il], lp.post_attn_norm ? O : X}), lp.wo, nullptr,
                              {&l.wo}, &p.att, {lp.post_attn_norm ? &p.o : &p.x}});
         if (lp.post_attn_norm) p.add(bind(kx::add_norm_kernel, plan.add_norm), {X, O, post_attn[il]});

@@ -2,8 +2,8 @@
 // (kernels/decode/layout.h), an f16 KV cache, and the per-token chain of
 // generated kernels (kernels/decode), built once from the model description:
 //
-//   embed → per layer: fused RMSNorm + QKV GEMV → RoPE + KV append → split
-//   attention → its reduction → output GEMV (+ residual, or gemma3's
+//   embed → per layer: fused RMSNorm + QKV GEMV → attention (RoPE, KV
+//   append, splits, their reduction: one kernel) → output GEMV (+ residual, or gemma3's
 //   normalised add) → fused RMSNorm + gate/up GEMV → down GEMV of act(gate)·up
 //   (+ residual or normalised add) → final norm + LM head.
 //

@@ -61,8 +61,8 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs) {
         const uint32_t q_dim = l.n_head * hd, kv = m.kv_dim(il);
         LayerPlan lp;
         lp.qkv = gemv(E, {{l.wq.type, q_dim}, {l.wk.type, kv}, {l.wv.type, kv}}, true, eps, false, qi);
-        lp.rope = {l.n_head, l.n_head_kv, hd, hp.rope_style == RopeStyle::Neox, bool(l.bq), bool(l.q_norm), eps};
-        lp.attention = {l.n_head, l.n_head_kv, hd, n_ctx, l.sliding ? hp.sliding_window : 0, m.attn_scale, kAttentionChunk};
+        lp.attention = {l.n_head, l.n_head_kv, hd, n_ctx, l.sliding ? hp.sliding_window : 0, m.attn_scale, kAttentionChunk,
+                        hp.rope_style == RopeStyle::Neox, bool(l.bq), bool(l.q_norm), eps};
         lp.post_attn_norm = bool(l.attn_post_norm);
         lp.post_ffn_norm = bool(l.ffn_post_norm);
         lp.wo = gemv(q_dim, {{l.wo.type, E}}, false, eps, !lp.post_attn_norm, qi);
@@ -88,9 +88,7 @@ std::vector<kx::OpGenerator> decode_op_kinds(const DecodePlan& plan) {
     add(bind(kx::embed_kernel, plan.embed));
     for (const LayerPlan& l : plan.layers) {
         add(bind(kx::gemv_kernel, l.qkv));
-        add(bind(kx::rope_append_kernel, l.rope));
-        add(bind(kx::attention_split_kernel, l.attention));
-        add(bind(kx::attention_reduce_kernel, l.attention));
+        add(bind(kx::attention_kernel, l.attention));
         add(bind(kx::gemv_kernel, l.wo));
         if (l.post_attn_norm) add(bind(kx::add_norm_kernel, plan.add_norm));
         add(bind(kx::gemv_kernel, l.gate_up));

@@ -19,8 +19,7 @@ constexpr uint32_t kAttentionChunk = 256;   // positions per attention split
 
 struct LayerPlan {
     kernels::GemvShape qkv;        // fused attn_norm + Q, K, V
-    kernels::RopeShape rope;
-    kernels::AttentionShape attention;
+    kernels::AttentionShape attention;   // RoPE, KV append, split attention and its reduction
     kernels::GemvShape wo;         // accumulates into the residual unless post_attn_norm
     kernels::GemvShape gate_up;    // fused ffn_norm + gate, up, writing act(gate)·up
     kernels::GemvShape down;       // accumulates into the residual unless post_ffn_norm

@@ -7,6 +7,7 @@
 #include <random>
 #include <set>
 
+#include "engine/cuda/attention_reference.h"
 #include "engine/cuda/decode_plan.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/gemv_reference.h"
@@ -154,95 +155,43 @@ std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const D
         const LayerPlan& lp = plan.layers[il];
         const LayerDesc& l = m.layers[il];
         once(kx::gemv_kernel(lp.qkv, T).name, "attn_norm + Q, K, V", [&] { return check_gemv(r, lp.qkv, {&l.wq, &l.wk, &l.wv}, &l.attn_norm); });
-        once(kx::rope_append_kernel(lp.rope, T).name, "RoPE + KV append", [&] {
-            const kx::RopeShape& s = lp.rope;
-            const uint32_t q_dim = s.n_head * hd, kv = s.n_head_kv * hd;
-            std::vector<float> q = r.randv(q_dim, 1.0f), k = r.randv(kv, 1.0f), v = r.randv(kv, 1.0f);
+        const kx::AttentionShape& as = lp.attention;
+        once(kx::attention_kernel(as, T).name, "RoPE, KV append, attention", [&] {
+            const uint32_t q_dim = as.n_head * hd, kv = as.n_head_kv * hd;
+            AttentionInputs in;
+            in.pos = pos;
+            in.q = r.randv(q_dim, 1.0f);
+            in.k = r.randv(kv, 1.0f);
+            in.v = r.randv(kv, 1.0f);
+            if (as.bias) in.bq = vec(l.bq), in.bk = vec(l.bk), in.bv = vec(l.bv);
+            if (as.qk_norm) in.q_norm = vec(l.q_norm), in.k_norm = vec(l.k_norm);
             // cos/sin of row `pos` only: the kernel reads no other row.
             const std::vector<double> inv = rope_rates(m, l.rope_base);
-            std::vector<float> table(size_t(pos + 1) * hd);
+            in.rope.assign(size_t(pos + 1) * hd, 0.0f);
             for (uint32_t i = 0; i < hd / 2; ++i) {
                 const double theta = double(pos) * m.rope_freq_scale * inv[i];
-                table[(size_t(pos) * hd / 2 + i) * 2] = float(std::cos(theta));
-                table[(size_t(pos) * hd / 2 + i) * 2 + 1] = float(std::sin(theta));
+                in.rope[(size_t(pos) * hd / 2 + i) * 2] = float(std::cos(theta));
+                in.rope[(size_t(pos) * hd / 2 + i) * 2 + 1] = float(std::sin(theta));
             }
-            const std::vector<uint16_t> cache(size_t(pos + 1) * kv, 0);
-            const DevPtr dq = r.up(q), kc = r.up(cache), vc = r.up(cache);
-            std::vector<ptx::ParamValue> args = {dq, r.up(k), r.up(v)};
-            const std::vector<float> bq = vec(l.bq), bk = vec(l.bk), bv = vec(l.bv), qn = vec(l.q_norm), kn = vec(l.k_norm);
-            if (s.bias) args.insert(args.end(), {r.up(bq), r.up(bk), r.up(bv)});
-            if (s.qk_norm) args.insert(args.end(), {r.up(qn), r.up(kn)});
-            args.insert(args.end(), {r.up(table), r.up(std::vector<uint32_t>{pos}), kc, vc});
-            r.launch(kx::rope_append_kernel(s, T), args);
-            auto prep = [&](std::vector<float>& x, const std::vector<float>& b, const std::vector<float>& nw, uint32_t heads) {
-                for (size_t i = 0; i < b.size(); ++i) x[i] += b[i];
-                for (uint32_t h = 0; h < heads; ++h) {
-                    float* p = &x[h * hd];
-                    if (!nw.empty()) {
-                        double ss = 0;
-                        for (uint32_t i = 0; i < hd; ++i) ss += double(p[i]) * p[i];
-                        const float scale = 1.0f / std::sqrt(float(ss / hd) + s.eps);
-                        for (uint32_t i = 0; i < hd; ++i) p[i] = (p[i] * scale) * nw[i];
-                    }
-                    for (uint32_t i = 0; i < hd / 2; ++i) {
-                        const float c = table[(size_t(pos) * hd / 2 + i) * 2], sn = table[(size_t(pos) * hd / 2 + i) * 2 + 1];
-                        const uint32_t a = s.neox ? i : 2 * i, b2 = s.neox ? i + hd / 2 : 2 * i + 1;
-                        const float x0 = p[a], x1 = p[b2];
-                        p[a] = x0 * c - x1 * sn;
-                        p[b2] = x0 * sn + x1 * c;
-                    }
-                }
-            };
-            std::vector<float> rq = q, rk = k, rv = v;
-            prep(rq, bq, qn, s.n_head);
-            prep(rk, bk, kn, s.n_head_kv);
-            for (size_t i = 0; i < bv.size(); ++i) rv[i] += bv[i];
-            const double rel = s.qk_norm ? 2e-6 : 0.0;   // f32 vs double sum of squares; else bit-equal
+            const std::vector<float> kf = r.randv(size_t(n_ctx) * kv, 1.0f), vf = r.randv(kf.size(), 1.0f);
+            for (size_t i = 0; i < kf.size(); ++i) in.k_cache.push_back(f32_to_f16(kf[i])), in.v_cache.push_back(f32_to_f16(vf[i]));
+            std::vector<ptx::ParamValue> args = {r.up(in.q), r.up(in.k), r.up(in.v)};
+            if (as.bias) args.insert(args.end(), {r.up(in.bq), r.up(in.bk), r.up(in.bv)});
+            if (as.qk_norm) args.insert(args.end(), {r.up(in.q_norm), r.up(in.k_norm)});
+            const DevPtr kc = r.up(in.k_cache), vc = r.up(in.v_cache), o = r.up(std::vector<float>(q_dim));
+            args.insert(args.end(), {r.up(in.rope), r.up(std::vector<uint32_t>{pos}), kc, vc,
+                                     r.up(std::vector<float>(size_t(as.n_head) * as.splits() * (hd + 2))),
+                                     r.up(std::vector<uint32_t>(as.n_head, 0u)), o});
+            r.launch(kx::attention_kernel(as, T), args);
+            const std::vector<uint16_t> gk = r.down<uint16_t>(kc, in.k_cache.size()), gv = r.down<uint16_t>(vc, in.v_cache.size());
+            in.own_k.assign(gk.begin() + long(pos) * kv, gk.begin() + long(pos + 1) * kv);
+            const AttentionExpected e = attention_reference(as, in);
             Worst w;
-            const std::vector<float> gq = r.down<float>(dq, q_dim);
-            for (uint32_t i = 0; i < q_dim; ++i) w.add(std::fabs(gq[i] - rq[i]), rel * (1 + std::fabs(rq[i])));
-            const std::vector<uint16_t> gk = r.down<uint16_t>(kc, cache.size()), gv = r.down<uint16_t>(vc, cache.size());
+            const std::vector<float> got = r.down<float>(o, q_dim);
+            for (uint32_t i = 0; i < q_dim; ++i) w.add(std::fabs(got[i] - e.out[i].value), e.out[i].tol);
             for (uint32_t i = 0; i < kv; ++i) {
-                const float want_k = f16_to_f32(f32_to_f16(rk[i]));
-                w.add(std::fabs(f16_to_f32(gk[size_t(pos) * kv + i]) - want_k), 4 * rel * (1 + std::fabs(want_k)) + (rel ? 1e-3 * std::fabs(want_k) : 0));
-                w.add(std::fabs(f16_to_f32(gv[size_t(pos) * kv + i]) - f16_to_f32(f32_to_f16(rv[i]))), 0.0);
-            }
-            return w;
-        });
-        const kx::AttentionShape& as = lp.attention;
-        once(kx::attention_split_kernel(as, T).name, "attention (split + reduce)", [&] {
-            const uint32_t kv = as.n_head_kv * hd, group = as.n_head / as.n_head_kv;
-            const std::vector<float> q = r.randv(as.n_head * hd, 1.0f);
-            std::vector<uint16_t> kc(size_t(n_ctx) * kv), vc(kc.size());
-            const std::vector<float> kf = r.randv(kc.size(), 1.0f), vf = r.randv(vc.size(), 1.0f);
-            for (size_t i = 0; i < kc.size(); ++i) kc[i] = f32_to_f16(kf[i]), vc[i] = f32_to_f16(vf[i]);
-            const DevPtr dpos = r.up(std::vector<uint32_t>{pos}), part = r.up(std::vector<float>(size_t(as.n_head) * as.splits() * (hd + 2)));
-            const DevPtr o = r.up(std::vector<float>(q.size()));
-            r.launch(kx::attention_split_kernel(as, T), {r.up(q), r.up(kc), r.up(vc), dpos, part});
-            r.launch(kx::attention_reduce_kernel(as, T), {part, dpos, o});
-            const std::vector<float> got = r.down<float>(o, q.size());
-            const uint32_t p0 = as.window && pos + 1 > as.window ? pos + 1 - as.window : 0;
-            Worst w;
-            for (uint32_t h = 0; h < as.n_head; ++h) {
-                const uint32_t off = (h / group) * hd;
-                std::vector<double> sc;
-                double mx = -std::numeric_limits<double>::infinity(), sum = 0;
-                for (uint32_t j = p0; j <= pos; ++j) {
-                    double d = 0;
-                    for (uint32_t i = 0; i < hd; ++i) d += double(q[h * hd + i]) * f16_to_f32(kc[size_t(j) * kv + off + i]);
-                    sc.push_back(d * as.scale);
-                    mx = std::max(mx, sc.back());
-                }
-                for (double& x : sc) sum += (x = std::exp(x - mx));
-                for (uint32_t i = 0; i < hd; ++i) {
-                    double ref = 0, mag = 0;
-                    for (uint32_t j = p0; j <= pos; ++j) {
-                        const double vv = f16_to_f32(vc[size_t(j) * kv + off + i]);
-                        ref += sc[j - p0] / sum * vv;
-                        mag += sc[j - p0] / sum * std::fabs(vv);
-                    }
-                    w.add(std::fabs(got[h * hd + i] - ref), 2e-6 * mag + 1e-7);
-                }
+                w.add(std::fabs(f16_to_f32(gk[size_t(pos) * kv + i]) - e.k_row[i].value), e.k_row[i].tol);
+                w.add(std::fabs(f16_to_f32(gv[size_t(pos) * kv + i]) - e.v_row[i].value), e.v_row[i].tol);
             }
             return w;
         });

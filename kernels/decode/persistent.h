@@ -1,7 +1,7 @@
 // The persistent decoder: one cooperative launch runs whole tokens. Its
 // resident blocks walk a device-side op table (the same ops the chain
-// launches one by one: embedding, per layer fused norm + QKV, RoPE + KV
-// append, attention split and reduce, output GEMV, gate/up, down, then the
+// launches one by one: embedding, per layer fused norm + QKV, attention
+// (RoPE, KV append, splits and their reduction), output GEMV, gate/up, down, then the
 // LM head and the argmax), each op's code emitted inline from the op's own
 // generator (ptx::InlineOp), so the kernels are the same code in both
 // schedules.

@@ -115,6 +115,10 @@ Spec preset(Arch arch, Size size, uint64_t seed) {
     s.n_ff = sh.n_ff;
     s.n_ctx = sh.n_ctx;
     s.n_vocab = uint32_t(vocab().tokens.size());
+    // The slices stand for models with Llama-3's vocabulary: its LM head and
+    // embedding have their real row count (counted on emu, not scaled), the
+    // ids past the tokenizer's reserved control tokens the text never yields.
+    if (size == Size::Llama3_8B_Slice || size == Size::Llama3_2_1B_Slice) s.n_vocab = kLlama3Vocab;
     s.seed = seed;
     switch (arch) {
         case Arch::Llama:   // SmolLM2-like
@@ -145,7 +149,7 @@ void validate(const Spec& s) {
         if (v == 0 || v % gguf::QK_K) fail(std::string(what) + " must be a positive multiple of 256 (Q4_K rows)");
     if (s.arch != Arch::Gemma3 && s.q_dim() != s.n_embd)
         fail("llama and qwen2 presets need n_head * head_dim == n_embd (no key_length is written)");
-    if (s.n_vocab != vocab().tokens.size()) fail("n_vocab must equal the tokenizer's size");
+    if (s.n_vocab < vocab().tokens.size()) fail("n_vocab must be at least the tokenizer's size");
     if (s.n_ctx == 0) fail("n_ctx must be positive");
     if (s.arch == Arch::Gemma3 && (s.sliding_window == 0 || s.rope_base_local <= 0))
         fail("gemma3 needs sliding_window and rope_base_local");
@@ -429,8 +433,14 @@ void set_metadata(gguf::Writer& w, const Spec& s) {
     // llama.cpp's name for GPT-2's pre-tokenizer regex is "gpt-2" (an unknown
     // name is a load error there).
     w.set_string("tokenizer.ggml.pre", "gpt-2");
-    w.set_strings("tokenizer.ggml.tokens", v.tokens);
-    w.set_i32s("tokenizer.ggml.token_type", v.token_type);
+    std::vector<std::string> tokens = v.tokens;
+    std::vector<int32_t> types = v.token_type;
+    for (uint32_t id = uint32_t(tokens.size()); id < s.n_vocab; ++id) {
+        tokens.push_back("<|reserved_" + std::to_string(id) + "|>");
+        types.push_back(3);   // control
+    }
+    w.set_strings("tokenizer.ggml.tokens", tokens);
+    w.set_i32s("tokenizer.ggml.token_type", types);
     w.set_strings("tokenizer.ggml.merges", v.merges);
     w.set_u32("tokenizer.ggml.bos_token_id", v.bos_id);
     w.set_u32("tokenizer.ggml.eos_token_id", v.eos_id);

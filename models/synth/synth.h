@@ -33,6 +33,7 @@ const std::vector<Arch>& all_archs();
 const std::vector<Size>& all_sizes();
 
 constexpr uint64_t kDefaultSeed = 1;
+constexpr uint32_t kLlama3Vocab = 128256;   // the slices' vocabulary (Llama-3's)
 
 struct Spec {
     Arch arch = Arch::Llama;
@@ -43,7 +44,7 @@ struct Spec {
     uint32_t n_head_kv = 0;       // key/value heads; n_head % n_head_kv == 0
     uint32_t head_dim = 0;        // per head, q, k and v alike
     uint32_t n_ff = 0;            // FFN hidden width
-    uint32_t n_vocab = 0;         // tokenizer size (= vocab().tokens.size())
+    uint32_t n_vocab = 0;         // tokenizer size: vocab()'s tokens, then reserved control tokens up to it
     uint32_t n_ctx = 0;           // <arch>.context_length
     float rms_eps = 1e-5f;        // <arch>.attention.layer_norm_rms_epsilon
     float rope_base = 10000.0f;   // <arch>.rope.freq_base (gemma3: the global layers)

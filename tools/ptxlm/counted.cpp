@@ -100,8 +100,7 @@ ChainParts chain_parts(const Model& m, uint32_t ctx, bool q) {
     for (const cuda::LayerPlan& l : p.layers) {
         for (const kernels::GemvShape* s : {&l.qkv, &l.wo, &l.gate_up, &l.down}) c.layer.insert(add(*s));
         for (const ptx::GeneratedKernel& g :
-             {kernels::rope_append_kernel(l.rope), kernels::attention_split_kernel(l.attention),
-              kernels::attention_reduce_kernel(l.attention), kernels::add_norm_kernel(p.add_norm)})
+             {kernels::attention_kernel(l.attention), kernels::add_norm_kernel(p.add_norm)})
             c.layer.insert(g.name);
     }
     c.head = add(p.head);
