@@ -181,10 +181,6 @@ def main():
     # each depth (attention reads it; the rest is unchanged).
     deep_name, deep_path = models[1]
     deep = counted(deep_path, a.project, "graph", DEPTHS)
-    # The persistent decoder keeps f32 GEMV inputs for now (cuda::quantized_gemvs):
-    # its full-model rows are scaled from the slices' graph chains on them.
-    f32_graph = {slice_name: counted(os.path.join(a.cache, slice_name + ".gguf"), a.project, "graph",
-                                     gpu_path="reference")[0] for _, slice_name, _, _ in SCALED}
     by_path = {os.path.basename(path): c for _, path, c in results}
     pj0 = results[0][2]["graph"]["projected"]
     gpu = {"sms": pj0["sms"], "gbs": pj0["bandwidth_gbs"], "achievable": pj0["achievable_bandwidth"]}
@@ -201,15 +197,13 @@ def main():
     for name, _, cs in results:
         out += [side_row(name, cs[s_]) for s_ in SCHEDULES]
     out += ["", "### Full models, scaled from their two-layer slices", "",
-            "Graph: the default path (8-bit GEMV inputs). Persistent: the slices' graph chains on f32 GEMV inputs "
-            "(`--gpu-path reference`), which the persistent decoder keeps for now.", "",
+            "Both schedules on the default path (8-bit GEMV inputs).", "",
             "| model | schedule | ops | launches | all-to-all waits | GB per token | bytes alone us | projected tok/s | "
             "us per token | of it launch + handoff overhead | work us by binding limit | of peak BW |",
             "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|"]
     for name, slice_name, layers, vocab in SCALED:
         cs = by_path[slice_name + ".gguf"]
         sc = scale_slice(cs["graph"], cs["persistent"], layers, vocab, gpu)
-        sc["persistent"] = scale_slice(f32_graph[slice_name], cs["persistent"], layers, vocab, gpu)["persistent"]
         for s_ in SCHEDULES:
             r = sc[s_]
             a2a = f"{r['a2a']}" if s_ == "persistent" else f"{r['launches']} (launches)"

@@ -50,7 +50,7 @@ TEST_P(Persistent, LogitsAreTheGraphSchedulesExactly) {
   std::vector<uint8_t> bytes;
   const Model m = synth_model(GetParam(), bytes);
   const std::vector<TokenId> ids = cpu_greedy(m, {764, 17, 301, 52}, 20);
-  cuda::CudaBackend graph(m, cuda::Driver::load(), 64, Schedule::Graph, GpuArithmetic::Reference);
+  cuda::CudaBackend graph(m, cuda::Driver::load(), 64, Schedule::Graph);
   cuda::CudaBackend pers(m, cuda::Driver::load(), 64, Schedule::Persistent);
   EXPECT_EQ(pers.schedule(), Schedule::Persistent);
   const size_t nv = m.n_vocab;
@@ -76,19 +76,29 @@ TEST_P(Persistent, LogitsAreTheGraphSchedulesExactly) {
   EXPECT_EQ(differ, 0u);
 }
 
-// The persistent decoder keeps f32 GEMV inputs for now (cuda::quantized_gemvs):
-// by default, stated in its description; asked for 8-bit inputs, a clear error.
-TEST_P(Persistent, RunsF32GemvInputsAndRefusesTheEightBitOnes) {
+// Both GEMV paths run inline as they run launched (the default 8-bit
+// inputs and --gpu-path reference's f32 ones), each stated in the
+// description: the first positions' logits equal the graph schedule's on
+// the same path, bit for bit.
+TEST_P(Persistent, RunsEitherGemvPathAsTheGraphScheduleDoes) {
   std::vector<uint8_t> bytes;
   const Model m = synth_model(GetParam(), bytes);
-  cuda::CudaBackend pers(m, cuda::Driver::load(), 64, Schedule::Persistent);
-  EXPECT_NE(pers.description().find("f32 GEMV inputs"), std::string::npos) << pers.description();
-  EXPECT_THROW(cuda::CudaBackend(m, cuda::Driver::load(), 64, Schedule::Persistent, GpuArithmetic::Quantized), ModelError);
+  const std::vector<TokenId> ids = {764, 17, 301};
+  for (GpuArithmetic path : {GpuArithmetic::Default, GpuArithmetic::Reference}) {
+    cuda::CudaBackend graph(m, cuda::Driver::load(), 16, Schedule::Graph, path);
+    cuda::CudaBackend pers(m, cuda::Driver::load(), 16, Schedule::Persistent, path);
+    const char* inputs = path == GpuArithmetic::Reference ? "f32 GEMV inputs" : "8-bit GEMV inputs";
+    EXPECT_NE(pers.description().find(inputs), std::string::npos) << pers.description();
+    std::vector<float> a(ids.size() * m.n_vocab), b(a.size());
+    graph.eval_batch({ids.data(), ids.size()}, 0, a.data(), uint32_t(ids.size()));
+    pers.eval_batch({ids.data(), ids.size()}, 0, b.data(), uint32_t(ids.size()));
+    EXPECT_EQ(a, b) << inputs;
+  }
 }
 
 // The graph schedule's greedy tokens after a prompt, one eval_argmax each.
 std::vector<TokenId> graph_greedy(const Model& m, const std::vector<TokenId>& prompt, size_t n) {
-  cuda::CudaBackend g(m, cuda::Driver::load(), 64, Schedule::Graph, GpuArithmetic::Reference);
+  cuda::CudaBackend g(m, cuda::Driver::load(), 64, Schedule::Graph);
   g.eval_batch({prompt.data(), prompt.size() - 1}, 0, nullptr, 0);
   std::vector<TokenId> out;
   TokenId t = prompt.back();
@@ -214,7 +224,7 @@ void check_real_model(const char* file, uint32_t n) {
   const Tokenizer tok = Tokenizer::from_gguf(m.file);
   const std::vector<TokenId> ids = tok.encode("The capital of France is", tok.add_bos(), false);
   ASSERT_GE(ids.size(), n);
-  cuda::CudaBackend graph(m, cuda::Driver::load(), 16, Schedule::Graph, GpuArithmetic::Reference);
+  cuda::CudaBackend graph(m, cuda::Driver::load(), 16, Schedule::Graph);
   cuda::CudaBackend pers(m, cuda::Driver::load(), 16, Schedule::Persistent);
   const size_t nv = m.n_vocab;
   std::vector<float> a(n * nv), b(n * nv);

@@ -365,6 +365,27 @@ TEST(PtxBuilder, StructuredControlFlowBalancesLabels) {
   g.when(g.reg(Type::pred), [&] { g.bra(top); });
   EXPECT_NE(g.emit().find("\t@%p0 bra $L_top_0;"), std::string::npos) << g.emit();  // no .uni when guarded
 
+  // Inline in a persistent kernel, when/unless branch around their body
+  // instead of predicating it: a register defined under a predicate looks
+  // loop-carried to ptxas and stays live across every op of the kernel.
+  Kernel host("host");
+  ParamList none;
+  InlineOp op;
+  op.params = &none;
+  op.record = op.ctaid_x = op.ctaid_y = op.end = op.window = "x";
+  op.block = {32, 1, 1};
+  op.host_threads = 32;
+  Reg hp = host.reg(Type::pred), hv = host.mov(Type::u32, 0u);
+  host.begin_inline(op);
+  host.when(hp, [&] { host.add(hv, hv, 7u); });
+  host.unless(hp, [&] { host.add(hv, hv, 9u); });
+  host.end_inline();
+  const std::string ht = host.emit();
+  EXPECT_NE(ht.find("\t@!" + hp.name + " bra"), std::string::npos) << ht;
+  EXPECT_NE(ht.find("\t@" + hp.name + " bra"), std::string::npos) << ht;
+  EXPECT_NE(ht.find("\tadd.u32 " + hv.name + ", " + hv.name + ", 7;"), std::string::npos) << ht;   // unpredicated
+  EXPECT_EQ(ht.find("@" + hp.name + " add"), std::string::npos) << ht;
+
   Kernel bad("bad");
   Label l = bad.label("x");
   bad.bra(l);

@@ -292,7 +292,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     : p_(std::make_unique<Impl>(m, std::move(driver))) {
     Impl& p = *p_;
     p.schedule = schedule == Schedule::Default ? Schedule::Graph : schedule;
-    p.quantized = quantized_gemvs(path, p.schedule);
+    p.quantized = quantized_gemvs(path);
     const cuda::DeviceInfo& dev = p.ctx.info();
     const unsigned sm = unsigned(dev.cc_major * 10 + dev.cc_minor);
     if (sm < 80) throw ModelError(dev.name + " is sm_" + std::to_string(sm) + "; the GPU path needs sm_80 or newer");

@@ -30,7 +30,7 @@ public:
     // allows. Throws ModelError naming what the GPU path cannot run (a weight
     // type, a head size) or what does not fit (with the numbers).
     // path: the GEMVs' arithmetic (decode_plan's quantized_inputs, as
-    // quantized_gemvs resolves it for the schedule).
+    // quantized_gemvs resolves it).
     CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx,
                 Schedule schedule = Schedule::Default, GpuArithmetic path = GpuArithmetic::Default,
                 std::string* note = nullptr);

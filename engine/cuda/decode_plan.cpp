@@ -31,15 +31,6 @@ kx::GemvShape gemv(uint32_t n_in, std::vector<kx::GemvSegment> segments, bool no
 
 }  // namespace
 
-bool quantized_gemvs(GpuArithmetic path, Schedule schedule) {
-    if (schedule != Schedule::Persistent) return path != GpuArithmetic::Reference;
-    if (path == GpuArithmetic::Quantized)
-        throw ModelError("--schedule persistent runs f32 GEMV inputs for now (inlined into the persistent decoder, "
-                         "the 8-bit-input kernels spill registers on some models): use --gpu-path reference, or "
-                         "--schedule graph for the 8-bit inputs");
-    return false;
-}
-
 DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs) {
     const bool qi = quantized_inputs;
     const HParams& hp = m.hp;

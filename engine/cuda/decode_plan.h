@@ -41,12 +41,9 @@ struct DecodePlan {
 // GPU path cannot run (a weight type, a partial rotation, soft-capped logits).
 DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs = true);
 
-// Whether a schedule runs 8-bit GEMV inputs under `path`: the default is yes,
-// except under the persistent schedule, which keeps f32 inputs for now
-// (inlined into the one persistent kernel, the 8-bit-input ops of
-// gemma-3-270m push ptxas past 128 registers: a 16-byte spill, where each
-// op alone fits). Throws ModelError for --gpu-path quantized there.
-bool quantized_gemvs(GpuArithmetic path, Schedule schedule);
+// Whether `path` runs 8-bit GEMV inputs (every schedule: the default, and
+// --gpu-path quantized) or f32 ones (--gpu-path reference).
+inline bool quantized_gemvs(GpuArithmetic path) { return path != GpuArithmetic::Reference; }
 
 // Every distinct kernel of the plan, in chain order, as generators bound to
 // their shapes (standalone, or inline in the persistent decoder).

@@ -335,6 +335,19 @@ void Kernel::trap() { instr("trap"); }
 void Kernel::guarded(const std::string& g, const Reg& p, const std::function<void()>& fn) {
   if (p.type != Type::pred) throw Error("guard: " + p.name + " is ." + type_name(p.type) + ", expected .pred");
   check_no_guard("when/unless");
+  if (inlining()) {
+    // Inline in a persistent kernel, a branch instead of predicates: a
+    // register the body defines under a predicate looks to ptxas as if it
+    // kept its value from the previous pass of the kernel's loops, so it
+    // stays live across every op (spills); behind a branch it is dead.
+    Label skip = label("unguarded");
+    guard_ = (g == "@" ? "@!" : "@") + p.name + " ";
+    bra(skip);
+    guard_.clear();
+    fn();
+    place(skip);
+    return;
+  }
   guard_ = g + p.name + " ";
   try {
     fn();

@@ -301,7 +301,7 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
 }  // namespace
 
 nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic path, const GpuSpec& gpu, uint32_t depth) {
-    const bool q = cuda::quantized_gemvs(path, schedule == Schedule::Default ? Schedule::Graph : schedule);
+    const bool q = cuda::quantized_gemvs(path);
     const Counted c = count_one_token(m, schedule, path, depth);
     if (c.schedule == Schedule::Persistent) return counted_persistent(m, c, gpu, depth, q);
     const uint32_t ctx = depth + kCountedContext;

@@ -29,7 +29,7 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
         ->check(CLI::IsMember({"default", "quantized", "reference"}));
     app.add_option("--gpu-path", a.gpu_path,
                    "GPU: quantized (GEMV inputs quantized to 8 bits as the CPU quantized path does, dp4a on the packed "
-                   "weights; the default, except under --schedule persistent for now) or reference (f32 inputs, what "
+                   "weights; the default) or reference (f32 inputs, what "
                    "the CPU reference computes)")
         ->check(CLI::IsMember({"default", "quantized", "reference"}));
     app.add_option("--cpu-isa", a.cpu_isa,

@@ -32,7 +32,7 @@ int run(const Args& a) {
     if (target.sm < 80 || target.sm > 90) throw std::invalid_argument("--arch " + a.arch + ": the GPU path targets sm_80 to sm_90");
     const std::string path = a.model.empty() ? default_model_path() : a.model;
     const Model m = Model::load(path);
-    const bool q8 = cuda::quantized_gemvs(parse_gpu_path(a.gpu_path), parse_schedule(a.schedule));
+    const bool q8 = cuda::quantized_gemvs(parse_gpu_path(a.gpu_path));
     const cuda::DecodePlan plan = cuda::decode_plan(m, a.n_ctx, q8);
     const std::vector<ptx::GeneratedKernel> ks =
         a.schedule == "persistent" ? std::vector<ptx::GeneratedKernel>{kernels::persistent_kernel(cuda::decode_op_kinds(plan), target).kernel}
@@ -67,7 +67,7 @@ Runner add_ptx(CLI::App& app) {
                     "chain or graph (the same kernels; default graph), or persistent (one kernel with every op inline)")
         ->check(CLI::IsMember({"chain", "graph", "persistent"}));
     sub->add_option("--gpu-path", a->gpu_path,
-                    "quantized (8-bit GEMV inputs; the default but under --schedule persistent) or reference (f32 inputs)")
+                    "quantized (8-bit GEMV inputs, the default) or reference (f32 inputs)")
         ->check(CLI::IsMember({"default", "quantized", "reference"}));
     return [a] { return run(*a); };
 }
