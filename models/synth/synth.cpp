@@ -115,9 +115,9 @@ Spec preset(Arch arch, Size size, uint64_t seed) {
     s.n_ff = sh.n_ff;
     s.n_ctx = sh.n_ctx;
     s.n_vocab = uint32_t(vocab().tokens.size());
-    // The slices stand for models with Llama-3's vocabulary: its LM head and
-    // embedding have their real row count (counted on emu, not scaled), the
-    // ids past the tokenizer's reserved control tokens the text never yields.
+    // The slices stand for models with Llama-3's vocabulary: their LM head and
+    // embedding have its row count (counted on emu, not scaled); the ids past
+    // the tokenizer's own are reserved control tokens no text encodes to.
     if (size == Size::Llama3_8B_Slice || size == Size::Llama3_2_1B_Slice) s.n_vocab = kLlama3Vocab;
     s.seed = seed;
     switch (arch) {
