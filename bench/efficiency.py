@@ -57,15 +57,14 @@ def synth(size, out):
     return out
 
 
-def counted(model, gpu, schedule, depths=(0,), gpu_path="default"):
+def counted(model, gpu, schedule, depths=(0,)):
     """bench's counted mode: {depth: counted} for one token at each depth."""
-    log(f"counting one token of {os.path.basename(model)} on emu ({schedule} schedule, --gpu-path {gpu_path}, depth "
+    log(f"counting one token of {os.path.basename(model)} on emu ({schedule} schedule, depth "
         f"{', '.join(map(str, depths))})")
     t = time.time()
     env = dict(os.environ, PTXLM_LIBCUDA=EMU)
     p = subprocess.run([PTXLM, "bench", "-m", model, "--device", "cuda", "--schedule", schedule, "-p", "0", "-n", "1",
-                        "-d", ",".join(map(str, depths)), "-r", "1", "-o", "json", "--project", gpu,
-                        "--gpu-path", gpu_path],
+                        "-d", ",".join(map(str, depths)), "-r", "1", "-o", "json", "--project", gpu],
                        env=env, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"efficiency: ptxlm bench failed on {model}:\n{p.stderr}")
