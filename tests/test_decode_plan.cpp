@@ -25,7 +25,8 @@ void assemble_all(const Model& m, const std::string& what) {
   // The standalone kernels of both GEMV paths (8-bit inputs, the default,
   // and f32 inputs, --gpu-path reference), then the persistent decoder on
   // each path.
-  const cuda::DecodePlan plan = cuda::decode_plan(m, 4096), ref = cuda::decode_plan(m, 4096, false);
+  const cuda::DecodePlan plan = cuda::decode_plan(m, 4096, true, kernels::kH100SxmSms),
+                         ref = cuda::decode_plan(m, 4096, false, kernels::kH100SxmSms);
   for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90"}) {
     std::vector<ptx::GeneratedKernel> ks = cuda::decode_kernels(plan, ptx::Target::parse(arch));
     EXPECT_GE(ks.size(), 8u);
@@ -73,7 +74,7 @@ TEST(DecodePlan, SyntheticModelsKernelsAssemble) {
 
 TEST(DecodePlan, LayerShapesFollowTheModel) {
   const Model m = Model::load(std::string(PTXLM_MODELS_DIR) + "/gemma-3-270m-q4_k_m.gguf");
-  const cuda::DecodePlan p = cuda::decode_plan(m, 1024);
+  const cuda::DecodePlan p = cuda::decode_plan(m, 1024, true, kernels::kH100SxmSms);
   ASSERT_EQ(p.layers.size(), m.layers.size());
   for (size_t il = 0; il < p.layers.size(); ++il) {
     const cuda::LayerPlan& l = p.layers[il];
@@ -84,6 +85,30 @@ TEST(DecodePlan, LayerShapesFollowTheModel) {
   }
   EXPECT_EQ(p.head.segments.at(0).rows, m.n_vocab);
   EXPECT_EQ(p.embed.scale, m.embd_scale);
+}
+
+// Every GEMV grid is one wave of the SMs the plan is made for, with the
+// fewest rows per block that fit (H100 PCIe's 114 SMs: 114 blocks, not a
+// second wave of 18 as a grid sized for 132 would run); no SMs is refused.
+TEST(DecodePlan, GemvGridsAreOneWaveOfTheDevicesSms) {
+  const Model m = Model::load(std::string(PTXLM_MODELS_DIR) + "/gemma-3-270m-q4_k_m.gguf");
+  for (uint32_t sms : {8u, 108u, 114u, 132u}) {
+    const cuda::DecodePlan p = cuda::decode_plan(m, 1024, true, sms);
+    std::vector<const kernels::GemvShape*> shapes = {&p.head};
+    for (const cuda::LayerPlan& l : p.layers)
+      for (const kernels::GemvShape* s : {&l.qkv, &l.wo, &l.gate_up, &l.down}) shapes.push_back(s);
+    for (const kernels::GemvShape* s : shapes) {
+      uint32_t rows = 0;
+      for (const kernels::GemvSegment& g : s->segments) rows += g.rows;
+      if (s->glu != kernels::Glu::None) rows = s->segments[0].rows;
+      const uint32_t grid = kernels::gemv_geometry(*s).grid.x, rpb = kernels::gemv_plan(*s).rows_per_block;
+      EXPECT_EQ(s->sms, sms);
+      EXPECT_LE(grid, sms) << kernels::gemv_kernel(*s).name;
+      EXPECT_TRUE(rpb == 1 || (rows + rpb - 2) / (rpb - 1) > sms) << "fewer rows per block would fit " << rows;
+    }
+    EXPECT_EQ(kernels::gemv_geometry(p.head).grid.x, sms);   // 262144 rows fill every SM
+  }
+  EXPECT_THROW(cuda::decode_plan(m, 1024, true, 0), std::invalid_argument);
 }
 
 }  // namespace

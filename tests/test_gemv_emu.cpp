@@ -5,6 +5,7 @@
 // one matrix, and a kernel generated without its norm, must fail.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -168,6 +169,41 @@ TEST_F(GemvOnEmu, Q4kSeveralRowsPerWarpUnevenWarpsAndAPartialLastBlock) {
   EXPECT_LE(kx::gemv_geometry(s).grid.x, 132u);   // one wave on a 132-SM GPU
   const Case c = make_case(s);
   EXPECT_EQ(mismatches(c, run(kx::gemv_kernel(c.shape), c)), 0u);
+}
+
+// Grids are sized for the device's SMs (GemvShape::sms); a row is one
+// warp's whole dot product, so every row is bit-identical on any grid: an
+// H100 SXM's 132 SMs (one row per block here), an A100's 108, an odd 7 (a
+// partial last block, several rows per warp) and 1, on both input paths.
+TEST_F(GemvOnEmu, EveryRowIsBitIdenticalOnAGridForAnySmCount) {
+  for (bool q8 : {false, true}) {
+    SCOPED_TRACE(q8 ? "8-bit input" : "f32 input");
+    kx::GemvShape s = shape(512, {300, 61}, true, false, {GgmlType::Q4_K, GgmlType::Q6_K});
+    s.q8_input = q8;
+    const Case c = make_case(s);
+    std::vector<std::vector<float>> first;
+    std::vector<uint32_t> grids;
+    for (uint32_t sms : {132u, 108u, 7u, 1u}) {
+      Case ci = c;
+      ci.shape.sms = sms;
+      const ptx::GeneratedKernel g = kx::gemv_kernel(ci.shape);
+      EXPECT_LE(g.geometry.grid.x, sms);
+      grids.push_back(g.geometry.grid.x);
+      const std::vector<std::vector<float>> ys = run(g, ci);
+      if (first.empty()) {
+        first = ys;
+        if (!q8) {   // the 8-bit input's check: EightBitInputEqualsTheCpuQuantizedPath
+          EXPECT_EQ(mismatches(ci, ys), 0u);
+        }
+        continue;
+      }
+      for (size_t si = 0; si < ys.size(); ++si)
+        for (size_t r = 0; r < ys[si].size(); ++r)
+          ASSERT_EQ(std::bit_cast<uint32_t>(ys[si][r]), std::bit_cast<uint32_t>(first[si][r]))
+              << sms << " SMs, segment " << si << " row " << r;
+    }
+    EXPECT_EQ(grids, (std::vector<uint32_t>{121, 91, 7, 1}));   // ceil(361 / ceil(361 / sms))
+  }
 }
 
 TEST_F(GemvOnEmu, EveryBlock32Type) {

@@ -299,7 +299,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     p.target = ptx::Target::parse("sm_" + std::to_string(std::min(sm, 90u)));
     const HParams& hp = m.hp;
     const uint32_t E = hp.n_embd, hd = m.head_dim;
-    decode_plan(m, 1, p.quantized);   // refuses what the GPU path cannot run before anything is allocated
+    decode_plan(m, 1, p.quantized, uint32_t(dev.sm_count));   // refuses what the GPU path cannot run before anything is allocated
 
     // The memory plan, against the device's free memory, before allocating.
     uint64_t max_q = 0, max_kv = 0, max_ff = 0, kv_per_token = 0, weight_bytes = 0;
@@ -402,8 +402,8 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     const DevPtr X = Impl::ptr(p.x), Q = Impl::ptr(p.q), K = Impl::ptr(p.k), V = Impl::ptr(p.v), ATT = Impl::ptr(p.att),
                  O = Impl::ptr(p.o), H = Impl::ptr(p.h), PART = Impl::ptr(p.part);
 
-    // The chain, from the plan.
-    const DecodePlan plan = decode_plan(m, C, p.quantized);
+    // The chain, from the plan; the GEMV grids sized for this device's SMs.
+    const DecodePlan plan = decode_plan(m, C, p.quantized, uint32_t(p.ctx.info().sm_count));
     // A generator bound to its shape: called standalone here, inline by the persistent kernel.
     auto bind = [](auto fn, auto shape) -> kx::OpGenerator {
         return [fn, shape](const ptx::Target& t, const kx::InlineTarget* in) { return fn(shape, t, in); };

@@ -1,6 +1,7 @@
 #include "engine/cuda/decode_plan.h"
 
 #include <set>
+#include <stdexcept>
 
 #include "kernels/examples/examples.h"
 #include <string>
@@ -18,8 +19,9 @@ void check_weight(const Weight& w) {
 }
 
 kx::GemvShape gemv(uint32_t n_in, std::vector<kx::GemvSegment> segments, bool norm, float eps, bool accumulate,
-                   bool quantized) {
+                   bool quantized, uint32_t sms) {
     kx::GemvShape s;
+    s.sms = sms;
     s.n_in = n_in;
     s.segments = std::move(segments);
     s.norm = norm;
@@ -31,7 +33,8 @@ kx::GemvShape gemv(uint32_t n_in, std::vector<kx::GemvSegment> segments, bool no
 
 }  // namespace
 
-DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs) {
+DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, uint32_t sms) {
+    if (sms == 0) throw std::invalid_argument("decode_plan: a device with no SMs");
     const bool qi = quantized_inputs;
     const HParams& hp = m.hp;
     const uint32_t E = hp.n_embd, hd = m.head_dim;
@@ -51,18 +54,18 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs) {
             throw ModelError("layer " + std::to_string(il) + ": q/k norms and q/k/v biases must come together");
         const uint32_t q_dim = l.n_head * hd, kv = m.kv_dim(il);
         LayerPlan lp;
-        lp.qkv = gemv(E, {{l.wq.type, q_dim}, {l.wk.type, kv}, {l.wv.type, kv}}, true, eps, false, qi);
+        lp.qkv = gemv(E, {{l.wq.type, q_dim}, {l.wk.type, kv}, {l.wv.type, kv}}, true, eps, false, qi, sms);
         lp.attention = {l.n_head, l.n_head_kv, hd, n_ctx, l.sliding ? hp.sliding_window : 0, m.attn_scale, kAttentionChunk,
                         hp.rope_style == RopeStyle::Neox, bool(l.bq), bool(l.q_norm), eps};
         lp.post_attn_norm = bool(l.attn_post_norm);
         lp.post_ffn_norm = bool(l.ffn_post_norm);
-        lp.wo = gemv(q_dim, {{l.wo.type, E}}, false, eps, !lp.post_attn_norm, qi);
-        lp.gate_up = gemv(E, {{l.gate.type, l.n_ff}, {l.up.type, l.n_ff}}, true, eps, false, qi);
+        lp.wo = gemv(q_dim, {{l.wo.type, E}}, false, eps, !lp.post_attn_norm, qi, sms);
+        lp.gate_up = gemv(E, {{l.gate.type, l.n_ff}, {l.up.type, l.n_ff}}, true, eps, false, qi, sms);
         lp.gate_up.glu = m.ffn == FfnKind::GeGLU ? kx::Glu::GeGlu : kx::Glu::SwiGlu;
-        lp.down = gemv(l.n_ff, {{l.down.type, E}}, false, eps, !lp.post_ffn_norm, qi);
+        lp.down = gemv(l.n_ff, {{l.down.type, E}}, false, eps, !lp.post_ffn_norm, qi, sms);
         p.layers.push_back(lp);
     }
-    p.head = gemv(E, {{m.output.type, m.n_vocab}}, true, eps, false, qi);
+    p.head = gemv(E, {{m.output.type, m.n_vocab}}, true, eps, false, qi, sms);
     return p;
 }
 

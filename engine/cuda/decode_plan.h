@@ -39,7 +39,8 @@ struct DecodePlan {
 // the others, and all of them without it (`--gpu-path reference`), multiply
 // an f32 input, as the CPU reference does. Throws ModelError naming what the
 // GPU path cannot run (a weight type, a partial rotation, soft-capped logits).
-DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs = true);
+// sms: the SMs of the device the GEMV grids are sized for (one wave).
+DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, uint32_t sms);
 
 // Whether `path` runs 8-bit GEMV inputs (every schedule: the default, and
 // --gpu-path quantized) or f32 ones (--gpu-path reference).

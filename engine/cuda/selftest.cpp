@@ -51,6 +51,7 @@ public:
         target_ = ptx::Target::parse("sm_" + std::to_string(std::min(unsigned(d.cc_major * 10 + d.cc_minor), 90u)));
     }
     const ptx::Target& target() const { return target_; }
+    uint32_t sms() const { return uint32_t(ctx_.info().sm_count); }
 
     std::vector<float> randv(size_t n, float sd) {
         std::normal_distribution<float> nd(0.0f, sd);
@@ -128,8 +129,8 @@ Worst check_gemv(Runner& r, const kx::GemvShape& s, const std::vector<const Weig
 std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx,
                                          uint32_t seed, const std::function<void(const SelftestResult&)>& report,
                                          bool quantized_inputs) {
-    const DecodePlan plan = decode_plan(m, n_ctx, quantized_inputs);
     Runner r(m, std::move(driver), seed);
+    const DecodePlan plan = decode_plan(m, n_ctx, quantized_inputs, r.sms());
     const ptx::Target& T = r.target();
     std::vector<SelftestResult> out;
     std::set<std::string> done;

@@ -16,13 +16,6 @@ using gguf::GgmlType;
 
 namespace {
 
-// At most this many blocks: one wave on a 132-SM H100. Every block stages
-// the whole input, so fewer, fuller blocks cut that traffic, and a grid a
-// little over the SM count would run a second, mostly idle wave; fewer
-// blocks than SMs leave SMs idle, so rows per block is the least that fits
-// the rows in this many blocks.
-constexpr uint32_t kTargetBlocks = 132;
-
 // Rows the grid covers: every segment's, or a GLU's pairs.
 uint32_t total_rows(const GemvShape& s) {
   if (s.glu != Glu::None) return s.segments.at(0).rows;
@@ -345,9 +338,14 @@ bool gemv_supports(GgmlType t) {
 }
 
 GemvPlan gemv_plan(const GemvShape& s) {
+  if (s.sms == 0) throw Error("gemv: a grid sized for 0 SMs");
   GemvPlan p;
   const uint32_t rows = total_rows(s);
-  p.rows_per_block = ceil_div(rows, kTargetBlocks);
+  // At most one block per SM: every block stages the whole input, so fewer,
+  // fuller blocks cut that traffic, and a grid a little over the SM count
+  // would run a second, mostly idle wave; fewer blocks than SMs leave SMs
+  // idle, so rows per block is the least that fits the rows in `sms` blocks.
+  p.rows_per_block = ceil_div(rows, s.sms);
   p.warps = std::clamp<uint32_t>(p.rows_per_block, 8, 16);
   return p;
 }

@@ -44,6 +44,9 @@ struct GemvSegment {
 // the activation needs no launch and the down projection stages one vector.
 enum class Glu : uint8_t { None, SwiGlu, GeGlu };
 
+// An H100 SXM's SMs: the grid GemvShape sizes for unless told the device's.
+constexpr uint32_t kH100SxmSms = 132;
+
 struct GemvShape {
   uint32_t n_in = 0;                   // columns: a multiple of every segment's block (32, 256 for Q4_K)
   std::vector<GemvSegment> segments;   // one per matrix sharing the input
@@ -58,6 +61,11 @@ struct GemvShape {
   // it in blocks of 256 (quantize_block256), Q8_0, Q4_0, Q4_1 and Q5_0 in
   // blocks of 32 (quantize_block32); gemv_q8_input_fits says which shapes.
   bool q8_input = false;
+  // SMs of the device the grid is sized for: one wave, a block per SM
+  // (engine/cuda sizes it from the device; kernel tests and `ptxlm ptx` from
+  // an H100 SXM's 132). Rows are whole per warp, so a row's result is the
+  // same on any grid.
+  uint32_t sms = kH100SxmSms;
 };
 
 // Types gemv_kernel multiplies with a q8_input (dp4a on packed weights).
@@ -73,8 +81,8 @@ bool gemv_supports(gguf::GgmlType t);
 // Warps per block and rows per block, chosen from the shape alone (a GLU's
 // row is a pair: the gate row and the up row). Warp w of a block takes its
 // rows w, w + warps, ... Rows per block is the least that keeps the grid to
-// one wave of a 132-SM GPU; warps grow with it (up to 16) so that a block
-// keeps more loads in flight.
+// one wave of the shape's `sms` (a block per SM); warps grow with it (up to
+// 16) so that a block keeps more loads in flight.
 struct GemvPlan {
   uint32_t warps = 8;
   uint32_t rows_per_block = 8;

@@ -290,6 +290,11 @@ int run(const Args& a) {
     std::optional<GpuSpec> gpu;
     if (!a.project.empty() && !(gpu = find_gpu(a.project)))
         throw std::invalid_argument("--project " + a.project + ": not a GPU bench knows (" + gpu_names() + ")");
+    if (!gpu) gpu = find_gpu("h100-sxm");
+    // Grids are sized for the device's SMs, so emu, if it is the driver,
+    // gets the projected GPU's (a value the user set stays, and counting
+    // refuses it if it differs); a real driver never reads this.
+    setenv("PTXLM_EMU_SMS", std::to_string(gpu->sms).c_str(), 0);
     EngineArgs engine = a.engine;
     uint32_t need = 0;
     for (const Test& t : tests) need = std::max(need, t.depth + t.tokens());
@@ -322,7 +327,8 @@ int run(const Args& a) {
     if (emulated)
         std::fprintf(stderr, "bench: %s is emu, the CPU interpreter of the driver: these times say nothing about a GPU\n",
                      dev.name.c_str());
-    if (!emulated && gpu) throw std::invalid_argument("--project: counted mode needs emu as the driver (PTXLM_LIBCUDA)");
+    if (!emulated && !a.project.empty())
+        throw std::invalid_argument("--project: counted mode needs emu as the driver (PTXLM_LIBCUDA)");
 
     // Static description of the model and the machine, shared by every row.
     std::map<std::string, uint64_t> types;
@@ -454,7 +460,6 @@ int run(const Args& a) {
         all.push_back(j);
     }
     if (emulated) {
-        if (!gpu) gpu = find_gpu("h100-sxm");
         const Schedule sched = parse_schedule(dev.schedule);
         e.backend.reset();   // releases the context, so the counted one starts fresh
         std::map<uint32_t, nlohmann::json> by_depth;

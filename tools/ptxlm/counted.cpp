@@ -32,7 +32,7 @@ struct Counted {
     uint32_t blocks = 0;           // the persistent grid on emu
 };
 
-Counted count_one_token(const Model& m, Schedule schedule, GpuArithmetic arith, uint32_t depth) {
+Counted count_one_token(const Model& m, Schedule schedule, GpuArithmetic arith, uint32_t depth, const GpuSpec& gpu) {
     char path[] = "/tmp/ptxlm-emu-stats-XXXXXX";
     const int fd = mkstemp(path);
     if (fd < 0) throw std::runtime_error("bench: cannot create a file for emu's counters");
@@ -41,6 +41,11 @@ Counted count_one_token(const Model& m, Schedule schedule, GpuArithmetic arith, 
     Counted c;
     try {
         cuda::CudaBackend b(m, cuda::Driver::load(), depth + kCountedContext, schedule, arith);
+        // The grids are sized for the device's SMs: emu must have the GPU's.
+        const int sms = b.device_info().units;
+        if (sms != int(gpu.sms))
+            throw std::runtime_error("bench: emu has " + std::to_string(sms) + " SMs; counting for " + gpu.name +
+                                     " needs its " + std::to_string(gpu.sms) + " (PTXLM_EMU_SMS)");
         std::vector<float> logits(b.n_vocab());
         b.fill_kv_for_count(0, depth);
         b.eval(0, depth, logits.data());
@@ -70,12 +75,12 @@ Counted count_one_token(const Model& m, Schedule schedule, GpuArithmetic arith, 
 
 // Registers and spill bytes per kernel from ptxas for sm_90; empty when no
 // ptxas is found (the rows then say null).
-std::map<std::string, ptx::PtxasFunctionReport> ptxas_reports(const Model& m, uint32_t ctx, bool q) {
+std::map<std::string, ptx::PtxasFunctionReport> ptxas_reports(const Model& m, uint32_t ctx, bool q, uint32_t sms) {
     std::map<std::string, ptx::PtxasFunctionReport> out;
     const std::string ptxas = ptx::find_ptxas();
     if (ptxas.empty()) return out;
     const ptx::Target t = ptx::Target::parse("sm_90");
-    for (const ptx::GeneratedKernel& g : cuda::decode_kernels(cuda::decode_plan(m, ctx, q), t)) {
+    for (const ptx::GeneratedKernel& g : cuda::decode_kernels(cuda::decode_plan(m, ctx, q, sms), t)) {
         const ptx::PtxasResult r = ptx::run_ptxas(ptxas, g.ptx, "sm_90");
         if (!r.ok()) throw std::runtime_error("bench: ptxas rejected " + g.name + ":\n" + r.log);
         if (const ptx::PtxasFunctionReport* f = r.find(g.name)) out[g.name] = *f;
@@ -91,9 +96,9 @@ struct ChainParts {
     std::string head;
 };
 
-ChainParts chain_parts(const Model& m, uint32_t ctx, bool q) {
+ChainParts chain_parts(const Model& m, uint32_t ctx, bool q, uint32_t sms) {
     ChainParts c;
-    const cuda::DecodePlan p = cuda::decode_plan(m, ctx, q);
+    const cuda::DecodePlan p = cuda::decode_plan(m, ctx, q, sms);
     auto add = [&](const kernels::GemvShape& s) {
         return kernels::gemv_kernel(s).name;
     };
@@ -213,13 +218,13 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
     const auto [w_unique, w_sectors] = weight_traffic(k, c.weights);
     // All-to-all waits inside the layers (the rest: the embedding's and the
     // LM head's gathers).
-    const ChainParts parts = chain_parts(m, ctx, q);
+    const ChainParts parts = chain_parts(m, ctx, q, gpu.sms);
     uint64_t layer_a2a = 0;
     for (const cuda::CudaBackend::Launch& l : c.launches)
         if (parts.layer.count(l.kernel)) layer_a2a += l.all_to_all_waits;
     const ptx::Target t = ptx::Target::parse("sm_90");
     const ptx::GeneratedKernel g =
-        kernels::persistent_kernel(cuda::decode_op_kinds(cuda::decode_plan(m, ctx, q)), t).kernel;
+        kernels::persistent_kernel(cuda::decode_op_kinds(cuda::decode_plan(m, ctx, q, gpu.sms)), t).kernel;
     nlohmann::json row = {{"kernel", g.name}, {"part", "token"}, {"launches", k.at("launches")}, {"blocks", nullptr},
                           {"threads", g.geometry.block.x}, {"dynamic_shared_bytes", g.geometry.shared_bytes},
                           {"unique_bytes", unique}, {"requested_bytes", requested}, {"weight_bytes", w_unique},
@@ -302,12 +307,12 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
 
 nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic path, const GpuSpec& gpu, uint32_t depth) {
     const bool q = cuda::quantized_gemvs(path);
-    const Counted c = count_one_token(m, schedule, path, depth);
+    const Counted c = count_one_token(m, schedule, path, depth, gpu);
     if (c.schedule == Schedule::Persistent) return counted_persistent(m, c, gpu, depth, q);
     const uint32_t ctx = depth + kCountedContext;
     const nlohmann::json& ks = c.kernels;
-    const std::map<std::string, ptx::PtxasFunctionReport> regs = ptxas_reports(m, ctx, q);
-    const ChainParts parts = chain_parts(m, ctx, q);
+    const std::map<std::string, ptx::PtxasFunctionReport> regs = ptxas_reports(m, ctx, q, gpu.sms);
+    const ChainParts parts = chain_parts(m, ctx, q, gpu.sms);
 
     // Requested: what reaches L2, the 32-byte sectors each warp-level access
     // touches (plus atomics); unique: distinct bytes, summed over kernels.

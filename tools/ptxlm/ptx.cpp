@@ -19,6 +19,7 @@ namespace {
 struct Args {
     std::string model, out, arch = "sm_90", schedule = "graph", gpu_path = "default";
     uint32_t n_ctx = 4096;
+    uint32_t sms = kernels::kH100SxmSms;
 };
 
 int run(const Args& a) {
@@ -33,7 +34,7 @@ int run(const Args& a) {
     const std::string path = a.model.empty() ? default_model_path() : a.model;
     const Model m = Model::load(path);
     const bool q8 = cuda::quantized_gemvs(parse_gpu_path(a.gpu_path));
-    const cuda::DecodePlan plan = cuda::decode_plan(m, a.n_ctx, q8);
+    const cuda::DecodePlan plan = cuda::decode_plan(m, a.n_ctx, q8, a.sms);
     const std::vector<ptx::GeneratedKernel> ks =
         a.schedule == "persistent" ? std::vector<ptx::GeneratedKernel>{kernels::persistent_kernel(cuda::decode_op_kinds(plan), target).kernel}
                                    : cuda::decode_kernels(plan, target);
@@ -48,8 +49,8 @@ int run(const Args& a) {
         std::printf("%-56s grid %6u x %4u threads, %6u B dynamic shared\n", f.filename().c_str(), g.geometry.grid.x *
                     g.geometry.grid.y, g.geometry.block.x, g.geometry.shared_bytes);
     }
-    std::fprintf(stderr, "ptx: %zu kernels for %s (%s, %s schedule, context %u) in %s\n", ks.size(), path.c_str(),
-                 target.name().c_str(), a.schedule.c_str(), a.n_ctx, a.out.c_str());
+    std::fprintf(stderr, "ptx: %zu kernels for %s (%s, %u SMs, %s schedule, context %u) in %s\n", ks.size(), path.c_str(),
+                 target.name().c_str(), a.sms, a.schedule.c_str(), a.n_ctx, a.out.c_str());
     return 0;
 }
 
@@ -63,6 +64,8 @@ Runner add_ptx(CLI::App& app) {
     sub->add_option("--arch", a->arch, "target: sm_80, sm_86, sm_89, sm_90 (default sm_90)");
     sub->add_option("-c,--ctx-size", a->n_ctx, "context the attention kernels are generated for (default 4096)")
         ->check(CLI::Range(1u, 1u << 24));
+    sub->add_option("--sms", a->sms, "SMs of the device the GEMV grids are sized for (default 132, an H100 SXM's)")
+        ->check(CLI::Range(1u, 1024u));
     sub->add_option("--schedule", a->schedule,
                     "chain or graph (the same kernels; default graph), or persistent (one kernel with every op inline)")
         ->check(CLI::IsMember({"chain", "graph", "persistent"}));
