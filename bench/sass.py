@@ -24,6 +24,7 @@ instructions per weight byte as the lanes load them. The gates check every
 load loop, the hot one included.
 
     bench/sass -m MODEL.gguf [--arch sm_90] [--kernel REGEX] [--json]
+    bench/sass --cubin FILE.cubin --kernel REGEX [--json]
     bench/sass --ptx FILE.ptx... [--forbid-conversions] [--max-conversions-per-byte X] [--max-insts-per-byte X]
 
 The gates exit 1 naming every load loop that breaks them; usage errors and
@@ -223,8 +224,14 @@ def kernels_of(a, tmp):
 def report(a):
     ptxas, nvdisasm = find_ptxas(a.ptxas), find_nvdisasm(a.nvdisasm)
     out = []
+    if a.cubin:   # a cubin compiled elsewhere (a peer's kernels, bench/peer-mmvq): disassembled as it is
+        if not os.path.isfile(a.cubin):
+            die(f"--cubin {a.cubin}: no such file")
+        for name, (insts, labels) in parse(run([nvdisasm, "-c", a.cubin], f"nvdisasm on {a.cubin}")).items():
+            if re.search(a.kernel, name):
+                out.append({"file": os.path.basename(a.cubin), **analyse(name, insts, labels)})
     with tempfile.TemporaryDirectory(prefix="ptxlm-sass-") as tmp:
-        for i, f in enumerate(kernels_of(a, tmp)):
+        for i, f in enumerate(kernels_of(a, tmp) if not a.cubin else []):
             cubin = os.path.join(tmp, f"{i}.cubin")
             run([ptxas, f"-arch={a.arch}", f, "-o", cubin], f"ptxas on {f}")
             for name, (insts, labels) in parse(run([nvdisasm, "-c", cubin], f"nvdisasm on {f}")).items():
@@ -294,6 +301,8 @@ def main():
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("-m", "--model", help="GGUF model: its decode chain's kernels (ptxlm ptx)")
     src.add_argument("--ptx", nargs="+", metavar="FILE", help="hand-written or saved .ptx files")
+    src.add_argument("--cubin", metavar="FILE", help="a cubin built elsewhere (e.g. a peer's kernels by nvcc), "
+                     "disassembled as it is (--arch does not apply)")
     ap.add_argument("--arch", default="sm_90", choices=ARCHS, help="target (default sm_90)")
     ap.add_argument("--schedule", default="graph", choices=("graph", "persistent"), help="with -m (default graph)")
     ap.add_argument("--gpu-path", choices=("quantized", "reference"),

@@ -7,7 +7,8 @@ four FMAs per iteration (512 global bytes per warp per iteration, exactly the
 2 IDPs: the negative control), a kernel without a loop (none reported) and
 two nested loops (only the inner one reported). The gates --forbid-conversions
 and --max-insts-per-byte pass on one kernel and fail on the other; bad input
-gives exit 2 with one clear line. Then the real gemma-3-270m: every GEMV
+gives exit 2 with one clear line; a cubin ptxas made of the same PTX for
+sm_90 (--cubin, as bench/peer-mmvq reads nvcc's) reports the same. Then the real gemma-3-270m: every GEMV
 kernel `ptxlm ptx` writes has a hot loop that loads global memory; the
 figures are printed, not asserted (the kernels are about to be rebuilt).
 Last, the rebuilt 8-bit-input Q4_K GEMV on a tiny synthetic llama passes
@@ -216,6 +217,21 @@ def errors(ptx, tmp):
           f"the Markdown table has cvt_loop's hot row: {p.stdout[-600:]} {p.stderr}")
 
 
+def cubin(ptx, tmp, ks):
+    """--cubin reads a cubin built elsewhere (bench/peer-mmvq's nvcc output) as --ptx reads what it assembles."""
+    ptxas = os.environ.get("PTXLM_PTXAS") or "/usr/local/cuda/bin/ptxas"
+    out = str(Path(tmp) / "known.cubin")
+    p = subprocess.run([ptxas, "-arch=sm_90", ptx, "-o", out], capture_output=True, text=True)
+    if not check(p.returncode == 0, f"ptxas -arch=sm_90 on the known PTX: {p.stderr.strip()}"):
+        return
+    got = report("--cubin", out)
+    if got is not None:
+        check(got == {n: dict(k, file="known.cubin") for n, k in ks.items()},
+              f"--cubin reports what --ptx --arch sm_90 does: {sorted(got)}")
+    p = sass("--cubin", str(Path(tmp) / "missing.cubin"))
+    check(p.returncode == 2 and p.stderr.startswith("sass: --cubin"), f"a missing cubin: {p.returncode} {p.stderr[:200]}")
+
+
 def gemma(tmp):
     model = MODELS / "gemma-3-270m-q4_k_m.gguf"
     if not check(model.exists(), f"{model} missing (models/fetch)"):
@@ -283,6 +299,7 @@ def main():
             return finish()
         gates(ptx, ks)
         errors(ptx, tmp)
+        cubin(ptx, tmp, ks)
         gemma(tmp)
         q8_gate(tmp)
     return finish()
