@@ -15,3 +15,6 @@ endforeach()
 # Perplexity of a public-domain text with -c 1024 against llama.cpp's tool.
 ptxlm_pytest(perplexity_vs_llamacpp check_perplexity.py TIMEOUT 2400)
 ptxlm_gtest(test_session test_session.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 300)
+# The paged KV pool's bookkeeping (issue 21): pages, forks, copy-on-write,
+# prefix reuse, eviction, against simulated page storage.
+ptxlm_gtest(test_kv_pool test_kv_pool.cpp LIBS ptxlm_engine TIMEOUT 120)
