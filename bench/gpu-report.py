@@ -8,10 +8,12 @@ Four phases, each a `ptxlm` command whose JSON the report reads:
               bandwidth, and each kernel's measured time per launch and its
               launches per token;
   tg          `ptxlm bench --device cuda --schedule S -p 0 -n N -d DEPTHS`
-              for each schedule: measured tokens per second at each depth;
+              for each schedule: measured tokens per second at each depth
+              (graph-pdl: the graph schedule with --gpu-pdl, sm_90 only);
   projection  the same bench in counted mode (`--project GPU -n 1`), always
               on emu (PTXLM_EMU_LIBCUDA, else build/emu/lib/libcuda.so.1)
-              whatever driver measured: emu's counts projected for GPU.
+              whatever driver measured: emu's counts projected for GPU
+              (graph-pdl: the graph count's projected_pdl).
 The report sets each measured figure beside its projection (measured /
 projected) and writes OUT_DIR/<device>-<commit>.md: a header (device, SMs,
 peak and measured read bandwidth, commit, date, model), the selftest
@@ -19,7 +21,7 @@ table, the per-kernel table, the tg table and the exact commands. A run on
 emu says so in its first line: its times are emu's, not a GPU's.
 
     bench/gpu-report -m MODEL.gguf [--out-dir docs/gpu] [--project GPU] [-n 128]
-                     [--depths 0,1024,4096] [--schedules graph,persistent] [--json] [--no-write]
+                     [--depths 0,1024,4096] [--schedules graph,persistent,graph-pdl] [--json] [--no-write]
 
 --project defaults to the GPU the device's name matches (emu: h100-sxm).
 Progress goes to stderr. A failing command exits 1 with one line naming it
@@ -39,7 +41,12 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("PTXLM_BUILD_DIR", os.path.join(ROOT, "build"))
-SCHEDULES = ("graph", "persistent")
+SCHEDULES = ("graph", "persistent", "graph-pdl")
+# How each schedule is asked of ptxlm bench, and which count projects it.
+SCHEDULE_ARGS = {"graph": ["--schedule", "graph"], "persistent": ["--schedule", "persistent"],
+                 "graph-pdl": ["--schedule", "graph", "--gpu-pdl"]}
+COUNTED_AS = {"graph": ("graph", "projected"), "persistent": ("persistent", "projected"),
+              "graph-pdl": ("graph", "projected_pdl")}
 # engine/projection.cpp's GPU table, by the names `ptxlm bench --project` takes.
 GPUS = ("h100-sxm", "h100-pcie", "h200", "a100", "l40s", "rtx4090")
 # Device name (as the driver reports it) -> projection: first match wins.
@@ -161,7 +168,7 @@ def collect(a, run):
     measured = {}
     for s in a.schedules:
         t0 = time.time()
-        rows, _ = run.json(["bench", "-m", a.model, "--device", "cuda", "--schedule", s, "-p", "0", "-n", a.n, "-d",
+        rows, _ = run.json(["bench", "-m", a.model, "--device", "cuda", *SCHEDULE_ARGS[s], "-p", "0", "-n", a.n, "-d",
                             depths, "-r", "1", "-o", "json"])
         measured[s] = {field(r, "n_depth", what="ptxlm bench"): r for r in rows}
         log(f"tg {s}: " + ", ".join(f"d{d} {r['avg_ts']:.1f} tok/s" for d, r in measured[s].items())
@@ -173,7 +180,7 @@ def collect(a, run):
     if not os.path.isfile(emu):
         raise Failure(f"no emu driver at {emu} (the projection counts on emu): build it or set PTXLM_EMU_LIBCUDA")
     projected = {}
-    for s in sorted(set(a.schedules) | {"graph"}, key=SCHEDULES.index):
+    for s in sorted({COUNTED_AS[x][0] for x in a.schedules} | {"graph"}, key=SCHEDULES.index):
         t0 = time.time()
         ds = sorted(set(a.depths) | {0}) if s == "graph" else a.depths
         rows, _ = run.json(["bench", "-m", a.model, "--device", "cuda", "--schedule", s, "-p", "0", "-n", "1", "-d",
@@ -202,10 +209,11 @@ def collect(a, run):
     tg = []
     for s in a.schedules:
         for d in a.depths:
-            m, c = measured[s].get(d), projected[s].get(d)
+            counted_as, key = COUNTED_AS[s]
+            m, c = measured[s].get(d), projected[counted_as].get(d)
             if m is None or c is None:
                 raise Failure(f"ptxlm bench gave no {'measured' if m is None else 'counted'} row for {s} at depth {d}")
-            p = c["projected"]
+            p = c[key]
             tg.append({"schedule": s, "depth": d, "tokens_per_s": m["avg_ts"], "projected_tokens_per_s": p["tokens_per_s"],
                        "measured_over_projected": ratio(m["avg_ts"], p["tokens_per_s"]),
                        "bandwidth_gbs": m["bandwidth_gbs"], "bytes_per_token": m["bytes_per_token"],
@@ -281,7 +289,8 @@ def main():
     ap.add_argument("--project", choices=GPUS, help="the GPU to project for (default: the one the device's name matches)")
     ap.add_argument("-n", type=int, default=128, help="tokens generated per tg test (default 128)")
     ap.add_argument("--depths", default="0,1024,4096", help="KV depths of the tg tests (default 0,1024,4096)")
-    ap.add_argument("--schedules", default="graph,persistent", help="of graph, persistent (default both)")
+    ap.add_argument("--schedules", default="graph,persistent,graph-pdl",
+                    help="of graph, persistent, graph-pdl (the graph schedule with --gpu-pdl: sm_90 only; default all three)")
     ap.add_argument("--json", action="store_true", help="everything as one JSON object on stdout")
     ap.add_argument("--no-write", action="store_true", help="write no Markdown file")
     try:
@@ -289,7 +298,7 @@ def main():
         a.depths = sizes(a.depths, "--depths")
         a.schedules = a.schedules.split(",")
         if not a.schedules or any(s not in SCHEDULES for s in a.schedules) or len(set(a.schedules)) != len(a.schedules):
-            raise Failure(f"--schedules {','.join(a.schedules)}: a list of distinct graph, persistent", 2)
+            raise Failure(f"--schedules {','.join(a.schedules)}: a list of distinct graph, persistent, graph-pdl", 2)
         if a.n < 1:
             raise Failure(f"-n {a.n}: generate at least 1 token", 2)
         if not os.path.isfile(a.model):

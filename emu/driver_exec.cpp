@@ -394,6 +394,36 @@ CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, 
     return submit(ctx, st, std::move(l));
 }
 
+// cuLaunchKernelEx: the attributes emu honours are cooperative (as
+// cuLaunchCooperativeKernel) and programmatic stream serialization (sm_90):
+// the kernel may start before the one ahead of it finishes and must wait
+// with griddepcontrol.wait; emu runs a stream's kernels one after another,
+// which is one of the orders that allows. Any other attribute is refused.
+CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) {
+    if (!config || (config->numAttrs && !config->attrs)) return CUDA_ERROR_INVALID_VALUE;
+    bool cooperative = false;
+    for (unsigned i = 0; i < config->numAttrs; ++i) {
+        const CUlaunchAttribute& a = config->attrs[i];
+        if (a.id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE) {
+            cooperative = a.value.cooperative != 0;
+        } else if (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) {
+            if (a.value.programmaticStreamSerializationAllowed && emu::device_limits().cc_major < 9)
+                return CUDA_ERROR_NOT_SUPPORTED;
+        } else {
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+    }
+    if (cooperative) {
+        if (extra) return CUDA_ERROR_INVALID_VALUE;
+        return cuLaunchCooperativeKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                                         config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream,
+                                         kernelParams);
+    }
+    return cuLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                          config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream, kernelParams,
+                          extra);
+}
+
 // ---- streams and capture ----
 
 CUresult CUDAAPI cuStreamCreate(CUstream* phStream, unsigned int Flags) {
@@ -676,7 +706,7 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVer
         P(cuMemcpyHtoDAsync), P(cuMemcpyDtoHAsync), P(cuMemsetD8), P(cuMemsetD32), P(cuMemsetD8Async),
         P(cuMemsetD32Async), P(cuModuleLoadDataEx), P(cuModuleLoadData), P(cuModuleUnload),
         P(cuModuleGetFunction), P(cuFuncGetAttribute), P(cuFuncSetAttribute), P(cuFuncGetParamInfo),
-        P(cuOccupancyMaxActiveBlocksPerMultiprocessor), P(cuLaunchKernel), P(cuLaunchCooperativeKernel),
+        P(cuOccupancyMaxActiveBlocksPerMultiprocessor), P(cuLaunchKernel), P(cuLaunchCooperativeKernel), P(cuLaunchKernelEx),
         P(cuStreamCreate), P(cuStreamDestroy), P(cuStreamSynchronize), P(cuStreamBeginCapture),
         P(cuStreamEndCapture), P(cuStreamIsCapturing), P(cuGraphGetNodes), P(cuGraphNodeGetType),
         P(cuGraphKernelNodeGetParams), P(cuGraphInstantiate), P(cuGraphLaunch),

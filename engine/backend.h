@@ -56,6 +56,7 @@ struct BackendOptions {
     std::shared_ptr<cpu::ThreadPool> cpu_pool;
     CpuArithmetic cpu_path = CpuArithmetic::Default;   // CPU only; Default = Quantized
     GpuArithmetic gpu_path = GpuArithmetic::Default;   // GPU only; Default = Quantized
+    bool gpu_pdl = false;   // GPU only: launch the chain's ops programmatically (sm_90; off by default)
     // CPU quantized path: the SIMD kernels by name (scalar, avx2, avx512,
     // avx512vnni); empty: the best this CPU runs (PTXLM_CPU_ISA caps it).
     std::string cpu_isa;

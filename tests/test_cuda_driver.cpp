@@ -255,6 +255,64 @@ TEST(CudaDriver, CooperativeLaunchIsLimitedToResidentBlocks) {
     EXPECT_THAT(e.what(), HasSubstr("cuLaunchCooperativeKernel"));
 }
 
+// Programmatic dependent launches (cuLaunchKernelEx with the programmatic
+// stream serialization attribute): a dependent chain, launched and captured,
+// computes what plain launches do; an attribute emu does not implement and a
+// missing config are refused, and the error names the call.
+TEST(CudaDriver, ProgrammaticLaunchesRunInStreamOrderAndCapture) {
+    Context ctx(driver());
+    Module mod(ctx, kPtx);
+    Function vadd = mod.function("vadd"), scale = mod.function("scale");
+    const unsigned n = 300;
+    std::vector<float> a(n), b(n, 2.0f);
+    for (unsigned i = 0; i < n; ++i) a[i] = float(i);
+    DeviceBuffer da(ctx, n * 4), db(ctx, n * 4), dc(ctx, n * 4);
+    da.upload(a.data(), n * 4);
+    db.upload(b.data(), n * 4);
+    CUdeviceptr pa = da.ptr(), pb = db.ptr(), pc = dc.ptr();
+    unsigned nn = n;
+    float factor = 3.0f;
+    void* add_args[] = {&pa, &pb, &pc, &nn};
+    void* scale_args[] = {&pc, &factor, &nn};
+    const LaunchDims dims{{blocks_for(n, 64)}, {64}, 0};
+    Stream s(ctx);
+    auto check = [&](const char* what) {
+        std::vector<float> c(n);
+        dc.download(c.data(), n * 4);
+        for (unsigned i = 0; i < n; ++i) ASSERT_EQ(c[i], (a[i] + b[i]) * 3.0f) << what << " i " << i;
+    };
+    dc.fill_bytes(0);
+    launch_programmatic(vadd, dims, s, add_args);
+    launch_programmatic(scale, dims, s, scale_args);
+    s.synchronize();
+    check("stream");
+    dc.fill_bytes(0);
+    s.begin_capture();
+    launch_programmatic(vadd, dims, s, add_args);
+    launch_programmatic(scale, dims, s, scale_args);
+    Graph g = s.end_capture();
+    EXPECT_EQ(g.nodes().size(), 2u);
+    GraphExec exec = g.instantiate();
+    exec.launch(s);
+    s.synchronize();
+    check("graph");
+
+    const Driver& drv = ctx.driver();
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = attr.value.clusterDim.y = attr.value.clusterDim.z = 1;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = dims.grid.x, cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = 64, cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.hStream = s.handle();
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    EXPECT_EQ(drv.api().cuLaunchKernelEx(&cfg, vadd.handle(), add_args, nullptr), CUDA_ERROR_NOT_SUPPORTED);
+    EXPECT_EQ(drv.api().cuLaunchKernelEx(nullptr, vadd.handle(), add_args, nullptr), CUDA_ERROR_INVALID_VALUE);
+    Error e = expect_error([&] { launch_programmatic(vadd, {{1}, {2048}, 0}, s, add_args); });
+    EXPECT_THAT(e.what(), HasSubstr("cuLaunchKernelEx"));
+}
+
 TEST(CudaDriver, MappedHostMemoryIsReadAndWrittenByKernels) {
     Context ctx(driver());
     const Api& api = ctx.driver().api();

@@ -72,6 +72,38 @@ TEST(DecodePlan, SyntheticModelsKernelsAssemble) {
   }
 }
 
+// --gpu-pdl's kernels: every standalone kernel of gemma-3-270m's chain (both
+// GEMV paths) opens with griddepcontrol.wait before any memory access and
+// then launches its dependents, and assembles for sm_90 without spills;
+// sm_80 has no griddepcontrol and is refused.
+TEST(DecodePlan, ProgrammaticLaunchKernelsWaitBeforeTheirFirstAccess) {
+  ASSERT_FALSE(std::string(PTXLM_PTXAS).empty()) << "ptxas not found: these tests never skip";
+  const Model m = Model::load(std::string(PTXLM_MODELS_DIR) + "/gemma-3-270m-q4_k_m.gguf");
+  ptx::Target t = ptx::Target::parse("sm_90");
+  t.pdl = true;
+  size_t n = 0;
+  for (bool q : {true, false}) {
+    for (const ptx::GeneratedKernel& g : cuda::decode_kernels(cuda::decode_plan(m, 1024, q, kernels::kH100SxmSms), t)) {
+      const size_t body = g.ptx.find("{", g.ptx.find(".entry"));
+      const size_t wait = g.ptx.find("griddepcontrol.wait;", body);
+      const size_t trigger = g.ptx.find("griddepcontrol.launch_dependents;", body);
+      ASSERT_NE(wait, std::string::npos) << g.name;
+      EXPECT_LT(wait, trigger) << g.name;
+      for (const char* access : {"\tld.", "\tst.", "\tatom.", "\tred.", "\tcp.async"})
+        EXPECT_GT(g.ptx.find(access, body), wait) << g.name << ": " << access << " before the wait";
+      const ptx::PtxasResult r = ptx::run_ptxas(PTXLM_PTXAS, g.ptx, "sm_90");
+      ASSERT_TRUE(r.ok()) << g.name << ":\n" << r.log;
+      ASSERT_NE(r.find(g.name), nullptr) << g.name;
+      EXPECT_FALSE(r.find(g.name)->spills()) << g.name;
+      ++n;
+    }
+  }
+  EXPECT_GE(n, 10u);
+  ptx::Target old = ptx::Target::parse("sm_80");
+  old.pdl = true;
+  EXPECT_THROW(cuda::decode_kernels(cuda::decode_plan(m, 1024, true, kernels::kH100SxmSms), old), ptx::Error);
+}
+
 TEST(DecodePlan, LayerShapesFollowTheModel) {
   const Model m = Model::load(std::string(PTXLM_MODELS_DIR) + "/gemma-3-270m-q4_k_m.gguf");
   const cuda::DecodePlan p = cuda::decode_plan(m, 1024, true, kernels::kH100SxmSms);

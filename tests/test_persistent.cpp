@@ -96,6 +96,32 @@ TEST_P(Persistent, RunsEitherGemvPathAsTheGraphScheduleDoes) {
   }
 }
 
+// Programmatic dependent launches (--gpu-pdl): every op opens with
+// griddepcontrol.wait, so the chain and graph schedules compute exactly what
+// they compute without it; the persistent schedule, one launch, refuses it.
+TEST_P(Persistent, ProgrammaticLaunchesGiveTheSameLogits) {
+  std::vector<uint8_t> bytes;
+  const Model m = synth_model(GetParam(), bytes);
+  const std::vector<TokenId> ids = {764, 17, 301};
+  cuda::CudaBackend plain(m, cuda::Driver::load(), 16, Schedule::Graph);
+  std::vector<float> a(ids.size() * m.n_vocab);
+  plain.eval_batch({ids.data(), ids.size()}, 0, a.data(), uint32_t(ids.size()));
+  for (Schedule s : {Schedule::Graph, Schedule::Chain}) {
+    cuda::CudaBackend pdl(m, cuda::Driver::load(), 16, s, GpuArithmetic::Default, nullptr, true);
+    EXPECT_NE(pdl.description().find("launched programmatically"), std::string::npos) << pdl.description();
+    std::vector<float> b(a.size());
+    pdl.eval_batch({ids.data(), ids.size()}, 0, b.data(), uint32_t(ids.size()));
+    EXPECT_EQ(a, b) << schedule_name(s);
+    EXPECT_EQ(pdl.eval_argmax(ids[0], 3), plain.eval_argmax(ids[0], 3)) << schedule_name(s);
+  }
+  try {
+    cuda::CudaBackend p(m, cuda::Driver::load(), 16, Schedule::Persistent, GpuArithmetic::Default, nullptr, true);
+    ADD_FAILURE() << "the persistent schedule took --gpu-pdl";
+  } catch (const ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("--gpu-pdl"), std::string::npos) << e.what();
+  }
+}
+
 // The graph schedule's greedy tokens after a prompt, one eval_argmax each.
 std::vector<TokenId> graph_greedy(const Model& m, const std::vector<TokenId>& prompt, size_t n) {
   cuda::CudaBackend g(m, cuda::Driver::load(), 64, Schedule::Graph);

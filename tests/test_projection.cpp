@@ -127,6 +127,10 @@ TEST(Projection, GraphsAndSeveralTokens) {
     EXPECT_DOUBLE_EQ(s.launch_us, 4.0);
     EXPECT_DOUBLE_EQ(gr.launch_us, 2.6);
     EXPECT_DOUBLE_EQ(s.memory_us, gr.memory_us);
+    // Programmatic dependent launches: the assumed 0.6 us per launch, the same work.
+    const Projection pdl = project(two, 1, g, LaunchMode::GraphPdl);
+    EXPECT_DOUBLE_EQ(pdl.launch_us, 1.2);
+    EXPECT_DOUBLE_EQ(pdl.work_us, gr.work_us);
     // The same launches over 4 tokens (a persistent kernel): per-token figures.
     const Projection four = project(two, 4, g, LaunchMode::Graph);
     EXPECT_DOUBLE_EQ(four.launches, 0.5);

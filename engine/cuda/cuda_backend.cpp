@@ -94,8 +94,13 @@ struct CudaBackend::Impl {
     std::unique_ptr<Persistent> persistent;
     CudaBackend::StreamStats stream_stats;
 
+    bool pdl = false;   // programmatic dependent launches (the ops open with griddepcontrol.wait)
+    void launch_op(Op& op) {
+        if (pdl) launch_programmatic(*op.fn, op.geometry, stream, op.args);
+        else launch(*op.fn, op.geometry, stream, op.args);
+    }
     void launch_chain() {
-        for (Op& op : chain) launch(*op.fn, op.geometry, stream, op.args);
+        for (Op& op : chain) launch_op(op);
     }
 
     // One token's id and position, as eval_argmax and start_greedy take them.
@@ -288,7 +293,7 @@ void CudaBackend::Impl::launch_persistent(uint32_t steps, uint32_t n_stop) {
 }
 
 CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx, Schedule schedule,
-                         GpuArithmetic path, std::string* note)
+                         GpuArithmetic path, std::string* note, bool pdl)
     : p_(std::make_unique<Impl>(m, std::move(driver))) {
     Impl& p = *p_;
     p.schedule = schedule == Schedule::Default ? Schedule::Graph : schedule;
@@ -297,6 +302,14 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     const unsigned sm = unsigned(dev.cc_major * 10 + dev.cc_minor);
     if (sm < 80) throw ModelError(dev.name + " is sm_" + std::to_string(sm) + "; the GPU path needs sm_80 or newer");
     p.target = ptx::Target::parse("sm_" + std::to_string(std::min(sm, 90u)));
+    if (pdl) {
+        if (sm < 90)
+            throw ModelError("--gpu-pdl: programmatic dependent launch needs sm_90; " + dev.name + " is sm_" +
+                             std::to_string(sm));
+        if (p.schedule == Schedule::Persistent)
+            throw ModelError("--gpu-pdl: the persistent schedule is one launch; use it with --schedule graph or chain");
+        p.target.pdl = p.pdl = true;
+    }
     const HParams& hp = m.hp;
     const uint32_t E = hp.n_embd, hd = m.head_dim;
     decode_plan(m, 1, p.quantized, uint32_t(dev.sm_count));   // refuses what the GPU path cannot run before anything is allocated
@@ -465,6 +478,7 @@ std::string CudaBackend::description() const {
            (p_->persistent ? " ops per token in one launch of " + std::to_string(p_->persistent->geometry.grid.x) +
                                  " blocks x " + std::to_string(p_->persistent->geometry.block.x) + " threads"
                            : " kernels per token") +
+           (p_->pdl ? " launched programmatically" : "") +
            ", " + (p_->quantized ? "8-bit" : "f32") + " GEMV inputs, KV f16";
 }
 
@@ -522,7 +536,7 @@ std::vector<CudaBackend::OpTime> CudaBackend::time_ops(TokenId token, uint32_t p
         p.queue_state(token, pos);
         for (size_t i = 0; i < n; ++i) {
             marks[i].record(p.stream);
-            launch(*p.chain[i].fn, p.chain[i].geometry, p.stream, p.chain[i].args);
+            p.launch_op(p.chain[i]);
         }
         marks[n].record(p.stream);
         marks[n].synchronize();
@@ -558,7 +572,7 @@ std::vector<CudaBackend::GemvTrace> CudaBackend::trace_gemvs(TokenId token, uint
             for (size_t o = 0; o < io->outs.size(); ++o)
                 t.before.push_back(read(io->outs[o], io->shape.segments[glu ? 0 : o].rows));
         }
-        launch(*op.fn, op.geometry, p.stream, op.args);
+        p.launch_op(op);
         p.stream.synchronize();
         if (!io) continue;
         for (size_t o = 0; o < io->outs.size(); ++o) t.after.push_back(read(io->outs[o], t.before[o].size()));

@@ -31,9 +31,11 @@ public:
     // type, a head size) or what does not fit (with the numbers).
     // path: the GEMVs' arithmetic (decode_plan's quantized_inputs, as
     // quantized_gemvs resolves it).
+    // pdl: launch every op of the chain programmatically (sm_90; each opens
+    // with griddepcontrol.wait): off by default until a GPU weighs it.
     CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx,
                 Schedule schedule = Schedule::Default, GpuArithmetic path = GpuArithmetic::Default,
-                std::string* note = nullptr);
+                std::string* note = nullptr, bool pdl = false);
     ~CudaBackend() override;
 
     std::string description() const override;

@@ -45,7 +45,7 @@ private:
     X(cuModuleLoadDataEx) X(cuModuleUnload) X(cuModuleGetFunction)                      \
     X(cuFuncGetAttribute) X(cuFuncSetAttribute)                                         \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuLaunchKernel)                    \
-    X(cuLaunchCooperativeKernel)                                                         \
+    X(cuLaunchCooperativeKernel) X(cuLaunchKernelEx)                                     \
     X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuStreamQuery)      \
     X(cuStreamBeginCapture_v2) X(cuStreamEndCapture)                                    \
     X(cuGraphGetNodes) X(cuGraphKernelNodeGetParams_v2)                                 \

@@ -20,4 +20,11 @@ inline void launch(const Function& f, const ptx::LaunchGeometry& g, const Stream
     launch(f, launch_dims(g), s, args.args());
 }
 
+// The same as a programmatic dependent launch (module.h).
+inline void launch_programmatic(const Function& f, const ptx::LaunchGeometry& g, const Stream& s,
+                                ptx::ParamPack& args) {
+    f.reserve_dynamic_shared(g.shared_bytes);
+    launch_programmatic(f, launch_dims(g), s, args.args());
+}
+
 }  // namespace ptxlm::cuda

@@ -96,6 +96,22 @@ void launch(const Function& f, const LaunchDims& d, const Stream& s, void** args
     if (res != CUDA_SUCCESS) drv.check(res, "cuLaunchKernel", describe(f, d));
 }
 
+void launch_programmatic(const Function& f, const LaunchDims& d, const Stream& s, void** args) {
+    const Driver& drv = s.driver();
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = d.grid.x, cfg.gridDimY = d.grid.y, cfg.gridDimZ = d.grid.z;
+    cfg.blockDimX = d.block.x, cfg.blockDimY = d.block.y, cfg.blockDimZ = d.block.z;
+    cfg.sharedMemBytes = d.dynamic_shared_bytes;
+    cfg.hStream = s.handle();
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    CUresult res = drv.api().cuLaunchKernelEx(&cfg, f.handle(), args, nullptr);
+    if (res != CUDA_SUCCESS) drv.check(res, "cuLaunchKernelEx (programmatic)", describe(f, d));
+}
+
 void launch_cooperative(const Function& f, const LaunchDims& d, const Stream& s, void** args) {
     const Driver& drv = s.driver();
     CUresult res = drv.api().cuLaunchCooperativeKernel(f.handle(), d.grid.x, d.grid.y, d.grid.z, d.block.x,

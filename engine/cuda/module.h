@@ -72,6 +72,12 @@ private:
 // (the driver copies the pointed-to values at the call).
 void launch(const Function& f, const LaunchDims& dims, const Stream& s, void** args);
 
+// A programmatic dependent launch (sm_90; cuLaunchKernelEx with
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION): `f` may start before
+// the kernel ahead of it on `s` has finished, so it must wait
+// (griddepcontrol.wait) before it touches memory that kernel writes.
+void launch_programmatic(const Function& f, const LaunchDims& dims, const Stream& s, void** args);
+
 // A cooperative launch: every block is resident at once, so blocks may wait
 // on each other (the persistent decoder). The grid must not exceed
 // max_active_blocks_per_sm x SM count (else CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE).

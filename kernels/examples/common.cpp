@@ -78,6 +78,10 @@ Emit::Emit(const InlineTarget* in, const char* name, const Target& t, const Para
   validate_geometry(name, g);
   if (!in) {
     own_.emplace(start_kernel(name, t, params, g));
+    if (t.pdl) {   // launched programmatically: the grid before may still be running
+      own_->griddepcontrol_wait();
+      own_->griddepcontrol_launch_dependents();
+    }
     return;
   }
   host_ = in->host;

@@ -39,6 +39,11 @@ struct Target {
   unsigned sm = 80;
   bool arch_specific = false;  // sm_90a
   unsigned version = 0;
+  // Programmatic dependent launch (sm_90): the decode kernels generated
+  // standalone (kernels/examples/common.h, Emit) open with
+  // griddepcontrol.wait, before any memory access, then let the next grid
+  // launch (griddepcontrol.launch_dependents). Not part of the name.
+  bool pdl = false;
 
   static Target parse(std::string_view name);  // "sm_80", "sm_90a"
   std::string name() const;                    // "sm_90a"

@@ -176,7 +176,9 @@ def main():
                   f"GEMV shared wavefront ratios {gemv_ratios}")
             check(c["n_vocab"] > 0 and c["n_layer"] > 0 and sum(k["part"] == "head" for k in ks) == 1, "counted model fields")
         for args, needle in ((["--device", "cuda", "--project", "h100"], "--project h100"),
-                             (["--device", "cpu", "--project", "a100"], "counted mode needs emu")):
+                             (["--device", "cpu", "--project", "a100"], "counted mode needs emu"),
+                             (["--device", "cpu", "--gpu-pdl"], "--gpu-pdl applies to the GPU path"),
+                             (["--device", "cuda", "--schedule", "persistent", "--gpu-pdl"], "--gpu-pdl: the persistent")):
             b = ptxlm("bench", "-m", gemma, "-p", "0", "-n", "1", "-r", "1", *args)
             check(b.returncode == 2 and needle in b.stderr, f"bench {args}: {b.returncode} {b.stderr[-300:]!r}")
 

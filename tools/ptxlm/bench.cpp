@@ -506,6 +506,11 @@ int run(const Args& a) {
                             pj["us_per_token"].get<double>(), pj["launch_us"].get<double>(), pj["work_us"].get<double>(),
                             pj["memory_us"].get<double>(), bound.c_str(), 100 * pj["bandwidth_share"].get<double>(),
                             pj["label"].get<std::string>().c_str());
+                if (const nlohmann::json& pd = c["projected_pdl"]; !pd.is_null())
+                    std::printf("with programmatic dependent launches (--gpu-pdl, %.1f us per launch assumed): %.0f "
+                                "tok/s, %.1f us per token\n",
+                                kLaunchOverheadUs[int(LaunchMode::GraphPdl)], pd["tokens_per_s"].get<double>(),
+                                pd["us_per_token"].get<double>());
                 std::printf("\nper kernel (registers from %s; blocks per SM for %s):\n\n%s",
                             c["registers_from"].get<std::string>().c_str(), gpu->name, counted_kernel_table(c).c_str());
             }

@@ -423,7 +423,14 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
             {"launches_below_sm_count", below},
             {"registers_from", regs.empty() ? "no ptxas found" : "ptxas sm_90"},
             {"kernels", rows},
-            {"projected", projected_json(p, gpu, c.schedule, "projected from emu's counts, not measured")}};
+            {"projected", projected_json(p, gpu, c.schedule, "projected from emu's counts, not measured")},
+            // The same chain launched programmatically (--gpu-pdl): each launch's
+            // assumed overhead instead of a graph node's (engine/projection.h).
+            {"projected_pdl", c.schedule == Schedule::Persistent
+                                  ? nlohmann::json(nullptr)
+                                  : projected_json(project(costs, 1, gpu, LaunchMode::GraphPdl), gpu, c.schedule,
+                                                   "projected from emu's counts with programmatic dependent launches "
+                                                   "(--gpu-pdl, 0.6 us per launch assumed), not measured")}};
 }
 
 std::string counted_kernel_table(const nlohmann::json& counted) {

@@ -25,6 +25,7 @@ struct EngineArgs {
     std::string cpu_path = "default";   // CPU: quantized or reference (default quantized)
     std::string cpu_isa;                // CPU quantized path: the SIMD kernels (default the best here)
     std::string gpu_path = "default";   // GPU: quantized or reference (default quantized)
+    bool gpu_pdl = false;               // GPU: programmatic dependent launch of the chain's ops
 };
 
 // Registers -m/--model, -c/--ctx-size, -t/--threads, --device, --kv-type, --schedule, --cpu-path, --cpu-isa,
