@@ -12,14 +12,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/cuda_backend.h"
-#include "engine/tokenizer.h"
 #include "models/synth/synth.h"
+#include "tests/real_model_util.h"
 
 using namespace ptxlm;
 
@@ -155,11 +154,9 @@ INSTANTIATE_TEST_SUITE_P(Archs, CudaBackendSynth,
 // The first `n` positions of a prompt on a real model (emu runs a few
 // seconds per token of these).
 void check_real_model(const char* file, uint32_t n) {
-  const std::string path = std::string(PTXLM_MODELS_DIR) + "/" + file;
-  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: models/fetch (run by ./run.sh) puts it there";
-  Model m = Model::load(path);
-  const Tokenizer tok = Tokenizer::from_gguf(m.file);
-  const std::vector<TokenId> ids = tok.encode("The capital of France is", tok.add_bos(), false);
+  const testing_util::RealPrompt r = testing_util::real_model_prompt(file);
+  const Model& m = r.model;
+  const std::vector<TokenId>& ids = r.ids;
   ASSERT_GE(ids.size(), n);
   cpu::CpuBackend cpu(m, 16, KvType::F16, 2);
   cpu.set_path(cpu::CpuPath::Reference);

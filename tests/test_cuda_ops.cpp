@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -22,8 +21,8 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/gemv_reference.h"
-#include "engine/tokenizer.h"
 #include "models/synth/synth.h"
+#include "tests/real_model_util.h"
 
 using namespace ptxlm;
 
@@ -157,11 +156,9 @@ INSTANTIATE_TEST_SUITE_P(Archs, CudaOpsSynth, ::testing::Values(synth::Arch::Lla
 // Real models: the first positions of a prompt (emu runs a few seconds per
 // token of these), every GEMV op checked.
 void check_real_model(const char* file, uint32_t n) {
-  const std::string path = std::string(PTXLM_MODELS_DIR) + "/" + file;
-  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: models/fetch (run by ./run.sh) puts it there";
-  Model m = Model::load(path);
-  const Tokenizer tok = Tokenizer::from_gguf(m.file);
-  const std::vector<TokenId> ids = tok.encode("The capital of France is", tok.add_bos(), false);
+  const testing_util::RealPrompt r = testing_util::real_model_prompt(file);
+  const Model& m = r.model;
+  const std::vector<TokenId>& ids = r.ids;
   ASSERT_GE(ids.size(), n);
   cuda::CudaBackend gpu(m, cuda::Driver::load(), 16, Schedule::Chain);
   const OpCheck c = check_prompt(gpu, {ids.begin(), ids.begin() + n});

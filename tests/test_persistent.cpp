@@ -11,14 +11,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/cuda_backend.h"
-#include "engine/tokenizer.h"
 #include "models/synth/synth.h"
+#include "tests/real_model_util.h"
 
 using namespace ptxlm;
 
@@ -244,11 +243,9 @@ TEST(PersistentNegative, DroppedKvHeadWaitIsReportedAsARace) {
 // logits against the graph schedule's (which test_cuda_backend compares with
 // the CPU), bit for bit.
 void check_real_model(const char* file, uint32_t n) {
-  const std::string path = std::string(PTXLM_MODELS_DIR) + "/" + file;
-  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: models/fetch (run by ./run.sh) puts it there";
-  const Model m = Model::load(path);
-  const Tokenizer tok = Tokenizer::from_gguf(m.file);
-  const std::vector<TokenId> ids = tok.encode("The capital of France is", tok.add_bos(), false);
+  const testing_util::RealPrompt r = testing_util::real_model_prompt(file);
+  const Model& m = r.model;
+  const std::vector<TokenId>& ids = r.ids;
   ASSERT_GE(ids.size(), n);
   cuda::CudaBackend graph(m, cuda::Driver::load(), 16, Schedule::Graph);
   cuda::CudaBackend pers(m, cuda::Driver::load(), 16, Schedule::Persistent);
