@@ -94,9 +94,9 @@ struct CudaBackend::Impl {
     std::unique_ptr<Persistent> persistent;
     CudaBackend::StreamStats stream_stats;
 
-    bool pdl = false;   // programmatic dependent launches (the ops open with griddepcontrol.wait)
+    // target.pdl: programmatic dependent launches (the ops open with griddepcontrol.wait).
     void launch_op(Op& op) {
-        if (pdl) launch_programmatic(*op.fn, op.geometry, stream, op.args);
+        if (target.pdl) launch_programmatic(*op.fn, op.geometry, stream, op.args);
         else launch(*op.fn, op.geometry, stream, op.args);
     }
     void launch_chain() {
@@ -308,7 +308,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
                              std::to_string(sm));
         if (p.schedule == Schedule::Persistent)
             throw ModelError("--gpu-pdl: the persistent schedule is one launch; use it with --schedule graph or chain");
-        p.target.pdl = p.pdl = true;
+        p.target.pdl = true;
     }
     const HParams& hp = m.hp;
     const uint32_t E = hp.n_embd, hd = m.head_dim;
@@ -416,7 +416,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
                  O = Impl::ptr(p.o), H = Impl::ptr(p.h), PART = Impl::ptr(p.part);
 
     // The chain, from the plan; the GEMV grids sized for this device's SMs.
-    const DecodePlan plan = decode_plan(m, C, p.quantized, uint32_t(p.ctx.info().sm_count));
+    const DecodePlan plan = decode_plan(m, C, p.quantized, uint32_t(dev.sm_count));
     // A generator bound to its shape: called standalone here, inline by the persistent kernel.
     auto bind = [](auto fn, auto shape) -> kx::OpGenerator {
         return [fn, shape](const ptx::Target& t, const kx::InlineTarget* in) { return fn(shape, t, in); };
@@ -478,7 +478,7 @@ std::string CudaBackend::description() const {
            (p_->persistent ? " ops per token in one launch of " + std::to_string(p_->persistent->geometry.grid.x) +
                                  " blocks x " + std::to_string(p_->persistent->geometry.block.x) + " threads"
                            : " kernels per token") +
-           (p_->pdl ? " launched programmatically" : "") +
+           (p_->target.pdl ? " launched programmatically" : "") +
            ", " + (p_->quantized ? "8-bit" : "f32") + " GEMV inputs, KV f16";
 }
 
