@@ -7,6 +7,8 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -56,20 +58,21 @@ protected:
     std::vector<std::vector<float>> y0;   // initial outputs (accumulate)
   };
 
+  // Random matrices, input (every column) and initial outputs.
   Case make_case(const kx::GemvShape& s) {
-    Case c{s, {}, randv(s.n_in, 1.0f), {}, {}};
+    Case c{s, {}, randv(s.columns * s.n_in, 1.0f), {}, {}};
     if (s.norm) {
       c.norm_w = randv(s.n_in, 0.3f);
       for (float& w : c.norm_w) w += 1.0f;
     }
     for (const kx::GemvSegment& seg : s.segments) {
       c.mats.push_back(random_matrix(seg.type, seg.rows, s.n_in));
-      c.y0.push_back(s.accumulate ? randv(seg.rows, 1.0f) : std::vector<float>(seg.rows, 0.0f));
+      c.y0.push_back(s.accumulate ? randv(s.columns * seg.rows, 1.0f) : std::vector<float>(s.columns * seg.rows, 0.0f));
     }
     return c;
   }
 
-  // Runs `g` on the case's buffers; returns each segment's output.
+  // Runs `g` on the case's buffers; returns each segment's output (every column).
   std::vector<std::vector<float>> run(const ptx::GeneratedKernel& g, const Case& c) {
     std::vector<cuda::DeviceBuffer> bufs;
     std::vector<ptx::ParamValue> args;
@@ -93,7 +96,7 @@ protected:
     launch(g, args);
     std::vector<std::vector<float>> ys;
     for (size_t i = 0; i < outs.size(); ++i) {
-      ys.emplace_back(c.mats[c.shape.glu != kx::Glu::None ? 1 : i].rows);
+      ys.emplace_back(c.y0[c.shape.glu != kx::Glu::None ? 1 : i].size());
       bufs[outs[i]].download(ys.back().data(), ys.back().size() * 4);
     }
     return ys;
@@ -382,6 +385,81 @@ TEST_F(GemvOnEmu, EightBitInputEqualsTheCpuQuantizedPath) {
   }
 }
 
+// N input columns (GemvShape::columns: a batch of tokens through one weight
+// read): column c of a launch with N columns is bit for bit what N = 1 gives
+// on column c alone, for every 8-bit-input family, with the norm, into the
+// residual, and through a GLU; N = 1 itself is checked against the CPU's
+// quantized path above. Negative control: another column's N = 1 result
+// differs on most rows (the comparison sees which column is which). emu's
+// hardware-variance mode perturbs every .approx instruction site on its own
+// (a GPU computes one input's ex2.approx the same wherever it sits): there a
+// GLU's columns, whose activation takes ex2.approx, agree within 8 ulps.
+TEST_F(GemvOnEmu, EachColumnIsBitIdenticalWhateverTheColumnCount) {
+  struct Mix {
+    std::vector<GgmlType> types;
+    std::vector<uint32_t> rows;
+    uint32_t n_in;
+    bool norm, acc;
+    kx::Glu glu;
+  };
+  const std::vector<Mix> mixes = {
+      {{GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K}, {40, 24, 24}, 512, true, false, kx::Glu::None},
+      {{GgmlType::Q6_K}, {36}, 4352, false, true, kx::Glu::None},   // 17 blocks: a partial unrolled step
+      {{GgmlType::Q4_K, GgmlType::Q4_K}, {48, 48}, 512, true, false, kx::Glu::SwiGlu},
+      {{GgmlType::Q5_0, GgmlType::Q8_0}, {40, 24}, 640, true, false, kx::Glu::None},
+      {{GgmlType::Q4_1, GgmlType::Q4_0}, {40, 24}, 576, false, true, kx::Glu::None}};
+  const char* variance_env = std::getenv("PTXLM_EMU_VARIANCE");
+  const bool variance = variance_env && std::string(variance_env) == "1";
+  for (const Mix& m : mixes) {
+    const int32_t max_ulps = variance && m.glu != kx::Glu::None ? 8 : 0;
+    kx::GemvShape s = shape(m.n_in, m.rows, m.norm, m.acc, m.types);
+    s.glu = m.glu;
+    s.q8_input = true;
+    s.sms = 7;   // several rows per warp, a partial last block
+    const uint32_t n_max = m.types[0] == GgmlType::Q4_K ? kx::kMaxGemvColumns : 5;
+    s.columns = n_max;
+    const Case all = make_case(s);
+    // Column c alone: its input and initial outputs, N = 1.
+    auto column_case = [&](uint32_t c, uint32_t n) {
+      Case ci = all;
+      ci.shape.columns = n;
+      ci.x.assign(all.x.begin(), all.x.begin() + n * m.n_in);
+      if (n == 1) ci.x.assign(all.x.begin() + c * m.n_in, all.x.begin() + (c + 1) * m.n_in);
+      for (size_t i = 0; i < ci.y0.size(); ++i) {
+        const size_t rows = ci.mats[i].rows;
+        ci.y0[i].assign(all.y0[i].begin() + (n == 1 ? c : 0) * rows, all.y0[i].begin() + ((n == 1 ? c : 0) + n) * rows);
+      }
+      return ci;
+    };
+    std::vector<std::vector<std::vector<float>>> single;
+    for (uint32_t c = 0; c < n_max; ++c) {
+      const Case ci = column_case(c, 1);
+      single.push_back(run(kx::gemv_kernel(ci.shape), ci));
+    }
+    for (uint32_t n : {2u, 3u, n_max}) {
+      SCOPED_TRACE(std::string(gguf::type_traits(m.types[0]).name) + " N = " + std::to_string(n));
+      const Case cn = column_case(0, n);
+      const std::vector<std::vector<float>> ys = run(kx::gemv_kernel(cn.shape), cn);
+      size_t compared = 0;
+      for (size_t si = 0; si < ys.size(); ++si) {
+        const size_t rows = ys[si].size() / n;
+        for (uint32_t c = 0; c < n; ++c)
+          for (size_t r = 0; r < rows; ++r, ++compared) {
+            const int32_t got = std::bit_cast<int32_t>(ys[si][c * rows + r]), want = std::bit_cast<int32_t>(single[c][si][r]);
+            ASSERT_TRUE(got == want || ((got ^ want) >= 0 && std::abs(got - want) <= max_ulps))
+                << "segment " << si << " column " << c << " row " << r << ": " << ys[si][c * rows + r] << " vs "
+                << single[c][si][r];
+          }
+      }
+      EXPECT_GT(compared, 0u);
+    }
+    size_t same = 0, rows = 0;
+    for (size_t si = 0; si < single[0].size(); ++si)
+      for (size_t r = 0; r < single[0][si].size(); ++r, ++rows) same += single[0][si][r] == single[1][si][r];
+    EXPECT_LT(same, rows / 10) << "negative control: columns 0 and 1 give the same rows";
+  }
+}
+
 TEST(Gemv, RefusesShapesItCannotRun) {
   EXPECT_THROW(kx::gemv_kernel(shape(300, {4}, false)), ptx::Error);       // not a multiple of 256
   EXPECT_THROW(kx::gemv_kernel(shape(640, {4}, false)), ptx::Error);       // Q4_K needs 256
@@ -400,6 +478,18 @@ TEST(Gemv, RefusesShapesItCannotRun) {
   q5_1.q8_input = true;
   q5_1.segments[0].type = GgmlType::Q5_1;
   EXPECT_THROW(kx::gemv_kernel(q5_1), ptx::Error);                         // not on the GPU path
+  kx::GemvShape cols = shape(512, {4}, false);
+  cols.columns = 2;
+  EXPECT_THROW(kx::gemv_kernel(cols), ptx::Error);                         // columns need the 8-bit input
+  cols.q8_input = true;
+  cols.columns = kx::kMaxGemvColumns + 1;
+  EXPECT_THROW(kx::gemv_kernel(cols), ptx::Error);                         // too many columns
+  cols.columns = 0;
+  EXPECT_THROW(kx::gemv_kernel(cols), ptx::Error);
+  kx::GemvShape wide = shape(14336 * 3, {4}, false);
+  wide.q8_input = true;
+  wide.columns = kx::kMaxGemvColumns;
+  EXPECT_THROW(kx::gemv_kernel(wide), ptx::Error);                         // 16 columns of 43008: over 227 KiB
 }
 
 }  // namespace

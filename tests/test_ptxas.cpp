@@ -136,6 +136,20 @@ TEST(Ptxas, GemvKernelsAssembleWithoutSpills) {
     s.q8_input = true;
     shapes.push_back(s);
   }
+  // N input columns (a batch) at Llama-3-8B's QKV, gate/up (a GLU), down (Q6_K) and gemma-3-270m's QKV.
+  for (uint32_t n : {4u, 16u}) {
+    for (kx::GemvShape s : {typed(4096, {{GgmlType::Q4_K, 4096}, {GgmlType::Q4_K, 1024}, {GgmlType::Q6_K, 1024}}, true,
+                                  false),
+                            shape(4096, {14336, 14336}, true, false), typed(14336, {{GgmlType::Q6_K, 4096}}, false, true),
+                            typed(640, {{GgmlType::Q5_0, 1024}, {GgmlType::Q5_0, 256}, {GgmlType::Q8_0, 256}}, true,
+                                  false)}) {
+      s.q8_input = true;
+      s.columns = n;
+      if (s.segments.size() == 2) s.glu = kx::Glu::SwiGlu;
+      if (n == 16 && s.n_in == 14336) s.columns = 8;   // 16 columns of 14336 pass 227 KiB of shared memory
+      shapes.push_back(s);
+    }
+  }
   for (const char* arch : kArches) {
     for (const kx::GemvShape& s : shapes) {
       const GeneratedKernel g = kx::gemv_kernel(s, Target::parse(arch));

@@ -34,6 +34,9 @@ void check_shape(const GemvShape& s) {
   if (uint64_t(s.n_in) * 4 > 200 * 1024) throw Error("gemv: n_in " + std::to_string(s.n_in) + " does not fit in shared memory");
   if (s.q8_input && q8_blocks256(s) && s.n_in % 256)
     throw Error("gemv: an 8-bit input for Q4_K or Q6_K needs n_in a multiple of 256");
+  if (s.columns == 0 || s.columns > kMaxGemvColumns)
+    throw Error("gemv: " + std::to_string(s.columns) + " input columns (1 to " + std::to_string(kMaxGemvColumns) + ")");
+  if (s.columns > 1 && !s.q8_input) throw Error("gemv: several input columns need the 8-bit input (q8_input)");
   for (const GemvSegment& g : s.segments) {
     if (!gemv_supports(g.type))
       throw Error(std::string("gemv: weight type ") + gguf::type_traits(g.type).name + " is not supported yet");
@@ -63,6 +66,7 @@ std::string kernel_name(const GemvShape& s) {
   if (s.glu == Glu::GeGlu) n.append("_geglu");
   if (s.accumulate) n.append("_acc");
   if (s.q8_input) n.append("_q8");
+  if (s.columns > 1) n.append("_n").append(std::to_string(s.columns));
   n.append("_").append(std::to_string(s.n_in));
   for (const GemvSegment& g : s.segments) {
     std::string t = gguf::type_traits(g.type).name;
@@ -356,13 +360,17 @@ LaunchGeometry gemv_geometry(const GemvShape& s) {
   LaunchGeometry g;
   g.grid = {ceil_div(total_rows(s), p.rows_per_block), 1, 1};
   g.block = {32 * p.warps, 1, 1};
-  g.shared_bytes = s.q8_input ? q8_shared_bytes(s)                 // the 8-bit input
+  g.shared_bytes = s.q8_input ? q8_shared_bytes(s)                 // the 8-bit input, every column
                               : s.n_in * 4 + s.n_in / 8 * 4;   // the staged input, then its 8-element sums
+  if (g.shared_bytes > 227 * 1024)
+    throw Error("gemv: " + std::to_string(s.columns) + " input columns of " + std::to_string(s.n_in) + " take " +
+                std::to_string(g.shared_bytes) + " B of shared memory (at most 227 KiB)");
   return g;
 }
 
 GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in) {
   const LaunchGeometry g = gemv_geometry(s);
+  if (in && s.columns > 1) throw Error("gemv: several input columns in a persistent kernel");
   const GemvPlan plan = gemv_plan(s);
   const uint32_t threads = g.block.x;
   ParamList params;
@@ -389,8 +397,31 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
   Reg xs = k.shared_addr(dyn);
   Reg xsum8 = k.add(xs, s.n_in * 4);
 
+  // 1 / rms: every row's result is scaled by it (by column's from col_scale).
+  auto rms_scale = [&](const Reg& ss) {
+    Reg total = block_allreduce(k, ss, ReduceOp::sum_f32, scratch, threads);   // its barriers publish the sums
+    Reg root = k.sqrt(k.add(k.div(total, float(s.n_in)), s.eps));
+    Reg scale = k.reg(Type::f32);
+    k.div(scale, 1.0f, root);
+    return scale;
+  };
+  Symbol col_scale;
   Reg ss = k.mov(Type::f32, 0.0f);
-  if (s.q8_input) {
+  if (s.columns > 1) {
+    k.comment("quantize each input column (times the norm weight) to 8-bit blocks; each column's 1 / rms");
+    if (s.norm) col_scale = k.shared_array("col_scale", Type::f32, s.columns);
+    Reg col = k.reg(Type::u32);
+    k.for_range(col, 0u, s.columns, 1u, [&] {
+      Reg xc = k.add(x, k.mul_wide(col, s.n_in * 4));
+      Reg xqc = k.mad_lo(col, q8_column_bytes(s), xs);
+      Reg ssc = k.mov(Type::f32, 0.0f);
+      stage_q8_input(k, s, xc, norm_w, xqc, lane, warp, plan.warps, ssc);
+      if (s.norm) {
+        Reg scale = rms_scale(ssc);
+        k.when(k.setp(Cmp::eq, tid, 0u), [&] { k.st_shared(at(k.mad_lo(col, 4u, k.shared_addr(col_scale))), scale); });
+      }
+    }, false);
+  } else if (s.q8_input) {
     k.comment("quantize the input (times the norm weight) to 8-bit blocks of 256; sum of squares for the norm");
     stage_q8_input(k, s, x, norm_w, xs, lane, warp, plan.warps, ss);
   } else {
@@ -423,12 +454,9 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
     });
   }
   Reg scale;
-  if (s.norm) {
+  if (s.norm && s.columns == 1) {
     k.comment("1 / rms: every row's result is scaled by it");
-    Reg total = block_allreduce(k, ss, ReduceOp::sum_f32, scratch, threads);   // its barriers publish the sums
-    Reg root = k.sqrt(k.add(k.div(total, float(s.n_in)), s.eps));
-    scale = k.reg(Type::f32);
-    k.div(scale, 1.0f, root);
+    scale = rms_scale(ss);
   } else {
     k.bar_sync(0);
   }
@@ -439,29 +467,38 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
   Reg is_lane0 = k.setp(Cmp::eq, lane, 0u);
   Reg row_end = k.min(k.add(row0, plan.rows_per_block), total_rows(s));
   Reg row = k.reg(Type::u32);
-  // One row of segment si: the lane's partial dot product (unreduced).
-  auto row_dot = [&](size_t si, const Reg& local) {
+  // One row of segment si: the lane's partial dot products (unreduced), one per column.
+  auto row_dot = [&](size_t si, const Reg& local) -> std::vector<Reg> {
     const GemvSegment& seg = s.segments[si];
     const RowLayout layout = row_layout(seg.type, s.n_in);
     Reg wrow = k.add(k.param(indexed("w", si)), k.mul_wide(local, layout.row_bytes));
-    if (s.q8_input) return q8_row_dot(k, layout, wrow, lane, xs, s.n_in);
-    return seg.type == GgmlType::Q4_K   ? q4k_row_dot(k, layout, wrow, lane, xs, xsum8)
-           : seg.type == GgmlType::Q6_K ? q6k_row_dot(k, layout, wrow, lane, xs, xsum8)
-           : seg.type == GgmlType::Q8_0 ? q8_0_row_dot(k, layout, wrow, lane, xs)
-                                        : block32_row_dot(k, layout, wrow, lane, xs, xsum8);
+    if (s.q8_input) return q8_row_dot(k, s, layout, wrow, lane, xs);
+    return {seg.type == GgmlType::Q4_K   ? q4k_row_dot(k, layout, wrow, lane, xs, xsum8)
+            : seg.type == GgmlType::Q6_K ? q6k_row_dot(k, layout, wrow, lane, xs, xsum8)
+            : seg.type == GgmlType::Q8_0 ? q8_0_row_dot(k, layout, wrow, lane, xs)
+                                         : block32_row_dot(k, layout, wrow, lane, xs, xsum8)};
   };
-  auto finish_row = [&](const Reg& part) {
+  auto finish_row = [&](const Reg& part, uint32_t col) {
     Reg acc = warp_allreduce(k, part, ReduceOp::sum_f32);
-    return s.norm ? k.mul(acc, scale) : acc;
+    if (!s.norm) return acc;
+    return k.mul(acc, s.columns == 1 ? scale : k.ld_shared(Type::f32, at(col_scale, 4 * int64_t(col))));
   };
+  // A row's results, one per column, reduced and scaled: lane c keeps
+  // column c's (one register, whatever the column count) and writes it.
+  auto lane_result = [&](const std::vector<Reg>& parts) {
+    Reg mine = finish_row(parts[0], 0);
+    for (uint32_t col = 1; col < s.columns; ++col)
+      mine = k.selp(finish_row(parts[col], col), mine, k.setp(Cmp::eq, lane, col), Type::f32);
+    return mine;
+  };
+  Reg writes = s.columns == 1 ? is_lane0 : k.setp(Cmp::lt, lane, s.columns);
   k.for_range(row, row_w, row_end, plan.warps, [&] {
     if (s.glu != Glu::None) {
       k.comment("the gate row and the up row, then act(gate) * up");
-      Reg gate = finish_row(row_dot(0, row));
-      Reg upv = finish_row(row_dot(1, row));
-      k.when(is_lane0, [&] {
-        k.st_global(at(k.add(k.param("y0"), k.mul_wide(row, 4u))), k.mul(glu_activation(k, gate, s.glu), upv));
-      });
+      Reg gate = lane_result(row_dot(0, row));
+      Reg upv = lane_result(row_dot(1, row));
+      Reg ya = k.add(k.param("y0"), k.mul_wide(s.columns == 1 ? row : k.mad_lo(lane, s.segments[0].rows, row), 4u));
+      k.when(writes, [&] { k.st_global(at(ya), k.mul(glu_activation(k, gate, s.glu), upv)); });
       return;
     }
     uint32_t base = 0;
@@ -469,9 +506,10 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
       const GemvSegment& seg = s.segments[si];
       Reg local = k.sub(row, base);   // wraps above rows when row < base
       k.if_(k.setp(Cmp::lt, local, seg.rows), [&] {
-        Reg acc = finish_row(row_dot(si, local));
-        Reg ya = k.add(k.param(indexed("y", si)), k.mul_wide(local, 4u));
-        k.when(is_lane0, [&] {
+        Reg acc = lane_result(row_dot(si, local));
+        Reg ya = k.add(k.param(indexed("y", si)),
+                       k.mul_wide(s.columns == 1 ? local : k.mad_lo(lane, seg.rows, local), 4u));
+        k.when(writes, [&] {
           if (s.accumulate) {
             Reg old = k.ld_global(Type::f32, at(ya));
             k.st_global(at(ya), k.add(old, acc));

@@ -66,7 +66,17 @@ struct GemvShape {
   // an H100 SXM's 132). Rows are whole per warp, so a row's result is the
   // same on any grid.
   uint32_t sms = kH100SxmSms;
+  // Input columns N: the same weights times N input vectors in one launch,
+  // each weight block loaded once for all of them (a batch of decode tokens,
+  // a prompt chunk). x holds the columns one after another (column c at
+  // c·n_in), every output likewise (column c at c·rows). Only with q8_input,
+  // in a kernel of its own, 1 to kMaxGemvColumns. Column c's results are bit
+  // for bit those of N = 1 on column c alone: each column is quantized,
+  // normalised, accumulated and reduced in the same order whatever N.
+  uint32_t columns = 1;
 };
+
+constexpr uint32_t kMaxGemvColumns = 16;
 
 // Types gemv_kernel multiplies with a q8_input (dp4a on packed weights).
 bool gemv_supports_q8_input(gguf::GgmlType t);
@@ -91,10 +101,10 @@ GemvPlan gemv_plan(const GemvShape& s);
 
 ptx::LaunchGeometry gemv_geometry(const GemvShape& s);
 
-// Params: x (n_in f32), norm_w (n_in f32; only with norm), then per segment
-// i: w<i> (rows in the device layout of kernels/decode/layout.h), y<i> (rows
-// f32); with a GLU only y0 (the pairs' outputs) follows w0 and w1. x must not
-// alias any y.
+// Params: x (columns × n_in f32), norm_w (n_in f32; only with norm), then
+// per segment i: w<i> (rows in the device layout of kernels/decode/layout.h),
+// y<i> (columns × rows f32); with a GLU only y0 (the pairs' outputs) follows
+// w0 and w1. x must not alias any y.
 ptx::GeneratedKernel gemv_kernel(const GemvShape& s, ptx::Target t = {}, const InlineTarget* in = nullptr);
 
 // |y - ref| bound for one row: ref computed in double from the dequantized

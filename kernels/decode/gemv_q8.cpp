@@ -138,15 +138,17 @@ struct Q8Lanes {
     Reg rot = k.and_(k.add(k.shr(j, 1u), k.shl(k.and_(first, 1u), 1u)), 3u);
     for (uint32_t c = 0; c < 4; ++c) chunk_off.push_back(k.add(k.shl(j, 6u), k.shl(k.and_(k.add(rot, c), 3u), 4u)));
   }
-  // The part's 64 int8 inputs of block bu as 16 words, in element order, and the block's d.
-  std::pair<std::vector<Reg>, Reg> input(Kernel& k, const Reg& xq, const Q8Layout& q8, const Reg& bu) const {
+  // The part's 64 int8 inputs of block bu of the column at xq + col as 16
+  // words, in element order, and the block's d.
+  std::pair<std::vector<Reg>, Reg> input(Kernel& k, const Reg& xq, const Q8Layout& q8, const Reg& bu,
+                                         uint32_t col) const {
     Reg xa = k.mad_lo(bu, 256u, xq);
     std::vector<Reg> x;
     for (uint32_t c = 0; c < 4; ++c) {
-      std::vector<Reg> v = ld_vec(k, Space::shared, Type::s32, 4, k.add(xa, chunk_off[c]));
+      std::vector<Reg> v = ld_vec(k, Space::shared, Type::s32, 4, k.add(xa, chunk_off[c]), col);
       x.insert(x.end(), v.begin(), v.end());
     }
-    return {x, k.ld_shared(Type::f32, at(k.mad_lo(bu, 4u, xq), q8.d))};
+    return {x, k.ld_shared(Type::f32, at(k.mad_lo(bu, 4u, xq), int64_t(q8.d) + col))};
   }
 };
 
@@ -160,7 +162,12 @@ std::pair<Reg, Reg> q8_step(Kernel& k, const Reg& b, uint32_t u, uint32_t nb) {
 // Steps of the 8-bit-input row dots whose loads issue before the first is used: its
 // lanes cover 8 blocks per step; at most this many steps, fewer when a row
 // has fewer blocks.
+// With more than 4 input columns a step's arithmetic is long enough to
+// cover its loads' latency, and the columns' accumulators need the
+// registers: one step (registers measured by test_ptxas: two steps spill at
+// 8 columns of Q6_K, one step at 16 through a GLU holds 16 gate results too).
 constexpr uint32_t kQ8Unroll = 2;
+uint32_t q8_unroll(uint32_t columns) { return columns > 4 ? 1 : kQ8Unroll; }
 
 // The per-warp dot product of one Q4_K row with the 8-bit input (see
 // stage_q8_input256). Lane l takes part j = l % 4 of blocks l / 4 + 8i: quant
@@ -169,9 +176,12 @@ constexpr uint32_t kQ8Unroll = 2;
 // dp4a sums of 8 per sub-block, times the 6-bit scales, minus the mins times
 // the sub-block sums; then d·dx·Σ − dmin·dx·Σm in f32, as the CPU's dot_q4_k
 // per block. Up to kQ8Unroll steps' loads issue together; a step past the
-// row's end loads the last block again and adds nothing.
-Reg q4k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq, uint32_t n_in) {
-  const uint32_t nb = l.blocks, unroll = std::min(kQ8Unroll, ceil_div(nb, 8));
+// row's end loads the last block again and adds nothing. Each of `columns`
+// inputs (col_bytes apart) takes the same integer sums of the same nibbles
+// and its own f32 accumulator, in the same order whatever the column count.
+std::vector<Reg> q4k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq,
+                                uint32_t n_in, uint32_t columns, uint32_t col_bytes) {
+  const uint32_t nb = l.blocks, unroll = std::min(q8_unroll(columns), ceil_div(nb, 8));
   const Q8Lanes lanes(k, lane);
   const Reg& j = lanes.j;
   Reg big = k.setp(Cmp::ge, j, 2u);
@@ -179,7 +189,8 @@ Reg q4k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& la
   Reg qoff = k.cvt(Type::u64, k.shl(j, 5u));
   const Q8Layout q8(n_in);
   Reg sums_off = k.add(k.shl(j, 3u), q8.sum32);
-  Reg acc = k.mov(Type::f32, 0.0f);
+  std::vector<Reg> acc;
+  for (uint32_t c = 0; c < columns; ++c) acc.push_back(k.mov(Type::f32, 0.0f));
   Reg b = k.reg(Type::u32);
   k.for_range(b, lanes.first, nb, 8 * unroll, [&] {
     std::vector<Reg> bu, valid;
@@ -195,12 +206,10 @@ Reg q4k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& la
       h.push_back(ld_v4_nc(k, Type::u32, k.add(wrow, k.cvt(Type::u64, k.mad_lo(bu[u], 16u, l.planes[1].offset)))));
     }
     for (uint32_t u = 0; u < unroll; ++u) {
-      const auto [x, dx] = lanes.input(k, xq, q8, bu[u]);
-      std::vector<Reg> sums = ld_vec(k, Space::shared, Type::s32, 2, k.add(k.mad_lo(bu[u], 32u, xq), sums_off));
-      Reg il = k.mov(Type::s32, 0), ih = k.mov(Type::s32, 0);
+      std::vector<Reg> lo, hi;   // the nibbles, for every column
       for (uint32_t w = 0; w < 8; ++w) {
-        k.dp4a(il, k.and_(q[u][w], 0x0f0f0f0fu), x[w], il);
-        k.dp4a(ih, k.and_(k.shr(q[u][w], 4u), 0x0f0f0f0fu), x[8 + w], ih);
+        lo.push_back(k.and_(q[u][w], 0x0f0f0f0fu));
+        hi.push_back(k.and_(k.shr(q[u][w], 4u), 0x0f0f0f0fu));
       }
       // 6-bit scales and mins of sub-blocks 2j, 2j + 1 (unpack_k_scales):
       // a = scales[0..3], bm = scales[4..7], c = scales[8..11].
@@ -209,13 +218,29 @@ Reg q4k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& la
                            big, Type::u32);
       Reg m_word = k.selp(k.or_(k.and_(k.shr(c, 4u), 0x0f0f0f0fu), k.and_(k.shr(bm, 2u), 0x30303030u)),
                           k.and_(bm, 0x3f3f3f3fu), big, Type::u32);
-      Reg isum = k.mul(k.bitcast(Type::s32, k.bfe(sc_word, shift, 8u)), il);
-      k.mad_lo(isum, k.bitcast(Type::s32, k.bfe(sc_word, shift_hi, 8u)), ih, isum);
-      Reg imin = k.mul(k.bitcast(Type::s32, k.bfe(m_word, shift, 8u)), sums[0]);
-      k.mad_lo(imin, k.bitcast(Type::s32, k.bfe(m_word, shift_hi, 8u)), sums[1], imin);
-      Reg dd = k.mul(half_to_f32(k, h[u][0], 0), dx), dm = k.mul(half_to_f32(k, h[u][0], 16), dx);
-      Reg t = k.sub(k.mul(dd, k.cvt(Type::f32, isum)), k.mul(dm, k.cvt(Type::f32, imin)));
-      k.add(acc, acc, k.selp(t, 0.0f, valid[u], Type::f32));
+      Reg sc_lo = k.bitcast(Type::s32, k.bfe(sc_word, shift, 8u));
+      Reg sc_hi = k.bitcast(Type::s32, k.bfe(sc_word, shift_hi, 8u));
+      Reg m_lo = k.bitcast(Type::s32, k.bfe(m_word, shift, 8u));
+      Reg m_hi = k.bitcast(Type::s32, k.bfe(m_word, shift_hi, 8u));
+      Reg d = half_to_f32(k, h[u][0], 0), dmin = half_to_f32(k, h[u][0], 16);
+      for (uint32_t col = 0; col < columns; ++col) {
+        const uint32_t co = col * col_bytes;
+        const auto [x, dx] = lanes.input(k, xq, q8, bu[u], co);
+        std::vector<Reg> sums =
+            ld_vec(k, Space::shared, Type::s32, 2, k.add(k.mad_lo(bu[u], 32u, xq), sums_off), co);
+        Reg il = k.mov(Type::s32, 0), ih = k.mov(Type::s32, 0);
+        for (uint32_t w = 0; w < 8; ++w) {
+          k.dp4a(il, lo[w], x[w], il);
+          k.dp4a(ih, hi[w], x[8 + w], ih);
+        }
+        Reg isum = k.mul(sc_lo, il);
+        k.mad_lo(isum, sc_hi, ih, isum);
+        Reg imin = k.mul(m_lo, sums[0]);
+        k.mad_lo(imin, m_hi, sums[1], imin);
+        Reg dd = k.mul(d, dx), dm = k.mul(dmin, dx);
+        Reg t = k.sub(k.mul(dd, k.cvt(Type::f32, isum)), k.mul(dm, k.cvt(Type::f32, imin)));
+        k.add(acc[col], acc[col], k.selp(t, 0.0f, valid[u], Type::f32));
+      }
     }
   });
   return acc;
@@ -229,9 +254,11 @@ Reg q4k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& la
 // groups 4j .. 4j + 3 with int8 scales scales[4j .. 4j + 3] (one word).
 // Per group: dp4a sums, minus 32 times the group's input sum, times its
 // scale; then d·dx in f32 per block, as the CPU's dot_q6_k. Loads as in
-// q4k_row_dot_q8: up to kQ8Unroll steps of 8 blocks issue together.
-Reg q6k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq, uint32_t n_in) {
-  const uint32_t nb = l.blocks, unroll = std::min(kQ8Unroll, ceil_div(nb, 8));
+// q4k_row_dot_q8: up to kQ8Unroll steps of 8 blocks issue together; columns
+// as there.
+std::vector<Reg> q6k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq,
+                                uint32_t n_in, uint32_t columns, uint32_t col_bytes) {
+  const uint32_t nb = l.blocks, unroll = std::min(q8_unroll(columns), ceil_div(nb, 8));
   const Q8Lanes lanes(k, lane);
   const Reg& j = lanes.j;
   Reg nib = k.shl(k.and_(j, 1u), 2u);         // 4k: the nibble of ql, the first qh bit pair
@@ -244,7 +271,8 @@ Reg q6k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& la
   Reg gsum_off = k.add(k.shl(j, 4u), q8.sum16);
   MemOpt nc;
   nc.nc = true;
-  Reg acc = k.mov(Type::f32, 0.0f);
+  std::vector<Reg> acc;
+  for (uint32_t c = 0; c < columns; ++c) acc.push_back(k.mov(Type::f32, 0.0f));
   Reg b = k.reg(Type::u32);
   k.for_range(b, lanes.first, nb, 8 * unroll, [&] {
     std::vector<Reg> bu, valid, sc, dbits;
@@ -272,28 +300,34 @@ Reg q6k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& la
       dbits.push_back(db);
     }
     for (uint32_t u = 0; u < unroll; ++u) {
-      const auto [x, dx] = lanes.input(k, xq, q8, bu[u]);
-      std::vector<Reg> gsum = ld_vec(k, Space::shared, Type::s32, 4, k.add(k.mad_lo(bu[u], 64u, xq), gsum_off));
-      Reg isum = k.mov(Type::s32, 0);
-      for (uint32_t g = 0; g < 4; ++g) {   // elements 16g .. 16g + 15 of the part: 4 words
-        Reg gs = k.mov(Type::s32, 0);
-        for (uint32_t w = 4 * g; w < 4 * g + 4; ++w) {
-          // Word w of the part: ql word w (the first 32 elements) or w - 8 + 8
-          // (ql bytes 32 .. 63 for the next 32); qh word w % 8, bit pair 4k
-          // for the first 32 elements, 4k + 2 for the next.
-          const Reg& lo = ql[u][w];
-          const Reg& hi = qh[u][w % 8];
-          Reg q = k.and_(k.shr(lo, nib), 0x0f0f0f0fu);
-          Reg top = k.and_(k.shl(k.shr(hi, w < 8 ? nib : nib2), 4u), 0x30303030u);
-          k.dp4a(gs, k.or_(q, top), x[w], gs);
-        }
-        Reg scale = k.bfe(k.bitcast(Type::s32, sc[u]), 8 * g, 8u);   // signed
-        Reg centered = k.reg(Type::s32);
-        k.mad_lo(centered, gsum[g], -32, gs);
-        k.mad_lo(isum, scale, centered, isum);
+      // The part's 16 words of 6-bit quants, for every column. Word w: ql
+      // word w (the first 32 elements) or w - 8 + 8 (ql bytes 32 .. 63 for
+      // the next 32); qh word w % 8, bit pair 4k for the first 32 elements,
+      // 4k + 2 for the next.
+      std::vector<Reg> w6, scale;
+      for (uint32_t w = 0; w < 16; ++w) {
+        Reg q = k.and_(k.shr(ql[u][w], nib), 0x0f0f0f0fu);
+        Reg top = k.and_(k.shl(k.shr(qh[u][w % 8], w < 8 ? nib : nib2), 4u), 0x30303030u);
+        w6.push_back(k.or_(q, top));
       }
-      Reg dd = k.mul(k.cvt(Type::f32, k.bitcast(Type::f16, dbits[u])), dx);
-      k.add(acc, acc, k.selp(k.mul(dd, k.cvt(Type::f32, isum)), 0.0f, valid[u], Type::f32));
+      for (uint32_t g = 0; g < 4; ++g) scale.push_back(k.bfe(k.bitcast(Type::s32, sc[u]), 8 * g, 8u));   // signed
+      Reg d = k.cvt(Type::f32, k.bitcast(Type::f16, dbits[u]));
+      for (uint32_t col = 0; col < columns; ++col) {
+        const uint32_t co = col * col_bytes;
+        const auto [x, dx] = lanes.input(k, xq, q8, bu[u], co);
+        std::vector<Reg> gsum =
+            ld_vec(k, Space::shared, Type::s32, 4, k.add(k.mad_lo(bu[u], 64u, xq), gsum_off), co);
+        Reg isum = k.mov(Type::s32, 0);
+        for (uint32_t g = 0; g < 4; ++g) {   // elements 16g .. 16g + 15 of the part: 4 words
+          Reg gs = k.mov(Type::s32, 0);
+          for (uint32_t w = 4 * g; w < 4 * g + 4; ++w) k.dp4a(gs, w6[w], x[w], gs);
+          Reg centered = k.reg(Type::s32);
+          k.mad_lo(centered, gsum[g], -32, gs);
+          k.mad_lo(isum, scale[g], centered, isum);
+        }
+        Reg dd = k.mul(d, dx);
+        k.add(acc[col], acc[col], k.selp(k.mul(dd, k.cvt(Type::f32, isum)), 0.0f, valid[u], Type::f32));
+      }
     }
   });
   return acc;
@@ -355,10 +389,11 @@ void stage_q8_input32(Kernel& k, const GemvShape& s, const Reg& x, const Reg& no
 // 8-bit input in blocks of 32 (stage_q8_input32): lane l takes blocks l +
 // 32i, two steps' loads issued together. Per block, as the CPU's dot_q*:
 // Q8_0 d·dx·Σq·x; Q4_0 d·dx·(Σq·x − 8Σx); Q5_0 the same with the fifth bit
-// from qh and 16; Q4_1 d·dx·Σq·x + m·s.
-Reg block32_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq, uint32_t n_in) {
+// from qh and 16; Q4_1 d·dx·Σq·x + m·s. Columns as in q4k_row_dot_q8.
+std::vector<Reg> block32_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq,
+                                    uint32_t n_in, uint32_t columns, uint32_t col_bytes) {
   const GgmlType t = l.type;
-  const uint32_t nb = l.blocks, qbytes = l.planes[0].bytes_per_block, unroll = std::min(kQ8Unroll, ceil_div(nb, 32));
+  const uint32_t nb = l.blocks, qbytes = l.planes[0].bytes_per_block, unroll = std::min(q8_unroll(columns), ceil_div(nb, 32));
   const Q8Layout32 q8(n_in);
   const Reg lo_off = k.shl(k.and_(k.shr(lane, 2u), 1u), 4u), hi_off = k.xor_(lo_off, 16u);
   MemOpt nc;
@@ -366,7 +401,8 @@ Reg block32_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg
   auto plane_addr = [&](const Reg& b, size_t p) {
     return k.add(wrow, k.cvt(Type::u64, k.mad_lo(b, l.planes[p].bytes_per_block, l.planes[p].offset)));
   };
-  Reg acc = k.mov(Type::f32, 0.0f);
+  std::vector<Reg> acc;
+  for (uint32_t c = 0; c < columns; ++c) acc.push_back(k.mov(Type::f32, 0.0f));
   Reg b = k.reg(Type::u32);
   k.for_range(b, lane, nb, 32 * unroll, [&] {
     std::vector<Reg> bu, valid, scale, qh;
@@ -393,43 +429,60 @@ Reg block32_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg
       }
     }
     for (uint32_t u = 0; u < unroll; ++u) {
-      Reg xa = k.mad_lo(bu[u], 32u, xq);
-      std::vector<Reg> x = ld_vec(k, Space::shared, Type::s32, 4, k.add(xa, lo_off));
-      std::vector<Reg> x2 = ld_vec(k, Space::shared, Type::s32, 4, k.add(xa, hi_off));
-      x.insert(x.end(), x2.begin(), x2.end());
-      Reg dx = k.ld_shared(Type::f32, at(k.mad_lo(bu[u], 4u, xq), q8.d));
-      Reg isum = k.mov(Type::s32, 0);
+      // The block's quants as 8 words of int8 in element order, for every column.
+      std::vector<Reg> w8;
       if (t == GgmlType::Q8_0) {
-        for (uint32_t w = 0; w < 8; ++w) k.dp4a(isum, k.bitcast(Type::s32, q[u][w]), x[w], isum);
+        for (uint32_t w = 0; w < 8; ++w) w8.push_back(k.bitcast(Type::s32, q[u][w]));
       } else {
+        std::vector<Reg> lo, hi;
         for (uint32_t w = 0; w < 4; ++w) {
-          Reg lo = k.and_(q[u][w], 0x0f0f0f0fu), hi = k.and_(k.shr(q[u][w], 4u), 0x0f0f0f0fu);
+          lo.push_back(k.and_(q[u][w], 0x0f0f0f0fu));
+          hi.push_back(k.and_(k.shr(q[u][w], 4u), 0x0f0f0f0fu));
           if (t == GgmlType::Q5_0) {   // bit j of qh is element j's fifth bit, bit j + 16 element j + 16's
             auto spread = [&](uint32_t first) {   // 4 bits of qh from `first` to bit 4 of each byte
               Reg nib = k.bfe(qh[u], first, 4u);
               return k.shl(k.and_(k.mul(nib, 0x00204081u), 0x01010101u), 4u);
             };
-            lo = k.or_(lo, spread(4 * w));
-            hi = k.or_(hi, spread(16 + 4 * w));
+            lo[w] = k.or_(lo[w], spread(4 * w));
+            hi[w] = k.or_(hi[w], spread(16 + 4 * w));
           }
-          k.dp4a(isum, lo, x[w], isum);
-          k.dp4a(isum, hi, x[4 + w], isum);
         }
+        w8 = lo;
+        w8.insert(w8.end(), hi.begin(), hi.end());
       }
-      Reg term;
-      if (t == GgmlType::Q4_1) {   // d·dx·Σq·x + m·s
-        Reg dd = k.mul(half_to_f32(k, scale[u], 0), dx);
-        Reg sx = k.ld_shared(Type::f32, at(k.mad_lo(bu[u], 4u, xq), q8.s));
-        term = k.fma(dd, k.cvt(Type::f32, isum), k.mul(half_to_f32(k, scale[u], 16), sx));
-      } else {
-        if (t != GgmlType::Q8_0) {   // the offset: 8 (Q4_0) or 16 (Q5_0) times Σx
-          Reg sq = k.ld_shared(Type::s32, at(k.mad_lo(bu[u], 4u, xq), q8.sumq));
-          k.mad_lo(isum, sq, t == GgmlType::Q5_0 ? -16 : -8, isum);
+      const bool q4_1 = t == GgmlType::Q4_1;
+      Reg d = q4_1 ? half_to_f32(k, scale[u], 0) : k.cvt(Type::f32, k.bitcast(Type::f16, scale[u]));
+      Reg m = q4_1 ? half_to_f32(k, scale[u], 16) : Reg{};
+      Reg xa = k.mad_lo(bu[u], 32u, xq);
+      Reg sa = k.mad_lo(bu[u], 4u, xq);
+      for (uint32_t col = 0; col < columns; ++col) {
+        const uint32_t co = col * col_bytes;
+        std::vector<Reg> x = ld_vec(k, Space::shared, Type::s32, 4, k.add(xa, lo_off), co);
+        std::vector<Reg> x2 = ld_vec(k, Space::shared, Type::s32, 4, k.add(xa, hi_off), co);
+        x.insert(x.end(), x2.begin(), x2.end());
+        Reg dx = k.ld_shared(Type::f32, at(sa, int64_t(q8.d) + co));
+        Reg isum = k.mov(Type::s32, 0);
+        if (t == GgmlType::Q8_0) {
+          for (uint32_t w = 0; w < 8; ++w) k.dp4a(isum, w8[w], x[w], isum);
+        } else {
+          for (uint32_t w = 0; w < 4; ++w) {
+            k.dp4a(isum, w8[w], x[w], isum);
+            k.dp4a(isum, w8[4 + w], x[4 + w], isum);
+          }
         }
-        Reg dd = k.mul(k.cvt(Type::f32, k.bitcast(Type::f16, scale[u])), dx);
-        term = k.mul(dd, k.cvt(Type::f32, isum));
+        Reg term;
+        if (q4_1) {   // d·dx·Σq·x + m·s
+          Reg sx = k.ld_shared(Type::f32, at(sa, int64_t(q8.s) + co));
+          term = k.fma(k.mul(d, dx), k.cvt(Type::f32, isum), k.mul(m, sx));
+        } else {
+          if (t != GgmlType::Q8_0) {   // the offset: 8 (Q4_0) or 16 (Q5_0) times Σx
+            Reg sq = k.ld_shared(Type::s32, at(sa, int64_t(q8.sumq) + co));
+            k.mad_lo(isum, sq, t == GgmlType::Q5_0 ? -16 : -8, isum);
+          }
+          term = k.mul(k.mul(d, dx), k.cvt(Type::f32, isum));
+        }
+        k.add(acc[col], acc[col], k.selp(term, 0.0f, valid[u], Type::f32));
       }
-      k.add(acc, acc, k.selp(term, 0.0f, valid[u], Type::f32));
     }
   }, false);   // unrolled by ptxas, Q8_0's loop took 88 registers instead of 40
   return acc;
@@ -441,9 +494,11 @@ bool k_family(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
 
 bool q8_blocks256(const GemvShape& s) { return !s.segments.empty() && k_family(s.segments[0].type); }
 
-uint32_t q8_shared_bytes(const GemvShape& s) {
-  return q8_blocks256(s) ? Q8Layout(s.n_in).bytes : Q8Layout32(s.n_in).bytes;
+uint32_t q8_column_bytes(const GemvShape& s) {
+  return ((q8_blocks256(s) ? Q8Layout(s.n_in).bytes : Q8Layout32(s.n_in).bytes) + 15) / 16 * 16;
 }
+
+uint32_t q8_shared_bytes(const GemvShape& s) { return s.columns * q8_column_bytes(s); }
 
 void stage_q8_input(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm_w, const Reg& xq, const Reg& lane,
                     const Reg& warp, uint32_t warps, const Reg& ss) {
@@ -451,10 +506,12 @@ void stage_q8_input(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm
   else stage_q8_input32(k, s, x, norm_w, xq, lane, warp, warps, ss);
 }
 
-Reg q8_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq, uint32_t n_in) {
-  return l.type == GgmlType::Q4_K   ? q4k_row_dot_q8(k, l, wrow, lane, xq, n_in)
-         : l.type == GgmlType::Q6_K ? q6k_row_dot_q8(k, l, wrow, lane, xq, n_in)
-                                    : block32_row_dot_q8(k, l, wrow, lane, xq, n_in);
+std::vector<Reg> q8_row_dot(Kernel& k, const GemvShape& s, const RowLayout& l, const Reg& wrow, const Reg& lane,
+                            const Reg& xq) {
+  const uint32_t cb = q8_column_bytes(s);
+  return l.type == GgmlType::Q4_K   ? q4k_row_dot_q8(k, l, wrow, lane, xq, s.n_in, s.columns, cb)
+         : l.type == GgmlType::Q6_K ? q6k_row_dot_q8(k, l, wrow, lane, xq, s.n_in, s.columns, cb)
+                                    : block32_row_dot_q8(k, l, wrow, lane, xq, s.n_in, s.columns, cb);
 }
 
 bool gemv_supports_q8_input(GgmlType t) {
