@@ -291,6 +291,7 @@ bool Decoder::check_widths(const Inst& in) {
         return width(in.op == Op::Pack ? in.d[0] : in.a[0], w, false, "register");
     }
     case Op::Nanosleep: return width(in.a[0], 32, false, "source");
+    case Op::Prefetch: return width(in.addr, 64, false, "address");
     case Op::Bra: case Op::Exit: case Op::Nop: case Op::Trap: return true;
     default: return all(w, w);
     }

@@ -17,6 +17,7 @@ const OpEntry kOps[] = {
     {"tanh", Op::Tanh}, {"sin", Op::Sin}, {"cos", Op::Cos}, {"bra", Op::Bra}, {"ret", Op::Exit},
     {"exit", Op::Exit}, {"popc", Op::Popc}, {"clz", Op::Clz}, {"brev", Op::Brev}, {"bfi", Op::Bfi},
     {"elect", Op::Elect}, {"griddepcontrol", Op::Nop}, {"trap", Op::Trap}, {"nanosleep", Op::Nanosleep},
+    {"prefetch", Op::Prefetch},
 };
 
 bool Decoder::decode(Inst* in) {
@@ -232,6 +233,20 @@ bool Decoder::decode(Inst* in) {
         static const MemScope fence_scope[] = {MemScope::Cta, MemScope::Gpu, MemScope::Sys, MemScope::Gpu};
         in->scope = uint8_t(fence_scope[sc]);
         return finish_mods() && count(0);
+    }
+    case Op::Prefetch: {
+        // prefetch{.global}.level [a] (.L1, .L2; sm_20), and
+        // prefetch.global.L2::evict_last / ::evict_normal (PTX 7.4, sm_80):
+        // a hint that moves no data. .local is refused (kernels here keep
+        // no local arrays) and so is .tensormap.
+        const bool global = take(".global");
+        static const char* const levels[] = {".L1", ".L2", ".L2::evict_last", ".L2::evict_normal"};
+        const int lv = take_one(levels);
+        if (lv < 0 || !finish_mods()) return fail("bad '" + opname_ + "' (prefetch{.global}.L1|.L2 [a])");
+        if (lv >= 2 && !global) return fail("bad '" + opname_ + "' (an eviction priority needs .global)");
+        if (lv >= 2 && !require(74, 80)) return false;
+        in->space = global ? Space::Global : Space::Generic;
+        return count(1) && address(ops_[0], in);
     }
     case Op::Nanosleep:   // nanosleep.u32 t (sm_70+): a hint; a cooperative launch yields the warp
         if (!take(".u32") || !finish_mods()) return fail("bad '" + opname_ + "' (nanosleep.u32 t)");

@@ -114,6 +114,7 @@ bool Launch::run_warp(Warp& w, uint32_t slice) {
             if (m) return raise(kLaunchFailed, "trap: " + where(w, __builtin_ctz(m), in));
             break;
         case Op::Ld: case Op::St: if (m && !mem_op(w, in, m)) return false; break;
+        case Op::Prefetch: if (m && !prefetch_op(w, in, m)) return false; break;
         case Op::Atom: if (m && !atom_op(w, in, m)) return false; break;
         case Op::Shfl: if (m && !shfl(w, in, m)) return false; break;
         case Op::Vote: if (m && !vote(w, in, m)) return false; break;

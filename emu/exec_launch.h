@@ -274,6 +274,7 @@ struct Launch {
     }
 
     bool mem_op(Warp& w, const Inst& in, uint32_t m);
+    bool prefetch_op(Warp& w, const Inst& in, uint32_t m);
     bool atom_op(Warp& w, const Inst& in, uint32_t m);
     bool shfl(Warp& w, const Inst& in, uint32_t m);
     bool vote(Warp& w, const Inst& in, uint32_t m);

@@ -72,6 +72,29 @@ bool Launch::mem_op(Warp& w, const Inst& in, uint32_t m) {
     return true;
 }
 
+// prefetch: no data moves and no register changes, so it is no access for
+// the race checker and no load for the in-flight counters; what emu checks is
+// stricter than a GPU (which drops a prefetch it cannot serve): every lane's
+// address lies in device memory, as a kernel's own buffers do. Counted: the
+// requests and the distinct 128-byte lines each one names.
+bool Launch::prefetch_op(Warp& w, const Inst& in, uint32_t m) {
+    const uint64_t* base = w.regs + size_t(in.addr) * 32;
+    uint64_t lines[32];
+    uint32_t n = 0;
+    for (uint32_t mm = m; mm; mm &= mm - 1) {
+        const int l = __builtin_ctz(mm);
+        const uint64_t a = base[l] + uint64_t(in.off);
+        if (!access(w, l, in, Space::Global, a, 1)) return false;
+        lines[n++] = a / 128;
+    }
+    if (stats) {
+        std::sort(lines, lines + n);
+        stats->prefetch_requests++;
+        stats->prefetch_bytes += 128 * uint64_t(std::unique(lines, lines + n) - lines);
+    }
+    return true;
+}
+
 template <class T>
 T atom_apply(AtomOp op, T old, T b, T c, bool* write) {
     using U = std::make_unsigned_t<T>;   // wrapping add, no signed overflow

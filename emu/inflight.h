@@ -25,6 +25,10 @@
 // is the largest depth a load gave. Per warp, not per lane: a diverged warp's
 // lanes share one depth per register.
 //
+// Prologue. The waits a warp makes before it first reaches a barrier (its
+// part of staging a block's input), added to Stats::prologue_waits when it
+// gets there.
+//
 // Only launches that collect stats pay for this: one check of the
 // instruction's registers per instruction, a sort only at a wait with more
 // than one load pending.
@@ -46,6 +50,8 @@ struct WarpInflight {
     uint32_t seq = 0;            // the last issued load's seq (the first is 1)
     uint32_t done = 0;           // loads up to this seq have completed
     uint32_t npending = 0;       // loads pending (issued after `done`)
+    uint32_t early_waits = 0;    // waits before the warp's first barrier
+    bool barred = false;         // the warp has reached a barrier
     std::vector<uint64_t> sectors;   // their sectors (sorted and distinct per load), concatenated
 
     // Clears the per-warp state; pend and depth point at nregs entries each.
@@ -54,7 +60,8 @@ struct WarpInflight {
         depth = d;
         std::fill_n(pend, nregs, 0u);
         std::fill_n(depth, nregs, uint16_t(0));
-        seq = done = npending = 0;
+        seq = done = npending = early_waits = 0;
+        barred = false;
         sectors.clear();
     }
 
@@ -68,6 +75,7 @@ struct WarpInflight {
             distinct = uint64_t(std::unique(scratch.begin(), scratch.end()) - scratch.begin());
         }
         const uint64_t bytes = distinct * 32;
+        if (!barred) ++early_waits;
         st.inflight_batches++;
         st.inflight_bytes_sum += bytes;
         st.inflight_bytes_max = std::max(st.inflight_bytes_max, bytes);
@@ -80,6 +88,10 @@ struct WarpInflight {
     void before(const Inst& in, Stats& st, std::vector<uint64_t>& scratch) {
         if (in.op == Op::Bar || in.op == Op::Exit || (in.op == Op::Nop && in.sem != uint8_t(MemSem::Weak))) {
             wait(st, scratch);
+            if (in.op == Op::Bar && !barred) {
+                barred = true;
+                st.prologue_waits += early_waits;
+            }
             return;
         }
         const uint32_t src[7] = {in.a[0], in.a[1], in.a[2], in.a[3], in.a4, in.addr, in.guard};

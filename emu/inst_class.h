@@ -35,6 +35,7 @@ inline InstClass inst_class(const Inst& in) {
                : in.space == Space::Param ? InstClass::Mov   // a constant-bank operand in SASS
                                           : InstClass::LdGlobal;
     case Op::St: return in.space == Space::Shared ? InstClass::StShared : InstClass::StGlobal;
+    case Op::Prefetch: return InstClass::LdGlobal;   // issued to the load/store unit like a load
     case Op::Atom: return InstClass::Atomic;
     case Op::Shfl: case Op::Vote: case Op::Elect: return InstClass::Shfl;
     case Op::Bar: return InstClass::Sync;

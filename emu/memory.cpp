@@ -154,6 +154,9 @@ Stats& Stats::operator+=(const Stats& o) {
     inflight_bytes_sum += o.inflight_bytes_sum;
     inflight_bytes_max = std::max(inflight_bytes_max, o.inflight_bytes_max);
     dependent_load_chain_max = std::max(dependent_load_chain_max, o.dependent_load_chain_max);
+    prologue_waits += o.prologue_waits;
+    prefetch_requests += o.prefetch_requests;
+    prefetch_bytes += o.prefetch_bytes;
     for (auto& [base, n] : o.load_sectors_by_alloc) load_sectors_by_alloc[base] += n;
     for (auto& [base, bits] : o.touched) {
         auto& mine = touched[base];
@@ -181,7 +184,9 @@ std::string Stats::to_json() const {
       << ",\"spin_instructions\":" << spin_instructions << ",\"grid_syncs\":" << grid_syncs << ",\"unique_global_bytes\":" << unique_global_bytes
       << ",\"inflight_batches\":" << inflight_batches << ",\"inflight_bytes_sum\":" << inflight_bytes_sum
       << ",\"inflight_bytes_max\":" << inflight_bytes_max
-      << ",\"dependent_load_chain_max\":" << dependent_load_chain_max << ",\"allocations\":[";
+      << ",\"dependent_load_chain_max\":" << dependent_load_chain_max << ",\"prologue_waits\":" << prologue_waits
+      << ",\"prefetch_requests\":" << prefetch_requests << ",\"prefetch_bytes\":" << prefetch_bytes
+      << ",\"allocations\":[";
     bool first = true;
     for (auto& [base, bits] : touched) {
         uint64_t unique = 0;

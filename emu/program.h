@@ -42,7 +42,7 @@ enum class Op : uint8_t {
     Mov, Add, Sub, Mul, Mad, Fma, Div, Rem, Min, Max, Neg, Abs, And, Or, Xor, Not, Shl, Shr,
     Setp, Selp, Cvt, Ld, St, Atom, Nop, Bar, Shfl, Vote, Dp4a, Prmt, Bfe,
     Ex2, Lg2, Rsqrt, Sqrt, Rcp, Tanh, Sin, Cos, Bra, Exit, Clock, Popc, Clz, Brev, Bfi, Elect, Pack, Unpack, Trap,
-    Nanosleep,
+    Nanosleep, Prefetch,
 };
 
 enum class Rnd : uint8_t { None, Rn, Rz, Rm, Rp, Rni, Rzi, Rmi, Rpi };

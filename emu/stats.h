@@ -88,6 +88,15 @@ struct Stats {
     // load's destinations get 1 + the largest depth among its sources, any
     // other instruction's destinations the largest depth among its sources.
     uint64_t dependent_load_chain_max = 0;
+    // Waits (as inflight_batches counts them) each warp made before its first
+    // barrier, summed over the warps that reached one: the round trips of a
+    // kernel's prologue (staging its input) before its block moves on
+    // together. Warps that never wait at a barrier add nothing.
+    uint64_t prologue_waits = 0;
+    // prefetch instructions (warp-level) and the distinct 128-byte lines they
+    // named, summed over requests.
+    uint64_t prefetch_requests = 0;
+    uint64_t prefetch_bytes = 0;
 
     // Distinct global bytes touched: allocation start -> one bit per byte of
     // the allocation (an eighth of the memory read, kept only with stats).

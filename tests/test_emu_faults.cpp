@@ -175,6 +175,10 @@ TEST(EmuInterp, LoadRejectsWhatItDoesNotImplement) {
         {"    mov.u32 %r1, %clock64;\n", "reads a 64-bit clock"},
         {"    .extern .shared .b8 x[];\n", "module scope"},
         {"    elect.sync %r1|%p1, 0xffffffff;\n", "requires PTX ISA .version 8.0"},
+        {"    prefetch.shared.L2 [%rd1];\n", "prefetch{.global}.L1|.L2"},
+        {"    prefetch.global [%rd1];\n", "prefetch{.global}.L1|.L2"},
+        {"    prefetch.L2::evict_last [%rd1];\n", "bad 'prefetch"},
+        {"    prefetch.global.L2 [%r1];\n", "address %r1 of 'prefetch.global.L2' is 32-bit"},
     };
     for (const auto& c : cases) {
         std::string ptx = std::string(kHead) +

@@ -119,6 +119,43 @@ const char* kKernels = R"(
     st.global.u32 [%rd5], %r6;
     ret;
 }
+// A prologue: two loads each used at once (two waits), a barrier, then a
+// third load and its use (a wait after the barrier); prefetches of the next
+// rows (8 lanes per 128-byte line at a stride of 16 bytes: 4 lines) wait
+// for nothing.
+.visible .entry prologue(.param .u64 in, .param .u64 out)
+{
+    .reg .b32 %r<10>;
+    .reg .b64 %rd<8>;
+    ld.param.u64 %rd1, [in];
+    ld.param.u64 %rd2, [out];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd3, %r1, 4;
+    add.u64 %rd4, %rd1, %rd3;
+    mul.wide.u32 %rd6, %r1, 16;
+    and.b64 %rd6, %rd6, 511;
+    add.u64 %rd6, %rd1, %rd6;
+    prefetch.global.L2 [%rd6];
+    ld.global.u32 %r2, [%rd4];
+    add.u32 %r8, %r2, 1;
+    ld.global.u32 %r3, [%rd4+128];
+    add.u32 %r8, %r8, %r3;
+    bar.sync 0;
+    prefetch.global.L2::evict_last [%rd6+512];
+    ld.global.u32 %r4, [%rd4+256];
+    add.u32 %r8, %r8, %r4;
+    add.u64 %rd5, %rd2, %rd3;
+    st.global.u32 [%rd5], %r8;
+    ret;
+}
+// A prefetch past the end of every allocation.
+.visible .entry prefetch_out(.param .u64 in, .param .u64 out)
+{
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [in];
+    prefetch.L2 [%rd1+1048576];
+    ret;
+}
 // Two loads nobody reads: the warp's end is the wait.
 .visible .entry unused(.param .u64 in, .param .u64 out)
 {
@@ -260,6 +297,38 @@ TEST(EmuInflight, PerWarpOverBlocksAndAccumulated) {
     e.put(in, iota_input());
     auto f = e.run("chase", {1, 1, 1}, {32, 1, 1}, Params().add(in).add(out), nullptr);
     ASSERT_NO_FAULT(f);
+}
+
+// Stats::prologue_waits: the waits before each warp's first barrier (two per
+// warp here, of three in all); prefetch moves no data, makes no wait and
+// counts the distinct 128-byte lines it names (4 per warp request: the
+// stride-16 addresses wrap at 512 bytes). Negative control: the wait after
+// the barrier is not in the prologue.
+TEST(EmuInflight, PrologueWaitsAndPrefetches) {
+    Emu e(kKernels);
+    ASSERT_LOADED(e);
+    Launched r = run(e, "prologue", iota_input(), {1, 1, 1}, {64, 1, 1});
+    for (uint32_t t = 0; t < 64; ++t) EXPECT_EQ(r.out[t], 3 * t + 1 + 32 + 64);
+    EXPECT_EQ(r.s.inflight_batches, 6u);     // three per warp
+    EXPECT_EQ(r.s.prologue_waits, 4u);       // two per warp, before bar.sync
+    EXPECT_EQ(r.s.prefetch_requests, 4u);    // two per warp
+    EXPECT_EQ(r.s.prefetch_bytes, 4u * 4 * 128);
+    EXPECT_EQ(r.s.global_load_requests, 6u);   // prefetches are not loads
+    const std::string j = r.s.to_json();
+    EXPECT_NE(j.find("\"prologue_waits\":4"), std::string::npos) << j;
+    EXPECT_NE(j.find("\"prefetch_bytes\":2048"), std::string::npos) << j;
+    // Without a barrier nothing is a prologue.
+    EXPECT_EQ(run(e, "each", iota_input()).s.prologue_waits, 0u);
+}
+
+// emu checks what a GPU would silently drop: a prefetch outside device memory faults.
+TEST(EmuInflight, PrefetchOutsideMemoryFaults) {
+    Emu e(kKernels);
+    ASSERT_LOADED(e);
+    uint64_t in = e.alloc(kWords * 4), out = e.alloc(64 * 4);
+    auto f = e.run("prefetch_out", {1, 1, 1}, {32, 1, 1}, Params().add(in).add(out));
+    ASSERT_TRUE(f.has_value());
+    EXPECT_NE(f->message.find("prefetch"), std::string::npos) << f->message;
 }
 
 }  // namespace

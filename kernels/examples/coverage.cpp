@@ -171,6 +171,7 @@ GeneratedKernel memory_kernel(const Target& t) {
   Reg gaddr = k.add(buf, off);
   // Vector and narrow loads/stores, the non-coherent path.
   std::vector<Reg> v4 = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
+  k.prefetch_l2(at(gaddr, 16));
   k.ld(Space::global, v4, at(gaddr));
   std::vector<Reg> v2 = {k.reg(Type::u64), k.reg(Type::u64)};
   k.ld(Space::global, v2, at(gaddr), [] { MemOpt o; o.nc = true; return o; }());

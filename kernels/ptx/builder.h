@@ -318,6 +318,9 @@ class Kernel {
   // sm_90: elect.sync d|p, membermask; griddepcontrol (programmatic launch).
   void elect_sync(const Reg& d, const Reg& p, uint32_t membermask = 0xffffffffu);
   void griddepcontrol_wait();
+  // prefetch.global.L2 [a]: a hint to bring a's line into L2; moves no data
+  // into registers, so it waits for nothing.
+  void prefetch_l2(const Addr& a);
   void griddepcontrol_launch_dependents();
 
   // ---- control flow

@@ -325,6 +325,8 @@ void Kernel::elect_sync(const Reg& d, const Reg& p, uint32_t membermask) {
   instr("elect.sync " + d.name + "|" + p.name + ", " + hex32(membermask));
 }
 
+void Kernel::prefetch_l2(const Addr& a) { instr("prefetch.global.L2 " + render_addr("prefetch", Space::global, a, 1)); }
+
 void Kernel::griddepcontrol_wait() {
   require("griddepcontrol.wait", 90, 78);
   instr("griddepcontrol.wait");
