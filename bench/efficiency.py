@@ -81,17 +81,21 @@ def scale_slice(graph, persistent, layers, vocab, gpu):
     counted (the slice has the full vocabulary). The persistent
     schedule runs the same ops in one launch, one handoff each, each op
     charged what it costs in the graph chain, and its all-to-all waits per
-    layer are the slice's."""
+    layer are the slice's. graph-prefetch: the graph chain with every GEMV
+    prefetching its first weights (--gpu-prefetch), each kernel's
+    projected_us_prefetch."""
     c = graph
     assert c["n_layer"] == 2, c["n_layer"]
     assert c["n_vocab"] == vocab, (c["n_vocab"], vocab)
-    work_us, ops, nbytes, mem_us = 0.0, 0, 0.0, 0.0
+    work_us, ops, nbytes, mem_us, start_us, prefetch_us = 0.0, 0, 0.0, 0.0, 0.0, 0.0
     bound = {}
     for k in c["kernels"]:
         n, b, us = k["launches"], k["unique_bytes"] / k["launches"], k["projected_us"] / k["launches"]
         if k["part"] == "layer":
             n = k["launches"] * layers // c["n_layer"]
         work_us += n * us
+        start_us += n * k["terms_us"]["start"]
+        prefetch_us += n * k["projected_us_prefetch"] / k["launches"]
         bound[k["bound_by"]] = bound.get(k["bound_by"], 0.0) + n * us
         mem_us += n * b / (gpu["gbs"] * 1e3 * gpu["achievable"])
         ops += n
@@ -99,11 +103,14 @@ def scale_slice(graph, persistent, layers, vocab, gpu):
     a2a_layer = persistent["all_to_all_waits_per_layer"]
     a2a_rest = persistent["all_to_all_waits"] - a2a_layer * c["n_layer"]   # the embedding's and the head's
     out = {}
-    for sched, overhead in (("graph", ops * GRAPH_LAUNCH_US), ("persistent", PERSISTENT_LAUNCH_US + ops * HANDOFF_US)):
-        us = overhead + work_us
-        out[sched] = {"ops": ops, "launches": ops if sched == "graph" else 1, "bytes": nbytes, "us": us,
-                      "overhead_us": overhead, "memory_us": mem_us, "bound": bound, "tok_s": 1e6 / us,
-                      "share": nbytes * (1e6 / us) / (gpu["gbs"] * 1e9)}
+    for sched, overhead, work in (("graph", ops * GRAPH_LAUNCH_US, work_us),
+                                  ("persistent", PERSISTENT_LAUNCH_US + ops * HANDOFF_US, work_us),
+                                  ("graph-prefetch", ops * GRAPH_LAUNCH_US, prefetch_us)):
+        us = overhead + work
+        out[sched] = {"ops": ops, "launches": 1 if sched == "persistent" else ops, "bytes": nbytes, "us": us,
+                      "overhead_us": overhead, "memory_us": mem_us, "start_us": start_us, "bound": bound,
+                      "tok_s": 1e6 / us, "share": nbytes * (1e6 / us) / (gpu["gbs"] * 1e9)}
+    out["graph-prefetch"]["bound"] = {"(prefetching)": prefetch_us}
     out["persistent"]["a2a"] = round(a2a_layer * layers + a2a_rest)
     return out
 
@@ -137,9 +144,9 @@ def side_row(name, c):
 def kernel_table(c):
     rows = ["| kernel | launches | blocks | threads | regs | blocks/SM fit | unique MB | weight sector eff. | "
             "shared wavefronts / ideal | warp instr. / weight B | cvt instr. | waits / warp | in flight / warp B | "
-            "in flight / SM KiB | load chain | dram us | latency us | issue us | shared us | cvt us | "
+            "in flight / SM KiB | load chain | dram us | start us | latency us | issue us | shared us | cvt us | "
             "projected us | bound by |",
-            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
 
     def f(v, fmt, scale=1.0):
         return "n/a" if v is None else fmt % (v * scale)
@@ -153,7 +160,8 @@ def kernel_table(c):
                     f"{f(k['instructions_per_weight_byte'], '%.3f')} | {k['instructions_by_class']['cvt']} | "
                     f"{k['load_waits'] / warps:.1f} | {f(k['in_flight_bytes_per_warp'], '%.0f')} | "
                     f"{f(k['in_flight_bytes_per_sm'], '%.1f', 1 / 1024)} | {k['dependent_load_chain']} | "
-                    f"{n * t['dram']:.2f} | {n * t['latency']:.2f} | {n * t['issue']:.2f} | {n * t['shared']:.2f} | "
+                    f"{n * t['dram']:.2f} | {n * t['start']:.2f} | {n * t['latency']:.2f} | {n * t['issue']:.2f} | "
+                    f"{n * t['shared']:.2f} | "
                     f"{n * t['cvt']:.2f} | {k['projected_us']:.2f} | {k['bound_by']} |")
     return "\n".join(rows)
 
@@ -197,18 +205,23 @@ def main():
         out += [side_row(name, cs[s_]) for s_ in SCHEDULES]
     out += ["", "### Full models, scaled from their two-layer slices", "",
             "Both schedules on the default path (8-bit GEMV inputs).", "",
+            "graph-prefetch: the graph schedule with every GEMV prefetching its first weight rows "
+            "(--gpu-prefetch, off by default), from the same counts. Launch starts: the DRAM-idle prologues and "
+            "fills inside the work (engine/projection.h).", "",
             "| model | schedule | ops | launches | all-to-all waits | GB per token | bytes alone us | projected tok/s | "
-            "us per token | of it launch + handoff overhead | work us by binding limit | of peak BW |",
-            "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|"]
+            "us per token | of it launch + handoff overhead | launch starts us (no prefetch) | "
+            "work us by binding limit | of peak BW |",
+            "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|"]
     for name, slice_name, layers, vocab in SCALED:
         cs = by_path[slice_name + ".gguf"]
         sc = scale_slice(cs["graph"], cs["persistent"], layers, vocab, gpu)
-        for s_ in SCHEDULES:
+        for s_ in (*SCHEDULES, "graph-prefetch"):
             r = sc[s_]
             a2a = f"{r['a2a']}" if s_ == "persistent" else f"{r['launches']} (launches)"
             out.append(f"| {name} ({layers} layers, vocabulary {vocab}) | {s_} | {r['ops']} | {r['launches']} | {a2a} | "
                        f"{r['bytes'] / 1e9:.2f} | {r['memory_us']:.0f} | {r['tok_s']:.0f} | {r['us']:.0f} | "
-                       f"{r['overhead_us']:.0f} | {bound_text(r['bound'].items())} | {100 * r['share']:.0f}% |")
+                       f"{r['overhead_us']:.0f} | {r['start_us']:.0f} | {bound_text(r['bound'].items())} | "
+                       f"{100 * r['share']:.0f}% |")
     out += ["", f"### Llama-3-8B Q4_K_M at depth (graph schedule; {deep_name} scaled, the cache filled by a host copy)",
             "",
             "| depth | GB per token | bytes alone us | projected tok/s | us per token | work us by binding limit | "

@@ -67,14 +67,14 @@ int blocks_per_sm(const GpuSpec& gpu, uint32_t threads, int registers, uint32_t 
 }
 
 double LaunchTerms::bound_us() const {
-    double m = std::max({dram, latency, issue, shared});
+    double m = std::max({dram + start, latency, issue, shared});
     for (double p : pipe) m = std::max(m, p);
     return m;
 }
 
 std::string LaunchTerms::bound_by() const {
     std::string name = "dram";
-    double m = dram;
+    double m = dram + start;
     auto take = [&](double v, const char* n) {
         if (v > m) m = v, name = n;
     };
@@ -87,7 +87,8 @@ std::string LaunchTerms::bound_by() const {
 
 LaunchTerms launch_terms(const LaunchCost& l, const GpuSpec& gpu) {
     LaunchTerms t;
-    t.dram = double(l.bytes) / (gpu.bandwidth_gbs * 1e3 * gpu.achievable);
+    const double bytes_per_us = gpu.bandwidth_gbs * 1e3 * gpu.achievable;
+    t.dram = double(l.bytes) / bytes_per_us;
     if (l.blocks == 0) return t;
     // The busiest SM runs ceil(blocks / SMs) blocks, `fit` at a time.
     const uint64_t per_sm = (l.blocks + uint64_t(gpu.sms) - 1) / uint64_t(gpu.sms);
@@ -100,6 +101,12 @@ LaunchTerms launch_terms(const LaunchCost& l, const GpuSpec& gpu) {
     t.shared = l.shared_wavefronts * share / cycles_per_us;
     const double warps = double(l.blocks) * double(std::max<uint32_t>((l.threads + 31) / 32, 1));
     t.latency = l.load_waits / warps * gpu.dram_latency_us * rounds;
+    // The fill: a launch that still waits after its prologue streams from
+    // then on, its first bytes a round trip away. (One whose waits all come
+    // before its first barrier has its first round trip among them.)
+    t.prologue = l.prologue_waits / warps * gpu.dram_latency_us;
+    t.start = (l.load_waits > l.prologue_waits ? l.fills * gpu.dram_latency_us : 0.0) + t.prologue -
+              std::min(t.prologue, double(l.prefetch_bytes) / bytes_per_us);
     return t;
 }
 
@@ -112,6 +119,7 @@ Projection project(std::span<const LaunchCost> launches, uint32_t tokens, const 
         const LaunchTerms t = launch_terms(l, gpu);
         p.launch_us += kLaunchOverheadUs[int(mode)];
         p.memory_us += t.dram;
+        p.start_us += t.start;
         p.work_us += t.bound_us();
         by[t.bound_by()] += t.bound_us() / tokens;
         p.bytes += double(l.bytes);
@@ -119,6 +127,7 @@ Projection project(std::span<const LaunchCost> launches, uint32_t tokens, const 
     p.launches = double(launches.size()) / tokens;
     p.launch_us /= tokens;
     p.memory_us /= tokens;
+    p.start_us /= tokens;
     p.work_us /= tokens;
     p.bytes /= tokens;
     p.sync_us = double(grid_syncs) * kGridSyncUs / tokens;

@@ -17,7 +17,14 @@
 //            wavefronts ÷ 1 per clock;
 // every per-SM term on the busiest SM (a grid that is not a multiple of the
 // SM count puts more blocks on some SMs). Each launch names the limit that
-// binds it. Instruction counts are PTX instructions emu executed, not SASS
+// binds it. The DRAM term carries the launch's start, when DRAM idles for
+// it: its prologue, the waits a warp makes before its block's first barrier
+// (staging the input, the norm's reduction), at a DRAM round trip each (its
+// input may answer from L2, sooner: an overestimate of that part); then,
+// when it waits again after that, a round trip before its first streamed
+// bytes return (each `fill`). Weights prefetched into L2 at the launch's
+// start hide the prologue while DRAM streams them (prefetch_bytes ÷ the
+// achievable bandwidth). Instruction counts are PTX instructions emu executed, not SASS
 // (bench/sass shows what ptxas makes of the hot loops). A projection, never
 // a measurement: bench labels it so; it leaves out L2 hits, DRAM page and
 // refresh effects, clock throttling and the overlap of one launch's tail
@@ -91,13 +98,18 @@ struct LaunchCost {
     std::array<double, kPipes> pipe = {};   // warp instructions by pipe
     double shared_wavefronts = 0;
     double load_waits = 0;     // waits on pending global loads, summed over warps
+    double prologue_waits = 0;   // of those, before each warp's first barrier, summed over warps
+    uint32_t fills = 0;        // starts from an idle DRAM, a round trip each (a chain's launch 1; 0: bytes only)
+    uint64_t prefetch_bytes = 0;   // prefetched into L2 at the launch's start
 };
 
 // The limits of one launch, µs, and the one that binds it.
 struct LaunchTerms {
     double dram = 0, latency = 0, issue = 0, shared = 0;
     std::array<double, kPipes> pipe = {};
-    double bound_us() const;   // the largest
+    double start = 0;          // DRAM idle at the start (fills and the prologue's exposed part), added to dram
+    double prologue = 0;       // the prologue's round trips, before prefetching hides any
+    double bound_us() const;   // the largest (dram + start for the DRAM term)
     std::string bound_by() const;   // "dram", "latency", "issue", "shared", or a pipe's name
 };
 
@@ -109,6 +121,7 @@ struct Projection {
     double launch_us = 0;      // per token: launch overheads
     double work_us = 0;        // per token: each launch's binding limit, summed
     double memory_us = 0;      // per token: the dram terms alone (the bytes-only model)
+    double start_us = 0;       // per token: the launches' starts (LaunchTerms::start)
     double launches = 0;       // per token
     double sync_us = 0;        // per token: grid-wide synchronisations (persistent)
     double bytes = 0;          // per token

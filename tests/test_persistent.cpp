@@ -95,29 +95,36 @@ TEST_P(Persistent, RunsEitherGemvPathAsTheGraphScheduleDoes) {
   }
 }
 
-// Programmatic dependent launches (--gpu-pdl): every op opens with
-// griddepcontrol.wait, so the chain and graph schedules compute exactly what
-// they compute without it; the persistent schedule, one launch, refuses it.
-TEST_P(Persistent, ProgrammaticLaunchesGiveTheSameLogits) {
+// Programmatic dependent launches (--gpu-pdl: every op opens with
+// griddepcontrol.wait) and weight prefetches (--gpu-prefetch: every GEMV
+// opens by prefetching its block's first rows, which emu checks lie in
+// device memory), alone and together: the chain and graph schedules compute
+// exactly what they compute without them; the persistent schedule refuses
+// each.
+TEST_P(Persistent, ProgrammaticLaunchesAndPrefetchesGiveTheSameLogits) {
   std::vector<uint8_t> bytes;
   const Model m = synth_model(GetParam(), bytes);
   const std::vector<TokenId> ids = {764, 17, 301};
   cuda::CudaBackend plain(m, cuda::Driver::load(), 16, Schedule::Graph);
   std::vector<float> a(ids.size() * m.n_vocab);
   plain.eval_batch({ids.data(), ids.size()}, 0, a.data(), uint32_t(ids.size()));
-  for (Schedule s : {Schedule::Graph, Schedule::Chain}) {
-    cuda::CudaBackend pdl(m, cuda::Driver::load(), 16, s, GpuArithmetic::Default, nullptr, true);
-    EXPECT_NE(pdl.description().find("launched programmatically"), std::string::npos) << pdl.description();
-    std::vector<float> b(a.size());
-    pdl.eval_batch({ids.data(), ids.size()}, 0, b.data(), uint32_t(ids.size()));
-    EXPECT_EQ(a, b) << schedule_name(s);
-    EXPECT_EQ(pdl.eval_argmax(ids[0], 3), plain.eval_argmax(ids[0], 3)) << schedule_name(s);
-  }
-  try {
-    cuda::CudaBackend p(m, cuda::Driver::load(), 16, Schedule::Persistent, GpuArithmetic::Default, nullptr, true);
-    ADD_FAILURE() << "the persistent schedule took --gpu-pdl";
-  } catch (const ModelError& e) {
-    EXPECT_NE(std::string(e.what()).find("--gpu-pdl"), std::string::npos) << e.what();
+  for (const cuda::GpuTuning tuning : {cuda::GpuTuning{true, false}, cuda::GpuTuning{false, true}, cuda::GpuTuning{true, true}}) {
+    for (Schedule s : {Schedule::Graph, Schedule::Chain}) {
+      const std::string what = std::string(schedule_name(s)) + (tuning.pdl ? " pdl" : "") + (tuning.prefetch ? " prefetch" : "");
+      cuda::CudaBackend b(m, cuda::Driver::load(), 16, s, GpuArithmetic::Default, nullptr, tuning);
+      EXPECT_EQ(b.description().find("launched programmatically") != std::string::npos, tuning.pdl) << b.description();
+      EXPECT_EQ(b.description().find("prefetching") != std::string::npos, tuning.prefetch) << b.description();
+      std::vector<float> v(a.size());
+      b.eval_batch({ids.data(), ids.size()}, 0, v.data(), uint32_t(ids.size()));
+      EXPECT_EQ(a, v) << what;
+      EXPECT_EQ(b.eval_argmax(ids[0], 3), plain.eval_argmax(ids[0], 3)) << what;
+    }
+    try {
+      cuda::CudaBackend p(m, cuda::Driver::load(), 16, Schedule::Persistent, GpuArithmetic::Default, nullptr, tuning);
+      ADD_FAILURE() << "the persistent schedule took --gpu-pdl or --gpu-prefetch";
+    } catch (const ModelError& e) {
+      EXPECT_NE(std::string(e.what()).find(tuning.prefetch ? "--gpu-prefetch" : "--gpu-pdl"), std::string::npos) << e.what();
+    }
   }
 }
 

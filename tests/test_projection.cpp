@@ -108,6 +108,40 @@ TEST(Projection, LatencyBindsWithFewBytesInFlight) {
     EXPECT_NEAR(launch_terms(l, g).latency, 350, 1e-9);
 }
 
+// The launch's start: a round trip per fill (when the launch waits after its
+// prologue), the prologue's waits (per warp on average) at a round trip
+// each, less what prefetched bytes cover at the achievable bandwidth; added
+// to the DRAM term only. Negative controls: a prefetch never hides the fill,
+// the latency term does not move, and a launch whose every wait is in its
+// prologue pays no fill on top.
+TEST(Projection, LaunchStartFillsPrologueAndPrefetch) {
+    const GpuSpec g = gpu("h100-sxm");
+    LaunchCost l = base();
+    const double dram = launch_terms(l, g).dram;
+    EXPECT_DOUBLE_EQ(launch_terms(l, g).start, 0.0);   // the bytes-only model
+    l.fills = 1;
+    EXPECT_DOUBLE_EQ(launch_terms(l, g).start, 0.0);   // no wait: nothing streams after a prologue
+    l.load_waits = 264 * 8 * 3;
+    EXPECT_NEAR(launch_terms(l, g).start, 0.7, 1e-12);
+    l.prologue_waits = 264 * 8 * 2;   // two waits per warp before the first barrier
+    LaunchTerms t = launch_terms(l, g);
+    EXPECT_NEAR(t.prologue, 1.4, 1e-12);
+    EXPECT_NEAR(t.start, 2.1, 1e-12);
+    EXPECT_NEAR(t.bound_us(), dram + 2.1, 1e-9);
+    EXPECT_EQ(t.bound_by(), "dram");
+    l.prefetch_bytes = 1'000'000;   // 0.3176 µs at 0.94 × 3350 GB/s
+    EXPECT_NEAR(launch_terms(l, g).start, 2.1 - 1e6 / (0.94 * 3350e3), 1e-9);
+    l.prefetch_bytes = 10'000'000;   // more than the prologue takes
+    t = launch_terms(l, g);
+    EXPECT_NEAR(t.start, 0.7, 1e-12);
+    EXPECT_NEAR(t.latency, 3 * 0.7, 1e-12);
+    const std::vector<LaunchCost> one = {l};
+    EXPECT_NEAR(project(one, 1, g, LaunchMode::Graph).start_us, 0.7, 1e-12);
+    l.load_waits = l.prologue_waits;   // every wait before the barrier
+    l.prefetch_bytes = 0;
+    EXPECT_NEAR(launch_terms(l, g).start, 1.4, 1e-12);
+}
+
 TEST(Projection, UnevenGridsLoadTheBusiestSm) {
     const GpuSpec g = gpu("a100");   // 108 SMs
     LaunchCost l = base();

@@ -152,8 +152,12 @@ TEST(Ptxas, GemvKernelsAssembleWithoutSpills) {
   }
   for (const char* arch : kArches) {
     for (const kx::GemvShape& s : shapes) {
-      const GeneratedKernel g = kx::gemv_kernel(s, Target::parse(arch));
+      Target t = Target::parse(arch);
+      // sm_90 with --gpu-prefetch and --gpu-pdl on the 8-bit-input shapes of one column; the rest plain
+      t.prefetch = t.pdl = t.sm >= 90 && s.q8_input && s.columns == 1;
+      const GeneratedKernel g = kx::gemv_kernel(s, t);
       EXPECT_TRUE(g.hot);
+      EXPECT_EQ(g.ptx.find("prefetch.global.L2") != std::string::npos, t.prefetch) << g.name;
       PtxasFunctionReport f = assemble(g, arch);
       std::printf("[ptxas] %-40s %s: %3d registers, %llu B smem, %llu B spills, grid %u x %u threads\n", g.name.c_str(),
                   arch, f.registers, (unsigned long long)f.smem_bytes,

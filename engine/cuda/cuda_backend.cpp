@@ -293,7 +293,7 @@ void CudaBackend::Impl::launch_persistent(uint32_t steps, uint32_t n_stop) {
 }
 
 CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx, Schedule schedule,
-                         GpuArithmetic path, std::string* note, bool pdl)
+                         GpuArithmetic path, std::string* note, GpuTuning tuning)
     : p_(std::make_unique<Impl>(m, std::move(driver))) {
     Impl& p = *p_;
     p.schedule = schedule == Schedule::Default ? Schedule::Graph : schedule;
@@ -302,7 +302,13 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     const unsigned sm = unsigned(dev.cc_major * 10 + dev.cc_minor);
     if (sm < 80) throw ModelError(dev.name + " is sm_" + std::to_string(sm) + "; the GPU path needs sm_80 or newer");
     p.target = ptx::Target::parse("sm_" + std::to_string(std::min(sm, 90u)));
-    if (pdl) {
+    if (tuning.prefetch) {
+        if (p.schedule == Schedule::Persistent)
+            throw ModelError("--gpu-prefetch: the persistent decoder's ops are inline and do not prefetch; use it "
+                             "with --schedule graph or chain");
+        p.target.prefetch = true;
+    }
+    if (tuning.pdl) {
         if (sm < 90)
             throw ModelError("--gpu-pdl: programmatic dependent launch needs sm_90; " + dev.name + " is sm_" +
                              std::to_string(sm));
@@ -479,6 +485,7 @@ std::string CudaBackend::description() const {
                                  " blocks x " + std::to_string(p_->persistent->geometry.block.x) + " threads"
                            : " kernels per token") +
            (p_->target.pdl ? " launched programmatically" : "") +
+           (p_->target.prefetch ? ", GEMVs prefetching their first weights" : "") +
            ", " + (p_->quantized ? "8-bit" : "f32") + " GEMV inputs, KV f16";
 }
 

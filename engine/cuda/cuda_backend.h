@@ -24,6 +24,12 @@
 
 namespace ptxlm::cuda {
 
+// What the GPU path leaves off by default until a GPU run weighs it.
+struct GpuTuning {
+    bool pdl = false;        // launch every op of the chain programmatically (sm_90; griddepcontrol.wait opens each)
+    bool prefetch = false;   // each GEMV prefetches its block's first weight rows into L2 at its start
+};
+
 class CudaBackend final : public Backend {
 public:
     // n_ctx = 0: the model's trained context, capped to what device memory
@@ -31,11 +37,10 @@ public:
     // type, a head size) or what does not fit (with the numbers).
     // path: the GEMVs' arithmetic (decode_plan's quantized_inputs, as
     // quantized_gemvs resolves it).
-    // pdl: launch every op of the chain programmatically (sm_90; each opens
-    // with griddepcontrol.wait): off by default until a GPU weighs it.
+    // tuning: what is off by default until a GPU weighs it.
     CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx,
                 Schedule schedule = Schedule::Default, GpuArithmetic path = GpuArithmetic::Default,
-                std::string* note = nullptr, bool pdl = false);
+                std::string* note = nullptr, GpuTuning tuning = {});
     ~CudaBackend() override;
 
     std::string description() const override;

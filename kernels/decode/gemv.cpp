@@ -381,7 +381,38 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
   } else {
     for (size_t i = 0; i < s.segments.size(); ++i) params.add_ptr(indexed("w", i)).add_ptr(indexed("y", i));
   }
-  Emit emit(in, kernel_name(s).c_str(), t, params, g);
+  // The first weight rows of the block (up to a 128-byte line per thread) into
+  // L2 while the block stages its input: rows row0 .. row0 + rows_per_block
+  // of the segment row0 falls in (a GLU's gate and up rows, half the threads
+  // each). They need nothing the grid before writes.
+  auto prefetch_weights = [&](Kernel& k) {
+    k.comment("prefetch the block's first weight rows into L2");
+    Reg tid = k.special(Sreg::tid_x);
+    Reg row0 = k.mul(k.special(Sreg::ctaid_x), plan.rows_per_block);
+    const bool glu = s.glu != Glu::None;
+    const uint32_t lanes = glu ? threads / 2 : threads;   // threads per segment
+    Reg upper = k.setp(Cmp::ge, tid, lanes);
+    Reg line = k.shl(glu ? k.sub(tid, k.selp(lanes, 0u, upper, Type::u32)) : tid, 7u);
+    uint32_t base = 0;
+    for (size_t si = 0; si < s.segments.size(); ++si) {
+      const GemvSegment& seg = s.segments[si];
+      const uint32_t row_bytes = row_layout(seg.type, s.n_in).row_bytes;
+      Reg local = glu ? row0 : k.sub(row0, base);   // wraps above rows when row0 < base
+      Reg mine = k.setp(Cmp::lt, local, seg.rows);
+      if (glu) mine = k.and_(mine, si == 0 ? k.not_(upper) : upper);
+      k.if_(mine, [&] {
+        Reg left = k.reg(Type::u32);
+        k.sub(left, seg.rows, local);
+        Reg bytes = k.mul(k.min(left, plan.rows_per_block), row_bytes);
+        Reg first = k.add(k.param(indexed("w", si)), k.mul_wide(local, row_bytes));
+        k.when(k.setp(Cmp::lt, line, bytes), [&] { k.prefetch_l2(at(k.add(first, k.cvt(Type::u64, line)))); });
+      });
+      if (!glu) base += seg.rows;
+    }
+  };
+  if (in && t.prefetch) throw Error("gemv: a persistent kernel's inline ops do not prefetch (Target::prefetch)");
+  Emit emit(in, kernel_name(s).c_str(), t, params, g,
+            t.prefetch ? std::function<void(Kernel&)>(prefetch_weights) : std::function<void(Kernel&)>());
   Kernel& k = emit.k();
   // ptxas left alone caps a 512-thread kernel near 40 registers and spills
   // the 8-bit input's unrolled loads (Q6_K's two steps hold 52 words); one

@@ -73,11 +73,13 @@ GeneratedKernel finish(const Kernel& k, const ParamList& params, const LaunchGeo
   return GeneratedKernel{k.name(), k.emit(), params, g, hot};
 }
 
-Emit::Emit(const InlineTarget* in, const char* name, const Target& t, const ParamList& params, const LaunchGeometry& g)
+Emit::Emit(const InlineTarget* in, const char* name, const Target& t, const ParamList& params, const LaunchGeometry& g,
+           const std::function<void(Kernel&)>& first)
     : name_(name), params_(params), g_(g) {
   validate_geometry(name, g);
   if (!in) {
     own_.emplace(start_kernel(name, t, params, g));
+    if (first) first(*own_);
     if (t.pdl) {   // launched programmatically: the grid before may still be running
       own_->griddepcontrol_wait();
       own_->griddepcontrol_launch_dependents();
@@ -92,6 +94,7 @@ Emit::Emit(const InlineTarget* in, const char* name, const Target& t, const Para
   op.dynamic_bytes = g.shared_bytes;
   host_->comment(std::string("inline op ") + name);
   host_->begin_inline(op);
+  if (first) first(*host_);
 }
 
 GeneratedKernel Emit::done(bool hot) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -46,8 +47,11 @@ struct InlineTarget {
 
 class Emit {
  public:
+  // first: emitted at the kernel's start, before griddepcontrol.wait under
+  // t.pdl (what needs nothing the grid before writes: a weight prefetch);
+  // inline, at the op's start.
   Emit(const InlineTarget* in, const char* name, const ptx::Target& t, const ptx::ParamList& params,
-       const ptx::LaunchGeometry& g);
+       const ptx::LaunchGeometry& g, const std::function<void(ptx::Kernel&)>& first = {});
   ptx::Kernel& k() { return host_ ? *host_ : *own_; }
   // Own kernel: the complete module (finish() above). Inline: closes the op;
   // the result has no PTX and its geometry's shared_bytes is what the op

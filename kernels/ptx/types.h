@@ -44,6 +44,11 @@ struct Target {
   // griddepcontrol.wait, before any memory access, then let the next grid
   // launch (griddepcontrol.launch_dependents). Not part of the name.
   bool pdl = false;
+  // Weight prefetch: each standalone GEMV kernel opens (before
+  // griddepcontrol.wait under pdl, before staging its input in any case) by
+  // prefetching into L2 the first weight rows its block reads, a 128-byte
+  // line per thread. Not part of the name.
+  bool prefetch = false;
 
   static Target parse(std::string_view name);  // "sm_80", "sm_90a"
   std::string name() const;                    // "sm_90a"

@@ -123,6 +123,12 @@ def main():
                   and abs(sum(k["projected_us"] for k in c["kernels"]) - pj["work_us"]) < 1e-6 * pj["work_us"],
                   f"work by limit {pj['bound_us']}")
             check(abs(pj["launch_us"] - 1.3 * kernels) < 1e-6 * kernels, f"graph launch overhead {pj['launch_us']}")
+            # The same counts with the GEMVs prefetching (--gpu-prefetch): their
+            # prologues hidden, the rest the same.
+            pf = c["projected_prefetch"]
+            check(pf["start_us"] < pj["start_us"] and pf["tokens_per_s"] > pj["tokens_per_s"]
+                  and pf["memory_us"] == pj["memory_us"] and "--gpu-prefetch" in pf["label"],
+                  f"projected_prefetch {pf} vs {pj}")
             # Per kernel: the rows account for every launch and byte; the weight
             # loads of every GEMV touch only sectors they use (the device
             # layout's 32-byte planes); ptxas (present here) gives registers and
@@ -154,8 +160,12 @@ def main():
                           and k["load_waits"] >= k["blocks"] * k["launches"]
                           and k["dependent_load_chain"] >= 1 and k["in_flight_bytes_per_warp"] > 0
                           and k["instructions_per_weight_byte"] > 0, f"GEMV work counts {k}")
+                # The DRAM term carries the launch's start (its prologue and fill).
+                t = k["terms_us"]
+                bound = max([t["dram"] + t["start"]] + [v for n, v in t.items() if n not in ("dram", "start", "prologue")])
                 check(k["bound_by"] in ("dram", "latency", "issue", "shared", "fp32", "int", "cvt", "sfu", "shfl")
-                      and abs(k["projected_us"] - k["launches"] * max(k["terms_us"].values())) < 1e-6 * k["projected_us"] + 1e-12,
+                      and 0 <= t["prologue"] and 0 <= t["start"] <= t["prologue"] + 0.7 + 1e-9
+                      and abs(k["projected_us"] - k["launches"] * bound) < 1e-6 * k["projected_us"] + 1e-12,
                       f"kernel limits {k['kernel']}: {k['terms_us']} {k['bound_by']}")
             check(0.45 <= c["sector_efficiency"] <= 1, f"weight loads' sector efficiency {c['sector_efficiency']}")
             # Shared-memory wavefronts (emu's bank model): per kernel, never
@@ -178,7 +188,10 @@ def main():
         for args, needle in ((["--device", "cuda", "--project", "h100"], "--project h100"),
                              (["--device", "cpu", "--project", "a100"], "counted mode needs emu"),
                              (["--device", "cpu", "--gpu-pdl"], "--gpu-pdl applies to the GPU path"),
-                             (["--device", "cuda", "--schedule", "persistent", "--gpu-pdl"], "--gpu-pdl: the persistent")):
+                             (["--device", "cuda", "--schedule", "persistent", "--gpu-pdl"], "--gpu-pdl: the persistent"),
+                             (["--device", "cpu", "--gpu-prefetch"], "--gpu-prefetch applies to the GPU path"),
+                             (["--device", "cuda", "--schedule", "persistent", "--gpu-prefetch"],
+                              "--gpu-prefetch: the persistent")):
             b = ptxlm("bench", "-m", gemma, "-p", "0", "-n", "1", "-r", "1", *args)
             check(b.returncode == 2 and needle in b.stderr, f"bench {args}: {b.returncode} {b.stderr[-300:]!r}")
 

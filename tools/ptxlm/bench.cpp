@@ -466,7 +466,7 @@ int run(const Args& a) {
         for (const Test& t : tests) by_depth[t.depth];
         for (auto& [depth, c] : by_depth) {
             std::fprintf(stderr, "bench: counting one token at depth %u on emu\n", depth);
-            c = counted_token(m, sched, parse_gpu_path(a.engine.gpu_path), *gpu, depth);
+            c = counted_token(m, sched, parse_gpu_path(a.engine.gpu_path), *gpu, depth, a.engine.gpu_prefetch);
         }
         for (size_t i = 0; i < all.size(); ++i) all[i]["counted"] = by_depth.at(tests[i].depth);
         for (const auto& [depth, c] : by_depth) {
@@ -506,6 +506,12 @@ int run(const Args& a) {
                             pj["us_per_token"].get<double>(), pj["launch_us"].get<double>(), pj["work_us"].get<double>(),
                             pj["memory_us"].get<double>(), bound.c_str(), 100 * pj["bandwidth_share"].get<double>(),
                             pj["label"].get<std::string>().c_str());
+                if (const nlohmann::json& pf = c["projected_prefetch"]; !pf.is_null())
+                    std::printf("%s: %.0f tok/s, %.1f us per token (launch starts %.1f us, without it %.1f)\n",
+                                a.engine.gpu_prefetch ? "without weight prefetch"
+                                                      : "with weight prefetch (--gpu-prefetch)",
+                                pf["tokens_per_s"].get<double>(), pf["us_per_token"].get<double>(),
+                                pf["start_us"].get<double>(), pj["start_us"].get<double>());
                 if (const nlohmann::json& pd = c["projected_pdl"]; !pd.is_null())
                     std::printf("with programmatic dependent launches (--gpu-pdl, %.1f us per launch assumed): %.0f "
                                 "tok/s, %.1f us per token\n",

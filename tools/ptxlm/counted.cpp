@@ -32,7 +32,8 @@ struct Counted {
     uint32_t blocks = 0;           // the persistent grid on emu
 };
 
-Counted count_one_token(const Model& m, Schedule schedule, GpuArithmetic arith, uint32_t depth, const GpuSpec& gpu) {
+Counted count_one_token(const Model& m, Schedule schedule, GpuArithmetic arith, uint32_t depth, const GpuSpec& gpu,
+                        bool prefetch) {
     char path[] = "/tmp/ptxlm-emu-stats-XXXXXX";
     const int fd = mkstemp(path);
     if (fd < 0) throw std::runtime_error("bench: cannot create a file for emu's counters");
@@ -40,7 +41,8 @@ Counted count_one_token(const Model& m, Schedule schedule, GpuArithmetic arith, 
     setenv("PTXLM_EMU_STATS", path, 1);
     Counted c;
     try {
-        cuda::CudaBackend b(m, cuda::Driver::load(), depth + kCountedContext, schedule, arith);
+        cuda::CudaBackend b(m, cuda::Driver::load(), depth + kCountedContext, schedule, arith, nullptr,
+                            cuda::GpuTuning{false, prefetch});
         // The grids are sized for the device's SMs: emu must have the GPU's.
         const int sms = b.device_info().units;
         if (sms != int(gpu.sms))
@@ -161,6 +163,9 @@ LaunchCost launch_work(const nlohmann::json& k, uint64_t blocks, uint32_t thread
     const Wavefronts wf = shared_wavefronts(k);
     l.shared_wavefronts = double(wf.actual) / n;
     l.load_waits = k.at("inflight_batches").get<double>() / n;
+    l.prologue_waits = k.at("prologue_waits").get<double>() / n;
+    l.fills = 1;   // a chain's launch starts once, after the one before has finished
+    l.prefetch_bytes = uint64_t(k.at("prefetch_bytes").get<double>() / n);
     return l;
 }
 
@@ -180,7 +185,8 @@ void add_work_counts(nlohmann::json& row, const nlohmann::json& k, uint64_t weig
 
 // The limits of one launch on `gpu` (engine/projection.h), for its row.
 nlohmann::json terms_json(const LaunchTerms& t) {
-    nlohmann::json j = {{"dram", t.dram}, {"latency", t.latency}, {"issue", t.issue}, {"shared", t.shared}};
+    nlohmann::json j = {{"dram", t.dram},       {"start", t.start},   {"prologue", t.prologue},
+                        {"latency", t.latency}, {"issue", t.issue},   {"shared", t.shared}};
     for (size_t i = 0; i < kPipes; ++i) j[kPipeNames[i]] = t.pipe[i];
     return j;
 }
@@ -201,6 +207,7 @@ nlohmann::json projected_json(const Projection& p, const GpuSpec& gpu, Schedule 
             {"sync_us", p.sync_us},
             {"work_us", p.work_us},
             {"memory_us", p.memory_us},
+            {"start_us", p.start_us},
             {"bound_us", p.bound_us},
             {"tokens_per_s", p.tokens_per_s},
             {"bandwidth_share", p.bandwidth_share}};
@@ -259,6 +266,13 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
     // Spinning is emu's artefact (its blocks run one after another), not work.
     std::vector<LaunchCost> costs = {launch_work(k, grid, g.geometry.block.x, std::max(fit, 1))};
     costs[0].warp_instructions -= k.at("spin_instructions").get<double>() / k.at("launches").get<double>();
+    // Each op starts after its handoff as a launch of the chain does: it
+    // streams from an idle DRAM, after a prologue emu counts only for the
+    // first op (waits before a warp's first barrier); assumed one round trip
+    // per warp per op, the input's read (the chain's GEMVs count 0.5 to 2).
+    const double ops = double(c.launches.size());
+    costs[0].fills = uint32_t(ops);
+    costs[0].prologue_waits = ops * double(grid) * double((g.geometry.block.x + 31) / 32);
     const LaunchTerms terms = launch_terms(costs[0], gpu);
     row["bound_by"] = terms.bound_by();
     row["terms_us"] = terms_json(terms);
@@ -300,14 +314,18 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
             {"handoffs", handoffs},
             {"projected", projected_json(p, gpu, c.schedule,
                                          "projected from emu's counts, not measured; assumes 1 us per op-to-op "
-                                         "handoff, ops not overlapping")}};
+                                         "handoff, ops not overlapping")},
+            // One launch: no programmatic launches; its inline ops do not prefetch.
+            {"projected_pdl", nullptr},
+            {"projected_prefetch", nullptr}};
 }
 
 }  // namespace
 
-nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic path, const GpuSpec& gpu, uint32_t depth) {
+nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic path, const GpuSpec& gpu, uint32_t depth,
+                             bool prefetch) {
     const bool q = cuda::quantized_gemvs(path);
-    const Counted c = count_one_token(m, schedule, path, depth, gpu);
+    const Counted c = count_one_token(m, schedule, path, depth, gpu, prefetch);
     if (c.schedule == Schedule::Persistent) return counted_persistent(m, c, gpu, depth, q);
     const uint32_t ctx = depth + kCountedContext;
     const nlohmann::json& ks = c.kernels;
@@ -329,6 +347,10 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
                                : blocks_per_sm(gpu, l.threads, r->second.registers, uint32_t(r->second.smem_bytes) + l.shared_bytes);
     };
     std::map<std::string, std::pair<double, LaunchTerms>> kernel_us;   // per kernel: µs summed over its launches, last terms
+    // The other way: without the prefetches emu counted, or with a GEMV's
+    // (a 128-byte line per thread, at most the launch's bytes).
+    std::vector<LaunchCost> other;
+    std::map<std::string, double> kernel_us_other;
     for (const cuda::CudaBackend::Launch& l : c.launches) {
         const LaunchCost w = launch_work(ks.at(l.kernel), l.blocks, l.threads, fit_of(l));
         const LaunchTerms t = launch_terms(w, gpu);
@@ -336,6 +358,10 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
         ku.first += t.bound_us();
         ku.second = t;
         costs.push_back(w);
+        other.push_back(w);
+        other.back().prefetch_bytes =
+            prefetch || l.kernel.rfind("gemv", 0) != 0 ? 0 : std::min<uint64_t>(w.bytes, l.blocks * l.threads * 128);
+        kernel_us_other[l.kernel] += launch_terms(other.back(), gpu).bound_us();
         below += l.blocks < uint64_t(gpu.sms);
     }
     for (const cuda::CudaBackend::Launch& l : c.launches) {
@@ -378,6 +404,7 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
         add_work_counts(row, k, w_unique);
         const auto& [us, terms] = kernel_us.at(l.kernel);
         row["projected_us"] = us;   // all its launches of the token
+        row[prefetch ? "projected_us_without_prefetch" : "projected_us_prefetch"] = kernel_us_other.at(l.kernel);
         row["bound_by"] = terms.bound_by();
         row["terms_us"] = terms_json(terms);   // one launch
         auto r = regs.find(l.kernel);
@@ -402,7 +429,8 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
     if (n_launch != c.launches.size())
         throw std::runtime_error("bench: emu counted " + std::to_string(n_launch) + " launches for a chain of " +
                                  std::to_string(c.launches.size()));
-    const Projection p = project(costs, 1, gpu, c.schedule == Schedule::Graph ? LaunchMode::Graph : LaunchMode::Stream);
+    const LaunchMode mode = c.schedule == Schedule::Graph ? LaunchMode::Graph : LaunchMode::Stream;
+    const Projection p = project(costs, 1, gpu, mode);
     const PassTraffic t = pass_traffic(m);
     const double token_bytes = double(t.weights + t.lm_head + t.embd_row + kv_read_bytes(m, depth, 2));
     return {{"tokens", 1},
@@ -423,7 +451,15 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
             {"launches_below_sm_count", below},
             {"registers_from", regs.empty() ? "no ptxas found" : "ptxas sm_90"},
             {"kernels", rows},
-            {"projected", projected_json(p, gpu, c.schedule, "projected from emu's counts, not measured")},
+            {"projected", projected_json(p, gpu, c.schedule,
+                                         prefetch ? "projected from emu's counts with the GEMVs prefetching their first "
+                                                    "weights (--gpu-prefetch), not measured"
+                                                  : "projected from emu's counts, not measured")},
+            {"projected_prefetch",
+             projected_json(project(other, 1, gpu, mode), gpu, c.schedule,
+                            prefetch ? "projected from emu's counts without the weight prefetch, not measured"
+                                     : "projected from emu's counts with each GEMV prefetching a 128-byte line per "
+                                       "thread of its first weights (--gpu-prefetch), not measured")},
             // The same chain launched programmatically (--gpu-pdl): each launch's
             // assumed overhead instead of a graph node's (engine/projection.h).
             {"projected_pdl", c.schedule == Schedule::Persistent

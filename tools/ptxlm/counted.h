@@ -26,10 +26,12 @@ namespace ptxlm::cli {
 // where the kernel touches no shared memory; instructions by class, loads in
 // flight per warp, waits, dependent-load chains; each kernel's limits on
 // `gpu`, the binding one and its projected time) and the projection, for the
-// GEMV arithmetic `path`. Call
-// with no other CudaBackend alive.
+// GEMV arithmetic `path`, with the GEMVs prefetching their first weights
+// when `prefetch` (--gpu-prefetch); the projection the other way too
+// ("projected_prefetch"), and with programmatic launches ("projected_pdl").
+// Call with no other CudaBackend alive.
 nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic path, const GpuSpec& gpu,
-                             uint32_t depth = 0);
+                             uint32_t depth = 0, bool prefetch = false);
 
 // The per-kernel rows of `counted` as a Markdown table.
 std::string counted_kernel_table(const nlohmann::json& counted);

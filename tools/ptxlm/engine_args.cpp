@@ -36,6 +36,10 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
                  "GPU (sm_90), chain and graph schedules: launch each kernel of the token as a programmatic dependent "
                  "launch, so it starts while the one before finishes (each waits with griddepcontrol.wait before it "
                  "reads anything); off by default until a GPU run weighs it");
+    app.add_flag("--gpu-prefetch", a.gpu_prefetch,
+                 "GPU, chain and graph schedules: each GEMV kernel first prefetches the weight rows its block reads "
+                 "first into L2 (before griddepcontrol.wait with --gpu-pdl), so DRAM streams while the block stages "
+                 "its input; off by default until a GPU run weighs it");
     app.add_option("--cpu-isa", a.cpu_isa,
                    "CPU quantized path: the SIMD kernels, scalar, avx2, avx512 or avx512vnni (default: the best this "
                    "CPU runs; the environment variable PTXLM_CPU_ISA caps it)")
@@ -73,6 +77,7 @@ Engine open_engine(const EngineArgs& a) {
     opt.cpu_isa = a.cpu_isa;
     opt.gpu_path = parse_gpu_path(a.gpu_path);
     opt.gpu_pdl = a.gpu_pdl;
+    opt.gpu_prefetch = a.gpu_prefetch;
     std::string note;
     e.backend = make_backend(*e.model, parse_device(a.device), opt, &note);
     std::fprintf(stderr, "ptxlm: %s (%s, %s)\n", path.c_str(), e.model->hp.arch.c_str(),

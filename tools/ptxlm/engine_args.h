@@ -26,6 +26,7 @@ struct EngineArgs {
     std::string cpu_isa;                // CPU quantized path: the SIMD kernels (default the best here)
     std::string gpu_path = "default";   // GPU: quantized or reference (default quantized)
     bool gpu_pdl = false;               // GPU: programmatic dependent launch of the chain's ops
+    bool gpu_prefetch = false;          // GPU: GEMVs prefetch their first weight rows into L2
 };
 
 // Registers -m/--model, -c/--ctx-size, -t/--threads, --device, --kv-type, --schedule, --cpu-path, --cpu-isa,
