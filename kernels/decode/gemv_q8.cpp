@@ -42,12 +42,12 @@ struct Q8Layout {
   }
 };
 
-// Lane l's eight inputs of 256-chunk qb, elements 256·qb + 8l .. + 7, times
-// the norm weight when the shape has one (their squares added to ss). With
-// `in`, lanes past n_in read element 0 (a block's lanes are all in or all
-// out, so shuffles stay whole) and add no square.
-std::vector<Reg> load_eight(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm_w, const Reg& lane,
-                            const Reg& qb, const Reg& ss, const Reg* in = nullptr) {
+// Lane l's eight inputs of 256-chunk qb, elements 256·qb + 8l .. + 7, as
+// loaded: x, then the norm weight's when the shape has one. With `in`, lanes
+// past n_in read element 0 (a block's lanes are all in or all out, so
+// shuffles stay whole).
+std::vector<Reg> issue_eight(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm_w, const Reg& lane,
+                             const Reg& qb, const Reg* in = nullptr) {
   Reg elem = k.mad_lo(qb, 256u, k.shl(lane, 3u));
   Reg off = k.mul_wide(in ? k.selp(elem, 0u, *in, Type::u32) : elem, 4u);
   std::vector<Reg> v = ld_vec(k, Space::global, Type::f32, 4, k.add(x, off), 0, true);
@@ -56,15 +56,33 @@ std::vector<Reg> load_eight(Kernel& k, const GemvShape& s, const Reg& x, const R
   if (s.norm) {
     std::vector<Reg> w = ld_vec(k, Space::global, Type::f32, 4, k.add(norm_w, off), 0, true);
     std::vector<Reg> w2 = ld_vec(k, Space::global, Type::f32, 4, k.add(norm_w, off), 16, true);
-    w.insert(w.end(), w2.begin(), w2.end());
-    for (int e = 0; e < 8; ++e) {
-      if (in) v[e] = k.selp(v[e], 0.0f, *in, Type::f32);   // no square twice
-      k.fma(ss, v[e], v[e], ss);
-      v[e] = k.mul(v[e], w[e]);
-    }
+    v.insert(v.end(), w.begin(), w.end());
+    v.insert(v.end(), w2.begin(), w2.end());
   }
   return v;
 }
+
+// The eight inputs times the norm weight when the shape has one (their
+// squares added to ss; with `in`, lanes past n_in add none).
+std::vector<Reg> scale_eight(Kernel& k, const GemvShape& s, std::vector<Reg> v, const Reg& ss, const Reg* in = nullptr) {
+  if (!s.norm) return v;
+  for (int e = 0; e < 8; ++e) {
+    Reg xe = in ? k.selp(v[e], 0.0f, *in, Type::f32) : v[e];   // no square twice
+    k.fma(ss, xe, xe, ss);
+    v[e] = k.mul(xe, v[8 + e]);
+  }
+  v.resize(8);
+  return v;
+}
+
+std::vector<Reg> load_eight(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm_w, const Reg& lane,
+                            const Reg& qb, const Reg& ss, const Reg* in = nullptr) {
+  return scale_eight(k, s, issue_eight(k, s, x, norm_w, lane, qb, in), ss, in);
+}
+
+// 256-chunks a warp loads before it uses the first (one wait for up to this
+// many: a 14336-wide input is 3.5 chunks per warp of 16).
+constexpr uint32_t kStageUnroll = 4;
 
 // The largest |v| of the lane's eight.
 Reg abs_max(Kernel& k, const std::vector<Reg>& v) {
@@ -98,6 +116,9 @@ std::pair<std::vector<Operand>, Reg> quantize_eight(Kernel& k, const std::vector
 // at their rotated place; lane 0 stores the block's d, every fourth lane a
 // sub-block sum. Bit for bit the CPU's quants: amax, iscale = 127 / amax,
 // q = rni(iscale · v) clamped to ±127, d = 1 / iscale (all zero when amax is).
+// A warp issues the loads of up to kStageUnroll of its blocks before it
+// quantizes the first: one round trip of the kernel's prologue, not one per
+// block.
 void stage_q8_input256(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm_w, const Reg& xq, const Reg& lane,
                     const Reg& warp, uint32_t warps, const Reg& ss) {
   // Part j = l / 8, chunk c = (l % 8) / 2, half of the chunk l % 2.
@@ -109,22 +130,36 @@ void stage_q8_input256(Kernel& k, const GemvShape& s, const Reg& x, const Reg& n
   const Q8Layout q8(s.n_in);
   const Reg sub_off = k.add(k.shl(k.shr(lane, 2u), 2u), q8.sum32);    // sub-block lane / 4's sum
   const Reg group_off = k.add(k.shl(k.shr(lane, 1u), 2u), q8.sum16);  // 16-group lane / 2's sum
-  Reg qb = k.reg(Type::u32);
-  k.for_range(qb, warp, s.n_in / 256, warps, [&] {
-    const std::vector<Reg> v = load_eight(k, s, x, norm_w, lane, qb, ss);
-    Reg amax = warp_allreduce(k, abs_max(k, v), ReduceOp::max_f32);
-    Reg nonzero = k.setp(Cmp::gt, amax, 0.0f);
-    Reg iscale = k.selp(k.div(k.mov(Type::f32, 127.0f), amax), 0.0f, nonzero, Type::f32);
-    Reg d = k.selp(k.div(k.mov(Type::f32, 1.0f), iscale), 0.0f, nonzero, Type::f32);
-    auto [words, sum] = quantize_eight(k, v, iscale);
-    Reg rot = k.and_(k.add(base_rot, k.shl(k.and_(qb, 1u), 1u)), 3u);
-    Reg dst = k.add(k.mad_lo(qb, 256u, xq), k.add(part_off, k.shl(rot, 4u)));
-    k.st(Space::shared, at(dst), words);
-    sum = k.add(sum, k.shfl_bfly(sum, 1u));
-    k.when(pair_lane, [&] { k.st_shared(at(k.add(k.mad_lo(qb, 64u, xq), group_off)), sum); });
-    sum = k.add(sum, k.shfl_bfly(sum, 2u));
-    k.when(sub_lane, [&] { k.st_shared(at(k.add(k.mad_lo(qb, 32u, xq), sub_off)), sum); });
-    k.when(lane0, [&] { k.st_shared(at(k.mad_lo(qb, 4u, xq), q8.d), d); });
+  const uint32_t nb = s.n_in / 256, unroll = std::min(kStageUnroll, ceil_div(nb, warps));
+  Reg first = k.reg(Type::u32);
+  k.for_range(first, warp, nb, unroll * warps, [&] {
+    // Every chunk's loads first (none past the end), then each chunk in order
+    // (the sum of squares as without the unrolling).
+    std::vector<std::vector<Reg>> raw(unroll);
+    std::vector<Reg> chunk, valid;
+    for (uint32_t u = 0; u < unroll; ++u) {
+      chunk.push_back(k.add(first, u * warps));
+      valid.push_back(k.setp(Cmp::lt, chunk.back(), nb));
+      if (u == 0) raw[u] = issue_eight(k, s, x, norm_w, lane, chunk[u]);   // the loop's own bound
+      else k.if_(valid[u], [&] { raw[u] = issue_eight(k, s, x, norm_w, lane, chunk[u]); });
+    }
+    for (uint32_t u = 0; u < unroll; ++u) k.if_(valid[u], [&] {
+      const Reg& qb = chunk[u];
+      const std::vector<Reg> v = scale_eight(k, s, raw[u], ss);
+      Reg amax = warp_allreduce(k, abs_max(k, v), ReduceOp::max_f32);
+      Reg nonzero = k.setp(Cmp::gt, amax, 0.0f);
+      Reg iscale = k.selp(k.div(k.mov(Type::f32, 127.0f), amax), 0.0f, nonzero, Type::f32);
+      Reg d = k.selp(k.div(k.mov(Type::f32, 1.0f), iscale), 0.0f, nonzero, Type::f32);
+      auto [words, sum] = quantize_eight(k, v, iscale);
+      Reg rot = k.and_(k.add(base_rot, k.shl(k.and_(qb, 1u), 1u)), 3u);
+      Reg dst = k.add(k.mad_lo(qb, 256u, xq), k.add(part_off, k.shl(rot, 4u)));
+      k.st(Space::shared, at(dst), words);
+      sum = k.add(sum, k.shfl_bfly(sum, 1u));
+      k.when(pair_lane, [&] { k.st_shared(at(k.add(k.mad_lo(qb, 64u, xq), group_off)), sum); });
+      sum = k.add(sum, k.shfl_bfly(sum, 2u));
+      k.when(sub_lane, [&] { k.st_shared(at(k.add(k.mad_lo(qb, 32u, xq), sub_off)), sum); });
+      k.when(lane0, [&] { k.st_shared(at(k.mad_lo(qb, 4u, xq), q8.d), d); });
+    });
   });
 }
 
