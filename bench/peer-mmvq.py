@@ -181,8 +181,10 @@ def gemv_terms(gpu, t, k, rows, cols):
     pipe = [cl["fp32"] + cl["half"], cl["integer"] + cl["idp"] + cl["bitops"], cl["conversions"]]
     cycles_per_us = gpu["ghz"] * 1e3
     nbytes = rows * supers * ti["bytes"] + cols // 32 * 36 + rows * 4   # weights, the q8_1 input, the output
+    # The launch's start (engine/projection.h): a fill; no prologue, since
+    # its waits all come before its one barrier (the final reduction).
     terms = {
-        "dram": nbytes / (gpu["gbs"] * 1e3 * gpu["achievable"]),
+        "dram": nbytes / (gpu["gbs"] * 1e3 * gpu["achievable"]) + gpu["latency_us"],
         "issue": insts * share / (4 * cycles_per_us),
         "latency": trips * gpu["latency_us"] * rounds,
     }

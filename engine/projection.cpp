@@ -101,11 +101,12 @@ LaunchTerms launch_terms(const LaunchCost& l, const GpuSpec& gpu) {
     t.shared = l.shared_wavefronts * share / cycles_per_us;
     const double warps = double(l.blocks) * double(std::max<uint32_t>((l.threads + 31) / 32, 1));
     t.latency = l.load_waits / warps * gpu.dram_latency_us * rounds;
-    // The fill: a launch that still waits after its prologue streams from
-    // then on, its first bytes a round trip away. (One whose waits all come
-    // before its first barrier has its first round trip among them.)
-    t.prologue = l.prologue_waits / warps * gpu.dram_latency_us;
-    t.start = (l.load_waits > l.prologue_waits ? l.fills * gpu.dram_latency_us : 0.0) + t.prologue -
+    // The fill: a launch that waits on loads streams its bytes from its
+    // first round trip on. Before that, its prologue, when it streams after
+    // it (waits after the first barrier); a launch whose waits all come
+    // before its first barrier (a reduction at its end) streams in them.
+    t.prologue = l.load_waits > l.prologue_waits ? l.prologue_waits / warps * gpu.dram_latency_us : 0.0;
+    t.start = (l.load_waits > 0 ? l.fills * gpu.dram_latency_us : 0.0) + t.prologue -
               std::min(t.prologue, double(l.prefetch_bytes) / bytes_per_us);
     return t;
 }

@@ -18,13 +18,13 @@
 // every per-SM term on the busiest SM (a grid that is not a multiple of the
 // SM count puts more blocks on some SMs). Each launch names the limit that
 // binds it. The DRAM term carries the launch's start, when DRAM idles for
-// it: its prologue, the waits a warp makes before its block's first barrier
-// (staging the input, the norm's reduction), at a DRAM round trip each (its
-// input may answer from L2, sooner: an overestimate of that part); then,
-// when it waits again after that, a round trip before its first streamed
-// bytes return (each `fill`). Weights prefetched into L2 at the launch's
-// start hide the prologue while DRAM streams them (prefetch_bytes ÷ the
-// achievable bandwidth). Instruction counts are PTX instructions emu executed, not SASS
+// it: a round trip before its first bytes return (each `fill`, for a launch
+// that waits on loads at all), and, for one that streams after its first
+// barrier, its prologue before that: the waits a warp makes before the
+// barrier (staging the input, the norm's reduction), at a DRAM round trip
+// each (its input may answer from L2, sooner: an overestimate of that
+// part). Weights prefetched into L2 at the launch's start hide the prologue
+// while DRAM streams them (prefetch_bytes ÷ the achievable bandwidth). Instruction counts are PTX instructions emu executed, not SASS
 // (bench/sass shows what ptxas makes of the hot loops). A projection, never
 // a measurement: bench labels it so; it leaves out L2 hits, DRAM page and
 // refresh effects, clock throttling and the overlap of one launch's tail
