@@ -362,9 +362,6 @@ LaunchGeometry gemv_geometry(const GemvShape& s) {
   g.block = {32 * p.warps, 1, 1};
   g.shared_bytes = s.q8_input ? q8_shared_bytes(s)                 // the 8-bit input, every column
                               : s.n_in * 4 + s.n_in / 8 * 4;   // the staged input, then its 8-element sums
-  if (g.shared_bytes > 227 * 1024)
-    throw Error("gemv: " + std::to_string(s.columns) + " input columns of " + std::to_string(s.n_in) + " take " +
-                std::to_string(g.shared_bytes) + " B of shared memory (at most 227 KiB)");
   return g;
 }
 
@@ -391,7 +388,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
     Reg row0 = k.mul(k.special(Sreg::ctaid_x), plan.rows_per_block);
     const bool glu = s.glu != Glu::None;
     const uint32_t lanes = glu ? threads / 2 : threads;   // threads per segment
-    Reg upper = k.setp(Cmp::ge, tid, lanes);
+    Reg upper = glu ? k.setp(Cmp::ge, tid, lanes) : Reg{};   // the up rows' half
     Reg line = k.shl(glu ? k.sub(tid, k.selp(lanes, 0u, upper, Type::u32)) : tid, 7u);
     uint32_t base = 0;
     for (size_t si = 0; si < s.segments.size(); ++si) {

@@ -143,23 +143,27 @@ void stage_q8_input256(Kernel& k, const GemvShape& s, const Reg& x, const Reg& n
       if (u == 0) raw[u] = issue_eight(k, s, x, norm_w, lane, chunk[u]);   // the loop's own bound
       else k.if_(valid[u], [&] { raw[u] = issue_eight(k, s, x, norm_w, lane, chunk[u]); });
     }
-    for (uint32_t u = 0; u < unroll; ++u) k.if_(valid[u], [&] {
-      const Reg& qb = chunk[u];
-      const std::vector<Reg> v = scale_eight(k, s, raw[u], ss);
-      Reg amax = warp_allreduce(k, abs_max(k, v), ReduceOp::max_f32);
-      Reg nonzero = k.setp(Cmp::gt, amax, 0.0f);
-      Reg iscale = k.selp(k.div(k.mov(Type::f32, 127.0f), amax), 0.0f, nonzero, Type::f32);
-      Reg d = k.selp(k.div(k.mov(Type::f32, 1.0f), iscale), 0.0f, nonzero, Type::f32);
-      auto [words, sum] = quantize_eight(k, v, iscale);
-      Reg rot = k.and_(k.add(base_rot, k.shl(k.and_(qb, 1u), 1u)), 3u);
-      Reg dst = k.add(k.mad_lo(qb, 256u, xq), k.add(part_off, k.shl(rot, 4u)));
-      k.st(Space::shared, at(dst), words);
-      sum = k.add(sum, k.shfl_bfly(sum, 1u));
-      k.when(pair_lane, [&] { k.st_shared(at(k.add(k.mad_lo(qb, 64u, xq), group_off)), sum); });
-      sum = k.add(sum, k.shfl_bfly(sum, 2u));
-      k.when(sub_lane, [&] { k.st_shared(at(k.add(k.mad_lo(qb, 32u, xq), sub_off)), sum); });
-      k.when(lane0, [&] { k.st_shared(at(k.mad_lo(qb, 4u, xq), q8.d), d); });
-    });
+    for (uint32_t u = 0; u < unroll; ++u) {
+      auto quantize = [&] {
+        const Reg& qb = chunk[u];
+        const std::vector<Reg> v = scale_eight(k, s, raw[u], ss);
+        Reg amax = warp_allreduce(k, abs_max(k, v), ReduceOp::max_f32);
+        Reg nonzero = k.setp(Cmp::gt, amax, 0.0f);
+        Reg iscale = k.selp(k.div(k.mov(Type::f32, 127.0f), amax), 0.0f, nonzero, Type::f32);
+        Reg d = k.selp(k.div(k.mov(Type::f32, 1.0f), iscale), 0.0f, nonzero, Type::f32);
+        auto [words, sum] = quantize_eight(k, v, iscale);
+        Reg rot = k.and_(k.add(base_rot, k.shl(k.and_(qb, 1u), 1u)), 3u);
+        Reg dst = k.add(k.mad_lo(qb, 256u, xq), k.add(part_off, k.shl(rot, 4u)));
+        k.st(Space::shared, at(dst), words);
+        sum = k.add(sum, k.shfl_bfly(sum, 1u));
+        k.when(pair_lane, [&] { k.st_shared(at(k.add(k.mad_lo(qb, 64u, xq), group_off)), sum); });
+        sum = k.add(sum, k.shfl_bfly(sum, 2u));
+        k.when(sub_lane, [&] { k.st_shared(at(k.add(k.mad_lo(qb, 32u, xq), sub_off)), sum); });
+        k.when(lane0, [&] { k.st_shared(at(k.mad_lo(qb, 4u, xq), q8.d), d); });
+      };
+      if (u == 0) quantize();   // the loop's own bound
+      else k.if_(valid[u], quantize);
+    }
   });
 }
 
