@@ -83,11 +83,13 @@ def scale_slice(graph, persistent, layers, vocab, gpu):
     charged what it costs in the graph chain, and its all-to-all waits per
     layer are the slice's. graph-prefetch: the graph chain with every GEMV
     prefetching its first weights (--gpu-prefetch), each kernel's
-    projected_us_prefetch."""
+    projected_us_prefetch; persistent-prefetch: the persistent schedule with
+    every GEMV op prefetching before its handoff wait, each kernel's
+    projected_us_prefetch_ahead."""
     c = graph
     assert c["n_layer"] == 2, c["n_layer"]
     assert c["n_vocab"] == vocab, (c["n_vocab"], vocab)
-    work_us, ops, nbytes, mem_us, start_us, prefetch_us = 0.0, 0, 0.0, 0.0, 0.0, 0.0
+    work_us, ops, nbytes, mem_us, start_us, prefetch_us, ahead_us = 0.0, 0, 0.0, 0.0, 0.0, 0.0, 0.0
     bound = {}
     for k in c["kernels"]:
         n, b, us = k["launches"], k["unique_bytes"] / k["launches"], k["projected_us"] / k["launches"]
@@ -96,6 +98,7 @@ def scale_slice(graph, persistent, layers, vocab, gpu):
         work_us += n * us
         start_us += n * k["terms_us"]["start"]
         prefetch_us += n * k["projected_us_prefetch"] / k["launches"]
+        ahead_us += n * k["projected_us_prefetch_ahead"] / k["launches"]
         bound[k["bound_by"]] = bound.get(k["bound_by"], 0.0) + n * us
         mem_us += n * b / (gpu["gbs"] * 1e3 * gpu["achievable"])
         ops += n
@@ -105,13 +108,16 @@ def scale_slice(graph, persistent, layers, vocab, gpu):
     out = {}
     for sched, overhead, work in (("graph", ops * GRAPH_LAUNCH_US, work_us),
                                   ("persistent", PERSISTENT_LAUNCH_US + ops * HANDOFF_US, work_us),
-                                  ("graph-prefetch", ops * GRAPH_LAUNCH_US, prefetch_us)):
+                                  ("graph-prefetch", ops * GRAPH_LAUNCH_US, prefetch_us),
+                                  ("persistent-prefetch", PERSISTENT_LAUNCH_US + ops * HANDOFF_US, ahead_us)):
         us = overhead + work
-        out[sched] = {"ops": ops, "launches": 1 if sched == "persistent" else ops, "bytes": nbytes, "us": us,
+        out[sched] = {"ops": ops, "launches": 1 if sched.startswith("persistent") else ops, "bytes": nbytes, "us": us,
                       "overhead_us": overhead, "memory_us": mem_us, "start_us": start_us, "bound": bound,
                       "tok_s": 1e6 / us, "share": nbytes * (1e6 / us) / (gpu["gbs"] * 1e9)}
     out["graph-prefetch"]["bound"] = {"(prefetching)": prefetch_us}
-    out["persistent"]["a2a"] = round(a2a_layer * layers + a2a_rest)
+    out["persistent-prefetch"]["bound"] = {"(prefetching ahead)": ahead_us}
+    for sched in ("persistent", "persistent-prefetch"):
+        out[sched]["a2a"] = round(a2a_layer * layers + a2a_rest)
     return out
 
 
@@ -206,8 +212,10 @@ def main():
     out += ["", "### Full models, scaled from their two-layer slices", "",
             "Both schedules on the default path (8-bit GEMV inputs).", "",
             "graph-prefetch: the graph schedule with every GEMV prefetching its first weight rows "
-            "(--gpu-prefetch, off by default), from the same counts. Launch starts: the DRAM-idle prologues and "
-            "fills inside the work (engine/projection.h).", "",
+            "(--gpu-prefetch, off by default), from the same counts; persistent-prefetch: the persistent schedule "
+            "with every GEMV op prefetching them before it waits at its handoff (the same flag), so the "
+            "prefetch hides its fill as well. Launch starts: the DRAM-idle prologues and "
+            "fills inside the work (engine/projection.h), without prefetches.", "",
             "| model | schedule | ops | launches | all-to-all waits | GB per token | bytes alone us | projected tok/s | "
             "us per token | of it launch + handoff overhead | launch starts us (no prefetch) | "
             "work us by binding limit | of peak BW |",
@@ -215,9 +223,9 @@ def main():
     for name, slice_name, layers, vocab in SCALED:
         cs = by_path[slice_name + ".gguf"]
         sc = scale_slice(cs["graph"], cs["persistent"], layers, vocab, gpu)
-        for s_ in (*SCHEDULES, "graph-prefetch"):
+        for s_ in (*SCHEDULES, "graph-prefetch", "persistent-prefetch"):
             r = sc[s_]
-            a2a = f"{r['a2a']}" if s_ == "persistent" else f"{r['launches']} (launches)"
+            a2a = f"{r['a2a']}" if s_.startswith("persistent") else f"{r['launches']} (launches)"
             out.append(f"| {name} ({layers} layers, vocabulary {vocab}) | {s_} | {r['ops']} | {r['launches']} | {a2a} | "
                        f"{r['bytes'] / 1e9:.2f} | {r['memory_us']:.0f} | {r['tok_s']:.0f} | {r['us']:.0f} | "
                        f"{r['overhead_us']:.0f} | {r['start_us']:.0f} | {bound_text(r['bound'].items())} | "

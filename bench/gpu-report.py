@@ -10,12 +10,13 @@ Four phases, each a `ptxlm` command whose JSON the report reads:
   tg          `ptxlm bench --device cuda --schedule S -p 0 -n N -d DEPTHS`
               for each schedule: measured tokens per second at each depth
               (graph-pdl: the graph schedule with --gpu-pdl, sm_90 only;
-              graph-prefetch: with --gpu-prefetch);
+              graph-prefetch and persistent-prefetch: with --gpu-prefetch);
   projection  the same bench in counted mode (`--project GPU -n 1`), always
               on emu (PTXLM_EMU_LIBCUDA, else build/emu/lib/libcuda.so.1)
               whatever driver measured: emu's counts projected for GPU
               (graph-pdl: the graph count's projected_pdl; graph-prefetch
-              its projected_prefetch).
+              and persistent-prefetch the graph and persistent counts'
+              projected_prefetch).
 The report sets each measured figure beside its projection (measured /
 projected) and writes OUT_DIR/<device>-<commit>.md: a header (device, SMs,
 peak and measured read bandwidth, commit, date, model), the selftest
@@ -23,7 +24,7 @@ table, the per-kernel table, the tg table and the exact commands. A run on
 emu says so in its first line: its times are emu's, not a GPU's.
 
     bench/gpu-report -m MODEL.gguf [--out-dir docs/gpu] [--project GPU] [-n 128]
-                     [--depths 0,1024,4096] [--schedules graph,persistent,graph-pdl,graph-prefetch]
+                     [--depths 0,1024,4096] [--schedules graph,persistent,graph-pdl,graph-prefetch,persistent-prefetch]
                      [--json] [--no-write]
 
 --project defaults to the GPU the device's name matches (emu: h100-sxm).
@@ -44,13 +45,15 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("PTXLM_BUILD_DIR", os.path.join(ROOT, "build"))
-SCHEDULES = ("graph", "persistent", "graph-pdl", "graph-prefetch")
+SCHEDULES = ("graph", "persistent", "graph-pdl", "graph-prefetch", "persistent-prefetch")
 # How each schedule is asked of ptxlm bench, and which count projects it.
 SCHEDULE_ARGS = {"graph": ["--schedule", "graph"], "persistent": ["--schedule", "persistent"],
                  "graph-pdl": ["--schedule", "graph", "--gpu-pdl"],
-                 "graph-prefetch": ["--schedule", "graph", "--gpu-prefetch"]}
+                 "graph-prefetch": ["--schedule", "graph", "--gpu-prefetch"],
+                 "persistent-prefetch": ["--schedule", "persistent", "--gpu-prefetch"]}
 COUNTED_AS = {"graph": ("graph", "projected"), "persistent": ("persistent", "projected"),
-              "graph-pdl": ("graph", "projected_pdl"), "graph-prefetch": ("graph", "projected_prefetch")}
+              "graph-pdl": ("graph", "projected_pdl"), "graph-prefetch": ("graph", "projected_prefetch"),
+              "persistent-prefetch": ("persistent", "projected_prefetch")}
 # engine/projection.cpp's GPU table, by the names `ptxlm bench --project` takes.
 GPUS = ("h100-sxm", "h100-pcie", "h200", "a100", "l40s", "rtx4090")
 # Device name (as the driver reports it) -> projection: first match wins.
@@ -293,9 +296,9 @@ def main():
     ap.add_argument("--project", choices=GPUS, help="the GPU to project for (default: the one the device's name matches)")
     ap.add_argument("-n", type=int, default=128, help="tokens generated per tg test (default 128)")
     ap.add_argument("--depths", default="0,1024,4096", help="KV depths of the tg tests (default 0,1024,4096)")
-    ap.add_argument("--schedules", default="graph,persistent,graph-pdl,graph-prefetch",
+    ap.add_argument("--schedules", default=",".join(SCHEDULES),
                     help="of graph, persistent, graph-pdl (the graph schedule with --gpu-pdl: sm_90 only), "
-                         "graph-prefetch (with --gpu-prefetch); default all four")
+                         "graph-prefetch and persistent-prefetch (with --gpu-prefetch); default all five")
     ap.add_argument("--json", action="store_true", help="everything as one JSON object on stdout")
     ap.add_argument("--no-write", action="store_true", help="write no Markdown file")
     try:
@@ -304,7 +307,7 @@ def main():
         a.schedules = a.schedules.split(",")
         if not a.schedules or any(s not in SCHEDULES for s in a.schedules) or len(set(a.schedules)) != len(a.schedules):
             raise Failure(f"--schedules {','.join(a.schedules)}: a list of distinct "
-                          "graph, persistent, graph-pdl, graph-prefetch", 2)
+                          + ", ".join(SCHEDULES), 2)
         if a.n < 1:
             raise Failure(f"-n {a.n}: generate at least 1 token", 2)
         if not os.path.isfile(a.model):

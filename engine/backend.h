@@ -57,7 +57,7 @@ struct BackendOptions {
     CpuArithmetic cpu_path = CpuArithmetic::Default;   // CPU only; Default = Quantized
     GpuArithmetic gpu_path = GpuArithmetic::Default;   // GPU only; Default = Quantized
     bool gpu_pdl = false;   // GPU only: launch the chain's ops programmatically (sm_90; off by default)
-    bool gpu_prefetch = false;   // GPU only: GEMVs prefetch their first weight rows into L2 (off by default)
+    bool gpu_prefetch = false;   // GPU only: GEMVs prefetch their first weight rows into L2 (off by default; every schedule)
     // CPU quantized path: the SIMD kernels by name (scalar, avx2, avx512,
     // avx512vnni); empty: the best this CPU runs (PTXLM_CPU_ISA caps it).
     std::string cpu_isa;

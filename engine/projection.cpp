@@ -105,9 +105,11 @@ LaunchTerms launch_terms(const LaunchCost& l, const GpuSpec& gpu) {
     // first round trip on. Before that, its prologue, when it streams after
     // it (waits after the first barrier); a launch whose waits all come
     // before its first barrier (a reduction at its end) streams in them.
+    // Prefetched weights stream while the prologue runs; issued a round trip
+    // ahead, through the fill as well.
     t.prologue = l.load_waits > l.prologue_waits ? l.prologue_waits / warps * gpu.dram_latency_us : 0.0;
-    t.start = (l.load_waits > 0 ? l.fills * gpu.dram_latency_us : 0.0) + t.prologue -
-              std::min(t.prologue, double(l.prefetch_bytes) / bytes_per_us);
+    const double fill = l.load_waits > 0 ? l.fills * gpu.dram_latency_us : 0.0;
+    t.start = fill + t.prologue - std::min(t.prologue + (l.prefetch_ahead ? fill : 0.0), double(l.prefetch_bytes) / bytes_per_us);
     return t;
 }
 

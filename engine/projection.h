@@ -24,7 +24,9 @@
 // barrier (staging the input, the norm's reduction), at a DRAM round trip
 // each (its input may answer from L2, sooner: an overestimate of that
 // part). Weights prefetched into L2 at the launch's start hide the prologue
-// while DRAM streams them (prefetch_bytes ÷ the achievable bandwidth). Instruction counts are PTX instructions emu executed, not SASS
+// while DRAM streams them (prefetch_bytes ÷ the achievable bandwidth);
+// prefetched a round trip ahead (a persistent op's, at its handoff), the
+// fill too. Instruction counts are PTX instructions emu executed, not SASS
 // (bench/sass shows what ptxas makes of the hot loops). A projection, never
 // a measurement: bench labels it so; it leaves out L2 hits, DRAM page and
 // refresh effects, clock throttling and the overlap of one launch's tail
@@ -101,6 +103,11 @@ struct LaunchCost {
     double prologue_waits = 0;   // of those, before each warp's first barrier, summed over warps
     uint32_t fills = 0;        // starts from an idle DRAM, a round trip each (a chain's launch 1; 0: bytes only)
     uint64_t prefetch_bytes = 0;   // prefetched into L2 at the launch's start
+    // The prefetches were issued at least a DRAM round trip before the fill
+    // (a persistent op's, before its handoff wait): they hide fills as well
+    // as prologues. The caller caps each op's bytes at what its own start
+    // can take, so the sum hides no more than each op's start.
+    bool prefetch_ahead = false;
 };
 
 // The limits of one launch, µs, and the one that binds it.

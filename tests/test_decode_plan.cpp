@@ -36,6 +36,9 @@ void assemble_all(const Model& m, const std::string& what) {
     const size_t standalone = ks.size();
     for (const cuda::DecodePlan* p : {&plan, &ref})
       ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(*p), ptx::Target::parse(arch)).kernel);
+    ptx::Target prefetching = ptx::Target::parse(arch);   // --gpu-prefetch: GEMV ops prefetch before their wait
+    prefetching.prefetch = true;
+    ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(plan), prefetching).kernel);
     int max_regs = 0;
     std::vector<int> persistent_regs;
     for (const ptx::GeneratedKernel& g : ks) {
@@ -50,10 +53,10 @@ void assemble_all(const Model& m, const std::string& what) {
       if (size_t(&g - ks.data()) >= standalone) persistent_regs.push_back(f->registers);
       else max_regs = std::max(max_regs, f->registers);
     }
-    ASSERT_EQ(persistent_regs.size(), 2u);
+    ASSERT_EQ(persistent_regs.size(), 3u);
     std::printf("[decode-plan] %s %s: %zu kernels, at most %d registers, no spills (persistent decoder: %d registers, "
-                "%d with f32 GEMV inputs)\n",
-                what.c_str(), arch, standalone, max_regs, persistent_regs[0], persistent_regs[1]);
+                "%d with f32 GEMV inputs, %d prefetching)\n",
+                what.c_str(), arch, standalone, max_regs, persistent_regs[0], persistent_regs[1], persistent_regs[2]);
   }
 }
 
@@ -102,6 +105,29 @@ TEST(DecodePlan, ProgrammaticLaunchKernelsWaitBeforeTheirFirstAccess) {
   ptx::Target old = ptx::Target::parse("sm_80");
   old.pdl = true;
   EXPECT_THROW(cuda::decode_kernels(cuda::decode_plan(m, 1024, true, kernels::kH100SxmSms), old), ptx::Error);
+}
+
+// --gpu-prefetch in the persistent decoder: each GEMV op's prefetch comes
+// before the op's dependency wait (the first acquire poll of the op loop), one
+// per GEMV kind (the other kinds have none); without the flag no prefetch.
+TEST(DecodePlan, PersistentDecoderPrefetchesBeforeItsDependencyWait) {
+  const Model m = Model::load(std::string(PTXLM_MODELS_DIR) + "/gemma-3-270m-q4_k_m.gguf");
+  const cuda::DecodePlan plan = cuda::decode_plan(m, 1024, true, kernels::kH100SxmSms);
+  ptx::Target t = ptx::Target::parse("sm_90");
+  EXPECT_EQ(kernels::persistent_kernel(cuda::decode_op_kinds(plan), t).kernel.ptx.find("prefetch"), std::string::npos);
+  t.prefetch = true;
+  const std::string ptx = kernels::persistent_kernel(cuda::decode_op_kinds(plan), t).kernel.ptx;
+  const size_t loop = ptx.find("the op table, in order");
+  const size_t first = ptx.find("prefetch.global.L2", loop), wait = ptx.find("ld.acquire.gpu", loop);
+  ASSERT_NE(loop, std::string::npos);
+  ASSERT_NE(first, std::string::npos);
+  EXPECT_LT(first, wait);
+  size_t kinds = 0;
+  for (size_t at = ptx.find("prefetch of inline op gemv"); at < wait; at = ptx.find("prefetch of inline op gemv", at + 1)) ++kinds;
+  size_t gemvs = 0;
+  for (const kernels::OpGenerator& g : cuda::decode_op_kinds(plan)) gemvs += g(t, nullptr).name.starts_with("gemv");
+  EXPECT_EQ(kinds, gemvs);
+  EXPECT_GE(gemvs, 4u);
 }
 
 TEST(DecodePlan, LayerShapesFollowTheModel) {

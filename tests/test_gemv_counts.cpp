@@ -28,8 +28,8 @@ struct Counted {
 };
 
 // One launch of the GEMV for `s` with random weights and input.
-Counted count(const kx::GemvShape& s) {
-  const ptx::GeneratedKernel g = kx::gemv_kernel(s);
+Counted count(const kx::GemvShape& s, const ptx::Target& t = {}) {
+  const ptx::GeneratedKernel g = kx::gemv_kernel(s, t);
   std::string log;
   std::shared_ptr<const emu::Program> prog = emu::load_program(g.ptx, &log);
   EXPECT_TRUE(prog) << log;
@@ -179,6 +179,28 @@ TEST(GemvCounts, InputColumnsShareEveryWeightRead) {
                   double(c1.stats.warp_instructions) / double(c1.weight_bytes), cn.stats.shared_wavefront_ratio());
     }
   }
+}
+
+// The weight prefetch (--gpu-prefetch) asks for what gemv_prefetch_bytes
+// says, which the projection charges: a QKV-like GEMV of three segments
+// (blocks starting in one segment prefetch only its rows), a matrix whose
+// last block is partial, both inputs. Negative control: no prefetch without
+// Target::prefetch, and the count moves with the rows.
+TEST(GemvCounts, PrefetchAsksForWhatThePlanSays) {
+  ptx::Target t;
+  t.prefetch = true;
+  kx::GemvShape qkv = shape(2048, GgmlType::Q4_K, 2048, true, true);
+  qkv.accumulate = false;
+  qkv.segments.push_back({GgmlType::Q4_K, 512});
+  qkv.segments.push_back({GgmlType::Q6_K, 512});
+  for (const kx::GemvShape& s : {qkv, shape(4096, GgmlType::Q6_K, 1000, false, true), shape(576, GgmlType::Q8_0, 49, true, false)}) {
+    const uint64_t planned = kx::gemv_prefetch_bytes(s);
+    EXPECT_GT(planned, 0u);
+    EXPECT_EQ(count(s, t).stats.prefetch_bytes, planned) << kx::gemv_kernel(s).name;
+    EXPECT_EQ(count(s).stats.prefetch_bytes, 0u);
+  }
+  EXPECT_NE(kx::gemv_prefetch_bytes(shape(576, GgmlType::Q8_0, 49, true, false)),
+            kx::gemv_prefetch_bytes(shape(576, GgmlType::Q8_0, 17, true, false)));
 }
 
 }  // namespace

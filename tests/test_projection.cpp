@@ -111,8 +111,9 @@ TEST(Projection, LatencyBindsWithFewBytesInFlight) {
 // The launch's start: a round trip per fill (when the launch waits on loads
 // at all), the prologue's waits (per warp on average) at a round trip each
 // when it streams after them, less what prefetched bytes cover at the
-// achievable bandwidth; added to the DRAM term only. Negative controls: a
-// prefetch never hides the fill, the latency term does not move, and a
+// achievable bandwidth (the fill too when it was issued a round trip ahead);
+// added to the DRAM term only. Negative controls: a prefetch at the start
+// never hides the fill, the latency term does not move, and a
 // launch whose every wait comes before its first barrier pays no prologue.
 TEST(Projection, LaunchStartFillsPrologueAndPrefetch) {
     const GpuSpec g = gpu("h100-sxm");
@@ -137,6 +138,14 @@ TEST(Projection, LaunchStartFillsPrologueAndPrefetch) {
     EXPECT_NEAR(t.latency, 3 * 0.7, 1e-12);
     const std::vector<LaunchCost> one = {l};
     EXPECT_NEAR(project(one, 1, g, LaunchMode::Graph).start_us, 0.7, 1e-12);
+    // Prefetched a round trip ahead (a persistent op at its handoff): the
+    // fill hides too, once the bytes cover it; fewer bytes hide less.
+    l.prefetch_ahead = true;
+    EXPECT_NEAR(launch_terms(l, g).start, 0.0, 1e-12);
+    l.prefetch_bytes = 1'000'000;
+    EXPECT_NEAR(launch_terms(l, g).start, 2.1 - 1e6 / (0.94 * 3350e3), 1e-9);
+    l.prefetch_bytes = 10'000'000;
+    l.prefetch_ahead = false;
     l.load_waits = l.prologue_waits;   // every wait before the barrier: it streams in them
     l.prefetch_bytes = 0;
     t = launch_terms(l, g);

@@ -302,12 +302,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     const unsigned sm = unsigned(dev.cc_major * 10 + dev.cc_minor);
     if (sm < 80) throw ModelError(dev.name + " is sm_" + std::to_string(sm) + "; the GPU path needs sm_80 or newer");
     p.target = ptx::Target::parse("sm_" + std::to_string(std::min(sm, 90u)));
-    if (tuning.prefetch) {
-        if (p.schedule == Schedule::Persistent)
-            throw ModelError("--gpu-prefetch: the persistent decoder's ops are inline and do not prefetch; use it "
-                             "with --schedule graph or chain");
-        p.target.prefetch = true;
-    }
+    p.target.prefetch = tuning.prefetch;
     if (tuning.pdl) {
         if (sm < 90)
             throw ModelError("--gpu-pdl: programmatic dependent launch needs sm_90; " + dev.name + " is sm_" +
@@ -485,7 +480,9 @@ std::string CudaBackend::description() const {
                                  " blocks x " + std::to_string(p_->persistent->geometry.block.x) + " threads"
                            : " kernels per token") +
            (p_->target.pdl ? " launched programmatically" : "") +
-           (p_->target.prefetch ? ", GEMVs prefetching their first weights" : "") +
+           (!p_->target.prefetch         ? ""
+            : p_->persistent ? ", GEMVs prefetching their first weights before waiting for their inputs"
+                             : ", GEMVs prefetching their first weights") +
            ", " + (p_->quantized ? "8-bit" : "f32") + " GEMV inputs, KV f16";
 }
 

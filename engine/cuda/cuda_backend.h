@@ -27,7 +27,7 @@ namespace ptxlm::cuda {
 // What the GPU path leaves off by default until a GPU run weighs it.
 struct GpuTuning {
     bool pdl = false;        // launch every op of the chain programmatically (sm_90; griddepcontrol.wait opens each)
-    bool prefetch = false;   // each GEMV prefetches its block's first weight rows into L2 at its start
+    bool prefetch = false;   // each GEMV prefetches its block's first weight rows into L2 at its start (persistent: before its wait)
 };
 
 class CudaBackend final : public Backend {

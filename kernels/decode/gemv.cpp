@@ -365,6 +365,27 @@ LaunchGeometry gemv_geometry(const GemvShape& s) {
   return g;
 }
 
+uint64_t gemv_prefetch_bytes(const GemvShape& s) {
+  const GemvPlan plan = gemv_plan(s);
+  const uint32_t threads = gemv_geometry(s).block.x, blocks = gemv_geometry(s).grid.x;
+  const bool glu = s.glu != Glu::None;
+  const uint64_t lanes = glu ? threads / 2 : threads;
+  uint64_t lines = 0;
+  for (uint32_t b = 0; b < blocks; ++b) {
+    const uint64_t row0 = uint64_t(b) * plan.rows_per_block;
+    uint64_t base = 0;
+    for (const GemvSegment& seg : s.segments) {
+      const uint64_t local = glu ? row0 : row0 - base;
+      if (row0 >= base && local < seg.rows) {
+        const uint64_t bytes = std::min<uint64_t>(seg.rows - local, plan.rows_per_block) * row_layout(seg.type, s.n_in).row_bytes;
+        lines += std::min(lanes, (bytes + 127) / 128);
+      }
+      if (!glu) base += seg.rows;
+    }
+  }
+  return lines * 128;
+}
+
 GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in) {
   const LaunchGeometry g = gemv_geometry(s);
   if (in && s.columns > 1) throw Error("gemv: several input columns in a persistent kernel");
@@ -407,9 +428,11 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
       if (!glu) base += seg.rows;
     }
   };
-  if (in && t.prefetch) throw Error("gemv: a persistent kernel's inline ops do not prefetch (Target::prefetch)");
+  // Inline, the persistent kernel emits the prefetch ahead of the op's
+  // dependency wait (InlineTarget::prefetch_only), not at its start.
+  const bool prefetch = t.prefetch && (!in || in->prefetch_only);
   Emit emit(in, kernel_name(s).c_str(), t, params, g,
-            t.prefetch ? std::function<void(Kernel&)>(prefetch_weights) : std::function<void(Kernel&)>());
+            prefetch ? std::function<void(Kernel&)>(prefetch_weights) : std::function<void(Kernel&)>());
   Kernel& k = emit.k();
   // ptxas left alone caps a 512-thread kernel near 40 registers and spills
   // the 8-bit input's unrolled loads (Q6_K's two steps hold 52 words); one

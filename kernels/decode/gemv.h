@@ -107,6 +107,13 @@ ptx::LaunchGeometry gemv_geometry(const GemvShape& s);
 // w0 and w1. x must not alias any y.
 ptx::GeneratedKernel gemv_kernel(const GemvShape& s, ptx::Target t = {}, const InlineTarget* in = nullptr);
 
+// The bytes the weight prefetch of `s` (Target::prefetch) asks L2 for, all
+// blocks together: each block's threads take a 128-byte line each of its
+// first rows (of each segment it starts in; a GLU's gate and up rows half
+// the threads each), as many lines as those rows cover. What emu counts as
+// the launch's prefetch_bytes.
+uint64_t gemv_prefetch_bytes(const GemvShape& s);
+
 // |y - ref| bound for one row: ref computed in double from the dequantized
 // row and the f32 normalised input, with `abs_dot` = Σ|w·x| over the row.
 double gemv_tolerance(double abs_dot, uint32_t n_in);

@@ -113,8 +113,46 @@ PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, Target
       k.for_range(w, tid, arg_bytes / 8, threads, [&] {
         k.st_shared(at(k.mad_lo(w, 8u, k.shared_addr(op_args))), k.ld_global(Type::u64, at(k.add(args, k.mul_wide(w, 8u)))));
       });
+      // With prefetches, the arguments are read before the opening barrier.
+      if (t.prefetch) k.bar_sync(kLoopBarrier);
       Reg v = k.reg(Type::u32);
       k.for_range(v, bid, vblocks, nblocks, [&] {
+        Reg cx = k.reg(Type::u32), cy = k.reg(Type::u32);
+        k.rem(cx, v, grid_x);
+        k.div(cy, v, grid_x);
+        // Where an op's code goes: this kernel, virtual block (cx, cy), the
+        // arguments' shared copy (the end label is the caller's).
+        auto inline_target = [&] {
+          InlineTarget in;
+          in.host = &k;
+          in.op.record = args.name;
+          in.op.ctaid_x = cx.name;
+          in.op.ctaid_y = cy.name;
+          in.op.host_threads = threads;
+          in.op.window = win.name;
+          in.op.args_shared = op_args.name;
+          return in;
+        };
+        // The op's first weights into L2 while thread 0 waits for its inputs:
+        // DRAM streams through the handoff instead of idling until the op's
+        // first loads (and its input staging) are under way.
+        if (t.prefetch) {
+          k.comment("prefetch the virtual block's first weights, before its wait");
+          Label joined = k.label("prefetched");
+          for (uint32_t j = 0; j < kinds.size(); ++j) {
+            Label next = k.label("next_prefetch");
+            k.bra_ifnot(k.setp(Cmp::eq, kind, j), next);
+            const uint32_t op_threads = alone[j].geometry.block.x;
+            if (op_threads < threads) k.bra_if(k.setp(Cmp::hs, tid, op_threads), joined);
+            InlineTarget in = inline_target();
+            in.op.end = joined.name;
+            in.prefetch_only = true;
+            kinds[j](t, &in);
+            k.bra(joined);
+            k.place(next);
+          }
+          k.place(joined);
+        }
         k.comment("wait for the ops this one reads (their completion this token)");
         k.if_(is_t0, [&] {
           Reg j = k.reg(Type::u32);
@@ -133,24 +171,14 @@ PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, Target
           });
         });
         k.bar_sync(kLoopBarrier);   // the whole block starts after thread 0's acquire
-        Reg cx = k.reg(Type::u32), cy = k.reg(Type::u32);
-        k.rem(cx, v, grid_x);
-        k.div(cy, v, grid_x);
         Label end_op = k.label("end_op");
         for (uint32_t j = 0; j < kinds.size(); ++j) {
           Label next = k.label("next_kind");
           k.bra_ifnot(k.setp(Cmp::eq, kind, j), next);
           const uint32_t op_threads = alone[j].geometry.block.x;
           if (op_threads < threads) k.bra_if(k.setp(Cmp::hs, tid, op_threads), end_op);
-          InlineTarget in;
-          in.host = &k;
-          in.op.record = args.name;
-          in.op.ctaid_x = cx.name;
-          in.op.ctaid_y = cy.name;
-          in.op.host_threads = threads;
+          InlineTarget in = inline_target();
           in.op.end = end_op.name;
-          in.op.window = win.name;
-          in.op.args_shared = op_args.name;
           GeneratedKernel g = kinds[j](t, &in);
           shared = std::max(shared, g.geometry.shared_bytes);
           out.kinds.push_back(std::move(g));

@@ -10,6 +10,10 @@
 //
 //   for op i in the table:
 //     for v = blockIdx; v < op.vblocks; v += gridDim       (virtual blocks)
+//       under Target::prefetch: the op's first weights of v into L2 (a
+//         GEMV's prefetch, InlineTarget::prefetch_only; other ops have
+//         none), so DRAM streams while the block waits (the op's arguments
+//         are then copied before a barrier of their own)
 //       thread 0 waits, for each dependency d (ld.acquire.gpu; protects the
 //         op's inputs): done[d] >= (t+1) * vblocks[d] (the whole op), or
 //         flag[b] >= t+1 for the producer blocks b its range names

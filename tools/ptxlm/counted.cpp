@@ -77,11 +77,13 @@ Counted count_one_token(const Model& m, Schedule schedule, GpuArithmetic arith, 
 
 // Registers and spill bytes per kernel from ptxas for sm_90; empty when no
 // ptxas is found (the rows then say null).
-std::map<std::string, ptx::PtxasFunctionReport> ptxas_reports(const Model& m, uint32_t ctx, bool q, uint32_t sms) {
+std::map<std::string, ptx::PtxasFunctionReport> ptxas_reports(const Model& m, uint32_t ctx, bool q, uint32_t sms,
+                                                             bool prefetch) {
     std::map<std::string, ptx::PtxasFunctionReport> out;
     const std::string ptxas = ptx::find_ptxas();
     if (ptxas.empty()) return out;
-    const ptx::Target t = ptx::Target::parse("sm_90");
+    ptx::Target t = ptx::Target::parse("sm_90");
+    t.prefetch = prefetch;
     for (const ptx::GeneratedKernel& g : cuda::decode_kernels(cuda::decode_plan(m, ctx, q, sms), t)) {
         const ptx::PtxasResult r = ptx::run_ptxas(ptxas, g.ptx, "sm_90");
         if (!r.ok()) throw std::runtime_error("bench: ptxas rejected " + g.name + ":\n" + r.log);
@@ -96,13 +98,16 @@ std::map<std::string, ptx::PtxasFunctionReport> ptxas_reports(const Model& m, ui
 struct ChainParts {
     std::set<std::string> layer;
     std::string head;
+    std::map<std::string, uint64_t> prefetch_bytes;   // per GEMV kernel: what its weight prefetch asks for
 };
 
 ChainParts chain_parts(const Model& m, uint32_t ctx, bool q, uint32_t sms) {
     ChainParts c;
     const cuda::DecodePlan p = cuda::decode_plan(m, ctx, q, sms);
     auto add = [&](const kernels::GemvShape& s) {
-        return kernels::gemv_kernel(s).name;
+        std::string name = kernels::gemv_kernel(s).name;
+        c.prefetch_bytes[name] = kernels::gemv_prefetch_bytes(s);
+        return name;
     };
     for (const cuda::LayerPlan& l : p.layers) {
         for (const kernels::GemvShape* s : {&l.qkv, &l.wo, &l.gate_up, &l.down}) c.layer.insert(add(*s));
@@ -216,7 +221,8 @@ nlohmann::json projected_json(const Projection& p, const GpuSpec& gpu, Schedule 
 // The persistent schedule: one kernel runs every op, so emu's counters are
 // one row; what it adds is the waiting: grid-wide syncs, counter waits and
 // the instructions spent spinning.
-nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpec& gpu, uint32_t depth, bool q) {
+nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpec& gpu, uint32_t depth, bool q,
+                                  bool prefetch) {
     const uint32_t ctx = depth + kCountedContext;
     const nlohmann::json& k = c.kernels.at("persistent_decoder");
     const uint64_t requested = 32 * (k.at("global_load_sectors").get<uint64_t>() + k.at("global_store_sectors").get<uint64_t>()) +
@@ -229,7 +235,8 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
     uint64_t layer_a2a = 0;
     for (const cuda::CudaBackend::Launch& l : c.launches)
         if (parts.layer.count(l.kernel)) layer_a2a += l.all_to_all_waits;
-    const ptx::Target t = ptx::Target::parse("sm_90");
+    ptx::Target t = ptx::Target::parse("sm_90");
+    t.prefetch = prefetch;
     const ptx::GeneratedKernel g =
         kernels::persistent_kernel(cuda::decode_op_kinds(cuda::decode_plan(m, ctx, q, gpu.sms)), t).kernel;
     nlohmann::json row = {{"kernel", g.name}, {"part", "token"}, {"launches", k.at("launches")}, {"blocks", nullptr},
@@ -273,6 +280,23 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
     const double ops = double(c.launches.size());
     costs[0].fills = uint32_t(ops);
     costs[0].prologue_waits = ops * double(grid) * double((g.geometry.block.x + 31) / 32);
+    // With --gpu-prefetch each GEMV op's blocks prefetch its first weights
+    // before they wait at its handoff (a kGridSyncUs, more than a round
+    // trip, ahead of its first loads): they hide the op's fill and prologue
+    // where the bytes cover them, each op's bytes capped at what its own
+    // start takes. The other way is projected from the same counts.
+    const double bytes_per_us = gpu.bandwidth_gbs * 1e3 * gpu.achievable;
+    const double op_start_bytes = 2 * gpu.dram_latency_us * bytes_per_us;   // a fill and a one-wait prologue
+    uint64_t planned = 0, hiding = 0;
+    for (const cuda::CudaBackend::Launch& l : c.launches)
+        if (auto pf = parts.prefetch_bytes.find(l.kernel); pf != parts.prefetch_bytes.end()) {
+            planned += pf->second;
+            hiding += std::min<uint64_t>(pf->second, uint64_t(op_start_bytes));
+        }
+    costs[0].prefetch_ahead = true;
+    costs[0].prefetch_bytes = prefetch ? hiding : 0;
+    std::vector<LaunchCost> other = costs;
+    other[0].prefetch_bytes = prefetch ? 0 : hiding;
     const LaunchTerms terms = launch_terms(costs[0], gpu);
     row["bound_by"] = terms.bound_by();
     row["terms_us"] = terms_json(terms);
@@ -313,11 +337,22 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
             {"kernels", nlohmann::json::array({row})},
             {"handoffs", handoffs},
             {"projected", projected_json(p, gpu, c.schedule,
-                                         "projected from emu's counts, not measured; assumes 1 us per op-to-op "
-                                         "handoff, ops not overlapping")},
-            // One launch: no programmatic launches; its inline ops do not prefetch.
-            {"projected_pdl", nullptr},
-            {"projected_prefetch", nullptr}};
+                                         std::string("projected from emu's counts") +
+                                             (prefetch ? " with each GEMV op prefetching its first weights before its "
+                                                         "handoff wait (--gpu-prefetch)"
+                                                       : "") +
+                                             ", not measured; assumes 1 us per op-to-op handoff, ops not overlapping")},
+            // emu's count of the prefetches and what the GEMVs' plans ask for
+            // (equal when the ops prefetch as planned; 0 counted without).
+            {"prefetch_bytes", k.at("prefetch_bytes")},
+            {"prefetch_bytes_planned", planned},
+            {"projected_prefetch",
+             projected_json(project(other, 1, gpu, LaunchMode::Persistent, handoffs), gpu, c.schedule,
+                            prefetch ? "projected from emu's counts without the weight prefetch, not measured"
+                                     : "projected from emu's counts with each GEMV op prefetching its first weights "
+                                       "before its handoff wait (--gpu-prefetch), not measured")},
+            // One launch: no programmatic launches.
+            {"projected_pdl", nullptr}};
 }
 
 }  // namespace
@@ -326,10 +361,10 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
                              bool prefetch) {
     const bool q = cuda::quantized_gemvs(path);
     const Counted c = count_one_token(m, schedule, path, depth, gpu, prefetch);
-    if (c.schedule == Schedule::Persistent) return counted_persistent(m, c, gpu, depth, q);
+    if (c.schedule == Schedule::Persistent) return counted_persistent(m, c, gpu, depth, q, prefetch);
     const uint32_t ctx = depth + kCountedContext;
     const nlohmann::json& ks = c.kernels;
-    const std::map<std::string, ptx::PtxasFunctionReport> regs = ptxas_reports(m, ctx, q, gpu.sms);
+    const std::map<std::string, ptx::PtxasFunctionReport> regs = ptxas_reports(m, ctx, q, gpu.sms, prefetch);
     const ChainParts parts = chain_parts(m, ctx, q, gpu.sms);
 
     // Requested: what reaches L2, the 32-byte sectors each warp-level access
@@ -347,10 +382,16 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
                                : blocks_per_sm(gpu, l.threads, r->second.registers, uint32_t(r->second.smem_bytes) + l.shared_bytes);
     };
     std::map<std::string, std::pair<double, LaunchTerms>> kernel_us;   // per kernel: µs summed over its launches, last terms
-    // The other way: without the prefetches emu counted, or with a GEMV's
-    // (a 128-byte line per thread, at most the launch's bytes).
+    // The other way: without the prefetches emu counted, or with what each
+    // GEMV's would ask for (kernels::gemv_prefetch_bytes).
     std::vector<LaunchCost> other;
     std::map<std::string, double> kernel_us_other;
+    // Each kernel as an op of the persistent decoder under --gpu-prefetch
+    // costs it: a GEMV's prefetch issued before its handoff wait, a round
+    // trip or more ahead of its first loads (engine/projection.h), so it
+    // hides the fill too (bench/efficiency scales the persistent schedule
+    // from these rows).
+    std::map<std::string, double> kernel_us_ahead;
     for (const cuda::CudaBackend::Launch& l : c.launches) {
         const LaunchCost w = launch_work(ks.at(l.kernel), l.blocks, l.threads, fit_of(l));
         const LaunchTerms t = launch_terms(w, gpu);
@@ -359,9 +400,13 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
         ku.second = t;
         costs.push_back(w);
         other.push_back(w);
-        other.back().prefetch_bytes =
-            prefetch || l.kernel.rfind("gemv", 0) != 0 ? 0 : std::min<uint64_t>(w.bytes, l.blocks * l.threads * 128);
+        const auto pf = parts.prefetch_bytes.find(l.kernel);
+        other.back().prefetch_bytes = prefetch || pf == parts.prefetch_bytes.end() ? 0 : pf->second;
         kernel_us_other[l.kernel] += launch_terms(other.back(), gpu).bound_us();
+        LaunchCost ahead = w;
+        ahead.prefetch_bytes = pf == parts.prefetch_bytes.end() ? 0 : pf->second;
+        ahead.prefetch_ahead = true;
+        kernel_us_ahead[l.kernel] += launch_terms(ahead, gpu).bound_us();
         below += l.blocks < uint64_t(gpu.sms);
     }
     for (const cuda::CudaBackend::Launch& l : c.launches) {
@@ -405,6 +450,7 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
         const auto& [us, terms] = kernel_us.at(l.kernel);
         row["projected_us"] = us;   // all its launches of the token
         row[prefetch ? "projected_us_without_prefetch" : "projected_us_prefetch"] = kernel_us_other.at(l.kernel);
+        row["projected_us_prefetch_ahead"] = kernel_us_ahead.at(l.kernel);
         row["bound_by"] = terms.bound_by();
         row["terms_us"] = terms_json(terms);   // one launch
         auto r = regs.find(l.kernel);

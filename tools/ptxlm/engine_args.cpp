@@ -37,9 +37,10 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
                  "launch, so it starts while the one before finishes (each waits with griddepcontrol.wait before it "
                  "reads anything); off by default until a GPU run weighs it");
     app.add_flag("--gpu-prefetch", a.gpu_prefetch,
-                 "GPU, chain and graph schedules: each GEMV kernel first prefetches the weight rows its block reads "
-                 "first into L2 (before griddepcontrol.wait with --gpu-pdl), so DRAM streams while the block stages "
-                 "its input; off by default until a GPU run weighs it");
+                 "GPU: each GEMV first prefetches the weight rows its block reads first into L2, so DRAM streams "
+                 "while the block stages its input (chain and graph: at the kernel's start, before "
+                 "griddepcontrol.wait with --gpu-pdl; persistent: before the op waits for its inputs); off by default "
+                 "until a GPU run weighs it");
     app.add_option("--cpu-isa", a.cpu_isa,
                    "CPU quantized path: the SIMD kernels, scalar, avx2, avx512 or avx512vnni (default: the best this "
                    "CPU runs; the environment variable PTXLM_CPU_ISA caps it)")
