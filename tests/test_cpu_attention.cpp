@@ -7,10 +7,13 @@
 //   - a batch of tokens gives each token the bits it gets alone (the chunks
 //     are fixed by position), on 1 and 3 threads;
 //   - a wrong score scale or a shifted window is caught (the test can fail);
+//   - K/V in shuffled pages (the KV pool's page tables) give the contiguous
+//     cache's bits; a page table with two pages swapped does not;
 //   - exp, SiLU·u and GELU·u stay within a few ulp of the libm formulas,
 //     including array tails and extreme inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -216,6 +219,51 @@ TEST(CpuAttention, AWrongScaleOrWindowIsCaught) {
     Problem wider = pr;
     wider.s.window = 101;
     EXPECT_GT(max_rel_err(out, wider.reference(0.2f)), 1e-4f);
+}
+
+// The same problem with its K/V rows scattered over pages of 2^shift
+// positions in a larger cache (in shuffled order, the slots between them
+// holding noise): every token's output is the contiguous cache's bit for bit,
+// on every Isa, f16 and f32, with windows, batches and page sizes of 1 to
+// 128 positions. Negative control: swapping two page table entries moves
+// the output.
+TEST(CpuAttention, PagedCacheGivesTheContiguousBits) {
+    for (Isa isa : cpu::runnable_isas())
+        for (const Shape& s : kShapes)
+            for (uint32_t shift : {0u, 4u, 7u}) {
+                SCOPED_TRACE(name(s, isa) + " pages of " + std::to_string(1u << shift));
+                const Problem pr(s, 290, 6, 5);
+                const uint32_t page = 1u << shift, used = (pr.n_pos + page - 1) / page, total = 2 * used + 3;
+                std::vector<uint32_t> slots(total);
+                for (uint32_t i = 0; i < total; ++i) slots[i] = i;
+                std::shuffle(slots.begin(), slots.end(), std::mt19937(shift + 1));
+                std::vector<uint32_t> table(slots.begin(), slots.begin() + used);
+                const uint64_t row_bytes = pr.k_bytes.size() / pr.n_pos;
+                std::mt19937 rng(9);
+                auto scatter = [&](const std::vector<uint8_t>& src) {
+                    std::vector<uint8_t> dst(uint64_t(total) * page * row_bytes);
+                    for (uint8_t& b : dst) b = uint8_t(rng() & 0x3b);   // finite f16 and f32 noise
+                    for (uint32_t j = 0; j < pr.n_pos; ++j)
+                        std::memcpy(dst.data() + cpu::kv_row(table.data(), shift, j) * row_bytes, src.data() + j * row_bytes,
+                                    row_bytes);
+                    return dst;
+                };
+                const std::vector<uint8_t> k_pages = scatter(pr.k_bytes), v_pages = scatter(pr.v_bytes);
+                cpu::ThreadPool pool(2);
+                cpu::Attention attn;
+                std::vector<float> flat(pr.q.size()), paged(pr.q.size());
+                attn.run(pool, pr.args(flat.data(), 0.1f), isa);
+                cpu::AttentionArgs a = pr.args(paged.data(), 0.1f);
+                a.k_cache = k_pages.data();
+                a.v_cache = v_pages.data();
+                a.pages = table.data();
+                a.page_shift = shift;
+                attn.run(pool, a, isa);
+                EXPECT_EQ(0, std::memcmp(flat.data(), paged.data(), flat.size() * 4));
+                std::swap(table[used - 1], table[used - 2]);
+                attn.run(pool, a, isa);
+                EXPECT_NE(0, std::memcmp(flat.data(), paged.data(), flat.size() * 4));
+            }
 }
 
 double ulps(float got, double want) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "engine/cpu/elementwise.h"
 #include "engine/cpu/x86_intrinsics.h"
@@ -149,6 +151,8 @@ void Attention::run(ThreadPool& pool, const AttentionArgs& a, Isa isa) {
         }
         return;
     }
+    if (a.pages && a.page_shift > 16)
+        throw std::invalid_argument("attention: pages of 2^" + std::to_string(a.page_shift) + " positions (at most 65536)");
     const RowOps ops = row_ops(isa);
     const ElementwiseOps ew = elementwise_ops(isa);
     const uint32_t hd = a.head_dim, group = a.n_head / a.n_head_kv;
@@ -175,8 +179,8 @@ void Attention::run(ThreadPool& pool, const AttentionArgs& a, Isa isa) {
     pool.parallel_for(tasks_.size(), 1, [&](uint64_t tb, uint64_t te, int thread) {
         float* sc = scratch_.data() + stride * thread;
         float* buf = sc + uint64_t(group) * kAttnChunk;
-        const auto row = [&](const uint8_t* cache, uint64_t j, uint32_t g) -> const float* {
-            const uint64_t i = j * a.kv_dim + uint64_t(g) * hd;
+        const auto row = [&](const uint8_t* cache, uint32_t j, uint32_t g) -> const float* {
+            const uint64_t i = kv_row(a.pages, a.page_shift, j) * a.kv_dim + uint64_t(g) * hd;
             if (a.kv == KvType::F32) return reinterpret_cast<const float*>(cache) + i;
             ops.to_f32(reinterpret_cast<const uint16_t*>(cache) + i, buf, hd);
             return buf;
@@ -196,6 +200,8 @@ void Attention::run(ThreadPool& pool, const AttentionArgs& a, Isa isa) {
                 c.f16 = a.kv == KvType::F16;
                 c.kv_dim = a.kv_dim;
                 c.offset = uint64_t(task.g) * hd;
+                c.pages = a.pages;
+                c.page_shift = a.page_shift;
                 c.j0 = j0;
                 c.j1 = j1;
                 c.head_dim = hd;

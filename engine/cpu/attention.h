@@ -41,7 +41,19 @@ struct AttentionArgs {
     uint32_t pos = 0;      // token t of the batch sits at position pos + t
     uint32_t n = 0;        // tokens in the batch
     uint32_t window = 0;   // > 0: a token sees the last `window` positions, itself included
+    // Paged K/V (the KV pool's page tables, engine/kv_pool.h): position j is
+    // cache row kv_row(pages, page_shift, j), pages of 2^page_shift rows;
+    // null: row j. Only the rows' addresses change: a token's result is the
+    // same bit for bit however its positions are paged.
+    const uint32_t* pages = nullptr;
+    uint32_t page_shift = 0;
 };
+
+// The cache row holding position j.
+inline uint64_t kv_row(const uint32_t* pages, uint32_t page_shift, uint32_t j) {
+    if (!pages) return j;
+    return (uint64_t(pages[j >> page_shift]) << page_shift) | (j & ((1u << page_shift) - 1));
+}
 
 // One task's chunk for the SIMD inner loops (attention_avx2.cpp,
 // attention_avx512.cpp): the group's heads against positions [j0, j1).
@@ -51,7 +63,9 @@ struct AttnChunk {
     const uint8_t* k_cache = nullptr;
     const uint8_t* v_cache = nullptr;
     bool f16 = true;
-    uint64_t kv_dim = 0, offset = 0;   // row j's slice at j·kv_dim + offset
+    uint64_t kv_dim = 0, offset = 0;   // position j's slice at kv_row(pages, page_shift, j)·kv_dim + offset
+    const uint32_t* pages = nullptr;
+    uint32_t page_shift = 0;
     uint32_t j0 = 0, j1 = 0, head_dim = 0, group = 0;
     float scale = 1.0f;
     float* scores = nullptr;

@@ -37,7 +37,8 @@ inline void attn_scores(const AttnChunk& a) {
             // the accumulators stay in registers; only m scores are stored.
             uint64_t base[W];
             for (int jj = 0; jj < W; ++jj)
-                base[jj] = uint64_t(a.j0 + jb + (uint32_t(jj) < m ? uint32_t(jj) : m - 1)) * a.kv_dim + a.offset;
+                base[jj] = kv_row(a.pages, a.page_shift, a.j0 + jb + (uint32_t(jj) < m ? uint32_t(jj) : m - 1)) * a.kv_dim +
+                           a.offset;
             V acc[W];
             for (int jj = 0; jj < W; ++jj) acc[jj] = T::zero();
             for (uint32_t i = 0; i < hd; i += W) {
@@ -60,7 +61,7 @@ inline void attn_accumulate_heads(const AttnChunk& a, uint32_t h0) {
         for (int h = 0; h < NH; ++h)
             for (int v = 0; v < 4; ++v) acc[h][v] = T::zero();
         for (uint32_t j = 0; j < count; ++j) {
-            const uint64_t base = uint64_t(a.j0 + j) * a.kv_dim + a.offset + i0;
+            const uint64_t base = kv_row(a.pages, a.page_shift, a.j0 + j) * a.kv_dim + a.offset + i0;
             V row[4];
             for (int v = 0; v < 4; ++v) row[v] = load_row<T>(a, a.v_cache, base + v * W);
             for (int h = 0; h < NH; ++h) {
