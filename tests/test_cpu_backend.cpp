@@ -2,7 +2,8 @@
 // thread counts and prompt reuse give bit-identical logits (on the quantized
 // and the reference path); the quantized path stays close to the reference
 // on every SIMD variant the CPU runs; the f16 cache
-// stays close to the f32 one; the model loader and the memory check refuse
+// stays close to the f32 one; steps of several sequences over a KV pool's
+// pages give each sequence its solo bits; the model loader and the memory check refuse
 // what they must, with messages that name the problem.
 #include <gtest/gtest.h>
 
@@ -11,12 +12,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/backend.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/kv_pool.h"
 #include "gguf/writer.h"
 #include "models/synth/synth.h"
 
@@ -187,6 +190,94 @@ TEST_P(CpuBackendTest, RewritingPositionsReplacesTheCache) {
     reused.eval_batch({second.data() + 20, second.size() - 20}, 20, a.data(), static_cast<uint32_t>(second.size() - 20));
     const std::vector<float> b = logits_of(fresh, second, 30);
     EXPECT_EQ(std::memcmp(a.data(), b.data() + 20 * nv, a.size() * sizeof(float)), 0);
+}
+
+// Several sequences in steps over a KV pool (issue 21): prompt chunks and
+// decode tokens of sequences at different depths in one step, a fork whose
+// shared, partly filled page is copied on write, and a new sequence reusing
+// a cached prefix's pages: every logits row is bit for bit the one the
+// sequence gets alone (a fresh backend, token by token), on both paths.
+// Negative control: a page table pointing one page at another sequence's
+// page changes the logits. Bad tables are refused by name.
+TEST_P(CpuBackendTest, StepsOfSeveralSequencesOverPagesGiveEachItsSoloBits) {
+    std::vector<uint8_t> bytes;
+    Model m = Model::from_file(synth_file(GetParam(), &bytes));
+    const size_t nv = m.n_vocab;
+    const auto shifted = [](std::vector<TokenId> v, TokenId by) {
+        for (TokenId& t : v) t = (t + by) % 700;
+        return v;
+    };
+    const std::vector<TokenId> a = sequence(30), b = shifted(sequence(21), 5);
+    std::vector<TokenId> c(a.begin(), a.begin() + 10), d(a.begin(), a.begin() + 8);
+    for (TokenId t : shifted(sequence(10), 17)) c.push_back(t);   // a fork after 10 tokens, then its own
+    for (TokenId t : shifted(sequence(5), 29)) d.push_back(t);    // a new request sharing 8 tokens (2 pages)
+    for (cpu::CpuPath path : {cpu::CpuPath::Quantized, cpu::CpuPath::Reference}) {
+        SCOPED_TRACE(path == cpu::CpuPath::Quantized ? "quantized" : "reference");
+        cpu::CpuBackend solo(m, 64, KvType::F16, 1);
+        solo.set_path(path);
+        std::map<const std::vector<TokenId>*, std::vector<float>> want;
+        for (const std::vector<TokenId>* v : {&a, &b, static_cast<const std::vector<TokenId>*>(&c), static_cast<const std::vector<TokenId>*>(&d)})
+            want[v] = logits_of(solo, *v, 1);
+
+        const uint32_t page = 4;
+        KvPool pool(24, page);
+        cpu::CpuBackend eng(m, 64, KvType::F16, std::make_shared<cpu::ThreadPool>(2), cpu::KvPages{24, page});
+        eng.set_path(path);
+        ASSERT_EQ(eng.kv_pages().n_pages, 24u);
+        struct Seq { const std::vector<TokenId>* tokens; KvPool::Seq id; std::vector<float> logits; };
+        std::vector<Seq> seqs;
+        std::vector<KvPool::Copy> copies;
+        size_t copied = 0;
+        // One step: for each (sequence, count), its next `count` tokens, all their logits.
+        auto step = [&](std::vector<std::pair<size_t, uint32_t>> parts) {
+            std::vector<cpu::SeqStep> batch;
+            for (auto [i, n] : parts) {
+                Seq& s = seqs[i];
+                const uint32_t pos = pool.length(s.id);
+                copies.clear();
+                ASSERT_TRUE(pool.append(s.id, {s.tokens->data() + pos, n}, copies));
+                for (const KvPool::Copy& cp : copies) eng.copy_page(cp.from, cp.to, cp.positions);
+                copied += copies.size();
+                s.logits.resize(s.tokens->size() * nv);
+                batch.push_back({pool.pages(s.id), pos, {s.tokens->data() + pos, n}, &s.logits[pos * nv], n});
+            }
+            eng.step(batch);
+        };
+        seqs.push_back({&a, pool.create(), {}});
+        seqs.push_back({&b, pool.create(), {}});
+        step({{0, 10}, {1, 7}});
+        seqs.push_back({&c, pool.fork(seqs[0].id), {}});
+        seqs[2].logits = seqs[0].logits;   // the shared prefix's logits are A's
+        step({{0, 3}, {2, 5}, {1, 1}});   // A copies the shared partial page; C then writes it alone
+        EXPECT_EQ(copied, 1u);
+        EXPECT_EQ(pool.stats().evictions, 0u);
+        seqs.push_back({&d, pool.create(), {}});
+        ASSERT_EQ(pool.attach_prefix(seqs[3].id, {d.data(), 8}), 8u);
+        seqs[3].logits.assign(d.size() * nv, 0.0f);
+        std::copy(want[&d].begin(), want[&d].begin() + 8 * nv, seqs[3].logits.begin());   // not evaluated: reused
+        step({{0, 17}, {1, 12}, {2, 5}, {3, 5}});
+        step({{1, 1}});
+        for (const Seq& s : seqs) {
+            ASSERT_EQ(pool.length(s.id), s.tokens->size());
+            EXPECT_EQ(std::memcmp(s.logits.data(), want[s.tokens].data(), s.logits.size() * 4), 0)
+                << "sequence of " << s.tokens->size() << " tokens";
+        }
+        // B's last token again with its first page swapped for A's: other logits.
+        std::vector<uint32_t> wrong(pool.pages(seqs[1].id).begin(), pool.pages(seqs[1].id).end());
+        wrong[0] = pool.pages(seqs[0].id)[0];
+        std::vector<float> bad(nv);
+        const cpu::SeqStep tampered{wrong, uint32_t(b.size() - 1), {b.data() + b.size() - 1, 1}, bad.data(), 1};
+        eng.step({&tampered, 1});
+        EXPECT_NE(std::memcmp(bad.data(), want[&b].data() + (b.size() - 1) * nv, nv * 4), 0);
+        // Refused: a table that stops short of the positions, a page past the storage.
+        const cpu::SeqStep short_table{std::span<const uint32_t>(wrong).first(2), 20, {b.data(), 1}, nullptr, 0};
+        EXPECT_THROW(eng.step({&short_table, 1}), std::invalid_argument);
+        wrong[0] = 24;
+        EXPECT_THROW(eng.step({&tampered, 1}), std::invalid_argument);
+        EXPECT_THROW(eng.copy_page(0, 24, 1), std::invalid_argument);
+    }
+    EXPECT_THROW(cpu::CpuBackend(m, 64, KvType::F16, std::make_shared<cpu::ThreadPool>(1), cpu::KvPages{8, 12}),
+                 std::invalid_argument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, CpuBackendTest,

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <new>
+#include <stdexcept>
+#include <string>
 
 #include "engine/cpu/elementwise.h"
 #include "engine/cpu/matvec.h"
@@ -54,14 +56,22 @@ float gelu_tanh(float x) {
 struct CpuBackend::Layer {
     std::vector<float> attn_norm, ffn_norm, q_norm, k_norm, attn_post_norm, ffn_post_norm, bq, bk, bv;
     std::vector<double> inv_freq;   // per rotated pair: base^(−2i/d) / rope_freqs[i]
-    LazyBuffer k_cache, v_cache;    // [n_ctx][kv_dim] of f16 or f32
+    LazyBuffer k_cache, v_cache;    // [n_pages · page_size][kv_dim] of f16 or f32
 };
 
 CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, int threads)
     : CpuBackend(m, n_ctx, kv, std::make_shared<ThreadPool>(threads > 0 ? threads : ThreadPool::default_threads())) {}
 
-CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_ptr<ThreadPool> pool)
-    : m_(m), n_ctx_(n_ctx), kv_(kv), pool_(std::move(pool)) {
+CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_ptr<ThreadPool> pool, KvPages pages)
+    : m_(m), n_ctx_(n_ctx), kv_(kv), pages_(pages), pool_(std::move(pool)) {
+    if (pages_.page_size == 0 || pages_.page_size > 65536 || (pages_.page_size & (pages_.page_size - 1)))
+        throw std::invalid_argument("KV pages of " + std::to_string(pages_.page_size) +
+                                    " positions: a power of two up to 65536");
+    while ((1u << page_shift_) < pages_.page_size) ++page_shift_;
+    if (pages_.n_pages == 0) pages_.n_pages = (n_ctx + pages_.page_size - 1) / pages_.page_size;
+    own_pages_.resize(pages_.n_pages);
+    for (uint32_t i = 0; i < pages_.n_pages; ++i) own_pages_[i] = i;
+    const uint64_t kv_rows = uint64_t(pages_.n_pages) * pages_.page_size;
     arith_.path = CpuPath::Quantized;
     arith_.isa = best_isa();
     const uint64_t E = m.hp.n_embd, hd = m.head_dim;
@@ -81,8 +91,8 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_pt
         l.bv = to_floats(d.bv);
         l.inv_freq = rope_rates(m, d.rope_base);
         const uint64_t el = kv == KvType::F16 ? 2 : 4;
-        l.k_cache = LazyBuffer(n_ctx * m.kv_dim(il) * el);
-        l.v_cache = LazyBuffer(n_ctx * m.kv_dim(il) * el);
+        l.k_cache = LazyBuffer(kv_rows * m.kv_dim(il) * el);
+        l.v_cache = LazyBuffer(kv_rows * m.kv_dim(il) * el);
         max_q = std::max<uint64_t>(max_q, uint64_t(d.n_head) * hd);
         max_kv = std::max<uint64_t>(max_kv, m.kv_dim(il));
         max_ff = std::max<uint64_t>(max_ff, d.n_ff);
@@ -197,7 +207,9 @@ inline const float* cache_row(const uint8_t* cache, KvType kv, uint64_t i, uint3
 
 }  // namespace
 
-void CpuBackend::attention(uint32_t il, uint32_t pos, uint32_t n) {
+void CpuBackend::attention(uint32_t il, uint32_t row0, const SeqStep& s) {
+    const uint32_t pos = s.pos, n = static_cast<uint32_t>(s.tokens.size());
+    const uint32_t* pages = s.pages.data();
     const LayerDesc& d = m_.layers[il];
     const Layer& l = layers_[il];
     const uint32_t hd = m_.head_dim, group = d.n_head / d.n_head_kv;
@@ -205,9 +217,9 @@ void CpuBackend::attention(uint32_t il, uint32_t pos, uint32_t n) {
     const uint32_t window = m_.hp.sliding_window;
     if (arith_.path == CpuPath::Quantized) {
         AttentionArgs a;
-        a.q = q_.data();
+        a.q = q_.data() + row0 * q_w_;
         a.ldq = q_w_;
-        a.out = att_.data();
+        a.out = att_.data() + row0 * q_w_;
         a.ldo = q_w_;
         a.k_cache = l.k_cache.data();
         a.v_cache = l.v_cache.data();
@@ -220,6 +232,8 @@ void CpuBackend::attention(uint32_t il, uint32_t pos, uint32_t n) {
         a.pos = pos;
         a.n = n;
         a.window = d.sliding ? window : 0;
+        a.pages = pages;
+        a.page_shift = page_shift_;
         return fast_attention_.run(*pool_, a, arith_.isa);
     }
     // The reference: one task per (token, head); token t of the batch sits at position pos + t
@@ -231,12 +245,12 @@ void CpuBackend::attention(uint32_t il, uint32_t pos, uint32_t n) {
             const uint32_t p = pos + t;
             // A sliding layer sees the last `window` positions, itself included.
             const uint32_t p0 = d.sliding && p + 1 > window ? p + 1 - window : 0;
-            const float* q = q_.data() + t * q_w_ + uint64_t(h) * hd;
+            const float* q = q_.data() + (row0 + t) * q_w_ + uint64_t(h) * hd;
             const uint64_t off = uint64_t(h / group) * hd;
             float* row = rows_.data() + uint64_t(thread) * hd;
             float mx = -INFINITY;
             for (uint32_t j = p0; j <= p; ++j) {
-                const float* k = cache_row(l.k_cache.data(), kv_, j * kv_dim + off, hd, row);
+                const float* k = cache_row(l.k_cache.data(), kv_, kv_row(pages, page_shift_, j) * kv_dim + off, hd, row);
                 sc[j] = dot(q, k, hd) * m_.attn_scale;
                 mx = std::max(mx, sc[j]);
             }
@@ -246,11 +260,11 @@ void CpuBackend::attention(uint32_t il, uint32_t pos, uint32_t n) {
                 sum += sc[j];
             }
             const float inv = static_cast<float>(1.0 / sum);
-            float* out = att_.data() + t * q_w_ + uint64_t(h) * hd;
+            float* out = att_.data() + (row0 + t) * q_w_ + uint64_t(h) * hd;
             std::fill(out, out + hd, 0.0f);
             for (uint32_t j = p0; j <= p; ++j) {
                 const float w = sc[j] * inv;
-                const float* v = cache_row(l.v_cache.data(), kv_, j * kv_dim + off, hd, row);
+                const float* v = cache_row(l.v_cache.data(), kv_, kv_row(pages, page_shift_, j) * kv_dim + off, hd, row);
                 for (uint32_t i = 0; i < hd; ++i) out[i] += w * v[i];
             }
         }
@@ -258,17 +272,63 @@ void CpuBackend::attention(uint32_t il, uint32_t pos, uint32_t n) {
 }
 
 void CpuBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) {
+    if (tokens.empty()) return;
+    if (tokens.size() > kMaxBatch) throw std::invalid_argument("eval_batch: more than " + std::to_string(kMaxBatch) + " tokens");
+    if (logits && (n_logits == 0 || n_logits > tokens.size())) throw std::invalid_argument("eval_batch: bad n_logits");
+    const SeqStep one{own_pages_, pos, tokens, logits, logits ? n_logits : 0};
+    step({&one, 1});
+}
+
+void CpuBackend::copy_page(uint32_t from, uint32_t to, uint32_t positions) {
+    if (from >= pages_.n_pages || to >= pages_.n_pages || positions > pages_.page_size)
+        throw std::invalid_argument("copy_page: page " + std::to_string(from) + " -> " + std::to_string(to) + ", " +
+                                    std::to_string(positions) + " positions, of " + std::to_string(pages_.n_pages) +
+                                    " pages of " + std::to_string(pages_.page_size));
+    const uint64_t el = kv_ == KvType::F16 ? 2 : 4;
+    for (uint32_t il = 0; il < m_.layers.size(); ++il) {
+        const uint64_t row = m_.kv_dim(il) * el, page = row * pages_.page_size;
+        for (uint8_t* c : {layers_[il].k_cache.data(), layers_[il].v_cache.data()})
+            std::memmove(c + to * page, c + from * page, positions * row);
+    }
+}
+
+void CpuBackend::step(std::span<const SeqStep> batch) {
+    // Each token's row of the activations, its position and its cache row.
+    struct Row { uint32_t pos; uint64_t kv_row; };
+    std::vector<Row> rows;
+    std::vector<TokenId> tokens;
+    uint32_t wanted = 0;
+    for (const SeqStep& s : batch) {
+        const uint32_t n = static_cast<uint32_t>(s.tokens.size());
+        if (tokens.size() + n > kMaxBatch)
+            throw std::invalid_argument("step: more than " + std::to_string(kMaxBatch) + " tokens");
+        if (s.logits ? s.n_logits == 0 || s.n_logits > n : s.n_logits != 0)
+            throw std::invalid_argument("step: bad n_logits");
+        if (n == 0) continue;
+        for (TokenId token : s.tokens)
+            if (token < 0 || uint32_t(token) >= m_.n_vocab)
+                throw ModelError("token id " + std::to_string(token) + " is outside the vocabulary (0.." +
+                                 std::to_string(m_.n_vocab - 1) + ")");
+        if (uint64_t(s.pos) + n > n_ctx_)
+            throw ModelError("position " + std::to_string(uint64_t(s.pos) + n - 1) + " is past the context of " +
+                             std::to_string(n_ctx_) + " tokens");
+        // Attention reads every position up to the last token's.
+        const uint32_t last_page = (s.pos + n - 1) >> page_shift_;
+        if (last_page >= s.pages.size())
+            throw std::invalid_argument("step: a page table of " + std::to_string(s.pages.size()) +
+                                        " pages does not reach position " + std::to_string(s.pos + n - 1));
+        for (uint32_t i = 0; i <= last_page; ++i)
+            if (s.pages[i] >= pages_.n_pages)
+                throw std::invalid_argument("step: page " + std::to_string(s.pages[i]) + " of the table is past the " +
+                                            std::to_string(pages_.n_pages) + " pages of the KV storage");
+        for (uint32_t t = 0; t < n; ++t) {
+            rows.push_back({s.pos + t, kv_row(s.pages.data(), page_shift_, s.pos + t)});
+            tokens.push_back(s.tokens[t]);
+        }
+        wanted += s.n_logits;
+    }
     const uint32_t n = static_cast<uint32_t>(tokens.size());
     if (n == 0) return;
-    if (n > kMaxBatch) throw std::invalid_argument("eval_batch: more than " + std::to_string(kMaxBatch) + " tokens");
-    if (logits && (n_logits == 0 || n_logits > n)) throw std::invalid_argument("eval_batch: bad n_logits");
-    for (TokenId token : tokens)
-        if (token < 0 || uint32_t(token) >= m_.n_vocab)
-            throw ModelError("token id " + std::to_string(token) + " is outside the vocabulary (0.." +
-                             std::to_string(m_.n_vocab - 1) + ")");
-    if (uint64_t(pos) + n > n_ctx_)
-        throw ModelError("position " + std::to_string(pos + n - 1) + " is past the context of " + std::to_string(n_ctx_) +
-                         " tokens");
     const HParams& hp = m_.hp;
     const uint64_t E = hp.n_embd;
     const uint32_t hd = m_.head_dim;
@@ -313,14 +373,18 @@ void CpuBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, float
                 for (uint32_t h = 0; h < d.n_head; ++h) rms_norm(&q[h * hd], l.q_norm.data(), &q[h * hd], hd, eps);
                 for (uint32_t h = 0; h < d.n_head_kv; ++h) rms_norm(&k[h * hd], l.k_norm.data(), &k[h * hd], hd, eps);
             }
-            const double p = double(pos + t) * m_.rope_freq_scale;
+            const double p = double(rows[t].pos) * m_.rope_freq_scale;
             rope(q, d.n_head, hd, l.inv_freq, p, hp.rope_style);
             rope(k, d.n_head_kv, hd, l.inv_freq, p, hp.rope_style);
-            store_row(l.k_cache.data(), kv_, pos + t, k, kv_dim);
-            store_row(l.v_cache.data(), kv_, pos + t, v, kv_dim);
+            store_row(l.k_cache.data(), kv_, rows[t].kv_row, k, kv_dim);
+            store_row(l.v_cache.data(), kv_, rows[t].kv_row, v, kv_dim);
         });
 
-        attention(il, pos, n);
+        for (uint32_t row0 = 0; const SeqStep& s : batch) {
+            if (s.tokens.empty()) continue;
+            attention(il, row0, s);
+            row0 += static_cast<uint32_t>(s.tokens.size());
+        }
         matmul(*pool_, {{&d.wo, o_.data(), E}}, att_.data(), n, q_w_, arith_);
         each_token([&](uint32_t t) {
             float* o = &o_[t * E];
@@ -345,13 +409,30 @@ void CpuBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, float
             for (uint64_t i = 0; i < E; ++i) x[i] += o[i];
         });
     }
-    if (!logits) return;
-    const uint32_t first = n - n_logits;
-    for (uint32_t t = first; t < n; ++t) rms_norm(&x_[t * E], output_norm_.data(), &xn_[t * E], E, eps);
-    matmul(*pool_, {{&m_.output, logits, m_.n_vocab}}, &xn_[first * E], n_logits, E, arith_);
+    if (wanted == 0) return;
+    // The wanted rows normalised one after another, one product with the
+    // output matrix for all of them (into the sequence's own buffer when it
+    // is the only one), then each sequence's logits copied out.
+    const uint64_t nv = m_.n_vocab;
+    const bool direct = batch.size() == 1;
+    if (!direct && step_logits_.size() < wanted * nv) step_logits_.resize(wanted * nv);
+    float* out = direct ? batch[0].logits : step_logits_.data();
+    for (uint32_t w = 0, row0 = 0; const SeqStep& s : batch) {
+        const uint32_t sn = static_cast<uint32_t>(s.tokens.size());
+        for (uint32_t t = sn - s.n_logits; t < sn; ++t, ++w)
+            rms_norm(&x_[(row0 + t) * E], output_norm_.data(), &xn_[w * E], E, eps);
+        row0 += sn;
+    }
+    matmul(*pool_, {{&m_.output, out, m_.n_vocab}}, xn_.data(), wanted, E, arith_);
     if (m_.final_softcap > 0) {
         const float cap = m_.final_softcap;
-        for (uint64_t i = 0; i < uint64_t(n_logits) * m_.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+        for (uint64_t i = 0; i < uint64_t(wanted) * nv; ++i) out[i] = cap * std::tanh(out[i] / cap);
+    }
+    if (direct) return;
+    for (uint64_t w = 0; const SeqStep& s : batch) {
+        if (!s.n_logits) continue;
+        std::memcpy(s.logits, out + w * nv, uint64_t(s.n_logits) * nv * 4);
+        w += s.n_logits;
     }
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/backend.h"
@@ -20,13 +21,35 @@
 
 namespace ptxlm::cpu {
 
+// The K/V storage in pages of `page_size` positions (a power of two) of
+// every layer: n_pages × page_size cache rows per layer. 0 pages: one
+// sequence's worth, ceil(n_ctx / page_size), which eval_batch maps in order.
+struct KvPages {
+    uint32_t n_pages = 0;
+    uint32_t page_size = 16;
+};
+
+// One sequence's part of a step: its tokens at positions pos, pos + 1, ...,
+// its K/V through `pages` (engine/kv_pool.h's page table: position j in
+// page pages[j / page_size]), and the logits of its last n_logits tokens
+// (n_vocab floats each) written to `logits` when it is not null.
+struct SeqStep {
+    std::span<const uint32_t> pages;
+    uint32_t pos = 0;
+    std::span<const TokenId> tokens;
+    float* logits = nullptr;
+    uint32_t n_logits = 0;
+};
+
 class CpuBackend final : public Backend {
 public:
     // n_ctx must already be chosen (choose_context). threads <= 0: every core.
     CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, int threads);
     // On a pool shared with other backends that are evaluated in turn from
     // one thread (the server's slots): never from two threads at once.
-    CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_ptr<ThreadPool> pool);
+    // `pages` sizes the K/V storage for several sequences (step); n_ctx stays
+    // each sequence's limit.
+    CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_ptr<ThreadPool> pool, KvPages pages = {});
     ~CpuBackend() override;
 
     std::string description() const override;
@@ -36,6 +59,21 @@ public:
     void eval_batch(std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) override;
     uint32_t max_batch() const override { return kMaxBatch; }
     static constexpr uint32_t kMaxBatch = 64;
+
+    // Tokens of several sequences in one pass (kMaxBatch in all): each
+    // weight matrix is read once for all of them, attention runs per
+    // sequence over its pages. A sequence's logits are bit for bit what
+    // eval_batch gives it alone, however it is batched or chunked.
+    // eval_batch is a step of one sequence whose pages are the storage's,
+    // in order. Throws std::invalid_argument for a token count over
+    // kMaxBatch, bad n_logits, or a page table that does not cover the
+    // positions or names a page past the storage; ModelError for a token
+    // outside the vocabulary or a position past n_ctx.
+    void step(std::span<const SeqStep> batch);
+    // Copies the first `positions` positions of page `from` to page `to` in
+    // every layer (KvPool::Copy: before a shared page is written).
+    void copy_page(uint32_t from, uint32_t to, uint32_t positions);
+    KvPages kv_pages() const { return pages_; }
 
     // The arithmetic of the matrix-vector products: Quantized (on `isa`,
     // by default the best the CPU runs, PTXLM_CPU_ISA to override) or
@@ -57,11 +95,14 @@ public:
 
 private:
     struct Layer;
-    void attention(uint32_t il, uint32_t pos, uint32_t n);
+    void attention(uint32_t il, uint32_t row0, const SeqStep& s);
 
     const Model& m_;
     uint32_t n_ctx_;
     KvType kv_;
+    KvPages pages_;
+    uint32_t page_shift_ = 0;
+    std::vector<uint32_t> own_pages_;   // eval_batch's table: every page, in order
     Arithmetic arith_;
     std::shared_ptr<ThreadPool> pool_;
     std::vector<Layer> layers_;
@@ -69,6 +110,7 @@ private:
     std::vector<float> output_norm_;
     // Activations of up to kMaxBatch tokens, row t of each at t × its width.
     std::vector<float> x_, xn_, q_, k_, v_, att_, o_, g_, u_, scores_, rows_;
+    std::vector<float> step_logits_;   // a step of several sequences: the wanted rows' logits, then copied out
     uint64_t q_w_ = 0, kv_w_ = 0, ff_w_ = 0;
 };
 
