@@ -97,16 +97,21 @@ uint32_t KvPool::take_page() {
         if (lru_.empty()) throw std::logic_error("kv pool: no page to take (append checks first)");
         p = lru_.front();
         lru_.pop_front();
-        Page& g = pages_[p];
-        g.cached = false;
-        auto it = index_.find(g.hash);
-        if (it != index_.end() && it->second == p) index_.erase(it);
-        g.hashed = false;
-        g.tokens.clear();
+        pages_[p].cached = false;
+        unhash(p);
+        pages_[p].tokens.clear();
         ++evictions_;
     }
     pages_[p].refs = 1;
     return p;
+}
+
+void KvPool::unhash(uint32_t p) {
+    Page& g = pages_[p];
+    if (!g.hashed) return;
+    auto it = index_.find(g.hash);
+    if (it != index_.end() && it->second == p) index_.erase(it);
+    g.hashed = false;
 }
 
 uint64_t KvPool::chain(uint64_t prev, std::span<const Token> tokens) const {
@@ -181,6 +186,32 @@ void KvPool::drop_before(Seq s, uint32_t pos) {
         unref(q.pages[i]);
         q.pages[i] = kNoPage;
     }
+}
+
+void KvPool::truncate(Seq s, uint32_t length) {
+    Sequence& q = seq(s);
+    if (length > q.length)
+        throw std::invalid_argument("kv pool: truncate to " + std::to_string(length) + " past the sequence's " +
+                                    std::to_string(q.length) + " positions");
+    if (length == q.length) return;
+    const uint32_t keep = ceil_div(length, page_size_), fill = length % page_size_;
+    std::vector<Token> tail;
+    if (fill) {
+        const uint32_t p = q.pages[keep - 1];
+        if (p == kNoPage)
+            throw std::invalid_argument("kv pool: truncate to " + std::to_string(length) +
+                                        " inside a page a sliding window released");
+        const bool was_full = keep - 1 < q.hashes.size();
+        const std::vector<Token>& held = was_full ? pages_[p].tokens : q.tail;
+        tail.assign(held.begin(), held.begin() + fill);
+        if (was_full && pages_[p].refs == 1) unhash(p);   // this sequence will write it again
+    }
+    for (uint32_t i = keep; i < q.pages.size(); ++i)
+        if (q.pages[i] != kNoPage) unref(q.pages[i]);
+    q.pages.resize(keep);
+    q.hashes.resize(std::min<size_t>(q.hashes.size(), length / page_size_));
+    q.tail = std::move(tail);
+    q.length = length;
 }
 
 std::span<const uint32_t> KvPool::pages(Seq s) const { return seq(s).pages; }

@@ -75,6 +75,15 @@ public:
     // window's past); their slots become kNoPage.
     void drop_before(Seq s, uint32_t pos);
 
+    // Keeps the first `length` positions (a conversation rewound to the
+    // prefix a new prompt shares): the pages past them lose the sequence's
+    // reference; a full page now partly kept is no longer findable by its
+    // tokens when the sequence holds it alone (it will be rewritten), and is
+    // copied on write by the next append when it is shared. Throws
+    // std::invalid_argument past the sequence's length or into a page
+    // drop_before released.
+    void truncate(Seq s, uint32_t length);
+
     std::span<const uint32_t> pages(Seq s) const;
     uint32_t length(Seq s) const;
     // Pages `append` would need for n more positions of s (copies included).
@@ -107,6 +116,7 @@ private:
     uint32_t take_page();
     void unref(uint32_t p);
     void ref(uint32_t p);
+    void unhash(uint32_t p);
     uint64_t chain(uint64_t prev, std::span<const Token> tokens) const;
 
     uint32_t page_size_;

@@ -1,6 +1,6 @@
 // The paged KV pool's bookkeeping (engine/kv_pool.h): allocation, forks and
 // copy-on-write, prefix reuse by hash chain, least-recently-used eviction,
-// sliding-window release, a full pool refusing without side effects, and a
+// sliding-window release, truncation, a full pool refusing without side effects, and a
 // randomized run against simulated page storage (every sequence reads back
 // exactly its own tokens through its page table; a table with two pages
 // swapped is caught: the negative control).
@@ -168,6 +168,44 @@ TEST(KvPool, RefusesWhatItCannotDo) {
     EXPECT_THROW(pool.fork(7), std::invalid_argument);
 }
 
+// Truncation: pages past the new length go (a full one stays cached); a
+// full page partly kept by its only holder is no longer found by its tokens
+// and is rewritten in place; one still shared is copied on the next append.
+TEST(KvPool, TruncateReleasesThePastAndRewritesOnlyWhatItHoldsAlone) {
+    KvPool pool(8, 4);
+    std::vector<KvPool::Copy> copies;
+    const KvPool::Seq a = pool.create();
+    ASSERT_TRUE(pool.append(a, iota_tokens(0, 10), copies));   // pages: full, full, 2 of 4
+    const uint32_t p0 = pool.pages(a)[0], p1 = pool.pages(a)[1];
+    pool.truncate(a, 6);
+    EXPECT_EQ(pool.length(a), 6u);
+    EXPECT_EQ(pool.pages(a).size(), 2u);
+    EXPECT_EQ(pool.stats().free, 6u);   // the partial third page went back
+    const KvPool::Seq probe = pool.create();
+    EXPECT_EQ(pool.attach_prefix(probe, iota_tokens(0, 8)), 4u);   // page 1 is no longer findable
+    pool.release(probe);
+    ASSERT_TRUE(pool.append(a, Tokens{50, 51}, copies));   // rewrites page 1 in place
+    EXPECT_TRUE(copies.empty());
+    EXPECT_EQ(pool.pages(a)[1], p1);
+    Tokens want = iota_tokens(0, 6);
+    want.insert(want.end(), {50, 51});
+    const KvPool::Seq again = pool.create();
+    EXPECT_EQ(pool.attach_prefix(again, want), 8u);   // found under its new tokens
+    // Shared: b truncates into page 1 that `again` holds too: copied on write.
+    const KvPool::Seq b = pool.fork(a);
+    pool.truncate(b, 5);
+    ASSERT_TRUE(pool.append(b, Tokens{70}, copies));
+    ASSERT_EQ(copies.size(), 1u);
+    EXPECT_EQ(copies[0].from, p1);
+    EXPECT_EQ(copies[0].positions, 1u);
+    EXPECT_EQ(pool.pages(b)[0], p0);
+    EXPECT_THROW(pool.truncate(b, 7), std::invalid_argument);
+    pool.drop_before(a, 8);
+    EXPECT_THROW(pool.truncate(a, 6), std::invalid_argument);
+    pool.truncate(a, 4);   // a page boundary: nothing partly kept
+    EXPECT_EQ(pool.length(a), 4u);
+}
+
 // Simulated page storage: what a backend would hold.
 struct Storage {
     uint32_t page_size;
@@ -200,7 +238,7 @@ TEST(KvPool, RandomRequestsReadBackTheirOwnTokensAndLeaveNoPageBehind) {
         uint32_t dropped = 0;   // positions below this were released
     };
     std::map<KvPool::Seq, Live> live;
-    size_t copies_seen = 0, refusals = 0, hits = 0, swapped_caught = 0;
+    size_t copies_seen = 0, refusals = 0, hits = 0, swapped_caught = 0, truncations = 0;
     auto pick = [&] {
         auto it = live.begin();
         std::advance(it, rng() % live.size());
@@ -247,6 +285,17 @@ TEST(KvPool, RandomRequestsReadBackTheirOwnTokensAndLeaveNoPageBehind) {
             auto it = pick();
             pool.release(it->first);
             live.erase(it);
+        } else if (op == 8) {   // a conversation rewound to a shorter prefix
+            auto it = pick();
+            Live& l = it->second;
+            const uint32_t len = uint32_t(l.content.size());
+            const uint32_t lo = (l.dropped + kPage - 1) / kPage * kPage;   // not into a released page
+            if (len > lo) {
+                const uint32_t to = lo + rng() % (len - lo + 1);
+                pool.truncate(it->first, to);
+                l.content.resize(to);
+                ++truncations;
+            }
         } else if (op == 7) {   // a sliding window of 8 positions
             auto it = pick();
             const uint32_t len = uint32_t(it->second.content.size());
@@ -285,13 +334,15 @@ TEST(KvPool, RandomRequestsReadBackTheirOwnTokensAndLeaveNoPageBehind) {
     EXPECT_EQ(end.used, 0u);
     EXPECT_EQ(end.sequences, 0u);
     // The run exercised what it claims to.
-    std::printf("[kv pool] copies %zu, refusals %zu, prefix hit tokens %zu, evictions %llu, swaps caught %zu\n",
-                copies_seen, refusals, hits, (unsigned long long)end.evictions, swapped_caught);
+    std::printf("[kv pool] copies %zu, refusals %zu, prefix hit tokens %zu, evictions %llu, swaps caught %zu, "
+                "truncations %zu\n",
+                copies_seen, refusals, hits, (unsigned long long)end.evictions, swapped_caught, truncations);
     EXPECT_GT(copies_seen, 20u);
     EXPECT_GT(refusals, 0u);
     EXPECT_GT(hits, 100u);
     EXPECT_GT(end.evictions, 20u);
     EXPECT_GT(swapped_caught, 100u);
+    EXPECT_GT(truncations, 100u);
 }
 
 }  // namespace
