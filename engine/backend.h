@@ -94,6 +94,10 @@ public:
     // Batched and one-by-one evaluation give the same logits.
     virtual void eval_batch(std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) = 0;
     virtual uint32_t max_batch() const = 0;
+    // Whether eval_batch only queues the evaluation (a sequence of
+    // cpu::Batcher: its logits exist once the batcher's step has run). Such
+    // a backend has no eval_argmax or start_greedy; Generator reads logits.
+    virtual bool queues_evals() const { return false; }
 
     void eval(TokenId token, uint32_t pos, float* logits) { eval_batch({&token, 1}, pos, logits, logits ? 1 : 0); }
 

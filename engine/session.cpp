@@ -92,7 +92,8 @@ Generator::Generator(Session& session, const GenerateOptions& opt, const std::at
     const SamplerParams& sp = opt_.sampling;
     const bool penalties = sp.penalty_last_n > 0 &&
                            (sp.repeat_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f);
-    argmax_only_ = sp.temperature <= 0 && !penalties && !opt_.ignore_eos && top_logprobs_ < 0;
+    argmax_only_ = sp.temperature <= 0 && !penalties && !opt_.ignore_eos && top_logprobs_ < 0 &&
+                   !s_.backend_.queues_evals();
     t0_ = std::chrono::steady_clock::now();
 }
 

@@ -18,3 +18,6 @@ ptxlm_gtest(test_session test_session.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 
 # The paged KV pool's bookkeeping (issue 21): pages, forks, copy-on-write,
 # prefix reuse, eviction, against simulated page storage.
 ptxlm_gtest(test_kv_pool test_kv_pool.cpp LIBS ptxlm_engine TIMEOUT 120)
+# Several sequences stepped together over one KV pool (issue 21): each
+# stream generates what it generates alone.
+ptxlm_gtest(test_cpu_batcher test_cpu_batcher.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 300 SANITIZE)

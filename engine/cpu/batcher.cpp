@@ -1,0 +1,170 @@
+#include "engine/cpu/batcher.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+namespace ptxlm::cpu {
+
+class Batcher::Seq final : public Backend {
+public:
+    Seq(Batcher& b, KvPool::Seq id) : b_(b), id_(id) {}
+    ~Seq() override { b_.close(*this); }
+
+    std::string description() const override {
+        return b_.cpu_->description() + ", one of " + std::to_string(b_.n_seqs_) + " sequences stepped together";
+    }
+    DeviceInfo device_info() const override { return b_.cpu_->device_info(); }
+    uint32_t n_ctx() const override { return b_.n_ctx_; }
+    uint32_t n_vocab() const override { return b_.cpu_->n_vocab(); }
+    uint32_t max_batch() const override { return CpuBackend::kMaxBatch; }
+    bool queues_evals() const override { return true; }
+    void eval_batch(std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) override {
+        b_.enqueue(*this, tokens, pos, logits, n_logits);
+    }
+    TokenId eval_argmax(TokenId, uint32_t) override {
+        throw std::logic_error("a batched sequence has no argmax of its own: read its logits after the step");
+    }
+
+    Batcher& b_;
+    KvPool::Seq id_;
+    uint32_t done_ = 0;   // positions evaluated
+    std::deque<Request> q_;
+};
+
+Batcher::Batcher(const Model& m, uint32_t n_ctx, KvType kv, std::shared_ptr<ThreadPool> pool, uint32_t n_seqs,
+                 uint32_t step_tokens, uint32_t page_size)
+    : pool_(std::max(1u, n_seqs) * ((n_ctx + page_size - 1) / std::max(1u, page_size)), std::max(1u, page_size)),
+      n_ctx_(n_ctx),
+      n_seqs_(n_seqs),
+      step_tokens_(step_tokens) {
+    if (n_seqs == 0) throw std::invalid_argument("batcher: no sequences");
+    if (step_tokens == 0 || step_tokens > CpuBackend::kMaxBatch)
+        throw std::invalid_argument("batcher: " + std::to_string(step_tokens) + " tokens per step (1 to " +
+                                    std::to_string(CpuBackend::kMaxBatch) + ")");
+    cpu_ = std::make_unique<CpuBackend>(m, n_ctx, kv, std::move(pool), KvPages{pool_.n_pages(), page_size});
+}
+
+Batcher::~Batcher() {
+    if (!seqs_.empty()) std::fprintf(stderr, "ptxlm: a batcher destroyed before %zu of its sequences\n", seqs_.size());
+}
+
+std::unique_ptr<Backend> Batcher::open() {
+    if (seqs_.size() >= n_seqs_)
+        throw std::logic_error("batcher: " + std::to_string(n_seqs_) + " sequences are open already");
+    auto s = std::make_unique<Seq>(*this, pool_.create());
+    seqs_.push_back(s.get());
+    return s;
+}
+
+Batcher::Seq& Batcher::find(const Backend& b) const {
+    for (Seq* s : seqs_)
+        if (s == &b) return *s;
+    throw std::invalid_argument("batcher: not one of its sequences");
+}
+
+size_t Batcher::queued() const {
+    size_t n = 0;
+    for (const Seq* s : seqs_) n += s->q_.size();
+    return n;
+}
+
+size_t Batcher::queued(const Backend& seq) const { return find(seq).q_.size(); }
+
+void Batcher::close(Seq& s) {
+    seqs_.erase(std::find(seqs_.begin(), seqs_.end(), &s));
+    pool_.release(s.id_);
+}
+
+void Batcher::drop(const Backend& seq) {
+    Seq& s = find(seq);
+    s.q_.clear();
+    pool_.truncate(s.id_, s.done_);
+}
+
+void Batcher::enqueue(Seq& s, std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) {
+    const uint32_t n = static_cast<uint32_t>(tokens.size());
+    if (n == 0) return;
+    if (n > CpuBackend::kMaxBatch)
+        throw std::invalid_argument("eval_batch: more than " + std::to_string(CpuBackend::kMaxBatch) + " tokens");
+    if (logits && (n_logits == 0 || n_logits > n)) throw std::invalid_argument("eval_batch: bad n_logits");
+    for (TokenId token : tokens)
+        if (token < 0 || uint32_t(token) >= cpu_->n_vocab())
+            throw ModelError("token id " + std::to_string(token) + " is outside the vocabulary (0.." +
+                             std::to_string(cpu_->n_vocab() - 1) + ")");
+    if (uint64_t(pos) + n > n_ctx_)
+        throw ModelError("position " + std::to_string(uint64_t(pos) + n - 1) + " is past the context of " +
+                         std::to_string(n_ctx_) + " tokens");
+    const uint32_t length = pool_.length(s.id_);
+    if (pos > length)
+        throw std::invalid_argument("eval_batch: position " + std::to_string(pos) + " leaves a gap after the " +
+                                    std::to_string(length) + " the cache holds");
+    if (pos < length) {   // a rewind: what the cache held from pos on is replaced
+        if (!s.q_.empty()) throw std::logic_error("eval_batch: a rewind while evaluations are queued");
+        pool_.truncate(s.id_, pos);
+        s.done_ = std::min(s.done_, pos);
+    }
+    std::vector<KvPool::Copy> copies;
+    if (!pool_.append(s.id_, tokens, copies))
+        throw ModelError("the KV pool has no page left for position " + std::to_string(pos));
+    for (const KvPool::Copy& c : copies) cpu_->copy_page(c.from, c.to, c.positions);
+    s.q_.push_back({pos, std::vector<TokenId>(tokens.begin(), tokens.end()), logits, logits ? n_logits : 0});
+}
+
+uint32_t Batcher::step() {
+    // Decode tokens first (a request of one token), then prompt chunks in
+    // turn from next_, each as far as the budget allows.
+    std::vector<std::pair<Seq*, uint32_t>> take;
+    uint32_t budget = step_tokens_;
+    for (Seq* s : seqs_)
+        if (!s->q_.empty() && s->q_.front().tokens.size() == 1 && budget) {
+            take.push_back({s, 1});
+            --budget;
+        }
+    for (size_t i = 0; i < seqs_.size() && budget; ++i) {
+        Seq* s = seqs_[(next_ + i) % seqs_.size()];
+        if (s->q_.empty() || s->q_.front().tokens.size() == 1) continue;
+        const uint32_t k = std::min<uint32_t>(budget, static_cast<uint32_t>(s->q_.front().tokens.size()));
+        take.push_back({s, k});
+        budget -= k;
+    }
+    if (take.empty()) return 0;
+    if (!seqs_.empty()) next_ = (next_ + 1) % seqs_.size();
+    const uint64_t nv = cpu_->n_vocab();
+    std::vector<SeqStep> batch;
+    std::vector<uint32_t> wanted;   // per part: logits rows it writes
+    for (auto [s, k] : take) {
+        const Request& r = s->q_.front();
+        const uint32_t n = static_cast<uint32_t>(r.tokens.size()), first_wanted = n - r.n_logits;
+        const uint32_t w = r.logits && k > first_wanted ? k - first_wanted : 0;
+        wanted.push_back(w);
+        batch.push_back({pool_.pages(s->id_), r.pos, {r.tokens.data(), k}, w ? r.logits : nullptr, w});
+    }
+    try {
+        cpu_->step(batch);
+    } catch (...) {
+        for (auto [s, k] : take) drop(*s);
+        throw;
+    }
+    uint32_t tokens = 0;
+    for (size_t i = 0; i < take.size(); ++i) {
+        auto [s, k] = take[i];
+        Request& r = s->q_.front();
+        tokens += k;
+        s->done_ = r.pos + k;
+        if (k == r.tokens.size()) {
+            s->q_.pop_front();
+            continue;
+        }
+        r.tokens.erase(r.tokens.begin(), r.tokens.begin() + k);
+        r.pos += k;
+        if (wanted[i]) {
+            r.logits += wanted[i] * nv;
+            r.n_logits -= wanted[i];
+        }
+    }
+    return tokens;
+}
+
+}  // namespace ptxlm::cpu

@@ -1,0 +1,77 @@
+// Several sequences on one CpuBackend and one KV pool (issue 21), each
+// behind a Backend of its own, so that Session and Generator drive them
+// unchanged: a sequence's eval_batch only queues its tokens (its positions
+// are reserved in the pool at once, a shared page copied on write at once);
+// step() then evaluates the first queued request of every sequence that has
+// one in a single CpuBackend::step, so each weight matrix is read once for
+// all of them. Logits land where eval_batch was told, when the step that
+// evaluates them returns: a caller reads a sequence's logits only once
+// queued(seq) is 0 (the server's scheduler does; Generator never asks for an
+// argmax of a backend that queues, see Backend::queues_evals).
+//
+// A request longer than what a step has room for is split: a step takes the
+// decode tokens first, then prompt chunks up to `step_tokens` in all. A
+// sequence's results are bit for bit what it gets alone (CpuBackend::step),
+// however requests are batched and split.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/kv_pool.h"
+
+namespace ptxlm::cpu {
+
+class Batcher {
+public:
+    // Room for `n_seqs` sequences of n_ctx positions each (the pool has
+    // their pages; the cached pages of ended sequences are reused).
+    // step_tokens: at most this many tokens per step (1..CpuBackend::kMaxBatch).
+    Batcher(const Model& m, uint32_t n_ctx, KvType kv, std::shared_ptr<ThreadPool> pool, uint32_t n_seqs,
+            uint32_t step_tokens = CpuBackend::kMaxBatch, uint32_t page_size = 16);
+    ~Batcher();
+    Batcher(const Batcher&) = delete;
+    Batcher& operator=(const Batcher&) = delete;
+
+    // A new sequence (at most n_seqs open at once; throws std::logic_error
+    // past that). Its Backend must not outlive the batcher.
+    std::unique_ptr<Backend> open();
+    // Requests queued, by every sequence.
+    size_t queued() const;
+    // Requests a sequence's Backend (one open() returned) has queued.
+    size_t queued(const Backend& seq) const;
+    // One step: returns the tokens it evaluated (0: nothing was queued).
+    // An exception from the backend leaves every request of the step's
+    // sequences dropped (their caches are then suspect: reset their sessions).
+    uint32_t step();
+    // Drops a sequence's queued requests (a cancelled request): its pool
+    // positions end at what was evaluated.
+    void drop(const Backend& seq);
+
+    CpuBackend& backend() { return *cpu_; }
+    KvPool::Stats pool_stats() const { return pool_.stats(); }
+
+private:
+    class Seq;
+    struct Request {
+        uint32_t pos = 0;
+        std::vector<TokenId> tokens;
+        float* logits = nullptr;
+        uint32_t n_logits = 0;
+    };
+    void enqueue(Seq& s, std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits);
+    void close(Seq& s);
+    Seq& find(const Backend& b) const;
+
+    std::unique_ptr<CpuBackend> cpu_;
+    KvPool pool_;
+    uint32_t n_ctx_, n_seqs_, step_tokens_;
+    std::vector<Seq*> seqs_;   // open, in the order they were opened
+    size_t next_ = 0;          // where the next step starts taking prompt chunks (round robin)
+};
+
+}  // namespace ptxlm::cpu

@@ -1,0 +1,160 @@
+// Several sequences stepped together over one KV pool (engine/cpu/batcher.h),
+// driven as the server drives its slots: Session::prefill queues a prompt
+// (chunks split across steps when a step's budget is small), each
+// Generator steps only once its sequence has nothing queued, and one
+// batcher step evaluates every sequence's next request. Each stream's
+// tokens and final logits equal a solo run's on its own CpuBackend, greedy
+// and sampled, through a rewind to a shorter shared prefix. Negative
+// control: a driver that reads a sequence's logits before its step has run
+// generates other tokens. Misuse is refused.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/cpu/batcher.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/session.h"
+#include "models/synth/synth.h"
+
+using namespace ptxlm;
+
+namespace {
+
+struct Fixture : ::testing::TestWithParam<synth::Arch> {
+    std::vector<uint8_t> bytes = synth::model_bytes(synth::preset(GetParam(), synth::Size::Tiny));
+    Model model = Model::from_file(gguf::File::parse(bytes, "synth"));
+    Tokenizer tok = Tokenizer::from_gguf(model.file);
+};
+
+GenerateOptions options(int n, float temperature, uint32_t seed) {
+    GenerateOptions o;
+    o.max_tokens = n;
+    o.ignore_eos = true;   // every stream runs its full length
+    o.sampling.temperature = temperature;
+    o.sampling.seed = seed;
+    return o;
+}
+
+std::vector<TokenId> prompt_of(uint32_t n, uint32_t salt) {
+    std::vector<TokenId> p;
+    for (uint32_t i = 0; i < n; ++i) p.push_back(TokenId((i * 7919u + salt * 131u + 13u) % 700u));
+    return p;
+}
+
+struct Solo {
+    std::vector<TokenId> tokens;
+    std::vector<float> logits;
+};
+
+Solo solo(const Model& m, const Tokenizer& tok, const std::vector<TokenId>& prompt, const GenerateOptions& o) {
+    cpu::CpuBackend b(m, 128, KvType::F16, 1);
+    Session s(b, tok);
+    s.prefill(prompt);
+    Solo out{s.generate(o, nullptr).tokens, {}};
+    out.logits.assign(s.logits().begin(), s.logits().end());
+    return out;
+}
+
+struct Stream {
+    std::unique_ptr<Backend> be;
+    std::unique_ptr<Session> s;
+    std::optional<Generator> g;
+    GenerateOptions opt;
+};
+
+// The server's loop: generators step once their queue is empty (`eager`:
+// whatever is queued, the negative control), then one batcher step.
+void drive(cpu::Batcher& b, std::vector<Stream>& streams, bool eager = false) {
+    for (int guard = 0; guard < 10000; ++guard) {
+        bool running = false;
+        for (Stream& st : streams) {
+            const bool ready = eager || b.queued(*st.be) == 0;
+            if (!st.g && ready) st.g.emplace(*st.s, st.opt);
+            else if (st.g && !st.g->done() && ready) st.g->step();
+            running |= !st.g || !st.g->done();
+        }
+        b.step();
+        if (!running && b.queued() == 0) return;
+    }
+    ADD_FAILURE() << "the streams did not finish";
+}
+
+TEST_P(Fixture, StreamsSteppedTogetherGenerateWhatEachGeneratesAlone) {
+    const std::vector<std::vector<TokenId>> prompts = {prompt_of(70, 1), prompt_of(9, 2), prompt_of(33, 3)};
+    const std::vector<GenerateOptions> opts = {options(20, 0, 1), options(30, 0.8f, 7), options(12, 1.0f, 3)};
+    for (uint32_t budget : {64u, 5u}) {   // a small budget splits prompts over steps
+        SCOPED_TRACE("step budget " + std::to_string(budget));
+        cpu::Batcher b(model, 128, KvType::F16, std::make_shared<cpu::ThreadPool>(2), 3, budget);
+        std::vector<Stream> streams(3);
+        for (size_t i = 0; i < 3; ++i) {
+            streams[i].be = b.open();
+            EXPECT_TRUE(streams[i].be->queues_evals());
+            streams[i].s = std::make_unique<Session>(*streams[i].be, tok);
+            streams[i].s->prefill(prompts[i]);
+            streams[i].opt = opts[i];
+        }
+        EXPECT_GT(b.queued(), 3u);
+        drive(b, streams);
+        for (size_t i = 0; i < 3; ++i) {
+            const Solo want = solo(model, tok, prompts[i], opts[i]);
+            EXPECT_EQ(streams[i].g->result().tokens, want.tokens) << "stream " << i;
+            EXPECT_EQ(std::memcmp(streams[i].s->logits().data(), want.logits.data(), want.logits.size() * 4), 0);
+        }
+        // A new request on stream 0 sharing 40 tokens of its conversation: the
+        // cache is rewound to them (KvPool::truncate), the rest evaluated.
+        std::vector<TokenId> again(prompts[0].begin(), prompts[0].begin() + 40);
+        for (TokenId t : prompt_of(11, 9)) again.push_back(t);
+        streams[0].g.reset();
+        streams[0].s->prefill(again);
+        streams[0].opt = options(15, 0.7f, 5);
+        std::vector<Stream> one;
+        one.push_back(std::move(streams[0]));
+        drive(b, one);
+        EXPECT_EQ(one[0].g->result().tokens, solo(model, tok, again, one[0].opt).tokens);
+        EXPECT_EQ(one[0].g->result().timings.prompt_reused, 40u);
+    }
+}
+
+TEST_P(Fixture, ReadingLogitsBeforeTheStepIsCaught) {
+    // Steps of 5 tokens: the prompts take several, and the eager driver
+    // samples from logits their last chunk has not written yet.
+    cpu::Batcher b(model, 128, KvType::F16, std::make_shared<cpu::ThreadPool>(2), 2, 5);
+    std::vector<Stream> streams(2);
+    const std::vector<TokenId> p = prompt_of(20, 4);
+    for (Stream& st : streams) {
+        st.be = b.open();
+        st.s = std::make_unique<Session>(*st.be, tok);
+        st.s->prefill(p);
+        st.opt = options(10, 0, 1);
+    }
+    drive(b, streams, true);
+    EXPECT_NE(streams[0].g->result().tokens, solo(model, tok, p, streams[0].opt).tokens);
+}
+
+TEST_P(Fixture, MisuseIsRefused) {
+    cpu::Batcher b(model, 32, KvType::F16, std::make_shared<cpu::ThreadPool>(1), 1);
+    std::unique_ptr<Backend> s = b.open();
+    EXPECT_THROW(b.open(), std::logic_error);
+    std::vector<float> logits(s->n_vocab());
+    const std::vector<TokenId> p = prompt_of(8, 1);
+    EXPECT_THROW(s->eval_batch(p, 3, nullptr, 0), std::invalid_argument);   // a gap
+    s->eval_batch(p, 0, logits.data(), 1);
+    EXPECT_THROW(s->eval_batch(p, 2, nullptr, 0), std::logic_error);   // a rewind over queued work
+    EXPECT_THROW(s->eval_argmax(p[0], 8), std::logic_error);
+    EXPECT_THROW(s->eval_batch(p, 30, nullptr, 0), ModelError);   // past the context
+    EXPECT_EQ(b.step(), 8u);
+    EXPECT_EQ(b.queued(), 0u);
+    s->eval_batch(p, 8, nullptr, 0);
+    b.drop(*s);   // a cancelled request: the cache ends at what was evaluated
+    s->eval_batch(p, 8, logits.data(), 1);   // no gap
+    EXPECT_EQ(b.step(), 8u);
+    EXPECT_THROW(cpu::Batcher(model, 32, KvType::F16, std::make_shared<cpu::ThreadPool>(1), 1, 65), std::invalid_argument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, Fixture, ::testing::Values(synth::Arch::Llama, synth::Arch::Gemma3),
+                         [](const auto& info) { return std::string(synth::arch_name(info.param)); });
+
+}  // namespace
