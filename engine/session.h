@@ -75,6 +75,11 @@ public:
     Generation generate(const GenerateOptions& opt, const std::function<void(std::string_view)>& on_text,
                         const std::atomic<bool>* cancel = nullptr);
 
+    // For a backend that queues its evaluations (Backend::queues_evals):
+    // prefill returns before the prompt has run, so its caller records the
+    // prompt's time once it has (before the Generator starts).
+    void set_prompt_ms(double ms) { last_prompt_.prompt_ms = ms; }
+
     const std::vector<TokenId>& cached() const { return cached_; }
     std::span<const float> logits() const { return logits_; }
     uint32_t n_ctx() const { return backend_.n_ctx(); }

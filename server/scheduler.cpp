@@ -46,6 +46,7 @@ struct Scheduler::Slot {
     std::optional<Generator> gen;
     std::vector<TokenLogprob> pending;      // logprobs of tokens whose text is still held back
     uint64_t last_used = 0;
+    std::chrono::steady_clock::time_point prefill_t0;   // a batched prompt's start
 };
 
 Scheduler::Scheduler(EngineOptions opt) : opt_(std::move(opt)) {}
@@ -139,7 +140,19 @@ void Scheduler::load() {
         auto slot = std::make_unique<Slot>();
         slot->index = i;
         std::string note;
-        slot->backend = make_backend(*lm->model, opt_.device, bopt, &note);
+        slot->backend = batcher_ ? batcher_->open() : make_backend(*lm->model, opt_.device, bopt, &note);
+        if (i == 0 && opt_.parallel > 1 && slot->backend->device_info().kind == "cpu") {
+            // Several CPU slots: the sequences of one batcher, stepped together,
+            // with the first backend's context, arithmetic and kernels.
+            const auto& first = dynamic_cast<const cpu::CpuBackend&>(*slot->backend);
+            batcher_ = std::make_unique<cpu::Batcher>(*lm->model, first.n_ctx(), bopt.kv_type, bopt.cpu_pool,
+                                                      uint32_t(opt_.parallel), uint32_t(opt_.batch_tokens));
+            batcher_->backend().set_isa(first.isa());
+            batcher_->backend().set_path(first.path());
+            note += "; " + std::to_string(opt_.parallel) + " sequences stepped together, up to " +
+                    std::to_string(opt_.batch_tokens) + " tokens per step";
+            slot->backend = batcher_->open();
+        }
         if (i == 0) {
             // Each GPU backend uploads its own copy of the weights: one slot only.
             if (opt_.parallel > 1 && slot->backend->device_info().kind == "cuda")
@@ -189,13 +202,27 @@ void Scheduler::start_job(Slot& s) {
         return;
     }
     try {
+        s.prefill_t0 = std::chrono::steady_clock::now();
         s.session->prefill(job.prompt);
-        s.gen.emplace(*s.session, job.gen, &job.cancel, job.logprobs);
     } catch (const ContextFullError& e) {
         end_job(s, error_event(ApiError(400, e.what(), "messages", "invalid_request_error", "context_length_exceeded")));
         return;
     } catch (const std::exception& e) {
+        if (batcher_) batcher_->drop(*s.backend);
         s.session->reset();   // whatever the cache holds is suspect
+        end_job(s, error_event(ApiError(500, std::string("the engine failed: ") + e.what(), "", "server_error")));
+        return;
+    }
+    // Batched: the prompt runs in the steps to come; generation starts after.
+    if (!batcher_ || batcher_->queued(*s.backend) == 0) begin_generation(s);
+}
+
+void Scheduler::begin_generation(Slot& s) {
+    Job& job = *s.job;
+    if (batcher_) s.session->set_prompt_ms(seconds_since(s.prefill_t0) * 1000.0);
+    try {
+        s.gen.emplace(*s.session, job.gen, &job.cancel, job.logprobs);
+    } catch (const std::exception& e) {
         end_job(s, error_event(ApiError(500, std::string("the engine failed: ") + e.what(), "", "server_error")));
         return;
     }
@@ -293,11 +320,42 @@ void Scheduler::run() {
             stats_.queued = queue_.size();
         }
         for (Slot* s : starting) start_job(*s);
-        // One token for every active slot in turn: every stream advances.
+        // One token for every active slot: every stream advances. Batched,
+        // a slot samples only once its queued work has run, then one step
+        // evaluates every slot's next request.
         const auto t0 = std::chrono::steady_clock::now();
         uint64_t tokens = 0;
         for (auto& s : slots_) {
-            if (s->job && s->gen && step_job(*s)) ++tokens;
+            if (!s->job) continue;
+            if (batcher_ && batcher_->queued(*s->backend)) {
+                if (s->job->cancel.load()) {   // a prompt still queued: its work dropped now
+                    batcher_->drop(*s->backend);
+                    s->session->reset();
+                    Event done;
+                    done.kind = Event::Kind::Done;
+                    done.finish = FinishReason::Cancelled;
+                    end_job(*s, std::move(done));
+                }
+                continue;
+            }
+            if (!s->gen) {
+                begin_generation(*s);
+                continue;
+            }
+            if (step_job(*s)) ++tokens;
+        }
+        if (batcher_) {
+            try {
+                batcher_->step();
+            } catch (const std::exception& e) {
+                // The step's sequences lost their work: every running job ends.
+                for (auto& s : slots_) {
+                    if (!s->job) continue;
+                    batcher_->drop(*s->backend);
+                    s->session->reset();
+                    end_job(*s, error_event(ApiError(500, std::string("the engine failed: ") + e.what(), "", "server_error")));
+                }
+            }
         }
         std::lock_guard lk(mu_);
         stats_.decode_seconds += seconds_since(t0);

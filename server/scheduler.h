@@ -8,10 +8,16 @@
 //        ◀── Started / Text / Done / Error ──   each iteration: one token for
 //                                               every active slot in turn
 //
-// Slots are Sessions on backends of their own (own KV cache; on the CPU the
-// weights are shared through the Model). A job leaves when its generation
-// ends, when its cancel flag is set (the client went away) or at shutdown,
-// when every job still admitted gets an Error event.
+// Slots are Sessions on backends of their own. On the CPU with several
+// slots they are the sequences of one cpu::Batcher (one KV pool; continuous
+// batching): each iteration every slot with nothing queued samples its next
+// token (or starts generating once its prompt has run), then one batched
+// step evaluates every slot's next request, decode tokens first, then
+// prompt chunks up to EngineOptions::batch_tokens; a long prompt delays the
+// running streams by at most a chunk per step. A GPU backend serves one
+// slot. A job leaves when its generation ends, when its cancel flag is set
+// (the client went away; its queued work is dropped at once) or at
+// shutdown, when every job still admitted gets an Error event.
 #pragma once
 
 #include <atomic>
@@ -28,6 +34,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/cpu/batcher.h"
 #include "engine/chat_prompt.h"
 #include "engine/model.h"
 #include "engine/session.h"
@@ -41,6 +48,7 @@ struct EngineOptions {
     DeviceKind device = DeviceKind::Auto;
     BackendOptions backend;
     int parallel = 1;            // slots
+    int batch_tokens = 64;       // CPU, parallel > 1: tokens per batched step (decode tokens first, then prompt chunks)
     int queue = 16;              // jobs that may wait for a slot
     std::string chat_template;   // family name; empty: the model's
 };
@@ -152,12 +160,14 @@ private:
     void load();
     Slot* pick_slot(const std::vector<TokenId>& prompt);
     void start_job(Slot& s);
+    void begin_generation(Slot& s);   // the prompt has run: Started, then the Generator
     bool step_job(Slot& s);   // true when it sampled a token
     void end_job(Slot& s, Event last);
 
     EngineOptions opt_;
     std::unique_ptr<LoadedModel> model_;
-    std::vector<std::unique_ptr<Slot>> slots_;
+    std::unique_ptr<cpu::Batcher> batcher_;   // CPU, parallel > 1: the slots' backends are its sequences
+    std::vector<std::unique_ptr<Slot>> slots_;   // after batcher_: destroyed first
     std::thread thread_;
 
     mutable std::mutex mu_;

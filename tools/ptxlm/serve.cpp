@@ -61,7 +61,12 @@ Runner add_serve(CLI::App& app) {
                     "require 'Authorization: Bearer KEY' on completions and /metrics (default: $PTXLM_API_KEY; "
                     "/health, /v1/models and / stay open)");
     sub->add_option("--parallel", o.engine.parallel,
-                    "requests decoded together, each in a slot with its own KV cache (default 1; CPU only above 1)")
+                    "requests decoded together (default 1; CPU only above 1: the slots share one KV pool and are "
+                    "evaluated in one batched step per token)")
+        ->check(CLI::Range(1, 64));
+    sub->add_option("--batch-tokens", o.engine.batch_tokens,
+                    "CPU, --parallel above 1: tokens per batched step, every running stream's next token first, then "
+                    "prompt chunks (default 64)")
         ->check(CLI::Range(1, 64));
     sub->add_option("--queue", o.engine.queue, "requests that may wait for a slot; more get 503 (default 16)")
         ->check(CLI::Range(0, 4096));
