@@ -64,6 +64,17 @@ std::string prometheus_text(const SchedulerStats& s, const std::map<std::pair<st
     for (size_t i = 0; i < s.slots.size(); ++i)
         w.value("ptxlm_kv_cache_usage_ratio{slot=\"" + std::to_string(i) + "\"}",
                 s.slots[i].n_ctx ? double(s.slots[i].kv_tokens) / s.slots[i].n_ctx : 0.0);
+    if (s.batched) {
+        w.metric("ptxlm_kv_pages_total", "gauge", "Pages of the slots' shared KV pool.", double(s.kv_pages));
+        w.metric("ptxlm_kv_page_positions", "gauge", "Positions a KV page holds (of every layer).", double(s.kv_page_size));
+        w.head("ptxlm_kv_pages", "gauge", "KV pages by state: used (held by a slot), cached (findable, held by none), free.");
+        w.value("ptxlm_kv_pages{state=\"used\"}", double(s.kv_pages_used));
+        w.value("ptxlm_kv_pages{state=\"cached\"}", double(s.kv_pages_cached));
+        w.value("ptxlm_kv_pages{state=\"free\"}", double(s.kv_pages_free));
+        w.metric("ptxlm_batch_steps_total", "counter", "Batched steps (every running slot's next token, prompt chunks).",
+                 double(s.steps));
+        w.metric("ptxlm_batch_step_tokens_total", "counter", "Tokens the batched steps evaluated.", double(s.step_tokens));
+    }
     return w.out;
 }
 

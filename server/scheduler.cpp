@@ -170,6 +170,12 @@ void Scheduler::load() {
     std::lock_guard lk(mu_);
     model_ = std::move(lm);
     stats_.slots.resize(slots_.size());
+    if (batcher_) {
+        stats_.batched = true;
+        stats_.kv_page_size = batcher_->backend().kv_pages().page_size;
+        stats_.kv_pages = batcher_->backend().kv_pages().n_pages;
+        stats_.kv_pages_free = stats_.kv_pages;
+    }
     for (size_t i = 0; i < slots_.size(); ++i) stats_.slots[i].n_ctx = slots_[i]->backend->n_ctx();
 }
 
@@ -344,9 +350,10 @@ void Scheduler::run() {
             }
             if (step_job(*s)) ++tokens;
         }
+        uint32_t stepped = 0;
         if (batcher_) {
             try {
-                batcher_->step();
+                stepped = batcher_->step();
             } catch (const std::exception& e) {
                 // The step's sequences lost their work: every running job ends.
                 for (auto& s : slots_) {
@@ -360,6 +367,15 @@ void Scheduler::run() {
         std::lock_guard lk(mu_);
         stats_.decode_seconds += seconds_since(t0);
         stats_.generated_tokens += tokens;
+        if (batcher_) {
+            const KvPool::Stats ps = batcher_->pool_stats();
+            stats_.kv_pages = ps.pages;
+            stats_.kv_pages_used = ps.used;
+            stats_.kv_pages_cached = ps.cached;
+            stats_.kv_pages_free = ps.free;
+            stats_.steps += stepped ? 1 : 0;
+            stats_.step_tokens += stepped;
+        }
         for (size_t i = 0; i < slots_.size(); ++i) {
             stats_.slots[i].busy = slots_[i]->job != nullptr;
             stats_.slots[i].kv_tokens = uint32_t(slots_[i]->session->cached().size());

@@ -121,6 +121,10 @@ struct SchedulerStats {
     double decode_seconds = 0;           // engine time spent in token steps
     size_t queued = 0, active = 0;
     std::vector<SlotStats> slots;
+    // Several CPU slots stepped together (cpu::Batcher); all 0 otherwise.
+    bool batched = false;
+    uint32_t kv_pages = 0, kv_pages_used = 0, kv_pages_cached = 0, kv_pages_free = 0, kv_page_size = 0;
+    uint64_t steps = 0, step_tokens = 0;   // batched steps and the tokens they evaluated
 };
 
 class Scheduler {

@@ -10,7 +10,8 @@ case with its status and OpenAI-style body, a loop of bad requests after
 which answers are unchanged, 8 concurrent clients each getting the answer it
 gets alone, two streams advancing together with --parallel 2, a cached
 prefix reused, a client that disconnects mid-stream freeing its slot, a full
-queue answering 503, /metrics as Prometheus text, the API key, and SIGTERM
+queue answering 503, /metrics as Prometheus text (with --parallel 2 the
+slots' shared KV pages and the batched steps), the API key, and SIGTERM
 during a stream (an error event, exit 0). On SmolLM2: the server's greedy
 chat answer equals `ptxlm run --chat --temp 0`.
 """
@@ -410,6 +411,17 @@ def check_metrics(s, requests_before):
           "throughput and cache figures")
     check(metric(m, "ptxlm_kv_cache_tokens", slot="0") is not None and metric(m, "ptxlm_kv_cache_usage_ratio", slot="1") is not None,
           "KV use per slot")
+    # The two CPU slots share one paged KV pool and are stepped together: the
+    # pages add up, the slots' cached tokens are in used pages, and the steps
+    # batched more than one token on average (two streams ran together).
+    pages = [metric(m, "ptxlm_kv_pages", state=st) for st in ("used", "cached", "free")]
+    held = sum(metric(m, "ptxlm_kv_cache_tokens", slot=str(i)) for i in range(2))
+    size = metric(m, "ptxlm_kv_page_positions")
+    check(None not in pages and sum(pages) == metric(m, "ptxlm_kv_pages_total") and size
+          and pages[0] * size >= held > (pages[0] - 2) * size,
+          f"KV pages {pages} of {metric(m, 'ptxlm_kv_pages_total')}, {held} positions held")
+    steps, tokens = metric(m, "ptxlm_batch_steps_total"), metric(m, "ptxlm_batch_step_tokens_total")
+    check(steps and tokens > steps, f"batched steps: {steps} steps, {tokens} tokens")
     ok = metric(m, "ptxlm_requests_total", endpoint="/v1/chat/completions", status="200") or 0
     check(ok >= requests_before, f"requests_total chat 200: {ok}")
     check((metric(m, "ptxlm_requests_total", endpoint="/v1/completions", status="400") or 0) >= 3, "400s counted")
