@@ -5,7 +5,8 @@ ptxlm bench on tiny synthetic models: one row per test in the order asked,
 tokens counted equal to tokens asked, means and deviations recomputed from the
 printed samples, bytes read per token recomputed here from gguf-py's tensor
 table (weights once per pass, the LM head once per pass, one embedding row
-and the visible KV cache per token, gemma3's sliding window included), md and
+and the visible KV cache per token, gemma3's sliding window included;
+--parallel's sequences sharing each pass), md and
 csv carrying the same tests, list/range syntax, and one clear message with
 exit 2 for every bad flag. bench/compare against a stand-in llama-bench:
 every round runs both engines on every test, alternating who goes first;
@@ -59,17 +60,19 @@ def expected_bytes_per_token(r, row):
     head = sizes.get("output.weight", sizes["token_embd.weight"]) + sizes["output_norm.weight"]
     per_pass = sum(sizes.values()) - sizes["token_embd.weight"] - sizes.get("output.weight", 0) - sizes["output_norm.weight"]
     n = row["n_prompt"] + row["n_gen"]
+    par = row["n_parallel"]   # sequences generating together: a pass reads the weights once for all
     passes = -(-n // row["n_batch"]) if row["n_prompt"] else n
-    total = passes * per_pass + (1 if row["n_prompt"] else n) * head
+    total = passes * per_pass + (1 if row["n_prompt"] else n * par) * head
+    kv = 0
     for i in range(n):
         pos = row["n_depth"] + i
         for il in range(hp["n_layer"]):
             visible = pos + 1
             if hp["arch"] == "gemma3" and il % 6 != 5:
                 visible = min(visible, hp["sliding_window"])
-            total += 2 * visible * hp["n_head_kv"] * hp["head_dim"] * 2
-        total += embd_row
-    return total / n
+            kv += 2 * visible * hp["n_head_kv"] * hp["head_dim"] * 2
+        kv += embd_row
+    return (total + kv * par) / (n * par)
 
 
 def check_json_rows(path, rows, want_tests, reps):
@@ -80,7 +83,7 @@ def check_json_rows(path, rows, want_tests, reps):
     params = sum(int(t.n_elements) for t in r.tensors)
     for row in rows:
         what = f"{path.name} {row['test']}"
-        check(row["n_tokens"] == row["n_prompt"] + row["n_gen"], f"{what}: counted {row['n_tokens']} tokens")
+        check(row["n_tokens"] == (row["n_prompt"] + row["n_gen"]) * row["n_parallel"], f"{what}: counted {row['n_tokens']} tokens")
         check(row["repetitions"] == reps and len(row["samples_ts"]) == reps and len(row["samples_ns"]) == reps,
               f"{what}: {reps} repetitions expected: {row['repetitions']}, {row['samples_ts']}")
         check(all(close(ts, row["n_tokens"] * 1e9 / ns) for ts, ns in zip(row["samples_ts"], row["samples_ns"])),
@@ -96,7 +99,7 @@ def check_json_rows(path, rows, want_tests, reps):
               f"{what}: peak {row['peak_gbs']} share {row['peak_share']}")
         check(row["model_size"] == total and sum(row["model_types"].values()) == total, f"{what}: size {row['model_size']} vs {total}")
         check(row["model_n_params"] == params, f"{what}: {row['model_n_params']} parameters, gguf-py counts {params}")
-        check(row["n_ctx"] >= row["n_depth"] + row["n_tokens"], f"{what}: context {row['n_ctx']} too small")
+        check(row["n_ctx"] >= row["n_depth"] + row["n_prompt"] + row["n_gen"], f"{what}: context {row['n_ctx']} too small")
         check(row["device"] == "cpu" and row["n_threads"] == 2 and row["device_units"] >= 1, f"{what}: device fields")
         check(row["peak_rss_bytes"] > 0, f"{what}: no peak RSS")
 
@@ -119,6 +122,13 @@ def check_ptxlm_bench(tmp):
     p = bench("-m", str(models["gemma3"]), "-p", "0", "-n", "4", "-d", "0,40", "-r", "1", "-o", "json")
     if check(p.returncode == 0, f"bench gemma3: {p.stderr[-400:]}"):
         check_json_rows(models["gemma3"], json.loads(p.stdout), ["tg4", "tg4 @ d40"], 1)
+    # --parallel: each tg test again with P sequences generating together
+    # (aggregate tokens: P x n_gen; the weights read once per step for all).
+    p = bench("-m", str(models["gemma3"]), "-p", "0", "-n", "4", "-d", "0,20", "--parallel", "1,3", "-r", "2", "-o", "json")
+    if check(p.returncode == 0, f"bench --parallel: {p.stderr[-400:]}"):
+        rows = json.loads(p.stdout)
+        check_json_rows(models["gemma3"], rows, ["tg4", "tg4 x3", "tg4 @ d20", "tg4 x3 @ d20"], 2)
+        check([r["n_parallel"] for r in rows] == [1, 3, 1, 3], f"n_parallel: {[r['n_parallel'] for r in rows]}")
 
     # The CPU arithmetic: quantized dot products by default, the float32
     # reference on request, said in every row; PTXLM_CPU_ISA picks the SIMD.
@@ -180,7 +190,9 @@ def check_ptxlm_bench(tmp):
                          (["-o", "xml"], "-o"), (["-r", "0"], "-r"), (["-p", "99999999"], "-p"),
                          (["--cpu-path", "fast"], "--cpu-path"), (["--cpu-path", "reference", "--device", "cuda"], "--cpu-path"),
                          (["--cpu-isa", "avx9000"], "--cpu-isa"), (["--cpu-isa", "scalar", "--cpu-path", "reference"], "--cpu-isa"),
-                         (["--cpu-isa", "scalar", "--device", "cuda"], "--cpu-isa")):
+                         (["--cpu-isa", "scalar", "--device", "cuda"], "--cpu-isa"),
+                         (["--parallel", "0"], "--parallel"), (["--parallel", "65"], "--parallel"),
+                         (["--parallel", "x"], "--parallel")):
         p = bench("-m", str(models["llama"]), *args)
         check(p.returncode == 2 and needle in p.stderr and "|" not in p.stdout,
               f"bench {args}: exit {p.returncode}, stderr {p.stderr.strip()[-200:]!r}")

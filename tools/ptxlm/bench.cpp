@@ -35,6 +35,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "engine/cpu/batcher.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/projection.h"
@@ -51,7 +52,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Args {
     EngineArgs engine;
-    std::string prompt = "512", gen = "128", depth = "0";
+    std::string prompt = "512", gen = "128", depth = "0", parallel = "1";
     uint32_t reps = 5;
     std::string output = "md";
     std::string project;   // counted mode's GPU (emu only); default h100-sxm
@@ -101,9 +102,11 @@ std::vector<uint32_t> parse_sizes(const std::string& flag, const std::string& te
 
 struct Test {
     uint32_t n_prompt = 0, n_gen = 0, depth = 0;
+    uint32_t parallel = 1;   // tg: sequences generating together (cpu::Batcher), each n_gen tokens
     uint32_t tokens() const { return n_prompt + n_gen; }
     std::string name() const {
         std::string s = n_prompt ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
+        if (parallel > 1) s += " x" + std::to_string(parallel);
         if (depth) s += " @ d" + std::to_string(depth);
         return s;
     }
@@ -236,17 +239,63 @@ struct Row {
     double bytes_per_token = 0;
 };
 
-// Bytes read per token for a test: every pass reads the weights; each
-// generated token and the prompt's last make logits; each token reads one
-// embedding row and its visible KV cache.
+// Bytes read per token for a test: every pass reads the weights (a pass of
+// parallel sequences once for all of them); each generated token and the
+// prompt's last make logits; each token reads one embedding row and its
+// visible KV cache.
 double bytes_per_token(const Model& m, const Test& t, uint32_t max_batch, uint32_t kv_el) {
     const PassTraffic p = pass_traffic(m);
     const uint32_t n = t.tokens();
     const uint64_t passes = t.n_prompt ? (n + max_batch - 1) / max_batch : n;
-    const uint64_t with_logits = t.n_prompt ? 1 : n;
+    const uint64_t with_logits = t.n_prompt ? 1 : uint64_t(n) * t.parallel;
     double total = double(passes) * double(p.weights) + double(with_logits) * double(p.lm_head);
-    for (uint32_t i = 0; i < n; ++i) total += double(p.embd_row + kv_read_bytes(m, t.depth + i, kv_el));
-    return total / n;
+    for (uint32_t i = 0; i < n; ++i) total += double(p.embd_row + kv_read_bytes(m, t.depth + i, kv_el)) * t.parallel;
+    return total / (double(n) * t.parallel);
+}
+
+// tg with `t.parallel` sequences generating together on a cpu::Batcher (its
+// own worker threads; the arithmetic and kernels of `like`): each fills its
+// cache to the test's depth (untimed), then every step evaluates one token
+// of each, with its logits. Returns the tokens per timed repetition and
+// fills the row's samples.
+uint64_t run_parallel(const Model& m, const cpu::CpuBackend& like, int threads, KvType kv, const Test& t,
+                      uint32_t reps, std::vector<double>& ns_out, std::vector<double>& ts_out) {
+    cpu::Batcher bat(m, like.n_ctx(), kv, std::make_shared<cpu::ThreadPool>(threads), t.parallel);
+    bat.backend().set_isa(like.isa());
+    bat.backend().set_path(like.path());
+    const uint32_t nv = m.n_vocab, P = t.parallel;
+    std::mt19937 rng(1234);
+    std::vector<TokenId> seq(t.depth + t.n_gen + 1);
+    for (TokenId& x : seq) x = TokenId(rng() % nv);
+    std::vector<std::unique_ptr<Backend>> seqs;
+    std::vector<std::vector<TokenId>> own(P);
+    std::vector<float> logits(uint64_t(P) * nv);
+    for (uint32_t s = 0; s < P; ++s) {
+        seqs.push_back(bat.open());
+        for (TokenId x : seq) own[s].push_back(TokenId((uint32_t(x) + s) % nv));   // each sequence its own tokens
+        for (uint32_t i = 0; i < t.depth; i += cpu::CpuBackend::kMaxBatch) {
+            const uint32_t k = std::min(cpu::CpuBackend::kMaxBatch, t.depth - i);
+            seqs[s]->eval_batch({own[s].data() + i, k}, i, nullptr, 0);
+        }
+    }
+    while (bat.step()) {}
+    // One step of n tokens each from the depth on: the warm-up (n = 1), then the timed ones.
+    auto generate = [&](uint32_t n) {
+        for (uint32_t i = 0; i < n; ++i) {
+            for (uint32_t s = 0; s < P; ++s)
+                seqs[s]->eval_batch({own[s].data() + t.depth + i, 1}, t.depth + i, logits.data() + uint64_t(s) * nv, 1);
+            bat.step();
+        }
+    };
+    generate(1);
+    for (uint32_t rep = 0; rep < reps; ++rep) {
+        const auto t0 = Clock::now();
+        generate(t.n_gen);
+        const double ns = double(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+        ns_out.push_back(ns);
+        ts_out.push_back(double(P) * t.n_gen * 1e9 / ns);
+    }
+    return uint64_t(P) * t.n_gen;
 }
 
 std::string type_mix(const std::map<std::string, uint64_t>& types, uint64_t total) {
@@ -277,13 +326,16 @@ int run(const Args& a) {
     if (a.output != "md" && a.output != "json" && a.output != "csv")
         throw std::invalid_argument("-o: '" + a.output + "' is not an output format (md, json or csv)");
     const std::vector<uint32_t> pps = parse_sizes("-p", a.prompt), tgs = parse_sizes("-n", a.gen),
-                                depths = parse_sizes("-d", a.depth);
+                                depths = parse_sizes("-d", a.depth), pars = parse_sizes("--parallel", a.parallel);
+    for (uint32_t p : pars)
+        if (p < 1 || p > 64) throw std::invalid_argument("--parallel: " + std::to_string(p) + " is not 1 to 64 sequences");
     std::vector<Test> tests;
     for (uint32_t d : depths) {
         for (uint32_t p : pps)
             if (p) tests.push_back({p, 0, d});
-        for (uint32_t n : tgs)
-            if (n) tests.push_back({0, n, d});
+        for (uint32_t par : pars)
+            for (uint32_t n : tgs)
+                if (n) tests.push_back({0, n, d, par});
     }
     if (tests.empty()) throw std::invalid_argument("-p and -n: every size is 0, so there is nothing to measure");
 
@@ -329,6 +381,11 @@ int run(const Args& a) {
                      dev.name.c_str());
     if (!emulated && !a.project.empty())
         throw std::invalid_argument("--project: counted mode needs emu as the driver (PTXLM_LIBCUDA)");
+    const auto* cpu_backend = dynamic_cast<const cpu::CpuBackend*>(&b);
+    for (const Test& t : tests)
+        if (t.parallel > 1 && !cpu_backend)
+            throw std::invalid_argument("--parallel " + std::to_string(t.parallel) +
+                                        ": sequences generating together run on the CPU backend (the GPU's is issue 22)");
 
     // Static description of the model and the machine, shared by every row.
     std::map<std::string, uint64_t> types;
@@ -366,6 +423,7 @@ int run(const Args& a) {
             {"n_prompt", r.test.n_prompt},
             {"n_gen", r.test.n_gen},
             {"n_depth", r.test.depth},
+            {"n_parallel", r.test.parallel},
             {"n_tokens", r.n_tokens},
             {"repetitions", r.samples_ts.size()},
             {"samples_ns", r.samples_ns},
@@ -388,7 +446,7 @@ int run(const Args& a) {
     static const char* kCsvFields[] = {"model_filename", "model_arch", "model_file_type", "model_types", "model_size",
                                        "model_n_params", "device", "device_name", "device_units", "n_threads",
                                        "schedule", "cpu_path", "gpu_path", "emulated", "kv_type", "n_ctx", "n_batch", "test", "n_prompt", "n_gen",
-                                       "n_depth", "n_tokens", "repetitions", "samples_ns", "samples_ts", "avg_ns",
+                                       "n_depth", "n_parallel", "n_tokens", "repetitions", "samples_ns", "samples_ts", "avg_ns",
                                        "stddev_ns", "avg_ts", "stddev_ts", "ms_per_token", "bytes_per_token",
                                        "bandwidth_gbs", "peak_gbs", "peak_source", "peak_share", "peak_rss_bytes"};
     auto csv_cell = [](const nlohmann::json& v) -> std::string {
@@ -425,10 +483,15 @@ int run(const Args& a) {
         Row r;
         r.test = t;
         r.bytes_per_token = bytes_per_token(m, t, b.max_batch(), dev.kv_bytes_per_el);
+        if (t.parallel > 1)
+            r.n_tokens = run_parallel(m, *cpu_backend, dev.threads, dev.kv_bytes_per_el == 4 ? KvType::F32 : KvType::F16,
+                                      t, a.reps, r.samples_ns, r.samples_ts);
         // Warm-up: one batch or one token at the test's depth.
-        runner.fill(t.depth);
-        runner.eval(t.depth, t.n_prompt ? std::min(t.n_prompt, b.max_batch()) : 1, t.n_prompt == 0);
-        for (uint32_t rep = 0; rep < a.reps; ++rep) {
+        if (t.parallel == 1) {
+            runner.fill(t.depth);
+            runner.eval(t.depth, t.n_prompt ? std::min(t.n_prompt, b.max_batch()) : 1, t.n_prompt == 0);
+        }
+        for (uint32_t rep = 0; rep < a.reps && t.parallel == 1; ++rep) {
             runner.fill(t.depth);
             const auto t0 = Clock::now();
             const uint64_t n = runner.eval(t.depth, t.tokens(), t.n_prompt == 0);
@@ -537,6 +600,9 @@ Runner add_bench(CLI::App& app) {
     sub->add_option("-p,--n-prompt", a->prompt, "prompt sizes: N, a list N,M, or ranges A-B+STEP, A-B*FACTOR (default 512; 0 skips)");
     sub->add_option("-n,--n-gen", a->gen, "generation sizes, as -p (default 128; 0 skips)");
     sub->add_option("-d,--n-depth", a->depth, "KV depths to test at, as -p (default 0)");
+    sub->add_option("--parallel", a->parallel,
+                    "CPU: sequences generating together, as -p (default 1): each tg test also runs as 'tgN xP', P "
+                    "sequences stepped together (one pass reads the weights for all), its t/s the aggregate");
     sub->add_option("-r,--repetitions", a->reps, "timed repetitions per test, after one warm-up (default 5)")
         ->check(CLI::Range(1u, 1000u));
     sub->add_option("-o,--output", a->output, "md (a table), json or csv (default md)");
