@@ -120,38 +120,42 @@ PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, Target
         Reg cx = k.reg(Type::u32), cy = k.reg(Type::u32);
         k.rem(cx, v, grid_x);
         k.div(cy, v, grid_x);
-        // Where an op's code goes: this kernel, virtual block (cx, cy), the
-        // arguments' shared copy (the end label is the caller's).
-        auto inline_target = [&] {
-          InlineTarget in;
-          in.host = &k;
-          in.op.record = args.name;
-          in.op.ctaid_x = cx.name;
-          in.op.ctaid_y = cy.name;
-          in.op.host_threads = threads;
-          in.op.window = win.name;
-          in.op.args_shared = op_args.name;
-          return in;
+        // The switch over the op's kind: kind j's code for virtual block
+        // (cx, cy), its arguments from the shared copy, for the threads of
+        // its block; whole, or only its opening prefetch (kinds without one
+        // emit nothing). Every path ends at `end`.
+        auto dispatch = [&](const Label& end, bool prefetch_only) {
+          for (uint32_t j = 0; j < kinds.size(); ++j) {
+            Label next = k.label(prefetch_only ? "next_prefetch" : "next_kind");
+            k.bra_ifnot(k.setp(Cmp::eq, kind, j), next);
+            const uint32_t op_threads = alone[j].geometry.block.x;
+            if (op_threads < threads) k.bra_if(k.setp(Cmp::hs, tid, op_threads), end);
+            InlineTarget in;
+            in.host = &k;
+            in.op.record = args.name;
+            in.op.ctaid_x = cx.name;
+            in.op.ctaid_y = cy.name;
+            in.op.host_threads = threads;
+            in.op.end = end.name;
+            in.op.window = win.name;
+            in.op.args_shared = op_args.name;
+            in.prefetch_only = prefetch_only;
+            GeneratedKernel g = kinds[j](t, &in);
+            if (!prefetch_only) {
+              shared = std::max(shared, g.geometry.shared_bytes);
+              out.kinds.push_back(std::move(g));
+            }
+            k.bra(end);
+            k.place(next);
+          }
+          k.place(end);
         };
         // The op's first weights into L2 while thread 0 waits for its inputs:
         // DRAM streams through the handoff instead of idling until the op's
         // first loads (and its input staging) are under way.
         if (t.prefetch) {
           k.comment("prefetch the virtual block's first weights, before its wait");
-          Label joined = k.label("prefetched");
-          for (uint32_t j = 0; j < kinds.size(); ++j) {
-            Label next = k.label("next_prefetch");
-            k.bra_ifnot(k.setp(Cmp::eq, kind, j), next);
-            const uint32_t op_threads = alone[j].geometry.block.x;
-            if (op_threads < threads) k.bra_if(k.setp(Cmp::hs, tid, op_threads), joined);
-            InlineTarget in = inline_target();
-            in.op.end = joined.name;
-            in.prefetch_only = true;
-            kinds[j](t, &in);
-            k.bra(joined);
-            k.place(next);
-          }
-          k.place(joined);
+          dispatch(k.label("prefetched"), true);
         }
         k.comment("wait for the ops this one reads (their completion this token)");
         k.if_(is_t0, [&] {
@@ -171,21 +175,7 @@ PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, Target
           });
         });
         k.bar_sync(kLoopBarrier);   // the whole block starts after thread 0's acquire
-        Label end_op = k.label("end_op");
-        for (uint32_t j = 0; j < kinds.size(); ++j) {
-          Label next = k.label("next_kind");
-          k.bra_ifnot(k.setp(Cmp::eq, kind, j), next);
-          const uint32_t op_threads = alone[j].geometry.block.x;
-          if (op_threads < threads) k.bra_if(k.setp(Cmp::hs, tid, op_threads), end_op);
-          InlineTarget in = inline_target();
-          in.op.end = end_op.name;
-          GeneratedKernel g = kinds[j](t, &in);
-          shared = std::max(shared, g.geometry.shared_bytes);
-          out.kinds.push_back(std::move(g));
-          k.bra(end_op);
-          k.place(next);
-        }
-        k.place(end_op);
+        dispatch(k.label("end_op"), false);
         k.bar_sync(kLoopBarrier);   // every thread's writes of this virtual block precede the release
         Reg one = k.mov(Type::u32, 1u);
         Reg flag = k.add(flags, k.mul_wide(k.add(flag_base, v), 4u));
