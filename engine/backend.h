@@ -98,6 +98,14 @@ public:
     // cpu::Batcher: its logits exist once the batcher's step has run). Such
     // a backend has no eval_argmax or start_greedy; Generator reads logits.
     virtual bool queues_evals() const { return false; }
+    // A cache shared with other sequences (cpu::Batcher's pool) may hold a
+    // longer start of `prompt` than the `keep` positions this one shares
+    // with it: the backend then makes its cache hold that start and returns
+    // its length; otherwise it returns keep and changes nothing.
+    virtual uint32_t reuse_prefix(std::span<const TokenId> prompt, uint32_t keep) {
+        (void)prompt;
+        return keep;
+    }
 
     void eval(TokenId token, uint32_t pos, float* logits) { eval_batch({&token, 1}, pos, logits, logits ? 1 : 0); }
 

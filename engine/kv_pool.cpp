@@ -188,7 +188,22 @@ void KvPool::drop_before(Seq s, uint32_t pos) {
     }
 }
 
-void KvPool::truncate(Seq s, uint32_t length) {
+uint32_t KvPool::prefix_length(std::span<const Token> tokens) const {
+    uint64_t h = 0;
+    uint32_t n = 0;
+    for (size_t at = 0; at + page_size_ <= tokens.size(); at += page_size_) {
+        const std::span<const Token> page = tokens.subspan(at, page_size_);
+        h = chain(h, page);
+        auto it = index_.find(h);
+        if (it == index_.end() || !std::equal(page.begin(), page.end(), pages_[it->second].tokens.begin(),
+                                              pages_[it->second].tokens.end()))
+            break;
+        n += page_size_;
+    }
+    return n;
+}
+
+void KvPool::truncate(Seq s, uint32_t length, bool forget) {
     Sequence& q = seq(s);
     if (length > q.length)
         throw std::invalid_argument("kv pool: truncate to " + std::to_string(length) + " past the sequence's " +
@@ -206,8 +221,11 @@ void KvPool::truncate(Seq s, uint32_t length) {
         tail.assign(held.begin(), held.begin() + fill);
         if (was_full && pages_[p].refs == 1) unhash(p);   // this sequence will write it again
     }
-    for (uint32_t i = keep; i < q.pages.size(); ++i)
-        if (q.pages[i] != kNoPage) unref(q.pages[i]);
+    for (uint32_t i = keep; i < q.pages.size(); ++i) {
+        if (q.pages[i] == kNoPage) continue;
+        if (forget && pages_[q.pages[i]].refs == 1) unhash(q.pages[i]);
+        unref(q.pages[i]);
+    }
     q.pages.resize(keep);
     q.hashes.resize(std::min<size_t>(q.hashes.size(), length / page_size_));
     q.tail = std::move(tail);

@@ -81,8 +81,14 @@ public:
     // tokens when the sequence holds it alone (it will be rewritten), and is
     // copied on write by the next append when it is shared. Throws
     // std::invalid_argument past the sequence's length or into a page
-    // drop_before released.
-    void truncate(Seq s, uint32_t length);
+    // drop_before released. `forget`: the positions past `length` were never
+    // written (reserved, then abandoned), so the full pages released are not
+    // kept findable either.
+    void truncate(Seq s, uint32_t length, bool forget = false);
+
+    // How many tokens attach_prefix would find for `tokens` (a multiple of
+    // page_size), attaching nothing.
+    uint32_t prefix_length(std::span<const Token> tokens) const;
 
     std::span<const uint32_t> pages(Seq s) const;
     uint32_t length(Seq s) const;

@@ -39,7 +39,9 @@ void Session::prefill(std::span<const TokenId> prompt) {
     // The last prompt token is always evaluated: its logits start generation.
     if (keep == prompt.size()) --keep;
     const auto t0 = std::chrono::steady_clock::now();
-    cached_.resize(keep);
+    // Pages other sequences evaluated may hold more of the prompt's start.
+    keep = backend_.reuse_prefix(prompt.first(prompt.size() - 1), uint32_t(keep));
+    cached_.assign(prompt.begin(), prompt.begin() + keep);
     for (size_t i = keep; i < prompt.size();) {
         const size_t n = std::min<size_t>(backend_.max_batch(), prompt.size() - i);
         const bool last = i + n == prompt.size();

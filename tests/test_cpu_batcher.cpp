@@ -4,9 +4,10 @@
 // Generator steps only once its sequence has nothing queued, and one
 // batcher step evaluates every sequence's next request. Each stream's
 // tokens and final logits equal a solo run's on its own CpuBackend, greedy
-// and sampled, through a rewind to a shorter shared prefix. Negative
-// control: a driver that reads a sequence's logits before its step has run
-// generates other tokens. Misuse is refused.
+// and sampled, through a rewind to a shorter shared prefix; a prompt reuses
+// the pages another sequence evaluated. Negative control: a driver that
+// reads a sequence's logits before its step has run generates other tokens.
+// Misuse is refused.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -132,6 +133,50 @@ TEST_P(Fixture, ReadingLogitsBeforeTheStepIsCaught) {
     }
     drive(b, streams, true);
     EXPECT_NE(streams[0].g->result().tokens, solo(model, tok, p, streams[0].opt).tokens);
+}
+
+// A prompt reuses the full pages another sequence evaluated with the same
+// start (the pool's hash chain): 48 of a 60-token prompt sharing 50 tokens
+// with another stream's, the tokens still the solo run's. Not while
+// anything is queued (a findable page may not be evaluated yet), and never
+// pages whose positions were reserved and then dropped unevaluated.
+TEST_P(Fixture, APromptReusesPagesAnotherSequenceEvaluated) {
+    cpu::Batcher b(model, 128, KvType::F16, std::make_shared<cpu::ThreadPool>(2), 3);
+    const std::vector<TokenId> p = prompt_of(70, 1);
+    std::vector<TokenId> q(p.begin(), p.begin() + 50);
+    for (TokenId t : prompt_of(10, 8)) q.push_back(t);
+    std::vector<Stream> a(1), c(1);
+    a[0].be = b.open();
+    a[0].s = std::make_unique<Session>(*a[0].be, tok);
+    a[0].opt = options(5, 0, 1);
+    // Reserved and dropped unevaluated: nothing of it may be found.
+    a[0].s->prefill(p);
+    b.drop(*a[0].be);
+    c[0].be = b.open();
+    c[0].s = std::make_unique<Session>(*c[0].be, tok);
+    c[0].opt = options(6, 0.9f, 2);
+    c[0].s->prefill(q);
+    drive(b, c);
+    EXPECT_EQ(c[0].g->result().timings.prompt_reused, 0u);
+    a[0].s->reset();
+    a[0].s->prefill(p);
+    drive(b, a);
+    EXPECT_EQ(a[0].g->result().tokens, solo(model, tok, p, a[0].opt).tokens);
+    std::vector<Stream> d(1);
+    d[0].be = b.open();
+    d[0].s = std::make_unique<Session>(*d[0].be, tok);
+    d[0].opt = options(6, 0.9f, 2);
+    a[0].g.reset();
+    a[0].s->prefill(prompt_of(20, 5));   // queued: d must not reuse now
+    d[0].s->prefill(q);
+    while (b.step()) {}
+    EXPECT_EQ(Generator(*d[0].s, d[0].opt).result().timings.prompt_reused, 0u);
+    d[0].s->reset();
+    d[0].s->prefill(q);   // nothing queued: three pages of 16 found
+    drive(b, d);
+    EXPECT_EQ(d[0].g->result().timings.prompt_reused, 48u);
+    EXPECT_EQ(d[0].g->result().tokens, solo(model, tok, q, d[0].opt).tokens);
+    EXPECT_EQ(d[0].g->result().tokens, c[0].g->result().tokens);
 }
 
 TEST_P(Fixture, MisuseIsRefused) {

@@ -206,6 +206,25 @@ TEST(KvPool, TruncateReleasesThePastAndRewritesOnlyWhatItHoldsAlone) {
     EXPECT_EQ(pool.length(a), 4u);
 }
 
+// prefix_length finds what attach_prefix would, attaching nothing; pages
+// abandoned unwritten (truncate with forget) are not found, while pages
+// released by an ordinary truncation stay findable.
+TEST(KvPool, PrefixLengthPeeksAndForgottenPagesAreNotFound) {
+    KvPool pool(8, 4);
+    std::vector<KvPool::Copy> copies;
+    const KvPool::Seq a = pool.create();
+    ASSERT_TRUE(pool.append(a, iota_tokens(0, 12), copies));
+    EXPECT_EQ(pool.prefix_length(iota_tokens(0, 11)), 8u);
+    EXPECT_EQ(pool.prefix_length(iota_tokens(0, 12)), 12u);
+    EXPECT_EQ(pool.refs(pool.pages(a)[0]), 1u);   // nothing attached
+    EXPECT_EQ(pool.stats().prefix_hit_tokens, 0u);
+    pool.truncate(a, 8);             // evaluated, then rewound: still findable
+    EXPECT_EQ(pool.prefix_length(iota_tokens(0, 12)), 12u);
+    pool.truncate(a, 4, true);       // reserved, never written: forgotten
+    EXPECT_EQ(pool.prefix_length(iota_tokens(0, 12)), 4u);
+    EXPECT_EQ(pool.stats().free + pool.stats().used + pool.stats().cached, 8u);
+}
+
 // Simulated page storage: what a backend would hold.
 struct Storage {
     uint32_t page_size;

@@ -23,6 +23,7 @@ public:
     void eval_batch(std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) override {
         b_.enqueue(*this, tokens, pos, logits, n_logits);
     }
+    uint32_t reuse_prefix(std::span<const TokenId> prompt, uint32_t keep) override { return b_.reuse(*this, prompt, keep); }
     TokenId eval_argmax(TokenId, uint32_t) override {
         throw std::logic_error("a batched sequence has no argmax of its own: read its logits after the step");
     }
@@ -80,7 +81,19 @@ void Batcher::close(Seq& s) {
 void Batcher::drop(const Backend& seq) {
     Seq& s = find(seq);
     s.q_.clear();
-    pool_.truncate(s.id_, s.done_);
+    pool_.truncate(s.id_, s.done_, true);   // the abandoned positions' pages hold nothing to find
+}
+
+uint32_t Batcher::reuse(Seq& s, std::span<const TokenId> prompt, uint32_t keep) {
+    // Only when nothing is queued: then every findable page has been
+    // evaluated (a page becomes findable when its positions are reserved).
+    if (queued() != 0) return keep;
+    const uint32_t found = pool_.prefix_length(prompt);
+    if (found <= keep) return keep;
+    pool_.truncate(s.id_, 0);
+    const uint32_t got = pool_.attach_prefix(s.id_, prompt);
+    s.done_ = got;
+    return got;
 }
 
 void Batcher::enqueue(Seq& s, std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) {

@@ -9,6 +9,10 @@
 // queued(seq) is 0 (the server's scheduler does; Generator never asks for an
 // argmax of a backend that queues, see Backend::queues_evals).
 //
+// A sequence's prompt reuses every full page any sequence evaluated with the
+// same start (Backend::reuse_prefix: the pool's hash chain; only while
+// nothing is queued, so every findable page holds its K/V).
+//
 // A request longer than what a step has room for is split: a step takes the
 // decode tokens first, then prompt chunks up to `step_tokens` in all. A
 // sequence's results are bit for bit what it gets alone (CpuBackend::step),
@@ -64,6 +68,7 @@ private:
         uint32_t n_logits = 0;
     };
     void enqueue(Seq& s, std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits);
+    uint32_t reuse(Seq& s, std::span<const TokenId> prompt, uint32_t keep);
     void close(Seq& s);
     Seq& find(const Backend& b) const;
 
