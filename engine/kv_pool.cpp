@@ -120,9 +120,8 @@ uint64_t KvPool::chain(uint64_t prev, std::span<const Token> tokens) const {
     return h;
 }
 
-uint32_t KvPool::attach_prefix(Seq s, std::span<const Token> tokens) {
-    Sequence& q = seq(s);
-    if (q.length) throw std::invalid_argument("kv pool: attach_prefix on a sequence that has positions");
+std::vector<std::pair<uint32_t, uint64_t>> KvPool::find_prefix(std::span<const Token> tokens) const {
+    std::vector<std::pair<uint32_t, uint64_t>> found;
     uint64_t h = 0;
     for (size_t at = 0; at + page_size_ <= tokens.size(); at += page_size_) {
         const std::span<const Token> page = tokens.subspan(at, page_size_);
@@ -131,8 +130,17 @@ uint32_t KvPool::attach_prefix(Seq s, std::span<const Token> tokens) {
         if (it == index_.end() || !std::equal(page.begin(), page.end(), pages_[it->second].tokens.begin(),
                                               pages_[it->second].tokens.end()))
             break;
-        ref(it->second);
-        q.pages.push_back(it->second);
+        found.push_back({it->second, h});
+    }
+    return found;
+}
+
+uint32_t KvPool::attach_prefix(Seq s, std::span<const Token> tokens) {
+    Sequence& q = seq(s);
+    if (q.length) throw std::invalid_argument("kv pool: attach_prefix on a sequence that has positions");
+    for (const auto& [p, h] : find_prefix(tokens)) {
+        ref(p);
+        q.pages.push_back(p);
         q.hashes.push_back(h);
         q.length += page_size_;
     }
@@ -189,18 +197,7 @@ void KvPool::drop_before(Seq s, uint32_t pos) {
 }
 
 uint32_t KvPool::prefix_length(std::span<const Token> tokens) const {
-    uint64_t h = 0;
-    uint32_t n = 0;
-    for (size_t at = 0; at + page_size_ <= tokens.size(); at += page_size_) {
-        const std::span<const Token> page = tokens.subspan(at, page_size_);
-        h = chain(h, page);
-        auto it = index_.find(h);
-        if (it == index_.end() || !std::equal(page.begin(), page.end(), pages_[it->second].tokens.begin(),
-                                              pages_[it->second].tokens.end()))
-            break;
-        n += page_size_;
-    }
-    return n;
+    return uint32_t(find_prefix(tokens).size()) * page_size_;
 }
 
 void KvPool::truncate(Seq s, uint32_t length, bool forget) {

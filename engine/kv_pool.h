@@ -19,6 +19,7 @@
 #include <list>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace ptxlm {
@@ -123,6 +124,9 @@ private:
     void unref(uint32_t p);
     void ref(uint32_t p);
     void unhash(uint32_t p);
+    // The findable full pages holding `tokens`' page-aligned prefixes, in
+    // order, each with its chain hash (what attach_prefix attaches).
+    std::vector<std::pair<uint32_t, uint64_t>> find_prefix(std::span<const Token> tokens) const;
     uint64_t chain(uint64_t prev, std::span<const Token> tokens) const;
 
     uint32_t page_size_;
