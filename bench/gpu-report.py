@@ -25,7 +25,11 @@ emu says so in its first line: its times are emu's, not a GPU's.
 
     bench/gpu-report -m MODEL.gguf [--out-dir docs/gpu] [--project GPU] [-n 128]
                      [--depths 0,1024,4096] [--schedules graph,persistent,graph-pdl,graph-prefetch,persistent-prefetch]
-                     [--json] [--no-write]
+                     [--json] [--no-write] [--save-measured FILE | --measured FILE]
+
+A GPU machine without the time (or the emu build) for the projection runs
+the measured phases alone with --save-measured FILE; the report is then
+made where emu runs, from that file, with --measured FILE.
 
 --project defaults to the GPU the device's name matches (emu: h100-sxm).
 Progress goes to stderr. A failing command exits 1 with one line naming it
@@ -146,40 +150,65 @@ def ratio(a, b):
     return a / b if a is not None and b else None
 
 
-def collect(a, run):
-    """Every phase's JSON, and the rows the tables show."""
+def measure(a, run):
+    """The phases that need the device: selftest, profile and tg, as their raw JSON."""
     t0 = time.time()
     st, rc = run.json(["selftest", "-m", a.model, "--json"], ok_codes=(0, 1))
+    log(f"selftest ({time.time() - t0:.1f} s)")
+    # The chain built for the counted runs' context (max depth + 1 token), so its kernels
+    # (named by their shapes) are the ones counted; profile times them at position 0.
+    t0 = time.time()
+    prof, _ = run.json(["profile", "-m", a.model, "-c", max(a.depths) + 1, "--json"])
+    log(f"profile ({time.time() - t0:.1f} s)")
+    bench = {}
+    for s in a.schedules:
+        t0 = time.time()
+        bench[s], _ = run.json(["bench", "-m", a.model, "--device", "cuda", *SCHEDULE_ARGS[s], "-p", "0", "-n", a.n,
+                                "-d", ",".join(map(str, a.depths)), "-r", "1", "-o", "json"])
+        log(f"tg {s} ({time.time() - t0:.1f} s)")
+    return {"model": os.path.basename(a.model), "n": a.n, "depths": a.depths, "schedules": a.schedules,
+            "selftest": st, "selftest_rc": rc, "profile": prof, "bench": bench, "commands": list(run.commands)}
+
+
+def load_measured(a, path):
+    """A --save-measured file, checked against this run's model and arguments."""
+    try:
+        with open(path) as f:
+            m = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise Failure(f"--measured {path}: {e}", 2)
+    if m.get("model") != os.path.basename(a.model):
+        raise Failure(f"--measured {path} was measured on {m.get('model')}, not on {os.path.basename(a.model)}", 2)
+    for k, mine in (("n", a.n), ("depths", a.depths), ("schedules", a.schedules)):
+        if m.get(k) != mine:
+            raise Failure(f"--measured {path} has {k} {m.get(k)}, this run asks for {mine}", 2)
+    return m
+
+
+def collect(a, run, m):
+    """Every phase's JSON (m: the measured phases), and the rows the tables show."""
+    st, rc = m["selftest"], m["selftest_rc"]
     checks = field(st, "kernels", what="ptxlm selftest")
     failed = [k["kernel"] for k in checks if not k.get("pass")]
     log(f"selftest: {len(checks)} kernels, {len(failed)} outside their tolerance"
-        f"{' (' + ', '.join(failed) + ')' if failed else ''} ({time.time() - t0:.1f} s)")
+        f"{' (' + ', '.join(failed) + ')' if failed else ''}")
     if rc == 1 and not failed:
         raise Failure("ptxlm selftest exited 1 with every kernel passing")
 
-    t0 = time.time()
-    # The chain built for the counted runs' context (max depth + 1 token), so its kernels
-    # (named by their shapes) are the ones counted; profile times them at position 0.
-    ctx = max(a.depths) + 1
-    prof, _ = run.json(["profile", "-m", a.model, "-c", ctx, "--json"])
+    prof = m["profile"]
     device = field(prof, "device", what="ptxlm profile")
     emulated = bool(field(prof, "device_emulated", what="ptxlm profile"))
     read = field(prof, "read", what="ptxlm profile")
     read_gbs, peak = field(read, "gbs", what="ptxlm profile"), prof.get("peak_gbs")
     log(f"profile: {device}{' (emulated)' if emulated else ''}, {prof.get('sm_count')} SMs, read {read_gbs:.1f} GB/s "
         f"of {peak or 0:.1f} peak, {len(prof.get('kernels', []))} kernels, {prof.get('token_us', 0):.1f} us per "
-        f"token ({time.time() - t0:.1f} s)")
+        f"token")
     gpu = a.project or gpu_for(device)
 
-    depths = ",".join(map(str, a.depths))
     measured = {}
     for s in a.schedules:
-        t0 = time.time()
-        rows, _ = run.json(["bench", "-m", a.model, "--device", "cuda", *SCHEDULE_ARGS[s], "-p", "0", "-n", a.n, "-d",
-                            depths, "-r", "1", "-o", "json"])
-        measured[s] = {field(r, "n_depth", what="ptxlm bench"): r for r in rows}
-        log(f"tg {s}: " + ", ".join(f"d{d} {r['avg_ts']:.1f} tok/s" for d, r in measured[s].items())
-            + f" ({time.time() - t0:.1f} s)")
+        measured[s] = {field(r, "n_depth", what="ptxlm bench"): r for r in m["bench"][s]}
+        log(f"tg {s}: " + ", ".join(f"d{d} {r['avg_ts']:.1f} tok/s" for d, r in measured[s].items()))
 
     # Counted mode runs only on emu. The graph schedule's count at depth 0 is the per-kernel
     # table's projection, so it runs even when --schedules or --depths leave it out.
@@ -301,6 +330,12 @@ def main():
                          "graph-prefetch and persistent-prefetch (with --gpu-prefetch); default all five")
     ap.add_argument("--json", action="store_true", help="everything as one JSON object on stdout")
     ap.add_argument("--no-write", action="store_true", help="write no Markdown file")
+    ap.add_argument("--save-measured", metavar="FILE",
+                    help="run only the phases that need the device (selftest, profile, tg), write their JSON to FILE "
+                         "and stop: for a GPU machine that lacks emu or time for the projection")
+    ap.add_argument("--measured", metavar="FILE",
+                    help="take the measured phases from a --save-measured FILE (same model name, -n, --depths and "
+                         "--schedules) and run only the projection, here on emu")
     try:
         a = ap.parse_args()
         a.depths = sizes(a.depths, "--depths")
@@ -308,6 +343,8 @@ def main():
         if not a.schedules or any(s not in SCHEDULES for s in a.schedules) or len(set(a.schedules)) != len(a.schedules):
             raise Failure(f"--schedules {','.join(a.schedules)}: a list of distinct "
                           + ", ".join(SCHEDULES), 2)
+        if a.measured and a.save_measured:
+            raise Failure("--measured and --save-measured exclude each other", 2)
         if a.n < 1:
             raise Failure(f"-n {a.n}: generate at least 1 token", 2)
         if not os.path.isfile(a.model):
@@ -316,7 +353,17 @@ def main():
         if not os.access(ptxlm, os.X_OK):
             raise Failure(f"no ptxlm binary at {ptxlm}: build it (./run.sh build) or set PTXLM_BIN", 2)
         run = Runner(ptxlm)
-        r = collect(a, run)
+        if a.measured:
+            m = load_measured(a, a.measured)
+            run.commands += m["commands"]
+        else:
+            m = measure(a, run)
+        if a.save_measured:
+            with open(a.save_measured, "w") as f:
+                json.dump(m, f, indent=1)
+            log(f"wrote the measured phases to {a.save_measured}")
+            return 0
+        r = collect(a, run, m)
     except Failure as e:
         print(f"gpu-report: {e}", file=sys.stderr)
         return e.code

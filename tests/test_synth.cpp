@@ -316,6 +316,10 @@ TEST(SynthPresets, AllValidAndQ4KRows) {
     // Its two layers are the two kinds Q4_K_M makes of Llama-3-8B's 32.
     EXPECT_FALSE(q4_k_m_more_bits(0, l3.n_layer));
     EXPECT_TRUE(q4_k_m_more_bits(1, l3.n_layer));
+    const Spec l8 = preset(Arch::Llama, Size::Llama3_8B);            // the whole of Llama-3-8B
+    EXPECT_EQ(l8.n_layer, 32u);
+    EXPECT_EQ(l8.n_vocab, kLlama3Vocab);
+    EXPECT_EQ(l8.n_ff, l3.n_ff);
     const Spec l1 = preset(Arch::Llama, Size::Llama3_2_1B_Slice);    // Llama-3.2-1B's layer shape
     EXPECT_EQ(l1.n_embd, 2048u);
     EXPECT_EQ(l1.q_dim(), 2048u);

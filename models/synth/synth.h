@@ -22,11 +22,11 @@
 namespace ptxlm::synth {
 
 enum class Arch { Llama, Qwen2, Gemma3 };
-enum class Size { Tiny, Small, Medium, Wide4096, Llama3_8B_Slice, Llama3_2_1B_Slice };
+enum class Size { Tiny, Small, Medium, Wide4096, Llama3_8B_Slice, Llama3_2_1B_Slice, Llama3_8B };
 
 const char* arch_name(Arch a);   // "llama", "qwen2", "gemma3": general.architecture
 const char* size_name(Size s);   // "tiny", "small", "medium", "wide4096", "llama3-8b-slice",
-                                 // "llama3.2-1b-slice"
+                                 // "llama3.2-1b-slice", "llama3-8b"
 std::optional<Arch> parse_arch(std::string_view s);
 std::optional<Size> parse_size(std::string_view s);
 const std::vector<Arch>& all_archs();
