@@ -74,6 +74,23 @@ std::string prometheus_text(const SchedulerStats& s, const std::map<std::pair<st
         w.metric("ptxlm_batch_steps_total", "counter", "Batched steps (every running slot's next token, prompt chunks).",
                  double(s.steps));
         w.metric("ptxlm_batch_step_tokens_total", "counter", "Tokens the batched steps evaluated.", double(s.step_tokens));
+        w.head("ptxlm_batch_step_sequences", "histogram", "Batched steps by the sequences they evaluated.");
+        uint64_t below = 0;
+        for (size_t i = 0; i < s.step_sequences.size(); ++i) {
+            below += s.step_sequences[i];
+            w.value("ptxlm_batch_step_sequences_bucket{le=\"" + std::to_string(SchedulerStats::kStepBuckets[i]) + "\"}",
+                    double(below));
+        }
+        w.value("ptxlm_batch_step_sequences_bucket{le=\"+Inf\"}", double(below));
+        w.value("ptxlm_batch_step_sequences_count", double(below));
+        w.head("ptxlm_sequences", "gauge",
+               "Sequences with work by state: running (holding their KV pages), waiting (preempted for pages).");
+        w.value("ptxlm_sequences{state=\"running\"}", double(s.running));
+        w.value("ptxlm_sequences{state=\"waiting\"}", double(s.waiting));
+        w.metric("ptxlm_preemptions_total", "counter",
+                 "Sequences preempted for KV pages (their tokens recomputed when they resume).", double(s.preemptions));
+        w.metric("ptxlm_prefix_cache_hit_tokens_total", "counter",
+                 "Prompt tokens whose K/V were found in the pool's pages.", double(s.prefix_hit_tokens));
     }
     return w.out;
 }

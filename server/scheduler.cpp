@@ -146,11 +146,16 @@ void Scheduler::load() {
             // with the first backend's context, arithmetic and kernels.
             const auto& first = dynamic_cast<const cpu::CpuBackend&>(*slot->backend);
             batcher_ = std::make_unique<cpu::Batcher>(*lm->model, first.n_ctx(), bopt.kv_type, bopt.cpu_pool,
-                                                      uint32_t(opt_.parallel), uint32_t(opt_.batch_tokens));
+                                                      uint32_t(opt_.parallel), uint32_t(opt_.batch_tokens), 16,
+                                                      opt_.kv_size);
             batcher_->backend().set_isa(first.isa());
             batcher_->backend().set_path(first.path());
+            const cpu::KvPages kp = batcher_->backend().kv_pages();
             note += "; " + std::to_string(opt_.parallel) + " sequences stepped together, up to " +
-                    std::to_string(opt_.batch_tokens) + " tokens per step";
+                    std::to_string(opt_.batch_tokens) + " tokens per step, a KV pool of " +
+                    std::to_string(uint64_t(kp.n_pages) * kp.page_size) + " positions (" +
+                    format_bytes(plan_memory(*lm->model, kp.n_pages * kp.page_size, first.device_info().kv_bytes_per_el).kv_cache) +
+                    ")";
             slot->backend = batcher_->open();
         }
         if (i == 0) {
@@ -373,12 +378,27 @@ void Scheduler::run() {
             stats_.kv_pages_used = ps.used;
             stats_.kv_pages_cached = ps.cached;
             stats_.kv_pages_free = ps.free;
+            stats_.prefix_hit_tokens = ps.prefix_hit_tokens;
             stats_.steps += stepped ? 1 : 0;
             stats_.step_tokens += stepped;
+            if (stepped) {
+                size_t b = 0;
+                while (b + 1 < stats_.step_sequences.size() &&
+                       batcher_->last_step_sequences() > SchedulerStats::kStepBuckets[b])
+                    ++b;
+                ++stats_.step_sequences[b];
+            }
+            const cpu::Batcher::Counts c = batcher_->counts();
+            stats_.running = c.running;
+            stats_.waiting = c.waiting;
+            stats_.preemptions = c.preemptions;
         }
         for (size_t i = 0; i < slots_.size(); ++i) {
             stats_.slots[i].busy = slots_[i]->job != nullptr;
-            stats_.slots[i].kv_tokens = uint32_t(slots_[i]->session->cached().size());
+            // Batched: what the slot's sequence holds in the pool (its
+            // cached conversation's pages may have gone to other streams).
+            stats_.slots[i].kv_tokens = batcher_ ? batcher_->positions(*slots_[i]->backend)
+                                                 : uint32_t(slots_[i]->session->cached().size());
         }
     }
 

@@ -20,6 +20,7 @@
 // shutdown, when every job still admitted gets an Error event.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -49,6 +50,7 @@ struct EngineOptions {
     BackendOptions backend;
     int parallel = 1;            // slots
     int batch_tokens = 64;       // CPU, parallel > 1: tokens per batched step (decode tokens first, then prompt chunks)
+    uint64_t kv_size = 0;        // CPU, parallel > 1: positions of the shared KV pool (0: parallel x n_ctx)
     int queue = 16;              // jobs that may wait for a slot
     std::string chat_template;   // family name; empty: the model's
 };
@@ -125,6 +127,13 @@ struct SchedulerStats {
     bool batched = false;
     uint32_t kv_pages = 0, kv_pages_used = 0, kv_pages_cached = 0, kv_pages_free = 0, kv_page_size = 0;
     uint64_t steps = 0, step_tokens = 0;   // batched steps and the tokens they evaluated
+    // Steps by the sequences they evaluated: step_sequences[i] counts steps of
+    // at most kStepBuckets[i] sequences (the last bucket: any number).
+    static constexpr uint32_t kStepBuckets[] = {1, 2, 4, 8, 16, 32, 64};
+    std::array<uint64_t, std::size(kStepBuckets)> step_sequences{};
+    uint32_t running = 0, waiting = 0;     // sequences with work: holding their pages, or preempted
+    uint64_t preemptions = 0;
+    uint64_t prefix_hit_tokens = 0;        // prompt tokens found in the pool's pages (any slot's)
 };
 
 class Scheduler {

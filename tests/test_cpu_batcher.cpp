@@ -5,7 +5,8 @@
 // batcher step evaluates every sequence's next request. Each stream's
 // tokens and final logits equal a solo run's on its own CpuBackend, greedy
 // and sampled, through a rewind to a shorter shared prefix; a prompt reuses
-// the pages another sequence evaluated. Negative control: a driver that
+// the pages another sequence evaluated; a pool too small for every stream
+// preempts and resumes them, their results unchanged. Negative control: a driver that
 // reads a sequence's logits before its step has run generates other tokens.
 // Misuse is refused.
 #include <gtest/gtest.h>
@@ -179,6 +180,56 @@ TEST_P(Fixture, APromptReusesPagesAnotherSequenceEvaluated) {
     EXPECT_EQ(d[0].g->result().tokens, c[0].g->result().tokens);
 }
 
+// A pool of one context (128 positions) for four streams that need about
+// 300: requests that find no page left preempt the newest prompt's stream
+// (its pages released, its tokens recomputed when it resumes), a finished
+// stream's idle pages go first. Every stream's tokens and logits are still
+// a solo run's, also for a stream whose idle conversation was evicted and
+// then continues; every page is released once the streams close.
+TEST_P(Fixture, StreamsPreemptedForPagesGenerateWhatEachGeneratesAlone) {
+    const std::vector<std::vector<TokenId>> prompts = {prompt_of(70, 1), prompt_of(40, 2), prompt_of(33, 3),
+                                                       prompt_of(50, 4)};
+    const std::vector<GenerateOptions> opts = {options(30, 0, 1), options(25, 0.8f, 7), options(40, 0, 3),
+                                               options(20, 1.0f, 4)};
+    for (uint32_t budget : {64u, 7u}) {
+        SCOPED_TRACE("step budget " + std::to_string(budget));
+        cpu::Batcher b(model, 128, KvType::F16, std::make_shared<cpu::ThreadPool>(2), 4, budget, 16, 128);
+        EXPECT_EQ(b.pool_stats().pages, 8u);
+        std::vector<Stream> streams(4);
+        for (size_t i = 0; i < 4; ++i) {
+            streams[i].be = b.open();
+            streams[i].s = std::make_unique<Session>(*streams[i].be, tok);
+            streams[i].s->prefill(prompts[i]);
+            streams[i].opt = opts[i];
+        }
+        EXPECT_GT(b.counts().waiting, 0u);   // the pool holds only some prompts
+        drive(b, streams);
+        EXPECT_GT(b.counts().preemptions, 0u);
+        for (size_t i = 0; i < 4; ++i) {
+            const Solo want = solo(model, tok, prompts[i], opts[i]);
+            EXPECT_EQ(streams[i].g->result().tokens, want.tokens) << "stream " << i;
+            EXPECT_EQ(std::memcmp(streams[i].s->logits().data(), want.logits.data(), want.logits.size() * 4), 0)
+                << "stream " << i;
+        }
+        // Stream 0's conversation continues, sharing 40 tokens with its
+        // first prompt, after the others' pages took its own.
+        std::vector<TokenId> again(prompts[0].begin(), prompts[0].begin() + 40);
+        for (TokenId t : prompt_of(11, 9)) again.push_back(t);
+        streams[0].g.reset();
+        streams[0].s->prefill(again);
+        streams[0].opt = options(15, 0.7f, 5);
+        std::vector<Stream> one;
+        one.push_back(std::move(streams[0]));
+        drive(b, one);
+        EXPECT_EQ(one[0].g->result().tokens, solo(model, tok, again, one[0].opt).tokens);
+        EXPECT_EQ(b.counts().running + b.counts().waiting, 0u);
+        one.clear();
+        streams.clear();
+        EXPECT_EQ(b.pool_stats().used, 0u);
+        EXPECT_EQ(b.pool_stats().cached + b.pool_stats().free, 8u);
+    }
+}
+
 TEST_P(Fixture, MisuseIsRefused) {
     cpu::Batcher b(model, 32, KvType::F16, std::make_shared<cpu::ThreadPool>(1), 1);
     std::unique_ptr<Backend> s = b.open();
@@ -197,6 +248,10 @@ TEST_P(Fixture, MisuseIsRefused) {
     s->eval_batch(p, 8, logits.data(), 1);   // no gap
     EXPECT_EQ(b.step(), 8u);
     EXPECT_THROW(cpu::Batcher(model, 32, KvType::F16, std::make_shared<cpu::ThreadPool>(1), 1, 65), std::invalid_argument);
+    // A pool smaller than one context, a page of no positions.
+    EXPECT_THROW(cpu::Batcher(model, 32, KvType::F16, std::make_shared<cpu::ThreadPool>(1), 2, 8, 16, 31),
+                 std::invalid_argument);
+    EXPECT_THROW(cpu::Batcher(model, 32, KvType::F16, std::make_shared<cpu::ThreadPool>(1), 2, 8, 0), std::invalid_argument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, Fixture, ::testing::Values(synth::Arch::Llama, synth::Arch::Gemma3),

@@ -30,17 +30,38 @@ public:
 
     Batcher& b_;
     KvPool::Seq id_;
-    uint32_t done_ = 0;   // positions evaluated
-    std::deque<Request> q_;
+    uint32_t done_ = 0;             // positions evaluated
+    std::deque<Request> q_;         // evaluations queued: positions done_ .. tokens_.size()
+    std::vector<TokenId> tokens_;   // every position's token, evaluated or queued
+    bool preempted_ = false;        // holds no pages: its tokens are recomputed when it resumes
+    uint64_t arrival_ = 0;          // when its latest prompt was queued
 };
 
+namespace {
+
+// Pages for the pool: kv_positions (0: n_seqs x n_ctx) in whole pages.
+uint32_t pool_pages(uint32_t n_ctx, uint32_t n_seqs, uint32_t page_size, uint64_t kv_positions) {
+    if (page_size == 0) throw std::invalid_argument("batcher: pages of no positions");
+    if (n_seqs == 0) throw std::invalid_argument("batcher: no sequences");
+    const uint64_t per_seq = (uint64_t(n_ctx) + page_size - 1) / page_size;
+    if (kv_positions == 0) return uint32_t(std::min<uint64_t>(per_seq * n_seqs, UINT32_MAX));
+    if (kv_positions < n_ctx)
+        throw std::invalid_argument("batcher: a pool of " + std::to_string(kv_positions) +
+                                    " positions is smaller than one sequence's context of " + std::to_string(n_ctx));
+    const uint64_t pages = (kv_positions + page_size - 1) / page_size;
+    if (pages > UINT32_MAX) throw std::invalid_argument("batcher: a pool of " + std::to_string(kv_positions) +
+                                                        " positions is too large");
+    return uint32_t(pages);
+}
+
+}  // namespace
+
 Batcher::Batcher(const Model& m, uint32_t n_ctx, KvType kv, std::shared_ptr<ThreadPool> pool, uint32_t n_seqs,
-                 uint32_t step_tokens, uint32_t page_size)
-    : pool_(std::max(1u, n_seqs) * ((n_ctx + page_size - 1) / std::max(1u, page_size)), std::max(1u, page_size)),
+                 uint32_t step_tokens, uint32_t page_size, uint64_t kv_positions)
+    : pool_(pool_pages(n_ctx, n_seqs, page_size, kv_positions), page_size),
       n_ctx_(n_ctx),
       n_seqs_(n_seqs),
       step_tokens_(step_tokens) {
-    if (n_seqs == 0) throw std::invalid_argument("batcher: no sequences");
     if (step_tokens == 0 || step_tokens > CpuBackend::kMaxBatch)
         throw std::invalid_argument("batcher: " + std::to_string(step_tokens) + " tokens per step (1 to " +
                                     std::to_string(CpuBackend::kMaxBatch) + ")");
@@ -81,7 +102,95 @@ void Batcher::close(Seq& s) {
 void Batcher::drop(const Backend& seq) {
     Seq& s = find(seq);
     s.q_.clear();
-    pool_.truncate(s.id_, s.done_, true);   // the abandoned positions' pages hold nothing to find
+    if (!s.preempted_) pool_.truncate(s.id_, s.done_, true);   // the abandoned positions' pages hold nothing to find
+    s.tokens_.resize(s.done_);
+}
+
+Batcher::Counts Batcher::counts() const {
+    Counts c;
+    for (const Seq* s : seqs_)
+        if (!s->q_.empty()) ++(s->preempted_ ? c.waiting : c.running);
+    c.preemptions = preemptions_;
+    return c;
+}
+
+bool Batcher::preempted(const Backend& seq) const { return find(seq).preempted_; }
+
+uint32_t Batcher::positions(const Backend& seq) const {
+    const Seq& s = find(seq);
+    return s.preempted_ ? 0 : pool_.length(s.id_);
+}
+
+bool Batcher::append(Seq& s, uint32_t from) {
+    if (from == s.tokens_.size()) return true;
+    std::vector<KvPool::Copy> copies;
+    if (!pool_.append(s.id_, std::span<const TokenId>(s.tokens_).subspan(from), copies)) return false;
+    for (const KvPool::Copy& c : copies) cpu_->copy_page(c.from, c.to, c.positions);
+    return true;
+}
+
+void Batcher::preempt(Seq& s) {
+    // The positions reserved but not evaluated hold nothing to find; the
+    // full pages evaluated stay cached, findable when s resumes.
+    pool_.truncate(s.id_, s.done_, true);
+    pool_.truncate(s.id_, 0);
+    s.preempted_ = true;
+    if (!s.q_.empty()) ++preemptions_;
+}
+
+void Batcher::reserve(Seq& s, uint32_t from) {
+    while (!append(s, from)) {
+        // Room from an idle sequence's pages first (least recent prompt
+        // first), else from the sequence with the newest prompt: s itself
+        // when no sequence holding pages is newer.
+        Seq* victim = nullptr;
+        for (Seq* o : seqs_) {
+            if (o == &s || o->preempted_ || !o->q_.empty() || pool_.length(o->id_) == 0) continue;
+            if (!victim || o->arrival_ < victim->arrival_) victim = o;
+        }
+        if (!victim) {
+            victim = &s;
+            for (Seq* o : seqs_)
+                if (!o->preempted_ && !o->q_.empty() && o->arrival_ > victim->arrival_) victim = o;
+        }
+        preempt(*victim);
+        if (victim == &s) return;
+    }
+}
+
+bool Batcher::resume(Seq& s) {
+    // Reattach the evaluated pages still cached, but none that another
+    // sequence has reserved and not yet evaluated.
+    uint32_t got = pool_.attach_prefix(s.id_, std::span<const TokenId>(s.tokens_).first(s.done_));
+    const uint32_t ps = pool_.page_size();
+    for (const Seq* o : seqs_) {
+        if (o == &s || o->preempted_ || o->q_.empty()) continue;
+        const std::span<const uint32_t> theirs = pool_.pages(o->id_), mine = pool_.pages(s.id_);
+        for (uint32_t i = 0; i < got / ps; ++i)
+            if (std::find(theirs.begin() + o->done_ / ps, theirs.end(), mine[i]) != theirs.end()) {
+                got = i * ps;
+                break;
+            }
+    }
+    pool_.truncate(s.id_, got);
+    while (!append(s, got)) {
+        // Room from idle sequences' pages, never from running ones.
+        Seq* victim = nullptr;
+        for (Seq* o : seqs_)
+            if (o != &s && !o->preempted_ && o->q_.empty() && pool_.length(o->id_) != 0 &&
+                (!victim || o->arrival_ < victim->arrival_))
+                victim = o;
+        if (!victim) {
+            pool_.truncate(s.id_, 0);
+            return false;
+        }
+        preempt(*victim);
+    }
+    s.preempted_ = false;
+    if (got < s.done_)
+        s.q_.push_front({got, std::vector<TokenId>(s.tokens_.begin() + got, s.tokens_.begin() + s.done_), nullptr, 0});
+    s.done_ = got;
+    return true;
 }
 
 uint32_t Batcher::reuse(Seq& s, std::span<const TokenId> prompt, uint32_t keep) {
@@ -93,6 +202,8 @@ uint32_t Batcher::reuse(Seq& s, std::span<const TokenId> prompt, uint32_t keep) 
     pool_.truncate(s.id_, 0);
     const uint32_t got = pool_.attach_prefix(s.id_, prompt);
     s.done_ = got;
+    s.tokens_.assign(prompt.begin(), prompt.begin() + got);
+    s.preempted_ = false;
     return got;
 }
 
@@ -109,39 +220,46 @@ void Batcher::enqueue(Seq& s, std::span<const TokenId> tokens, uint32_t pos, flo
     if (uint64_t(pos) + n > n_ctx_)
         throw ModelError("position " + std::to_string(uint64_t(pos) + n - 1) + " is past the context of " +
                          std::to_string(n_ctx_) + " tokens");
-    const uint32_t length = pool_.length(s.id_);
+    const uint32_t length = static_cast<uint32_t>(s.tokens_.size());
     if (pos > length)
         throw std::invalid_argument("eval_batch: position " + std::to_string(pos) + " leaves a gap after the " +
                                     std::to_string(length) + " the cache holds");
     if (pos < length) {   // a rewind: what the cache held from pos on is replaced
         if (!s.q_.empty()) throw std::logic_error("eval_batch: a rewind while evaluations are queued");
-        pool_.truncate(s.id_, pos);
+        if (!s.preempted_) pool_.truncate(s.id_, pos);
+        s.tokens_.resize(pos);
         s.done_ = std::min(s.done_, pos);
     }
-    std::vector<KvPool::Copy> copies;
-    if (!pool_.append(s.id_, tokens, copies))
-        throw ModelError("the KV pool has no page left for position " + std::to_string(pos));
-    for (const KvPool::Copy& c : copies) cpu_->copy_page(c.from, c.to, c.positions);
+    if (s.q_.empty() && (n > 1 || pos == 0)) s.arrival_ = ++arrivals_;   // a prompt, not the next decode token
+    s.tokens_.insert(s.tokens_.end(), tokens.begin(), tokens.end());
     s.q_.push_back({pos, std::vector<TokenId>(tokens.begin(), tokens.end()), logits, logits ? n_logits : 0});
+    if (!s.preempted_) reserve(s, pos);   // a preempted sequence reserves all its pages when it resumes
 }
 
 uint32_t Batcher::step() {
     // Decode tokens first (a request of one token), then prompt chunks in
     // turn from next_, each as far as the budget allows.
+    std::vector<Seq*> waiting;
+    for (Seq* s : seqs_)
+        if (s->preempted_ && !s->q_.empty()) waiting.push_back(s);
+    std::sort(waiting.begin(), waiting.end(), [](const Seq* a, const Seq* b) { return a->arrival_ < b->arrival_; });
+    for (Seq* s : waiting)
+        if (!resume(*s)) break;   // first come, first resumed
     std::vector<std::pair<Seq*, uint32_t>> take;
     uint32_t budget = step_tokens_;
     for (Seq* s : seqs_)
-        if (!s->q_.empty() && s->q_.front().tokens.size() == 1 && budget) {
+        if (!s->preempted_ && !s->q_.empty() && s->q_.front().tokens.size() == 1 && budget) {
             take.push_back({s, 1});
             --budget;
         }
     for (size_t i = 0; i < seqs_.size() && budget; ++i) {
         Seq* s = seqs_[(next_ + i) % seqs_.size()];
-        if (s->q_.empty() || s->q_.front().tokens.size() == 1) continue;
+        if (s->preempted_ || s->q_.empty() || s->q_.front().tokens.size() == 1) continue;
         const uint32_t k = std::min<uint32_t>(budget, static_cast<uint32_t>(s->q_.front().tokens.size()));
         take.push_back({s, k});
         budget -= k;
     }
+    last_seqs_ = static_cast<uint32_t>(take.size());
     if (take.empty()) return 0;
     if (!seqs_.empty()) next_ = (next_ + 1) % seqs_.size();
     const uint64_t nv = cpu_->n_vocab();

@@ -17,6 +17,16 @@
 // decode tokens first, then prompt chunks up to `step_tokens` in all. A
 // sequence's results are bit for bit what it gets alone (CpuBackend::step),
 // however requests are batched and split.
+//
+// The pool may hold fewer positions than n_seqs x n_ctx (at least n_ctx).
+// When a request finds no page left, the sequence whose prompt arrived last
+// is preempted: its pages are released (the full ones it evaluated stay
+// cached and findable), its tokens kept; the requester itself when it is
+// the newest. A step first resumes preempted sequences, oldest first, while
+// the pool has room for all of a sequence's tokens: it reattaches what is
+// still cached and recomputes the rest before its queued requests. The
+// requests a preempted sequence has queued wait; their results are what
+// they would have been without the preemption.
 #pragma once
 
 #include <cstdint>
@@ -32,11 +42,14 @@ namespace ptxlm::cpu {
 
 class Batcher {
 public:
-    // Room for `n_seqs` sequences of n_ctx positions each (the pool has
-    // their pages; the cached pages of ended sequences are reused).
-    // step_tokens: at most this many tokens per step (1..CpuBackend::kMaxBatch).
+    // Up to `n_seqs` sequences of up to n_ctx positions each, over a pool of
+    // `kv_positions` positions in pages of `page_size` (0: n_seqs x n_ctx;
+    // else at least n_ctx, rounded up to whole pages; the cached pages of
+    // ended sequences are reused). step_tokens: at most this many tokens per
+    // step (1..CpuBackend::kMaxBatch). Throws std::invalid_argument for a
+    // value out of range.
     Batcher(const Model& m, uint32_t n_ctx, KvType kv, std::shared_ptr<ThreadPool> pool, uint32_t n_seqs,
-            uint32_t step_tokens = CpuBackend::kMaxBatch, uint32_t page_size = 16);
+            uint32_t step_tokens = CpuBackend::kMaxBatch, uint32_t page_size = 16, uint64_t kv_positions = 0);
     ~Batcher();
     Batcher(const Batcher&) = delete;
     Batcher& operator=(const Batcher&) = delete;
@@ -58,6 +71,19 @@ public:
 
     CpuBackend& backend() { return *cpu_; }
     KvPool::Stats pool_stats() const { return pool_.stats(); }
+    // Sequences with work queued that hold their pages (running) or wait
+    // preempted (waiting); preemptions so far.
+    struct Counts {
+        uint32_t running = 0, waiting = 0;
+        uint64_t preemptions = 0;
+    };
+    Counts counts() const;
+    // Whether a sequence waits preempted (its queued requests wait for pages).
+    bool preempted(const Backend& seq) const;
+    // Positions a sequence holds in the pool (0 while preempted).
+    uint32_t positions(const Backend& seq) const;
+    // Sequences the last step evaluated tokens of.
+    uint32_t last_step_sequences() const { return last_seqs_; }
 
 private:
     class Seq;
@@ -71,12 +97,21 @@ private:
     uint32_t reuse(Seq& s, std::span<const TokenId> prompt, uint32_t keep);
     void close(Seq& s);
     Seq& find(const Backend& b) const;
+    // Reserves pages for s's tokens from position `from` on, preempting
+    // newer sequences (or s itself, when it is the newest) for room.
+    void reserve(Seq& s, uint32_t from);
+    void preempt(Seq& s);
+    bool resume(Seq& s);
+    bool append(Seq& s, uint32_t from);
 
     std::unique_ptr<CpuBackend> cpu_;
     KvPool pool_;
     uint32_t n_ctx_, n_seqs_, step_tokens_;
     std::vector<Seq*> seqs_;   // open, in the order they were opened
     size_t next_ = 0;          // where the next step starts taking prompt chunks (round robin)
+    uint64_t arrivals_ = 0;    // prompts enqueued so far (each sequence's latest is its age)
+    uint64_t preemptions_ = 0;
+    uint32_t last_seqs_ = 0;
 };
 
 }  // namespace ptxlm::cpu

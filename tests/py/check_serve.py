@@ -11,8 +11,11 @@ which answers are unchanged, 8 concurrent clients each getting the answer it
 gets alone, two streams advancing together with --parallel 2, a cached
 prefix reused, a client that disconnects mid-stream freeing its slot, a full
 queue answering 503, /metrics as Prometheus text (with --parallel 2 the
-slots' shared KV pages and the batched steps), the API key, and SIGTERM
-during a stream (an error event, exit 0). On SmolLM2: the server's greedy
+slots' shared KV pages and the batched steps), the API key, SIGTERM
+during a stream (an error event, exit 0), and a KV pool too small for its
+8 slots: preempted greedy streams answer as one by one, 16 clients with
+random disconnects and bad requests leave no page in use that no slot
+holds. On SmolLM2: the server's greedy
 chat answer equals `ptxlm run --chat --temp 0`.
 """
 import http.client
@@ -529,6 +532,105 @@ def check_smollm2():
         check(s.stop() == 0, "SmolLM2 server exit")
 
 
+def check_small_pool(model):
+    """--parallel 8 over a KV pool of two contexts (512 positions, 32 pages):
+    concurrent greedy requests whose prompts alone need 1.5 pools are preempted
+    and resumed, their answers those made one by one; then 16 streaming
+    clients, some dropping the connection at random points, some sending a
+    bad request; afterwards no sequence runs or waits, the pages in use are
+    only those the slots' cached conversations hold, and the server answers
+    as before."""
+    import random
+    s = Server(model, "-t", "1", "-c", "256", "--parallel", "8", "--kv-size", "512", "--queue", "32")
+    try:
+        c = s.client()
+        # Prompts of about 70 to 140 tokens: about 760 positions in all before
+        # any generated token.
+        prompts = [f"The keeper of lighthouse {n} counted the ships" + " and the waves" * (15 + 4 * n) for n in range(8)]
+        alone = [c.completions.create(model="x", prompt=p, max_tokens=64, temperature=0).choices[0].text
+                 for p in prompts]
+        got = [None] * 8
+
+        def one(i):
+            got[i] = s.client().completions.create(model="x", prompt=prompts[i], max_tokens=64,
+                                                   temperature=0).choices[0].text
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        m = s.metrics()
+        pre = metric(m, "ptxlm_preemptions_total")
+        check(pre is not None and pre > 0, f"no preemption in a pool of 512 positions for prompts of ~760: {pre}")
+        check(got == alone, f"small pool, 8 concurrent greedy clients: "
+                            f"{sum(a != b for a, b in zip(got, alone))} answers differ from one by one")
+
+        rng = random.Random(7)
+        plan = [(rng.choice(["complete", "complete", "drop", "drop", "bad"]), rng.randint(20, 100), rng.randint(1, 30))
+                for _ in range(16)]
+        outcome = [None] * 16
+
+        def client(i):
+            kind, max_tokens, drop_after = plan[i]
+            body = {"prompt": prompts[i % 8] + f" {i}", "max_tokens": max_tokens, "temperature": 0.8, "seed": i,
+                    "stream": True}
+            if kind == "bad":
+                body["temperature"] = -1
+            try:
+                st, events, raw = sse(s, "/v1/completions", body, stop_after=drop_after if kind == "drop" else None,
+                                      linger_rst=kind == "drop")
+            except OSError as e:
+                outcome[i] = (kind, f"OSError {e}")
+                return
+            if kind == "bad":
+                outcome[i] = (kind, "ok" if st == 400 else f"status {st}")
+            elif kind == "drop":
+                outcome[i] = (kind, "ok" if st == 200 and events else f"status {st}, {len(events)} events")
+            else:
+                done = events and events[-1] == b"[DONE]" and any(
+                    isinstance(e, dict) and e.get("choices") and e["choices"][0].get("finish_reason") for e in events)
+                outcome[i] = (kind, "ok" if st == 200 and done else f"status {st}, {len(events)} events, no end")
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        bad = [(i, o) for i, o in enumerate(outcome) if o is None or o[1] != "ok"]
+        check(not bad, f"16 clients on a small pool: {bad}")
+        deadline = time.monotonic() + 10
+        while metric(s.metrics(), "ptxlm_slots_active") != 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        m = s.metrics()
+        seqs = (metric(m, "ptxlm_sequences", state="running"), metric(m, "ptxlm_sequences", state="waiting"))
+        check(metric(m, "ptxlm_slots_active") == 0 and seqs == (0, 0), f"at rest: active "
+              f"{metric(m, 'ptxlm_slots_active')}, sequences running/waiting {seqs}")
+        size = metric(m, "ptxlm_kv_page_positions")
+        # Each slot's sequence holds the pages of its positions in the pool
+        # (pages shared by a common prefix counted once in `used`).
+        each = [-(-metric(m, "ptxlm_kv_cache_tokens", slot=str(i)) // size) for i in range(8)]
+        held, used = sum(each), metric(m, "ptxlm_kv_pages", state="used")
+        check(metric(m, "ptxlm_kv_pages_total") == 32 and max(each) <= used <= held,
+              f"page leak: {used} pages in use, the slots' sequences hold {each} (pages of {size})")
+        buckets = [metric(m, "ptxlm_batch_step_sequences_bucket", le=le) for le in ("1", "8", "+Inf")]
+        check(None not in buckets and buckets[0] < buckets[1] <= buckets[2], f"step sizes: {buckets}")
+        print(f"small pool: {pre:.0f} preemptions, then {used:.0f} pages in use for {held:.0f} held; "
+              f"steps by sequences <=1/<=8/all {buckets}")
+        again = c.completions.create(model="x", prompt=prompts[3], max_tokens=64, temperature=0).choices[0].text
+        check(again == alone[3], "the answer after the stress differs")
+    finally:
+        rc = s.stop()
+        check(rc == 0, f"small pool server exit code {rc}")
+        if failures_so_far():
+            print(s.stderr()[-3000:])
+    # A pool smaller than one context is refused at start.
+    p = subprocess.run([PTXLM, "serve", "-m", str(model), "--port", "0", "-c", "256", "--parallel", "2",
+                        "--kv-size", "100"], capture_output=True, text=True, timeout=60)
+    check(p.returncode != 0 and "100 positions" in p.stderr and "256" in p.stderr,
+          f"--kv-size 100 with -c 256: exit {p.returncode}, {p.stderr[-300:]!r}")
+
+
 def main():
     model = synth("llama", "tiny")
     t0 = time.monotonic()
@@ -551,6 +653,8 @@ def main():
     check_api_key(model)
     check_queue_and_sigterm(model)
     print(f"queue and shutdown: {time.monotonic() - t0:.1f} s")
+    check_small_pool(model)
+    print(f"small pool: {time.monotonic() - t0:.1f} s")
     check_smollm2()
     print(f"total: {time.monotonic() - t0:.1f} s")
     return finish()

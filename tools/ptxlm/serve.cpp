@@ -68,6 +68,10 @@ Runner add_serve(CLI::App& app) {
                     "CPU, --parallel above 1: tokens per batched step, every running stream's next token first, then "
                     "prompt chunks (default 64)")
         ->check(CLI::Range(1, 64));
+    sub->add_option("--kv-size", o.engine.kv_size,
+                    "CPU, --parallel above 1: positions of the KV pool the slots share, at least -c (default "
+                    "--parallel x -c); a stream that finds no page left waits, its tokens recomputed when it resumes")
+        ->check(CLI::Range(uint64_t(1), uint64_t(1) << 32));
     sub->add_option("--queue", o.engine.queue, "requests that may wait for a slot; more get 503 (default 16)")
         ->check(CLI::Range(0, 4096));
     sub->add_option("--max-body", o.max_body, "largest request body in bytes; larger get 413 (default 4 MiB)")
