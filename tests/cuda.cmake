@@ -40,7 +40,7 @@ ptxlm_pytest(cli_cuda_emu check_cli_cuda_emu.py TIMEOUT 2000)
 set_property(TEST cli_cuda_emu APPEND PROPERTY ENVIRONMENT "PTXLM_EMU_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>")
 # bench/gpu-report end to end on emu (selftest, profile, tg, projection) on a
 # tiny synthetic llama, so that its first run on a GPU is not its first run.
-ptxlm_pytest(check_gpu_report check_gpu_report.py TIMEOUT 150)
+ptxlm_pytest(check_gpu_report check_gpu_report.py TIMEOUT 300)
 set_property(TEST check_gpu_report APPEND PROPERTY ENVIRONMENT "PTXLM_EMU_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>")
 # Every kernel of the real and synthetic models' decode chains through ptxas.
 ptxlm_gtest(test_decode_plan test_decode_plan.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 600)

@@ -15,7 +15,9 @@ matches the file; each prefetching schedule is projected never slower than its p
 GEMVs' starts hidden). Negative controls: a
 model that does not exist, bad --depths and an unknown --project exit 2
 with one line naming what is wrong; a model file ptxlm cannot read exits 1
-with one line naming the failing command.
+with one line naming the failing command. Split across two machines: the
+measured phases saved with --save-measured make, with --measured, a report
+of the saved rates; a saved file from other arguments is refused.
 """
 import json
 import os
@@ -145,6 +147,31 @@ def negative(tmp, model):
     check(not Path(out).exists(), "no report for a failed run")
 
 
+def split(tmp, model):
+    """--save-measured on the GPU machine, --measured where emu runs: the
+    report from the saved phases carries the saved rates; a file from other
+    arguments is refused."""
+    saved, out = Path(tmp) / "measured.json", Path(tmp) / "split"
+    args = ["-m", str(model), "--out-dir", str(out), "-n", "2", "--depths", "0", "--schedules", "graph"]
+    p = report(*args, "--save-measured", str(saved))
+    if not check(p.returncode == 0 and saved.is_file() and not out.exists(),
+                 f"--save-measured: exit {p.returncode}, file {saved.is_file()}, no report: {p.stderr.strip()[-400:]}"):
+        return
+    m = json.loads(saved.read_text())
+    check(set(m) >= {"selftest", "profile", "bench", "commands"} and list(m["bench"]) == ["graph"],
+          f"the saved phases: {sorted(m)}")
+    p = report(*args, "--measured", str(saved), "--json")
+    if not check(p.returncode == 0, f"--measured: exit {p.returncode}: {p.stderr.strip()[-400:]}"):
+        return
+    r = json.loads(p.stdout)
+    check([t["tokens_per_s"] for t in r["tg"]] == [m["bench"]["graph"][0]["avg_ts"]] and len(r["commands"]) == 4,
+          f"the report's rate is the saved one: {r['tg']}, commands {r['commands']}")
+    one_line(report(*args[:-4], "--depths", "0,64", "--schedules", "graph", "--measured", str(saved)), 2, "depths",
+             "--measured with other depths")
+    one_line(report(*args, "--measured", str(saved), "--save-measured", str(saved)), 2, "exclude",
+             "--measured with --save-measured")
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="check-gpu-report-") as tmp:
         model = Path(tmp) / "tiny-llama.gguf"
@@ -153,6 +180,7 @@ def main():
         if not check(p.returncode == 0, f"ptxlm-synth: {p.stderr}"):
             return finish()
         end_to_end(tmp, model)
+        split(tmp, model)
         negative(tmp, model)
     return finish()
 
