@@ -148,6 +148,7 @@ void Scheduler::load() {
             batcher_ = std::make_unique<cpu::Batcher>(*lm->model, first.n_ctx(), bopt.kv_type, bopt.cpu_pool,
                                                       uint32_t(opt_.parallel), uint32_t(opt_.batch_tokens), 16,
                                                       opt_.kv_size);
+            batcher_->set_prefill_tokens(cpu::CpuBackend::kMaxBatch);
             batcher_->backend().set_isa(first.isa());
             batcher_->backend().set_path(first.path());
             const cpu::KvPages kp = batcher_->backend().kv_pages();

@@ -49,7 +49,8 @@ struct EngineOptions {
     DeviceKind device = DeviceKind::Auto;
     BackendOptions backend;
     int parallel = 1;            // slots
-    int batch_tokens = 64;       // CPU, parallel > 1: tokens per batched step (decode tokens first, then prompt chunks)
+    int batch_tokens = 16;       // CPU, parallel > 1: tokens per batched step with running streams (decode tokens first,
+                                 // then prompt chunks); a step of prompt chunks alone takes up to 64
     uint64_t kv_size = 0;        // CPU, parallel > 1: positions of the shared KV pool (0: parallel x n_ctx)
     int queue = 16;              // jobs that may wait for a slot
     std::string chat_template;   // family name; empty: the model's

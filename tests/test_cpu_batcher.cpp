@@ -84,6 +84,33 @@ void drive(cpu::Batcher& b, std::vector<Stream>& streams, bool eager = false) {
     ADD_FAILURE() << "the streams did not finish";
 }
 
+// Each stream's tokens and final logits are its solo run's.
+void expect_solo(const Model& m, const Tokenizer& tok, std::vector<Stream>& streams,
+                 const std::vector<std::vector<TokenId>>& prompts, const std::vector<GenerateOptions>& opts) {
+    for (size_t i = 0; i < streams.size(); ++i) {
+        const Solo want = solo(m, tok, prompts[i], opts[i]);
+        EXPECT_EQ(streams[i].g->result().tokens, want.tokens) << "stream " << i;
+        EXPECT_EQ(std::memcmp(streams[i].s->logits().data(), want.logits.data(), want.logits.size() * 4), 0)
+            << "stream " << i;
+    }
+}
+
+// A new request on a stream that shares 40 tokens with its first prompt
+// (the cache rewound to them, or recomputed after a preemption), driven
+// alone; returns the stream, now finished.
+Stream continue_alone(cpu::Batcher& b, const Model& m, const Tokenizer& tok, Stream st, const std::vector<TokenId>& first) {
+    std::vector<TokenId> again(first.begin(), first.begin() + 40);
+    for (TokenId t : prompt_of(11, 9)) again.push_back(t);
+    st.g.reset();
+    st.s->prefill(again);
+    st.opt = options(15, 0.7f, 5);
+    std::vector<Stream> one;
+    one.push_back(std::move(st));
+    drive(b, one);
+    EXPECT_EQ(one[0].g->result().tokens, solo(m, tok, again, one[0].opt).tokens);
+    return std::move(one[0]);
+}
+
 TEST_P(Fixture, StreamsSteppedTogetherGenerateWhatEachGeneratesAlone) {
     const std::vector<std::vector<TokenId>> prompts = {prompt_of(70, 1), prompt_of(9, 2), prompt_of(33, 3)};
     const std::vector<GenerateOptions> opts = {options(20, 0, 1), options(30, 0.8f, 7), options(12, 1.0f, 3)};
@@ -100,23 +127,10 @@ TEST_P(Fixture, StreamsSteppedTogetherGenerateWhatEachGeneratesAlone) {
         }
         EXPECT_GT(b.queued(), 3u);
         drive(b, streams);
-        for (size_t i = 0; i < 3; ++i) {
-            const Solo want = solo(model, tok, prompts[i], opts[i]);
-            EXPECT_EQ(streams[i].g->result().tokens, want.tokens) << "stream " << i;
-            EXPECT_EQ(std::memcmp(streams[i].s->logits().data(), want.logits.data(), want.logits.size() * 4), 0);
-        }
-        // A new request on stream 0 sharing 40 tokens of its conversation: the
-        // cache is rewound to them (KvPool::truncate), the rest evaluated.
-        std::vector<TokenId> again(prompts[0].begin(), prompts[0].begin() + 40);
-        for (TokenId t : prompt_of(11, 9)) again.push_back(t);
-        streams[0].g.reset();
-        streams[0].s->prefill(again);
-        streams[0].opt = options(15, 0.7f, 5);
-        std::vector<Stream> one;
-        one.push_back(std::move(streams[0]));
-        drive(b, one);
-        EXPECT_EQ(one[0].g->result().tokens, solo(model, tok, again, one[0].opt).tokens);
-        EXPECT_EQ(one[0].g->result().timings.prompt_reused, 40u);
+        expect_solo(model, tok, streams, prompts, opts);
+        // Stream 0's cache is rewound to the 40 tokens (KvPool::truncate).
+        const Stream st = continue_alone(b, model, tok, std::move(streams[0]), prompts[0]);
+        EXPECT_EQ(st.g->result().timings.prompt_reused, 40u);
     }
 }
 
@@ -205,29 +219,31 @@ TEST_P(Fixture, StreamsPreemptedForPagesGenerateWhatEachGeneratesAlone) {
         EXPECT_GT(b.counts().waiting, 0u);   // the pool holds only some prompts
         drive(b, streams);
         EXPECT_GT(b.counts().preemptions, 0u);
-        for (size_t i = 0; i < 4; ++i) {
-            const Solo want = solo(model, tok, prompts[i], opts[i]);
-            EXPECT_EQ(streams[i].g->result().tokens, want.tokens) << "stream " << i;
-            EXPECT_EQ(std::memcmp(streams[i].s->logits().data(), want.logits.data(), want.logits.size() * 4), 0)
-                << "stream " << i;
-        }
-        // Stream 0's conversation continues, sharing 40 tokens with its
-        // first prompt, after the others' pages took its own.
-        std::vector<TokenId> again(prompts[0].begin(), prompts[0].begin() + 40);
-        for (TokenId t : prompt_of(11, 9)) again.push_back(t);
-        streams[0].g.reset();
-        streams[0].s->prefill(again);
-        streams[0].opt = options(15, 0.7f, 5);
-        std::vector<Stream> one;
-        one.push_back(std::move(streams[0]));
-        drive(b, one);
-        EXPECT_EQ(one[0].g->result().tokens, solo(model, tok, again, one[0].opt).tokens);
+        expect_solo(model, tok, streams, prompts, opts);
+        // Stream 0's conversation continues after the others' pages took its own.
+        std::optional<Stream> st = continue_alone(b, model, tok, std::move(streams[0]), prompts[0]);
         EXPECT_EQ(b.counts().running + b.counts().waiting, 0u);
-        one.clear();
+        st.reset();
         streams.clear();
         EXPECT_EQ(b.pool_stats().used, 0u);
         EXPECT_EQ(b.pool_stats().cached + b.pool_stats().free, 8u);
     }
+}
+
+// A step with a stream decoding takes step_tokens in all; a step of
+// prompts alone takes the prefill budget.
+TEST_P(Fixture, AStepOfPromptsAloneTakesThePrefillBudget) {
+    cpu::Batcher b(model, 128, KvType::F16, std::make_shared<cpu::ThreadPool>(2), 2, 5);
+    b.set_prefill_tokens(64);
+    std::unique_ptr<Backend> x = b.open(), y = b.open();
+    std::vector<float> logits(x->n_vocab());
+    x->eval_batch(prompt_of(40, 1), 0, logits.data(), 1);
+    EXPECT_EQ(b.step(), 40u);
+    x->eval_batch(prompt_of(1, 2), 40, logits.data(), 1);   // a decode token
+    y->eval_batch(prompt_of(30, 3), 0, logits.data(), 1);
+    EXPECT_EQ(b.step(), 5u);    // the decode token and 4 prompt tokens
+    EXPECT_EQ(b.step(), 26u);   // the prompt's rest, alone
+    EXPECT_THROW(b.set_prefill_tokens(65), std::invalid_argument);
 }
 
 TEST_P(Fixture, MisuseIsRefused) {

@@ -61,7 +61,8 @@ Batcher::Batcher(const Model& m, uint32_t n_ctx, KvType kv, std::shared_ptr<Thre
     : pool_(pool_pages(n_ctx, n_seqs, page_size, kv_positions), page_size),
       n_ctx_(n_ctx),
       n_seqs_(n_seqs),
-      step_tokens_(step_tokens) {
+      step_tokens_(step_tokens),
+      prefill_tokens_(step_tokens) {
     if (step_tokens == 0 || step_tokens > CpuBackend::kMaxBatch)
         throw std::invalid_argument("batcher: " + std::to_string(step_tokens) + " tokens per step (1 to " +
                                     std::to_string(CpuBackend::kMaxBatch) + ")");
@@ -112,6 +113,13 @@ Batcher::Counts Batcher::counts() const {
         if (!s->q_.empty()) ++(s->preempted_ ? c.waiting : c.running);
     c.preemptions = preemptions_;
     return c;
+}
+
+void Batcher::set_prefill_tokens(uint32_t n) {
+    if (n == 0 || n > CpuBackend::kMaxBatch)
+        throw std::invalid_argument("batcher: " + std::to_string(n) + " prompt tokens per step (1 to " +
+                                    std::to_string(CpuBackend::kMaxBatch) + ")");
+    prefill_tokens_ = n;
 }
 
 bool Batcher::preempted(const Backend& seq) const { return find(seq).preempted_; }
@@ -252,6 +260,7 @@ uint32_t Batcher::step() {
             take.push_back({s, 1});
             --budget;
         }
+    if (take.empty()) budget = prefill_tokens_;   // no stream waits for this step
     for (size_t i = 0; i < seqs_.size() && budget; ++i) {
         Seq* s = seqs_[(next_ + i) % seqs_.size()];
         if (s->preempted_ || s->q_.empty() || s->q_.front().tokens.size() == 1) continue;

@@ -69,6 +69,12 @@ public:
     // positions end at what was evaluated.
     void drop(const Backend& seq);
 
+    // Tokens of a step that holds no decode token (prompt chunks only),
+    // 1..CpuBackend::kMaxBatch; step_tokens until set. A server sets it
+    // above step_tokens: a prompt that runs alone then goes at full speed,
+    // while a step with running streams stays short.
+    void set_prefill_tokens(uint32_t n);
+
     CpuBackend& backend() { return *cpu_; }
     KvPool::Stats pool_stats() const { return pool_.stats(); }
     // Sequences with work queued that hold their pages (running) or wait
@@ -106,7 +112,7 @@ private:
 
     std::unique_ptr<CpuBackend> cpu_;
     KvPool pool_;
-    uint32_t n_ctx_, n_seqs_, step_tokens_;
+    uint32_t n_ctx_, n_seqs_, step_tokens_, prefill_tokens_;
     std::vector<Seq*> seqs_;   // open, in the order they were opened
     size_t next_ = 0;          // where the next step starts taking prompt chunks (round robin)
     uint64_t arrivals_ = 0;    // prompts enqueued so far (each sequence's latest is its age)

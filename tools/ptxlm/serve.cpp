@@ -65,8 +65,8 @@ Runner add_serve(CLI::App& app) {
                     "evaluated in one batched step per token)")
         ->check(CLI::Range(1, 64));
     sub->add_option("--batch-tokens", o.engine.batch_tokens,
-                    "CPU, --parallel above 1: tokens per batched step, every running stream's next token first, then "
-                    "prompt chunks (default 64)")
+                    "CPU, --parallel above 1: tokens per batched step while streams are generating, every running "
+                    "stream's next token first, then prompt chunks (default 16; a step of prompts alone takes 64)")
         ->check(CLI::Range(1, 64));
     sub->add_option("--kv-size", o.engine.kv_size,
                     "CPU, --parallel above 1: positions of the KV pool the slots share, at least -c (default "
