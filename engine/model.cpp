@@ -185,8 +185,10 @@ PassTraffic pass_traffic(const Model& m) {
     PassTraffic t;
     m.for_each_weight([&](const Weight& w) {
         if (&w != &m.tok_embd && &w != &m.output_norm) t.weights += w.rows * w.row_bytes;
+        if (&w != &m.tok_embd && &w != &m.output && w.rows > 1) t.weight_macs += w.rows * w.cols;
     });
     t.lm_head = m.output.rows * m.output.row_bytes + m.output_norm.rows * m.output_norm.row_bytes;
+    t.lm_head_macs = m.output.rows * m.output.cols;
     if (!m.tied_embeddings()) t.weights -= m.output.rows * m.output.row_bytes;
     t.embd_row = m.tok_embd.row_bytes;
     return t;

@@ -111,6 +111,10 @@ struct PassTraffic {
     uint64_t weights = 0;      // all weights but the token embedding table and the LM head
     uint64_t lm_head = 0;      // output matrix (+ final norm)
     uint64_t embd_row = 0;     // one row of the token embedding
+    // Multiply-adds a token's matrix products take (rows x columns of each
+    // matrix; the embedding is a lookup, norms are not counted).
+    uint64_t weight_macs = 0;
+    uint64_t lm_head_macs = 0;
 };
 PassTraffic pass_traffic(const Model& m);
 // KV-cache bytes attention reads for the token at `pos` (K and V of every

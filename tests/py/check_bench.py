@@ -75,6 +75,17 @@ def expected_bytes_per_token(r, row):
     return (total + kv * par) / (n * par)
 
 
+def expected_macs_per_token(r, row):
+    """Multiply-adds of the matrix products, recomputed from the file: every
+    matrix but the embedding table for each token, the LM head (the table
+    again when the output is tied) for each token that makes logits."""
+    mats = {t.name: int(t.shape[0]) * int(t.shape[1]) for t in r.tensors if len(t.shape) == 2 and int(t.shape[1]) > 1}
+    head = mats.get("output.weight", mats["token_embd.weight"])
+    layers = sum(mats.values()) - mats["token_embd.weight"] - mats.get("output.weight", 0)
+    n = row["n_prompt"] + row["n_gen"]
+    return (n * layers + (1 if row["n_prompt"] else n) * head) / n
+
+
 def check_json_rows(path, rows, want_tests, reps):
     r = gguf.GGUFReader(str(path))
     names = [row["test"] for row in rows]
@@ -102,6 +113,14 @@ def check_json_rows(path, rows, want_tests, reps):
         check(row["n_ctx"] >= row["n_depth"] + row["n_prompt"] + row["n_gen"], f"{what}: context {row['n_ctx']} too small")
         check(row["device"] == "cpu" and row["n_threads"] == 2 and row["device_units"] >= 1, f"{what}: device fields")
         check(row["peak_rss_bytes"] > 0, f"{what}: no peak RSS")
+        # The CPU's two ceilings, measured at start, and the test's share of each.
+        check(close(row["macs_per_token"], expected_macs_per_token(r, row)),
+              f"{what}: {row['macs_per_token']} multiply-adds per token, expected {expected_macs_per_token(r, row)}")
+        check(row["read_gbs"] and row["read_gbs"] > 0 and close(row["read_share"], row["bandwidth_gbs"] / row["read_gbs"]),
+              f"{what}: read {row['read_gbs']} share {row['read_share']}")
+        check(row["int8_gops"] and row["int8_gops"] > 0 and row["int8_isa"] in row["cpu_path"]
+              and close(row["int8_share"], row["macs_per_token"] * row["avg_ts"] / 1e9 / row["int8_gops"]),
+              f"{what}: int8 {row['int8_gops']} ({row['int8_isa']}, path {row['cpu_path']}) share {row['int8_share']}")
 
 
 def check_ptxlm_bench(tmp):
@@ -139,7 +158,10 @@ def check_ptxlm_bench(tmp):
         check("quantized dot products" in p.stderr, f"the run does not say its CPU path: {p.stderr[-300:]}")
     p = bench("-m", str(models["llama"]), "-p", "8", "-n", "2", "-r", "1", "-o", "json", "--cpu-path", "reference")
     if check(p.returncode == 0, f"bench --cpu-path reference: {p.stderr[-400:]}"):
-        check({r["cpu_path"] for r in json.loads(p.stdout)} == {"reference"}, f"reference cpu_path: {p.stdout[:300]}")
+        rows = json.loads(p.stdout)
+        check({r["cpu_path"] for r in rows} == {"reference"}, f"reference cpu_path: {p.stdout[:300]}")
+        check(all(r["int8_gops"] is None and r["int8_share"] is None and r["read_gbs"] > 0 for r in rows),
+              f"the reference path has no int8 rate, a read rate: {[(r['int8_gops'], r['read_gbs']) for r in rows]}")
     p = subprocess.run([PTXLM, "bench", "-m", str(models["llama"]), "-p", "0", "-n", "2", "-r", "1", "-o", "json"],
                        capture_output=True, text=True, env=dict(os.environ, PTXLM_CPU_ISA="scalar"))
     if check(p.returncode == 0, f"bench PTXLM_CPU_ISA=scalar: {p.stderr[-400:]}"):

@@ -16,6 +16,10 @@
 // makes logits, the visible KV cache per token), the bandwidth that implies, and its
 // share of the machine's peak: on the CPU a memory-copy rate measured at start
 // with the same thread count (bytes read + bytes written, as STREAM counts).
+// On the CPU it also measures, at start, the two ceilings decode meets
+// (engine/cpu/ceilings.h): a read-only stream's bandwidth and the int8
+// multiply-add rate of the selected Isa's dot products, and reports each
+// test's share of both (the multiply-adds a token's matrix products take).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -36,6 +40,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/cpu/batcher.h"
+#include "engine/cpu/ceilings.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/projection.h"
@@ -148,31 +153,47 @@ double memcpy_gbs_here(int threads) {
     return best;
 }
 
-// memcpy_gbs_here in a child process, so its 512 MiB of buffers do not count
-// in this process's peak resident memory (VmHWM, which bench/compare
-// reports). Call before any thread starts. 0 when it cannot be measured.
-double memcpy_gbs(int threads) {
+// What bench measures of the CPU before it starts (0: not measured).
+struct CpuCeilings {
+    double memcpy_gbs = 0;
+    cpu::ReadRate read;
+    cpu::Int8Rate int8;
+};
+
+// memcpy_gbs_here and the ceilings in a child process, so their buffers do
+// not count in this process's peak resident memory (VmHWM, which
+// bench/compare reports). Call before any thread starts. `isa`: the Isa
+// whose int8 rate to measure (none for Scalar).
+CpuCeilings measure_cpu(int threads, cpu::Isa isa) {
+    CpuCeilings c;
     int fd[2];
-    if (pipe(fd) != 0) return 0;
+    if (pipe(fd) != 0) return c;
     const pid_t pid = fork();
     if (pid < 0) {
         close(fd[0]);
         close(fd[1]);
-        return 0;
+        return c;
     }
     if (pid == 0) {
         close(fd[0]);
-        const double v = memcpy_gbs_here(threads);
+        CpuCeilings v;
+        try {
+            v.memcpy_gbs = memcpy_gbs_here(threads);
+            v.read = cpu::measure_read(threads, uint64_t(512) << 20);
+            if (isa != cpu::Isa::Scalar) v.int8 = cpu::measure_int8(isa, threads);
+        } catch (const std::exception&) {
+            _exit(1);
+        }
         const ssize_t w = write(fd[1], &v, sizeof v);
         _exit(w == ssize_t(sizeof v) ? 0 : 1);
     }
     close(fd[1]);
-    double v = 0;
+    CpuCeilings v;
     const ssize_t r = read(fd[0], &v, sizeof v);
     close(fd[0]);
     int status = 0;
     waitpid(pid, &status, 0);
-    return r == ssize_t(sizeof v) && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? v : 0;
+    return r == ssize_t(sizeof v) && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? v : c;
 }
 
 // This process's peak resident memory (VmHWM), 0 when unknown.
@@ -237,6 +258,7 @@ struct Row {
     std::vector<double> samples_ns, samples_ts;
     uint64_t n_tokens = 0;      // tokens evaluated per timed repetition
     double bytes_per_token = 0;
+    double macs_per_token = 0;
 };
 
 // Bytes read per token for a test: every pass reads the weights (a pass of
@@ -251,6 +273,14 @@ double bytes_per_token(const Model& m, const Test& t, uint32_t max_batch, uint32
     double total = double(passes) * double(p.weights) + double(with_logits) * double(p.lm_head);
     for (uint32_t i = 0; i < n; ++i) total += double(p.embd_row + kv_read_bytes(m, t.depth + i, kv_el)) * t.parallel;
     return total / (double(n) * t.parallel);
+}
+
+// Multiply-adds per token of a test's matrix products: the layers' for
+// every token, the LM head's for each token that makes logits.
+double macs_per_token(const Model& m, const Test& t) {
+    const PassTraffic p = pass_traffic(m);
+    const uint64_t n = t.tokens(), with_logits = t.n_prompt ? 1 : n;
+    return (double(n) * double(p.weight_macs) + double(with_logits) * double(p.lm_head_macs)) / double(n);
 }
 
 // tg with `t.parallel` sequences generating together on a cpu::Batcher (its
@@ -359,12 +389,24 @@ int run(const Args& a) {
     // starts its threads (see memcpy_gbs).
     double peak = 0;
     std::string peak_source;
+    CpuCeilings ceil;
     if (engine.device != "cuda") {
         const int threads = engine.threads ? engine.threads : cpu::ThreadPool::default_threads();
-        std::fprintf(stderr, "bench: measuring memory-copy bandwidth (%d threads)\n", threads);
-        peak = memcpy_gbs(threads);
-        if (peak > 0) std::fprintf(stderr, "bench: memory copy %.1f GB/s\n", peak);
-        else std::fprintf(stderr, "bench: the memory-copy measurement failed; no peak bandwidth\n");
+        // The Isa the CPU backend will select (the reference path has none).
+        const cpu::Isa isa = engine.cpu_path == "reference" ? cpu::Isa::Scalar
+                             : engine.cpu_isa.empty()       ? cpu::best_isa()
+                                                            : cpu::parse_isa(engine.cpu_isa);
+        std::fprintf(stderr, "bench: measuring the CPU (%d threads): memory copy, read bandwidth, int8 rate (%s)\n",
+                     threads, cpu::isa_name(isa));
+        ceil = measure_cpu(threads, isa);
+        peak = ceil.memcpy_gbs;
+        if (peak > 0)
+            std::fprintf(stderr, "bench: memory copy %.1f GB/s, read %.1f GB/s (%.0f MiB, best of %d), int8 %s\n", peak,
+                         ceil.read.gbs, double(ceil.read.bytes) / (1 << 20), ceil.read.reps,
+                         ceil.int8.gops > 0 ? (fmt("%.0f G multiply-adds/s", ceil.int8.gops) + " (" +
+                                               cpu::isa_name(ceil.int8.isa) + ")").c_str()
+                                            : "not measured (no SIMD path)");
+        else std::fprintf(stderr, "bench: the CPU measurement failed; no peak bandwidth\n");
         peak_source = "memcpy, " + std::to_string(threads) + " threads, read + write";
     }
     Engine e = open_engine(engine);
@@ -439,7 +481,16 @@ int run(const Args& a) {
             {"peak_source", peak_source},
             {"peak_share", peak > 0 ? nlohmann::json(r.bytes_per_token * ts.mean / 1e9 / peak) : nlohmann::json(nullptr)},
             {"peak_rss_bytes", peak_rss_bytes()},
+            {"macs_per_token", r.macs_per_token},
         };
+        // The CPU's ceilings (measured at start) and this test's share of each.
+        const double bw = r.bytes_per_token * ts.mean / 1e9, gops = r.macs_per_token * ts.mean / 1e9;
+        auto or_null = [](bool ok, double v) { return ok ? nlohmann::json(v) : nlohmann::json(nullptr); };
+        j["read_gbs"] = or_null(ceil.read.gbs > 0, ceil.read.gbs);
+        j["read_share"] = or_null(ceil.read.gbs > 0, bw / ceil.read.gbs);
+        j["int8_gops"] = or_null(ceil.int8.gops > 0, ceil.int8.gops);
+        j["int8_isa"] = ceil.int8.gops > 0 ? nlohmann::json(cpu::isa_name(ceil.int8.isa)) : nlohmann::json(nullptr);
+        j["int8_share"] = or_null(ceil.int8.gops > 0, gops / ceil.int8.gops);
         return j;
     };
 
@@ -448,7 +499,8 @@ int run(const Args& a) {
                                        "schedule", "cpu_path", "gpu_path", "emulated", "kv_type", "n_ctx", "n_batch", "test", "n_prompt", "n_gen",
                                        "n_depth", "n_parallel", "n_tokens", "repetitions", "samples_ns", "samples_ts", "avg_ns",
                                        "stddev_ns", "avg_ts", "stddev_ts", "ms_per_token", "bytes_per_token",
-                                       "bandwidth_gbs", "peak_gbs", "peak_source", "peak_share", "peak_rss_bytes"};
+                                       "bandwidth_gbs", "peak_gbs", "peak_source", "peak_share", "peak_rss_bytes",
+                                       "macs_per_token", "read_gbs", "read_share", "int8_gops", "int8_isa", "int8_share"};
     auto csv_cell = [](const nlohmann::json& v) -> std::string {
         std::string s;
         if (v.is_string()) s = v.get<std::string>();
@@ -465,8 +517,9 @@ int run(const Args& a) {
     };
 
     if (a.output == "md") {
-        std::printf("| model | types | size | params | device | threads | test | t/s | ms/tok | MB/tok | GB/s | %% of peak |\n");
-        std::printf("| --- | --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+        std::printf("| model | types | size | params | device | threads | test | t/s | ms/tok | MB/tok | GB/s | %% of peak "
+                    "| %% of read | %% of int8 |\n");
+        std::printf("| --- | --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     } else if (a.output == "csv") {
         for (size_t i = 0; i < std::size(kCsvFields); ++i) std::printf("%s%s", i ? "," : "", kCsvFields[i]);
         std::printf("\n");
@@ -483,6 +536,7 @@ int run(const Args& a) {
         Row r;
         r.test = t;
         r.bytes_per_token = bytes_per_token(m, t, b.max_batch(), dev.kv_bytes_per_el);
+        r.macs_per_token = macs_per_token(m, t);
         if (t.parallel > 1)
             r.n_tokens = run_parallel(m, *cpu_backend, dev.threads, dev.kv_bytes_per_el == 4 ? KvType::F32 : KvType::F16,
                                       t, a.reps, r.samples_ns, r.samples_ts);
@@ -509,11 +563,15 @@ int run(const Args& a) {
                      j["avg_ts"].get<double>(), j["stddev_ts"].get<double>(), a.reps, a.reps == 1 ? "" : "s");
         if (a.output == "md") {
             const double bw = j["bandwidth_gbs"];
-            std::printf("| %s | %s | %s | %.1fM | %s | %d | %s | %.2f ± %.2f | %.2f | %.1f | %.2f | %s |\n",
+            auto share = [&](const char* key) {
+                return j[key].is_null() ? std::string("n/a") : fmt("%.0f%%", 100.0 * j[key].get<double>());
+            };
+            std::printf("| %s | %s | %s | %.1fM | %s | %d | %s | %.2f ± %.2f | %.2f | %.1f | %.2f | %s | %s | %s |\n",
                         file.c_str(), type_mix(types, size).c_str(), format_bytes(size).c_str(), double(n_params) / 1e6,
                         device.c_str(), dev.threads, t.name().c_str(), j["avg_ts"].get<double>(),
                         j["stddev_ts"].get<double>(), j["ms_per_token"].get<double>(), r.bytes_per_token / 1e6, bw,
-                        peak > 0 ? fmt("%.0f%%", 100.0 * bw / peak).c_str() : "n/a");
+                        peak > 0 ? fmt("%.0f%%", 100.0 * bw / peak).c_str() : "n/a", share("read_share").c_str(),
+                        share("int8_share").c_str());
         } else if (a.output == "csv") {
             for (size_t i = 0; i < std::size(kCsvFields); ++i)
                 std::printf("%s%s", i ? "," : "", csv_cell(j[kCsvFields[i]]).c_str());
@@ -586,8 +644,16 @@ int run(const Args& a) {
         }
     }
     if (a.output == "json") std::printf("%s\n", all.dump(2).c_str());
-    else if (a.output == "md" && peak > 0)
+    else if (a.output == "md" && peak > 0) {
         std::printf("\npeak: %.1f GB/s (%s); MB/tok: weights + KV cache read per token\n", peak, peak_source.c_str());
+        if (ceil.read.gbs > 0)
+            std::printf("read: %.1f GB/s (a read-only stream over %.0f MiB, %d threads, best of %d)\n", ceil.read.gbs,
+                        double(ceil.read.bytes) / (1 << 20), ceil.read.threads, ceil.read.reps);
+        if (ceil.int8.gops > 0)
+            std::printf("int8: %.0f G multiply-adds/s (%s dot products in registers, %d threads); a token's matrix "
+                        "products take one per weight\n",
+                        ceil.int8.gops, cpu::isa_name(ceil.int8.isa), ceil.int8.threads);
+    }
     return 0;
 }
 

@@ -1,0 +1,119 @@
+#include "engine/cpu/ceilings.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ptxlm::cpu {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs fn(t) on threads 0..n-1 (0 on the caller), all released together;
+// returns the seconds from the release to the last one's end.
+template <class Fn>
+double timed_on_threads(int n, Fn fn) {
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> pool;
+    for (int t = 1; t < n; ++t)
+        pool.emplace_back([&, t] {
+            ready.fetch_add(1);
+            while (!go.load(std::memory_order_acquire)) {}
+            fn(t);
+        });
+    while (ready.load() != n - 1) {}
+    const auto t0 = Clock::now();
+    go.store(true, std::memory_order_release);
+    fn(0);
+    for (std::thread& th : pool) th.join();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::atomic<uint64_t> g_sink{0};   // where the loops' results go, so none is dropped
+
+// The read loop without AVX2 (a CPU the engine would run on its scalar path).
+uint64_t read_sum_plain(const void* p, uint64_t bytes) {
+    const auto* v = static_cast<const uint64_t*>(p);
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (uint64_t i = 0; i < bytes / 8; i += 4) {
+        a += v[i];
+        b += v[i + 1];
+        c += v[i + 2];
+        d += v[i + 3];
+    }
+    return a + b + c + d;
+}
+
+}  // namespace
+
+ReadRate measure_read(int threads, uint64_t bytes, int reps) {
+    if (threads < 1 || reps < 1) throw std::invalid_argument("measure_read: no threads or no repetitions");
+    const uint64_t slice = bytes / uint64_t(threads) / 128 * 128;
+    if (slice < 4096) throw std::invalid_argument("measure_read: " + std::to_string(bytes) + " bytes over " +
+                                                  std::to_string(threads) + " threads");
+    auto free_aligned = [](void* p) { std::free(p); };
+    std::unique_ptr<void, decltype(free_aligned)> buf(std::aligned_alloc(64, slice * threads), free_aligned);
+    if (!buf) throw std::runtime_error("measure_read: cannot allocate " + std::to_string(slice * threads) + " bytes");
+    auto* base = static_cast<unsigned char*>(buf.get());
+    // Each thread writes its own slice first (pages land near the thread
+    // that reads them), untimed.
+    timed_on_threads(threads, [&](int t) {
+        std::fill(base + slice * t, base + slice * (t + 1), static_cast<unsigned char>(t + 1));
+    });
+    const std::vector<Isa> hw = hardware_isas();
+    uint64_t (*sum)(const void*, uint64_t) =
+        std::find(hw.begin(), hw.end(), Isa::Avx2) != hw.end() ? detail::read_sum_avx2 : read_sum_plain;
+    ReadRate r;
+    r.bytes = slice * uint64_t(threads);
+    r.threads = threads;
+    r.reps = reps;
+    double best = 1e30;
+    for (int rep = 0; rep <= reps; ++rep) {
+        const double s = timed_on_threads(threads, [&](int t) {
+            g_sink.fetch_add(sum(base + slice * t, slice), std::memory_order_relaxed);
+        });
+        if (rep > 0) best = std::min(best, s);   // the first pass is a warm-up
+    }
+    r.best_ms = best * 1e3;
+    r.gbs = double(r.bytes) / best / 1e9;
+    return r;
+}
+
+Int8Rate measure_int8(Isa isa, int threads) {
+    if (threads < 1) throw std::invalid_argument("measure_int8: no threads");
+    const std::vector<Isa> ok = runnable_isas();
+    if (isa == Isa::Scalar || std::find(ok.begin(), ok.end(), isa) == ok.end())
+        throw std::invalid_argument(std::string("measure_int8: ") + isa_name(isa) + " is not a runnable SIMD Isa here");
+    uint64_t (*loop)(uint64_t) = isa == Isa::Avx2 ? detail::int8_loop_avx2
+                                 : isa == Isa::Avx512 ? detail::int8_loop_avx512
+                                                      : detail::int8_loop_avx512vnni;
+    const double per_iter = isa == Isa::Avx2 ? 256.0 : 512.0;
+    // Iterations for about 20 ms on one thread, from a short probe.
+    uint64_t iters = 1 << 14;
+    for (;;) {
+        const auto t0 = Clock::now();
+        g_sink.fetch_add(loop(iters), std::memory_order_relaxed);
+        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (s > 2e-3 || iters > (uint64_t(1) << 40)) {
+            iters = std::max<uint64_t>(iters, uint64_t(double(iters) * 0.02 / std::max(s, 1e-9)));
+            break;
+        }
+        iters *= 4;
+    }
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep)
+        best = std::min(best, timed_on_threads(threads, [&](int) {
+                            g_sink.fetch_add(loop(iters), std::memory_order_relaxed);
+                        }));
+    return {per_iter * double(iters) * threads / best / 1e9, isa, threads};
+}
+
+}  // namespace ptxlm::cpu
