@@ -146,16 +146,21 @@ void Batcher::preempt(Seq& s) {
     if (!s.q_.empty()) ++preemptions_;
 }
 
+Batcher::Seq* Batcher::idle_victim(const Seq& except) const {
+    Seq* victim = nullptr;
+    for (Seq* o : seqs_)
+        if (o != &except && !o->preempted_ && o->q_.empty() && pool_.length(o->id_) != 0 &&
+            (!victim || o->arrival_ < victim->arrival_))
+            victim = o;
+    return victim;
+}
+
 void Batcher::reserve(Seq& s, uint32_t from) {
     while (!append(s, from)) {
-        // Room from an idle sequence's pages first (least recent prompt
-        // first), else from the sequence with the newest prompt: s itself
-        // when no sequence holding pages is newer.
-        Seq* victim = nullptr;
-        for (Seq* o : seqs_) {
-            if (o == &s || o->preempted_ || !o->q_.empty() || pool_.length(o->id_) == 0) continue;
-            if (!victim || o->arrival_ < victim->arrival_) victim = o;
-        }
+        // Room from an idle sequence's pages first, else from the sequence
+        // with the newest prompt: s itself when no sequence holding pages
+        // is newer.
+        Seq* victim = idle_victim(s);
         if (!victim) {
             victim = &s;
             for (Seq* o : seqs_)
@@ -183,11 +188,7 @@ bool Batcher::resume(Seq& s) {
     pool_.truncate(s.id_, got);
     while (!append(s, got)) {
         // Room from idle sequences' pages, never from running ones.
-        Seq* victim = nullptr;
-        for (Seq* o : seqs_)
-            if (o != &s && !o->preempted_ && o->q_.empty() && pool_.length(o->id_) != 0 &&
-                (!victim || o->arrival_ < victim->arrival_))
-                victim = o;
+        Seq* victim = idle_victim(s);
         if (!victim) {
             pool_.truncate(s.id_, 0);
             return false;

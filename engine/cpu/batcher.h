@@ -107,6 +107,9 @@ private:
     // newer sequences (or s itself, when it is the newest) for room.
     void reserve(Seq& s, uint32_t from);
     void preempt(Seq& s);
+    // The idle sequence (nothing queued, pages held) with the least recent
+    // prompt, other than `except`; nullptr when there is none.
+    Seq* idle_victim(const Seq& except) const;
     bool resume(Seq& s);
     bool append(Seq& s, uint32_t from);
 
