@@ -91,6 +91,10 @@ public:
     uint64_t data_offset() const { return data_offset_; }
     uint64_t file_size() const { return bytes_.size(); }
     std::span<const uint8_t> bytes() const { return bytes_; }
+    // Lets the whole pages of [p, p + n) leave memory when the file is
+    // mapped (open()): a later read brings them back from the page cache.
+    // Nothing happens for a parsed buffer or a range outside the file.
+    void drop_pages(const uint8_t* p, uint64_t n) const;
 
     const std::vector<KeyValue>& metadata() const { return kvs_; }
     const std::vector<TensorInfo>& tensors() const { return tensors_; }

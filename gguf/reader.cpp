@@ -423,6 +423,14 @@ File File::parse(std::span<const uint8_t> bytes, std::string name) {
     return f;
 }
 
+void File::drop_pages(const uint8_t* p, uint64_t n) const {
+    if (!mapping_ || !mapping_->addr || p < bytes_.data() || n > uint64_t(bytes_.data() + bytes_.size() - p)) return;
+    const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+    const uint64_t begin = (reinterpret_cast<uint64_t>(p) + page - 1) / page * page;
+    const uint64_t end = (reinterpret_cast<uint64_t>(p) + n) / page * page;
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 File File::open(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));

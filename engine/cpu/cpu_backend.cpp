@@ -112,6 +112,30 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_pt
     u_.resize(kMaxBatch * max_ff);
     scores_.resize(uint64_t(pool_->size()) * n_ctx);
     rows_.resize(uint64_t(pool_->size()) * hd);
+    pack_weights();
+}
+
+void CpuBackend::pack_weights() {
+    packed_.clear();
+    auto pack = [&](const Weight& w) {
+        if (!w || packed_.count(&w)) return;
+        PackedWeight p = pack_weight(w, arith_.isa);
+        if (!p) return;
+        // The packed copy is what the quantized path reads from now on: the
+        // file's pages of these rows can leave memory (they come back from
+        // the page cache if the reference path or an embedding lookup reads
+        // them).
+        m_.file.drop_pages(w.data, p.groups * p.group_bytes);
+        packed_.emplace(&w, std::move(p));
+    };
+    for (const LayerDesc& d : m_.layers)
+        for (const Weight* w : {&d.wq, &d.wk, &d.wv, &d.wo, &d.gate, &d.up, &d.down}) pack(*w);
+    pack(m_.output);
+}
+
+MatVec CpuBackend::job(const Weight& w, float* y, uint64_t ldy) const {
+    const auto it = packed_.find(&w);
+    return {&w, y, ldy, it == packed_.end() ? nullptr : &it->second};
 }
 
 CpuBackend::~CpuBackend() = default;
@@ -119,7 +143,10 @@ CpuBackend::~CpuBackend() = default;
 void CpuBackend::set_isa(Isa isa) {
     const std::vector<Isa> ok = runnable_isas();
     if (std::find(ok.begin(), ok.end(), isa) != ok.end()) {
-        arith_.isa = isa;
+        if (isa != arith_.isa) {
+            arith_.isa = isa;
+            pack_weights();
+        }
         return;
     }
     const std::vector<Isa> hw = hardware_isas();
@@ -358,8 +385,8 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
         const uint64_t q_dim = uint64_t(d.n_head) * hd, kv_dim = m_.kv_dim(il);
 
         each_token([&](uint32_t t) { rms_norm(&x_[t * E], l.attn_norm.data(), &xn_[t * E], E, eps); });
-        matmul(*pool_, {{&d.wq, q_.data(), q_w_}, {&d.wk, k_.data(), kv_w_}, {&d.wv, v_.data(), kv_w_}}, xn_.data(), n, E,
-               arith_);
+        matmul(*pool_, {job(d.wq, q_.data(), q_w_), job(d.wk, k_.data(), kv_w_), job(d.wv, v_.data(), kv_w_)},
+               xn_.data(), n, E, arith_);
         each_token([&](uint32_t t) {
             float* q = &q_[t * q_w_];
             float* k = &k_[t * kv_w_];
@@ -385,7 +412,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
             attention(il, row0, s);
             row0 += static_cast<uint32_t>(s.tokens.size());
         }
-        matmul(*pool_, {{&d.wo, o_.data(), E}}, att_.data(), n, q_w_, arith_);
+        matmul(*pool_, {job(d.wo, o_.data(), E)}, att_.data(), n, q_w_, arith_);
         each_token([&](uint32_t t) {
             float* o = &o_[t * E];
             float* x = &x_[t * E];
@@ -393,7 +420,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
             for (uint64_t i = 0; i < E; ++i) x[i] += o[i];
             rms_norm(x, l.ffn_norm.data(), &xn_[t * E], E, eps);
         });
-        matmul(*pool_, {{&d.gate, g_.data(), ff_w_}, {&d.up, u_.data(), ff_w_}}, xn_.data(), n, E, arith_);
+        matmul(*pool_, {job(d.gate, g_.data(), ff_w_), job(d.up, u_.data(), ff_w_)}, xn_.data(), n, E, arith_);
         each_token([&](uint32_t t) {
             float* g = &g_[t * ff_w_];
             const float* u = &u_[t * ff_w_];
@@ -401,7 +428,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
             for (uint32_t i = 0; i < d.n_ff; ++i)
                 g[i] = (m_.ffn == FfnKind::GeGLU ? gelu_tanh(g[i]) : silu(g[i])) * u[i];
         });
-        matmul(*pool_, {{&d.down, o_.data(), E}}, g_.data(), n, ff_w_, arith_);
+        matmul(*pool_, {job(d.down, o_.data(), E)}, g_.data(), n, ff_w_, arith_);
         each_token([&](uint32_t t) {
             float* o = &o_[t * E];
             float* x = &x_[t * E];
@@ -423,7 +450,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
             rms_norm(&x_[(row0 + t) * E], output_norm_.data(), &xn_[w * E], E, eps);
         row0 += sn;
     }
-    matmul(*pool_, {{&m_.output, out, m_.n_vocab}}, xn_.data(), wanted, E, arith_);
+    matmul(*pool_, {job(m_.output, out, m_.n_vocab)}, xn_.data(), wanted, E, arith_);
     if (m_.final_softcap > 0) {
         const float cap = m_.final_softcap;
         for (uint64_t i = 0; i < uint64_t(wanted) * nv; ++i) out[i] = cap * std::tanh(out[i] / cap);

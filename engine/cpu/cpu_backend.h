@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/backend.h"
@@ -96,6 +97,11 @@ public:
 private:
     struct Layer;
     void attention(uint32_t il, uint32_t row0, const SeqStep& s);
+    // The matrices packed for arith_.isa where it has packed kernels
+    // (repack.h), none otherwise; called whenever the Isa changes.
+    void pack_weights();
+    // A product's job: w into y (outputs ldy apart), with w's packed rows.
+    MatVec job(const Weight& w, float* y, uint64_t ldy) const;
 
     const Model& m_;
     uint32_t n_ctx_;
@@ -104,6 +110,7 @@ private:
     uint32_t page_shift_ = 0;
     std::vector<uint32_t> own_pages_;   // eval_batch's table: every page, in order
     Arithmetic arith_;
+    std::unordered_map<const Weight*, PackedWeight> packed_;
     std::shared_ptr<ThreadPool> pool_;
     std::vector<Layer> layers_;
     Attention fast_attention_;   // the quantized path's; the reference path's is attention()

@@ -96,7 +96,8 @@ void matmul_reference(ThreadPool& pool, const MatVec* js, size_t n_jobs, const f
 // every row of every job is one QDotFn call for a single input; a batch of
 // inputs goes through QDotMultiFn, per row pair and kQDotMaxInputs inputs
 // (each weight block unpacked once for all of them; bit-identical to the
-// QDotFn calls).
+// QDotFn calls). A job with packed rows (repack.h) takes its packed kernel
+// for them, for one input or many (bit-identical too).
 void matmul_quantized(ThreadPool& pool, const MatVec* js, size_t n_jobs, const float* x, uint64_t n_in, uint64_t ldx,
                       Isa isa) {
     constexpr size_t kLayouts = 3;   // QuantizedInput::Layout: None, Block32, Block256
@@ -107,11 +108,10 @@ void matmul_quantized(ThreadPool& pool, const MatVec* js, size_t n_jobs, const f
     if (n_jobs > kMaxJobs) throw std::logic_error("matmul: too many jobs in one product");
     QDotFn fns[kMaxJobs];
     QDotMultiFn multi_fns[kMaxJobs];
-    const std::vector<QuantizedInput>* in[kMaxJobs];
+    const PackedWeight* packed[kMaxJobs];
     const void* const* in_blocks[kMaxJobs];
     gguf::GgmlType layout_type[kLayouts] = {};
     bool needed[kLayouts] = {};
-    uint64_t total = 0;
     const uint64_t cols = js[0].w->cols;
     for (size_t j = 0; j < n_jobs; ++j) {
         const Weight& w = *js[j].w;
@@ -121,11 +121,10 @@ void matmul_quantized(ThreadPool& pool, const MatVec* js, size_t n_jobs, const f
         layout_type[l] = w.type;
         if (inputs[l].size() < n_in) inputs[l].resize(n_in);
         if (blocks[l].size() < n_in) blocks[l].resize(n_in);
-        in[j] = &inputs[l];
         in_blocks[j] = blocks[l].data();
         fns[j] = qdot_fn(isa, w.type);
         multi_fns[j] = qdot_multi_fn(isa, w.type);
-        total += w.rows;
+        packed[j] = js[j].packed && js[j].packed->isa == isa && js[j].packed->fn ? js[j].packed : nullptr;
     }
     for (size_t l = 0; l < kLayouts; ++l) {
         if (!needed[l]) continue;
@@ -137,31 +136,46 @@ void matmul_quantized(ThreadPool& pool, const MatVec* js, size_t n_jobs, const f
             });
         for (uint64_t t = 0; t < n_in; ++t) blocks[l][t] = q[t].blocks();
     }
-    pool.parallel_for(total, 16, [&](uint64_t begin, uint64_t end, int) {
-        RowWalk walk{js};
-        for (uint64_t i = begin; i < end; ++i) {
-            const uint64_t r = walk.row(i);
-            const size_t j = walk.j;
+    // The rows go out in units of kPackRows rows of one job: a packed group
+    // (one call for the rows and kQDotMaxInputs inputs), or that many rows in
+    // the file's layout (a QDotFn call per row, or QDotMultiFn per
+    // kQDotMaxRows rows).
+    uint64_t first_unit[kMaxJobs + 1];
+    first_unit[0] = 0;
+    for (size_t j = 0; j < n_jobs; ++j) first_unit[j + 1] = first_unit[j] + (js[j].w->rows + kPackRows - 1) / kPackRows;
+    pool.parallel_for(first_unit[n_jobs], 2, [&](uint64_t begin, uint64_t end, int) {
+        size_t j = 0;
+        for (uint64_t u = begin; u < end; ++u) {
+            while (u >= first_unit[j + 1]) ++j;
             const Weight& w = *js[j].w;
-            if (n_in == 1) {
-                js[j].y[r] = fns[j](w.row(r), (*in[j])[0].blocks(), cols);
+            const uint64_t unit = u - first_unit[j], r0 = unit * kPackRows;
+            const PackedWeight* p = packed[j];
+            if (p && unit < p->groups) {
+                for (uint64_t t = 0; t < n_in; t += kQDotMaxInputs)
+                    p->fn(p->group(unit), in_blocks[j] + t, int(std::min<uint64_t>(kQDotMaxInputs, n_in - t)), cols,
+                          js[j].y + t * js[j].ldy + r0, js[j].ldy);
                 continue;
             }
-            // Up to kQDotMaxRows rows together, as long as they are this
-            // thread's and this job's.
+            const uint64_t r1 = std::min<uint64_t>(r0 + kPackRows, w.rows);
+            if (n_in == 1) {
+                for (uint64_t r = r0; r < r1; ++r) js[j].y[r] = fns[j](w.row(r), in_blocks[j][0], cols);
+                continue;
+            }
+            // Up to kQDotMaxRows rows together.
             QDotBatch batch;
-            batch.rows = w.row(r);
             batch.row_bytes = w.row_bytes;
-            batch.n_rows = int(std::min<uint64_t>({uint64_t(kQDotMaxRows), end - i, w.rows - r}));
             batch.n = cols;
             batch.out_stride = js[j].ldy;
-            for (uint64_t t = 0; t < n_in; t += kQDotMaxInputs) {
-                batch.xs = in_blocks[j] + t;
-                batch.n_x = int(std::min<uint64_t>(kQDotMaxInputs, n_in - t));
-                batch.out = js[j].y + t * js[j].ldy + r;
-                multi_fns[j](batch);
+            for (uint64_t r = r0; r < r1; r += uint64_t(batch.n_rows)) {
+                batch.rows = w.row(r);
+                batch.n_rows = int(std::min<uint64_t>(kQDotMaxRows, r1 - r));
+                for (uint64_t t = 0; t < n_in; t += kQDotMaxInputs) {
+                    batch.xs = in_blocks[j] + t;
+                    batch.n_x = int(std::min<uint64_t>(kQDotMaxInputs, n_in - t));
+                    batch.out = js[j].y + t * js[j].ldy + r;
+                    multi_fns[j](batch);
+                }
             }
-            i += uint64_t(batch.n_rows - 1);
         }
     });
 }

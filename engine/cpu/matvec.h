@@ -18,6 +18,7 @@
 #include <initializer_list>
 
 #include "engine/cpu/qdot.h"
+#include "engine/cpu/repack.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/model.h"
 
@@ -53,6 +54,9 @@ struct MatVec {
     const Weight* w;
     float* y;
     uint64_t ldy = 0;   // stride between the outputs of consecutive inputs
+    // w's rows packed for the quantized path (repack.h), or null. Used when
+    // the product runs on the quantized path on p->isa; else ignored.
+    const PackedWeight* packed = nullptr;
 };
 void matmul(ThreadPool& pool, std::initializer_list<MatVec> jobs, const float* x, uint64_t n_in, uint64_t ldx,
             const Arithmetic& arith = {});

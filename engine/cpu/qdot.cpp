@@ -416,7 +416,7 @@ const QDotMultiFn kQDotMultiScalar[kQDotSlots] = {
 
 // ---- dispatch ---------------------------------------------------------------
 
-namespace {
+namespace detail {
 
 int qdot_slot(GgmlType t) {
     switch (t) {
@@ -432,10 +432,10 @@ int qdot_slot(GgmlType t) {
     }
 }
 
-}  // namespace
+}  // namespace detail
 
 QDotMultiFn qdot_multi_fn(Isa isa, GgmlType t) {
-    const int slot = qdot_slot(t);
+    const int slot = detail::qdot_slot(t);
     if (slot < 0) return nullptr;
     switch (isa) {
         case Isa::Scalar: return detail::kQDotMultiScalar[slot];
@@ -447,7 +447,7 @@ QDotMultiFn qdot_multi_fn(Isa isa, GgmlType t) {
 }
 
 QDotFn qdot_fn(Isa isa, GgmlType t) {
-    const int slot = qdot_slot(t);
+    const int slot = detail::qdot_slot(t);
     if (slot < 0) return nullptr;
     switch (isa) {
         case Isa::Scalar: return detail::kQDotScalar[slot];

@@ -133,6 +133,8 @@ namespace detail {
 // Two tables per Isa (single and multi input), indexed by QDotSlot; defined
 // in qdot.cpp, qdot_avx2.cpp and qdot_avx512.cpp.
 enum QDotSlot { kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kQDotSlots };
+// The slot of a type, -1 for types without qdot.
+int qdot_slot(gguf::GgmlType t);
 extern const QDotFn kQDotScalar[kQDotSlots];
 extern const QDotFn kQDotAvx2[kQDotSlots];
 extern const QDotFn kQDotAvx512[kQDotSlots];

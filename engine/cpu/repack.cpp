@@ -1,0 +1,83 @@
+#include "engine/cpu/repack.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace ptxlm::cpu {
+
+namespace {
+
+// A 32-element block as the packing sees it: `halves` f16 fields, then
+// `words` 4-byte words of codes. Packed, block b of a group is each field
+// for the kPackRows rows side by side, then each word for the rows side by
+// side (repack.h).
+struct BlockShape {
+    int halves = 0, words = 0;
+    explicit operator bool() const { return words != 0; }
+    uint64_t bytes() const { return uint64_t(2 * halves + 4 * words); }
+};
+
+BlockShape block_shape(gguf::GgmlType t) {
+    switch (t) {
+        case gguf::GgmlType::Q4_1: return {2, 4};
+        case gguf::GgmlType::Q5_0: return {1, 5};   // qh, then 4 words of nibbles
+        case gguf::GgmlType::Q8_0: return {1, 8};
+        default: return {};
+    }
+}
+
+void free_aligned(uint8_t* p) { std::free(p); }
+
+}  // namespace
+
+PackedDotFn packed_fn(Isa isa, gguf::GgmlType type) {
+    const int slot = detail::qdot_slot(type);
+    if (slot < 0) return nullptr;
+    return isa == Isa::Avx2 ? detail::kPackedAvx2[slot] : nullptr;
+}
+
+PackedWeight pack_weight(const Weight& w, Isa isa) {
+    PackedWeight p;
+    const BlockShape shape = block_shape(w.type);
+    const PackedDotFn fn = packed_fn(isa, w.type);
+    if (!fn || !shape || w.rows < kPackRows || !w.data) return p;
+    const uint64_t nb = w.cols / 32;
+    if (nb * shape.bytes() != w.row_bytes) return p;   // a row layout the shape does not describe
+    p.type = w.type;
+    p.isa = isa;
+    p.groups = w.rows / kPackRows;
+    p.group_bytes = kPackRows * w.row_bytes;
+    const uint64_t bytes = p.groups * p.group_bytes;
+    auto* mem = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+    if (!mem) throw std::bad_alloc();
+    p.data = {mem, free_aligned};
+    const uint64_t hb = 2 * kPackRows, wb = 4 * kPackRows;   // bytes of one packed field, one packed word
+    for (uint64_t g = 0; g < p.groups; ++g) {
+        uint8_t* dst = mem + g * p.group_bytes;
+        for (uint64_t b = 0; b < nb; ++b, dst += kPackRows * shape.bytes())
+            for (int r = 0; r < kPackRows; ++r) {
+                const uint8_t* src = w.row(g * kPackRows + r) + b * shape.bytes();
+                for (int f = 0; f < shape.halves; ++f) std::memcpy(dst + f * hb + 2 * r, src + 2 * f, 2);
+                for (int c = 0; c < shape.words; ++c)
+                    std::memcpy(dst + shape.halves * hb + c * wb + 4 * r, src + 2 * shape.halves + 4 * c, 4);
+            }
+    }
+    p.fn = fn;
+    return p;
+}
+
+void unpack_group(const PackedWeight& p, uint64_t g, uint64_t row_bytes, uint8_t* out) {
+    const BlockShape shape = block_shape(p.type);
+    const uint64_t hb = 2 * kPackRows, wb = 4 * kPackRows;
+    const uint8_t* src = p.group(g);
+    for (uint64_t b = 0; b < row_bytes / shape.bytes(); ++b, src += kPackRows * shape.bytes())
+        for (int r = 0; r < kPackRows; ++r) {
+            uint8_t* dst = out + r * row_bytes + b * shape.bytes();
+            for (int f = 0; f < shape.halves; ++f) std::memcpy(dst + 2 * f, src + f * hb + 2 * r, 2);
+            for (int c = 0; c < shape.words; ++c)
+                std::memcpy(dst + 2 * shape.halves + 4 * c, src + shape.halves * hb + c * wb + 4 * r, 4);
+        }
+}
+
+}  // namespace ptxlm::cpu

@@ -1,0 +1,79 @@
+// Weights rearranged once, at load, for the decode kernels of one Isa.
+//
+// In the file's layout each row is a run of blocks, so a kernel for one row
+// works per block: unpack, one multiply-add, convert two f16 scales, scale,
+// and at the end a horizontal sum; on AVX2 that is ~15 instructions per
+// 20-byte Q4_1 block, and decode runs at half the machine's read bandwidth,
+// bound by those instructions. Packed, kPackRows = 8 rows make a group whose
+// blocks interleave: block b of the group holds the 8 rows' f16 scales side
+// by side (one vcvtph2ps converts them all), then their quantized values as
+// 4-byte words, word c of row r at byte 32·c + 4·r, so one 32-byte load is
+// 4 values of each of the 8 rows, one broadcast of 4 input bytes meets all
+// 8, and every int32 lane ends as one row's sum: no horizontal sums, and one
+// input load and one scale product for 8 rows. The bytes stay the file's
+// (f16 scales, the same codes), so a token reads as many bytes as before.
+//
+// Packed blocks, per 32 values of 8 rows:
+//   Q4_1: d[8] f16, m[8] f16, qs 128 bytes (word c of row r: its bytes
+//         4c..4c+3, low nibbles values 4c.., high nibbles values 16 + 4c..)
+//   Q5_0: d[8] f16, qh[8] (each row's 32 fifth bits as in the file), qs
+//         128 bytes (as Q4_1's)
+//   Q8_0: d[8] f16, qs 256 bytes (word c of row r: values 4c..4c+3)
+//
+// A packed kernel computes the same integer sum per (row, block) as the
+// scalar kernel (qdot.h); its float arithmetic per (row, input) is one
+// product d_w·d_x per block times that sum into one accumulator (Q4_1: the
+// offset m·s into a second one, added at the end), whatever the number of
+// inputs: multi-input results equal single-input ones bit for bit, so a
+// sequence's logits do not depend on how it is batched.
+//
+// Rows past the last full group stay in the file's layout and take the
+// unpacked kernels.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "engine/cpu/qdot.h"
+#include "engine/model.h"
+
+namespace ptxlm::cpu {
+
+constexpr int kPackRows = 8;
+
+// One group (kPackRows rows of n values) times n_x inputs (1 ..=
+// kQDotMaxInputs, QuantizedInput::blocks() each): out[r + k · out_stride] for
+// row r and input k. No allocation, no checks.
+using PackedDotFn = void (*)(const uint8_t* group, const void* const* xs, int n_x, uint64_t n, float* out,
+                             uint64_t out_stride);
+
+// The packed kernel for (isa, type), nullptr when there is none (then the
+// weight stays unpacked). isa must be runnable.
+PackedDotFn packed_fn(Isa isa, gguf::GgmlType type);
+
+struct PackedWeight {
+    gguf::GgmlType type = gguf::GgmlType::F32;
+    Isa isa = Isa::Scalar;
+    uint64_t groups = 0;        // full groups: rows [0, kPackRows · groups) are packed
+    uint64_t group_bytes = 0;   // kPackRows · the row's bytes
+    PackedDotFn fn = nullptr;
+    std::unique_ptr<uint8_t[], void (*)(uint8_t*)> data{nullptr, nullptr};
+
+    explicit operator bool() const { return fn != nullptr; }
+    const uint8_t* group(uint64_t g) const { return data.get() + g * group_bytes; }
+};
+
+// w packed for isa: empty (false) when (isa, w.type) has no packed kernel or
+// w has fewer than kPackRows rows.
+PackedWeight pack_weight(const Weight& w, Isa isa);
+
+// The rows of group g of p back in the file's layout (kPackRows rows of
+// row_bytes each, written to out): the tests' round trip.
+void unpack_group(const PackedWeight& p, uint64_t g, uint64_t row_bytes, uint8_t* out);
+
+namespace detail {
+// Defined in repack_avx2.cpp; nullptr entries where no kernel exists.
+extern const PackedDotFn kPackedAvx2[kQDotSlots];
+}  // namespace detail
+
+}  // namespace ptxlm::cpu

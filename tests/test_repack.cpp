@@ -1,0 +1,238 @@
+// Packed weights (engine/cpu/repack.h), for every type and Isa with a packed
+// kernel that this CPU runs:
+//   - packing keeps every byte: a group unpacks to the file's rows;
+//   - each (row, input) of a packed group equals the scalar qdot of that row
+//     (same integer sums per block; only the float order differs);
+//   - a group times n_x inputs equals the group times each input alone, bit
+//     for bit, for n_x = 1 ..= kQDotMaxInputs;
+//   - a corrupted scale of one row changes that row's result and no other
+//     (the layout is not vacuous: rows do not mix);
+//   - what has no packed kernel, or too few rows, is not packed;
+//   - matmul with packed jobs equals matmul without them, for rows that are
+//     not a multiple of the group and one or many inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/matvec.h"
+#include "engine/cpu/repack.h"
+#include "gguf/f16.h"
+
+using namespace ptxlm;
+using cpu::Isa;
+using gguf::GgmlType;
+using ptxlm::Weight;
+
+namespace {
+
+const GgmlType kTypes[] = {GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0};
+
+// rows × n weights: quantized normal floats for even rows, random bytes with
+// sane f16 scales for odd ones (every code value, incl. Q8_0's -128).
+std::vector<uint8_t> make_rows(GgmlType t, uint64_t rows, uint64_t n, std::mt19937& rng) {
+    const gguf::TypeTraits& tt = gguf::type_traits(t);
+    const uint64_t rb = n / 32 * tt.block_bytes;
+    std::vector<uint8_t> out(rows * rb);
+    std::normal_distribution<float> g(0.f, 1.f);
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+    std::vector<float> w(n);
+    for (uint64_t r = 0; r < rows; ++r) {
+        uint8_t* row = out.data() + r * rb;
+        if (r % 2 == 0) {
+            for (float& v : w) v = g(rng) + (t == GgmlType::Q4_1 ? 0.3f : 0.f);
+            tt.quantize_row(w.data(), row, int64_t(n));
+            continue;
+        }
+        for (uint64_t i = 0; i < rb; ++i) row[i] = uint8_t(byte(rng));
+        for (uint64_t b = 0; b < rb; b += tt.block_bytes)
+            for (uint64_t off = 0; off < (t == GgmlType::Q4_1 ? 4u : 2u); off += 2) {
+                const uint16_t h = f32_to_f16(scale(rng));
+                std::memcpy(row + b + off, &h, 2);
+            }
+    }
+    return out;
+}
+
+std::vector<float> make_input(uint64_t n, bool signs, std::mt19937& rng) {
+    std::vector<float> x(n);
+    std::normal_distribution<float> g(0.f, 1.f);
+    std::bernoulli_distribution coin(0.5);
+    for (float& v : x) v = signs ? (coin(rng) ? 1.f : -1.f) : g(rng);
+    return x;
+}
+
+Weight weight(GgmlType t, uint64_t rows, uint64_t n, const std::vector<uint8_t>& data) {
+    Weight w;
+    w.type = t;
+    w.cols = n;
+    w.rows = rows;
+    w.row_bytes = n / 32 * gguf::type_traits(t).block_bytes;
+    w.data = data.data();
+    return w;
+}
+
+std::vector<Isa> packing_isas(GgmlType t) {
+    std::vector<Isa> out;
+    for (Isa isa : cpu::runnable_isas())
+        if (cpu::packed_fn(isa, t)) out.push_back(isa);
+    return out;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+}  // namespace
+
+// On an x86-64 CPU with AVX2 (every machine the README names) the packed
+// kernels are there to test: an empty sweep must not pass quietly.
+TEST(Repack, AvailableWhereExpected) {
+    bool avx2 = false;
+    for (Isa isa : cpu::runnable_isas()) avx2 |= isa == Isa::Avx2;
+    for (GgmlType t : kTypes) EXPECT_EQ(!packing_isas(t).empty(), avx2) << gguf::type_traits(t).name;
+    EXPECT_EQ(cpu::packed_fn(Isa::Scalar, GgmlType::Q4_1), nullptr);
+    EXPECT_EQ(cpu::packed_fn(Isa::Avx2, GgmlType::Q3_K), nullptr);
+}
+
+TEST(Repack, GroupsUnpackToTheRowsAndMatchScalar) {
+    std::mt19937 rng(77);
+    for (GgmlType t : kTypes)
+        for (Isa isa : packing_isas(t))
+            for (uint64_t n : {32u, 96u, 576u, 1536u}) {
+                const uint64_t rows = 2 * cpu::kPackRows + 3;   // two groups and a tail
+                const std::vector<uint8_t> data = make_rows(t, rows, n, rng);
+                const Weight w = weight(t, rows, n, data);
+                const cpu::PackedWeight p = cpu::pack_weight(w, isa);
+                const std::string what = std::string(gguf::type_traits(t).name) + " " + cpu::isa_name(isa) +
+                                         " n=" + std::to_string(n);
+                ASSERT_TRUE(p) << what;
+                ASSERT_EQ(p.groups, 2u) << what;
+                std::vector<uint8_t> back(cpu::kPackRows * w.row_bytes);
+                for (uint64_t g = 0; g < p.groups; ++g) {
+                    cpu::unpack_group(p, g, w.row_bytes, back.data());
+                    EXPECT_EQ(std::memcmp(back.data(), w.row(g * cpu::kPackRows), back.size()), 0) << what;
+                }
+                std::vector<cpu::QuantizedInput> xq(cpu::kQDotMaxInputs);
+                std::vector<const void*> xs;
+                for (int k = 0; k < cpu::kQDotMaxInputs; ++k) {
+                    const std::vector<float> x = make_input(n, k % 3 == 2, rng);
+                    cpu::quantize_input(x.data(), n, t, xq[k]);
+                    xs.push_back(xq[k].blocks());
+                }
+                const cpu::QDotFn scalar = cpu::qdot_fn(Isa::Scalar, t);
+                for (uint64_t g = 0; g < p.groups; ++g) {
+                    // Each input alone: against the scalar kernel of the row.
+                    std::vector<float> alone(cpu::kQDotMaxInputs * cpu::kPackRows);
+                    for (int k = 0; k < cpu::kQDotMaxInputs; ++k) {
+                        p.fn(p.group(g), &xs[k], 1, n, alone.data() + k * cpu::kPackRows, 0);
+                        for (int r = 0; r < cpu::kPackRows; ++r) {
+                            const void* row = w.row(g * cpu::kPackRows + r);
+                            const float want = scalar(row, xs[k], n);
+                            // Σ|w·x| bounds the rounding as in test_qdot.
+                            float abs_sum = 0;
+                            std::vector<float> wf(n);
+                            gguf::type_traits(t).dequantize_row(static_cast<const uint8_t*>(row), wf.data(), int64_t(n));
+                            for (uint64_t i = 0; i < n; ++i) {
+                                const auto& b = xq[k].b32[i / 32];
+                                abs_sum += std::fabs(wf[i] * b.d * float(b.qs[i % 32]));
+                            }
+                            EXPECT_NEAR(alone[k * cpu::kPackRows + r], want, 1e-5 * abs_sum + 1e-30)
+                                << what << " group " << g << " row " << r << " input " << k;
+                        }
+                    }
+                    // Several inputs at once: bit for bit the same, nothing written outside.
+                    for (int n_x = 1; n_x <= cpu::kQDotMaxInputs; ++n_x) {
+                        const uint64_t stride = cpu::kPackRows + 2;
+                        const int x0 = (cpu::kQDotMaxInputs - n_x) / 2;
+                        std::vector<float> out(cpu::kQDotMaxInputs * stride, -1.f);
+                        p.fn(p.group(g), xs.data() + x0, n_x, n, out.data(), stride);
+                        for (uint64_t o = 0; o < out.size(); ++o) {
+                            const uint64_t r = o % stride, k = o / stride;
+                            if (r >= uint64_t(cpu::kPackRows) || k >= uint64_t(n_x)) {
+                                EXPECT_EQ(out[o], -1.f) << what << " n_x=" << n_x << ": written outside";
+                                continue;
+                            }
+                            EXPECT_TRUE(same_bits(out[o], alone[(x0 + k) * cpu::kPackRows + r]))
+                                << what << " n_x=" << n_x << " row " << r << " input " << k << ": " << out[o]
+                                << " vs " << alone[(x0 + k) * cpu::kPackRows + r];
+                        }
+                    }
+                }
+            }
+}
+
+// One row's d, corrupted before packing, moves that row's result and leaves
+// the other seven bit for bit.
+TEST(Repack, CorruptedScaleMovesOnlyItsRow) {
+    std::mt19937 rng(5);
+    for (GgmlType t : kTypes)
+        for (Isa isa : packing_isas(t)) {
+            const uint64_t n = 256;
+            std::vector<uint8_t> data = make_rows(t, cpu::kPackRows, n, rng);
+            const std::vector<float> x = make_input(n, false, rng);
+            cpu::QuantizedInput xq;
+            cpu::quantize_input(x.data(), n, t, xq);
+            const void* xs = xq.blocks();
+            float before[cpu::kPackRows], after[cpu::kPackRows];
+            const cpu::PackedWeight p0 = cpu::pack_weight(weight(t, cpu::kPackRows, n, data), isa);
+            ASSERT_TRUE(p0);
+            p0.fn(p0.group(0), &xs, 1, n, before, 0);
+            const int victim = 5;
+            const uint64_t rb = n / 32 * gguf::type_traits(t).block_bytes;
+            data[victim * rb + 1] ^= 0x04;   // block 0's d: the lowest exponent bit
+            const cpu::PackedWeight p1 = cpu::pack_weight(weight(t, cpu::kPackRows, n, data), isa);
+            p1.fn(p1.group(0), &xs, 1, n, after, 0);
+            for (int r = 0; r < cpu::kPackRows; ++r) {
+                const std::string what = std::string(gguf::type_traits(t).name) + " row " + std::to_string(r);
+                if (r == victim) EXPECT_GT(std::fabs(after[r] - before[r]), 1e-4f * std::fabs(before[r])) << what;
+                else EXPECT_TRUE(same_bits(after[r], before[r])) << what;
+            }
+        }
+}
+
+TEST(Repack, WhatIsNotPacked) {
+    std::mt19937 rng(9);
+    const std::vector<uint8_t> few = make_rows(GgmlType::Q4_1, cpu::kPackRows - 1, 64, rng);
+    EXPECT_FALSE(cpu::pack_weight(weight(GgmlType::Q4_1, cpu::kPackRows - 1, 64, few), Isa::Avx2));
+    const std::vector<uint8_t> q4_1 = make_rows(GgmlType::Q4_1, cpu::kPackRows, 64, rng);
+    EXPECT_FALSE(cpu::pack_weight(weight(GgmlType::Q4_1, cpu::kPackRows, 64, q4_1), Isa::Scalar));
+}
+
+// matmul with the packed rows against matmul on the file's rows: the same
+// within the float order for one input, and for many inputs bit for bit
+// each input's own single-input result; rows past the last group take the
+// unpacked kernel.
+TEST(Repack, MatmulWithPackedJobs) {
+    std::mt19937 rng(31);
+    cpu::ThreadPool pool(3);
+    for (GgmlType t : kTypes)
+        for (Isa isa : packing_isas(t)) {
+            const uint64_t n = 576, rows = 5 * cpu::kPackRows + 5, n_in = 11;
+            const std::vector<uint8_t> data = make_rows(t, rows, n, rng);
+            const Weight w = weight(t, rows, n, data);
+            const cpu::PackedWeight p = cpu::pack_weight(w, isa);
+            ASSERT_TRUE(p);
+            std::vector<float> x(n_in * n);
+            for (uint64_t i = 0; i < n_in; ++i) {
+                const std::vector<float> xi = make_input(n, i % 4 == 3, rng);
+                std::copy(xi.begin(), xi.end(), x.begin() + i * n);
+            }
+            const cpu::Arithmetic arith{cpu::CpuPath::Quantized, isa};
+            std::vector<float> plain(n_in * rows), packed(n_in * rows), single(n_in * rows);
+            cpu::matmul(pool, {{&w, plain.data(), rows}}, x.data(), n_in, n, arith);
+            cpu::matmul(pool, {{&w, packed.data(), rows, &p}}, x.data(), n_in, n, arith);
+            for (uint64_t i = 0; i < n_in; ++i)
+                cpu::matmul(pool, {{&w, single.data() + i * rows, rows, &p}}, x.data() + i * n, 1, n, arith);
+            for (uint64_t o = 0; o < plain.size(); ++o) {
+                const std::string what = std::string(gguf::type_traits(t).name) + " output " + std::to_string(o);
+                EXPECT_TRUE(same_bits(packed[o], single[o])) << what << ": " << packed[o] << " vs " << single[o];
+                EXPECT_NEAR(packed[o], plain[o], 1e-4 * (std::fabs(plain[o]) + 1.f)) << what;
+                if (o % rows >= p.groups * cpu::kPackRows) {
+                    EXPECT_TRUE(same_bits(packed[o], plain[o])) << what;
+                }
+            }
+        }
+}
