@@ -629,6 +629,12 @@ def check_small_pool(model):
                         "--kv-size", "100"], capture_output=True, text=True, timeout=60)
     check(p.returncode != 0 and "100 positions" in p.stderr and "256" in p.stderr,
           f"--kv-size 100 with -c 256: exit {p.returncode}, {p.stderr[-300:]!r}")
+    # The pool's options with one slot: refused by name, not ignored.
+    for flag in (["--kv-size", "512"], ["--batch-tokens", "8"]):
+        p = subprocess.run([PTXLM, "serve", "-m", str(model), "--port", "0", "-c", "256", "--parallel", "1", *flag],
+                           capture_output=True, text=True, timeout=60)
+        check(p.returncode != 0 and flag[0] in p.stderr and "--parallel 1" in p.stderr,
+              f"{flag[0]} with --parallel 1: exit {p.returncode}, {p.stderr[-300:]!r}")
 
 
 def main():

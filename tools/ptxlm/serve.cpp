@@ -19,6 +19,7 @@ struct Args {
     EngineArgs engine;
     server::ServerOptions server;
     std::string chat_template;
+    const CLI::Option* batch_tokens = nullptr;   // to tell a given --batch-tokens from the default
 };
 
 int run(Args& a) {
@@ -39,6 +40,16 @@ int run(Args& a) {
         throw std::invalid_argument("--parallel " + std::to_string(e.parallel) +
                                     " with --device cuda: each GPU slot would upload its own copy of the weights; "
                                     "the GPU path serves one slot (--parallel 1), the CPU several");
+    // The shared pool's options mean nothing to one slot: refused, not ignored.
+    const bool batched = e.parallel > 1 && e.device != DeviceKind::Cuda;
+    if (!batched && e.kv_size != 0)
+        throw std::invalid_argument("--kv-size sizes the KV pool that --parallel slots share on the CPU; with " +
+                                    std::string(e.parallel > 1 ? "--device cuda" : "--parallel 1") +
+                                    " there is no pool: -c sizes the one KV cache");
+    if (!batched && a.batch_tokens->count() > 0)
+        throw std::invalid_argument("--batch-tokens sizes the batched steps of --parallel slots on the CPU; with " +
+                                    std::string(e.parallel > 1 ? "--device cuda" : "--parallel 1") +
+                                    " a prompt is evaluated in steps of the backend's own size");
     if (!a.chat_template.empty()) ChatTemplate::by_name(a.chat_template);   // throws naming the known families
     e.chat_template = a.chat_template;
     if (opt.api_key.empty())
@@ -64,7 +75,7 @@ Runner add_serve(CLI::App& app) {
                     "requests decoded together (default 1; CPU only above 1: the slots share one KV pool and are "
                     "evaluated in one batched step per token)")
         ->check(CLI::Range(1, 64));
-    sub->add_option("--batch-tokens", o.engine.batch_tokens,
+    a->batch_tokens = sub->add_option("--batch-tokens", o.engine.batch_tokens,
                     "CPU, --parallel above 1: tokens per batched step while streams are generating, every running "
                     "stream's next token first, then prompt chunks (default 16; a step of prompts alone takes 64)")
         ->check(CLI::Range(1, 64));
