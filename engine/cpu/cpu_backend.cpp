@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "engine/cpu/elementwise.h"
 #include "engine/cpu/matvec.h"
@@ -117,6 +119,9 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_pt
 
 void CpuBackend::pack_weights() {
     packed_.clear();
+    // PTXLM_CPU_PACK=0 keeps the file's layout (a diagnostic: packed against
+    // unpacked in one benchmark run).
+    if (const char* e = std::getenv("PTXLM_CPU_PACK"); e && std::string_view(e) == "0") return;
     auto pack = [&](const Weight& w) {
         if (!w || packed_.count(&w)) return;
         PackedWeight p = pack_weight(w, arith_.isa);

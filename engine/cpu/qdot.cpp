@@ -188,13 +188,75 @@ PTXLM_AVX512 void quantize_block256_avx512(const float* x, BlockQ8x256& y) {
     y.d = 1.f / iscale;
 }
 
-bool quantize_avx512() {
-    static const bool yes = [] {
-        for (Isa isa : runnable_isas())
-            if (isa == Isa::Avx512) return true;
-        return false;
+// And on AVX2, bit for bit as well (the same reasoning; vroundps with
+// _MM_FROUND_TO_NEAREST_INT is round-to-nearest-even).
+#define PTXLM_AVX2 __attribute__((target("avx2,fma,f16c")))
+PTXLM_AVX2 float max_abs_avx2(const float* x, int n) {
+    const __m256 sign = _mm256_set1_ps(-0.f);
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+PTXLM_AVX2 __m256i quantize8_avx2(const float* x, __m256 scale) {
+    const __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x), scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-127.f)), _mm256_set1_ps(127.f)));
+}
+PTXLM_AVX2 int hsum_avx2(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+// 32 values x·scale as int8 at q; the sums of values 0..15 and 16..31.
+PTXLM_AVX2 void quantize32_avx2(const float* x, __m256 scale, int8_t* q, int& sum_lo, int& sum_hi) {
+    const __m256i a = quantize8_avx2(x, scale), b = quantize8_avx2(x + 8, scale);
+    const __m256i c = quantize8_avx2(x + 16, scale), d = quantize8_avx2(x + 24, scale);
+    // packs interleave 128-bit halves: bytes come out as a0-3 b0-3 c0-3 d0-3 a4-7 b4-7 c4-7 d4-7.
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    sum_lo = hsum_avx2(_mm256_add_epi32(a, b));
+    sum_hi = hsum_avx2(_mm256_add_epi32(c, d));
+}
+PTXLM_AVX2 void quantize_block32_avx2(const float* x, BlockQ8x32& y) {
+    const float amax = max_abs_avx2(x, 32);
+    const float d = amax / 127.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    int lo, hi;
+    quantize32_avx2(x, _mm256_set1_ps(id), y.qs, lo, hi);
+    y.d = d;
+    y.s = d * float(lo + hi);
+}
+PTXLM_AVX2 void quantize_block256_avx2(const float* x, BlockQ8x256& y) {
+    const float amax = max_abs_avx2(x, 256);
+    if (amax == 0.f) {
+        std::memset(&y, 0, sizeof y);
+        return;
+    }
+    const float iscale = 127.f / amax;
+    for (int j = 0; j < 8; ++j) {
+        int lo, hi;
+        quantize32_avx2(x + 32 * j, _mm256_set1_ps(iscale), y.qs + 32 * j, lo, hi);
+        y.bsums[2 * j] = int16_t(lo);
+        y.bsums[2 * j + 1] = int16_t(hi);
+    }
+    y.d = 1.f / iscale;
+}
+
+// The best quantizer the runnable Isas allow.
+enum class Quantizer { Scalar, Avx2, Avx512 };
+Quantizer quantizer() {
+    static const Quantizer q = [] {
+        Quantizer best = Quantizer::Scalar;
+        for (Isa isa : runnable_isas()) {
+            if (isa == Isa::Avx2) best = Quantizer::Avx2;
+            if (isa == Isa::Avx512) best = Quantizer::Avx512;
+        }
+        return best;
     }();
-    return yes;
+    return q;
 }
 
 }  // namespace
@@ -212,13 +274,16 @@ void quantize_input(const float* x, uint64_t n, GgmlType weight_type, QuantizedI
     out.n = n;
     if (layout == QuantizedInput::Layout::Block32) {
         out.b32.resize(n / 32);
-        for (uint64_t b = 0; b < n / 32; ++b)
-            quantize_avx512() ? quantize_block32_avx512(x + 32 * b, out.b32[b]) : quantize_block32(x + 32 * b, out.b32[b]);
+        auto* fn = quantizer() == Quantizer::Avx512 ? quantize_block32_avx512
+                   : quantizer() == Quantizer::Avx2 ? quantize_block32_avx2
+                                                    : quantize_block32;
+        for (uint64_t b = 0; b < n / 32; ++b) fn(x + 32 * b, out.b32[b]);
     } else {
         out.b256.resize(n / 256);
-        for (uint64_t b = 0; b < n / 256; ++b)
-            quantize_avx512() ? quantize_block256_avx512(x + 256 * b, out.b256[b])
-                              : quantize_block256(x + 256 * b, out.b256[b]);
+        auto* fn = quantizer() == Quantizer::Avx512 ? quantize_block256_avx512
+                   : quantizer() == Quantizer::Avx2 ? quantize_block256_avx2
+                                                    : quantize_block256;
+        for (uint64_t b = 0; b < n / 256; ++b) fn(x + 256 * b, out.b256[b]);
     }
 }
 
