@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -84,6 +85,27 @@ ReadRate measure_read(int threads, uint64_t bytes, int reps) {
     }
     r.best_ms = best * 1e3;
     r.gbs = double(r.bytes) / best / 1e9;
+    return r;
+}
+
+CopyRate measure_copy(int threads, uint64_t bytes, int reps) {
+    if (threads < 1 || reps < 1) throw std::invalid_argument("measure_copy: no threads or no repetitions");
+    const uint64_t slice = bytes / uint64_t(threads) / 128 * 128;
+    if (slice < 4096) throw std::invalid_argument("measure_copy: " + std::to_string(bytes) + " bytes over " +
+                                                  std::to_string(threads) + " threads");
+    std::vector<unsigned char> src(slice * threads, 1), dst(slice * threads, 0);
+    CopyRate r;
+    r.bytes = slice * uint64_t(threads);
+    r.threads = threads;
+    r.reps = reps;
+    double best = 1e30;
+    for (int rep = 0; rep <= reps; ++rep) {
+        const double s = timed_on_threads(threads, [&](int t) {
+            std::memcpy(dst.data() + slice * t, src.data() + slice * t, slice);
+        });
+        if (rep > 0) best = std::min(best, s);
+    }
+    r.gbs = 2.0 * double(r.bytes) / best / 1e9;
     return r;
 }
 

@@ -26,6 +26,19 @@ struct ReadRate {
 // fewer bytes than 4 KiB per thread.
 ReadRate measure_read(int threads, uint64_t bytes, int reps = 6);
 
+struct CopyRate {
+    double gbs = 0;       // (bytes read + bytes written) / the best repetition's time, in 1e9 per second
+    uint64_t bytes = 0;   // the buffer copied, split over the threads
+    int threads = 0, reps = 0;
+};
+
+// memcpy of `bytes` (far beyond the last-level cache) between two buffers,
+// each of `threads` threads copying its slice; the best of `reps` after one
+// untimed pass. It counts reads and writes, so it is not decode's ceiling
+// (measure_read is); bench reports it beside the others. Throws
+// std::invalid_argument as measure_read does.
+CopyRate measure_copy(int threads, uint64_t bytes, int reps = 5);
+
 struct Int8Rate {
     double gops = 0;   // int8 multiply-adds per second, in 1e9
     Isa isa = Isa::Scalar;

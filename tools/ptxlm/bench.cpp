@@ -31,7 +31,6 @@
 #include <optional>
 #include <random>
 #include <fstream>
-#include <thread>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -132,27 +131,6 @@ MeanSd mean_sd(const std::vector<double>& v) {
     return r;
 }
 
-// Memory-copy bandwidth with `threads` threads, each copying its slice of a
-// 256 MiB buffer (far beyond any cache here); the best of 5 copies, counting
-// the bytes read plus the bytes written.
-double memcpy_gbs_here(int threads) {
-    const size_t bytes = size_t(256) << 20;
-    std::vector<char> src(bytes, 1), dst(bytes, 0);
-    const size_t slice = bytes / size_t(threads);
-    double best = 0;
-    for (int rep = 0; rep < 5; ++rep) {
-        const auto t0 = Clock::now();
-        std::vector<std::thread> pool;
-        for (int t = 1; t < threads; ++t)
-            pool.emplace_back([&, t] { std::memcpy(dst.data() + t * slice, src.data() + t * slice, slice); });
-        std::memcpy(dst.data(), src.data(), slice);
-        for (std::thread& th : pool) th.join();
-        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-        best = std::max(best, 2.0 * double(slice) * threads / s / 1e9);
-    }
-    return best;
-}
-
 // What bench measures of the CPU before it starts (0: not measured).
 struct CpuCeilings {
     double memcpy_gbs = 0;
@@ -160,7 +138,7 @@ struct CpuCeilings {
     cpu::Int8Rate int8;
 };
 
-// memcpy_gbs_here and the ceilings in a child process, so their buffers do
+// The ceilings in a child process, so their buffers do
 // not count in this process's peak resident memory (VmHWM, which
 // bench/compare reports). Call before any thread starts. `isa`: the Isa
 // whose int8 rate to measure (none for Scalar).
@@ -176,13 +154,20 @@ CpuCeilings measure_cpu(int threads, cpu::Isa isa) {
     }
     if (pid == 0) {
         close(fd[0]);
+        // Each measurement on its own: one that fails stays 0 (not
+        // measured) and the others are kept.
         CpuCeilings v;
         try {
-            v.memcpy_gbs = memcpy_gbs_here(threads);
+            v.memcpy_gbs = cpu::measure_copy(threads, uint64_t(256) << 20).gbs;
+        } catch (const std::exception&) {
+        }
+        try {
             v.read = cpu::measure_read(threads, uint64_t(512) << 20);
+        } catch (const std::exception&) {
+        }
+        try {
             if (isa != cpu::Isa::Scalar) v.int8 = cpu::measure_int8(isa, threads);
         } catch (const std::exception&) {
-            _exit(1);
         }
         const ssize_t w = write(fd[1], &v, sizeof v);
         _exit(w == ssize_t(sizeof v) ? 0 : 1);
