@@ -1,6 +1,7 @@
 #include "engine/cpu/cpu_backend.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -124,13 +125,25 @@ void CpuBackend::pack_weights() {
     if (const char* e = std::getenv("PTXLM_CPU_PACK"); e && std::string_view(e) == "0") return;
     auto pack = [&](const Weight& w) {
         if (!w || packed_.count(&w)) return;
-        PackedWeight p = pack_weight(w, arith_.isa);
-        if (!p) return;
         // The packed copy is what the quantized path reads from now on: the
-        // file's pages of these rows can leave memory (they come back from
-        // the page cache if the reference path or an embedding lookup reads
-        // them).
-        m_.file.drop_pages(w.data, p.groups * p.group_bytes);
+        // file's pages of the rows copied leave memory as the copy goes, so
+        // a matrix is never resident twice (they come back from the page
+        // cache if the reference path or an embedding lookup reads them).
+        // Pages are dropped whole: from the last boundary passed, so one
+        // that straddles two runs goes with the second.
+        struct Drop {
+            const gguf::File* file;
+            const uint8_t* from;
+        } drop{&m_.file, w.data};
+        const auto dropped = [](void* ctx, const uint8_t* p, uint64_t n) {
+            auto& d = *static_cast<Drop*>(ctx);
+            const uint8_t* end = p + n;
+            d.file->drop_pages(d.from, uint64_t(end - d.from));
+            const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+            d.from = std::max(d.from, reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(end) / page * page));
+        };
+        PackedWeight p = pack_weight(w, arith_.isa, dropped, &drop);
+        if (!p) return;
         packed_.emplace(&w, std::move(p));
     };
     for (const LayerDesc& d : m_.layers)

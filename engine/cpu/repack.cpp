@@ -1,5 +1,6 @@
 #include "engine/cpu/repack.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -37,7 +38,7 @@ PackedDotFn packed_fn(Isa isa, gguf::GgmlType type) {
     return isa == Isa::Avx2 ? detail::kPackedAvx2[slot] : nullptr;
 }
 
-PackedWeight pack_weight(const Weight& w, Isa isa) {
+PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied, void* ctx) {
     PackedWeight p;
     const BlockShape shape = block_shape(w.type);
     const PackedDotFn fn = packed_fn(isa, w.type);
@@ -53,7 +54,10 @@ PackedWeight pack_weight(const Weight& w, Isa isa) {
     if (!mem) throw std::bad_alloc();
     p.data = {mem, free_aligned};
     const uint64_t hb = 2 * kPackRows, wb = 4 * kPackRows;   // bytes of one packed field, one packed word
+    const uint64_t groups_per_run = std::max<uint64_t>(1, (uint64_t(1) << 20) / p.group_bytes);
     for (uint64_t g = 0; g < p.groups; ++g) {
+        if (copied && g > 0 && g % groups_per_run == 0)
+            copied(ctx, w.row((g - groups_per_run) * kPackRows), groups_per_run * p.group_bytes);
         uint8_t* dst = mem + g * p.group_bytes;
         for (uint64_t b = 0; b < nb; ++b, dst += kPackRows * shape.bytes())
             for (int r = 0; r < kPackRows; ++r) {
@@ -62,6 +66,10 @@ PackedWeight pack_weight(const Weight& w, Isa isa) {
                 for (int c = 0; c < shape.words; ++c)
                     std::memcpy(dst + shape.halves * hb + c * wb + 4 * r, src + 2 * shape.halves + 4 * c, 4);
             }
+    }
+    if (copied) {
+        const uint64_t last = (p.groups - 1) / groups_per_run * groups_per_run;   // the run not yet reported
+        copied(ctx, w.row(last * kPackRows), (p.groups - last) * p.group_bytes);
     }
     p.fn = fn;
     return p;

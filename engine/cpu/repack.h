@@ -64,8 +64,13 @@ struct PackedWeight {
 };
 
 // w packed for isa: empty (false) when (isa, w.type) has no packed kernel or
-// w has fewer than kPackRows rows.
-PackedWeight pack_weight(const Weight& w, Isa isa);
+// w has fewer than kPackRows rows. `copied`, when given, is called as the
+// copy goes with each further run of w's rows that has been read, [p, p + n)
+// (runs of about 1 MiB, in order): the caller may release those bytes
+// (CpuBackend drops the file's pages), so a large matrix is never resident
+// twice.
+using PackProgress = void (*)(void* ctx, const uint8_t* p, uint64_t n);
+PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied = nullptr, void* ctx = nullptr);
 
 // The rows of group g of p back in the file's layout (kPackRows rows of
 // row_bytes each, written to out): the tests' round trip.
