@@ -24,10 +24,17 @@ int ThreadPool::default_threads() {
 }
 
 void ThreadPool::work(int thread) {
+    // Guided: each take is a share of what is left (half of it over the
+    // threads, at least chunk_), so the first takes are large and the last
+    // small: the threads finish within a small take of each other.
+    const uint64_t parts = 2 * uint64_t(n_threads_);
+    uint64_t begin = next_.load(std::memory_order_relaxed);
     for (;;) {
-        uint64_t begin = next_.fetch_add(chunk_, std::memory_order_relaxed);
         if (begin >= n_) break;
-        (*fn_)(begin, std::min(n_, begin + chunk_), thread);
+        const uint64_t take = std::min(n_ - begin, std::max(chunk_, (n_ - begin) / parts));
+        if (!next_.compare_exchange_weak(begin, begin + take, std::memory_order_relaxed)) continue;
+        (*fn_)(begin, begin + take, thread);
+        begin = next_.load(std::memory_order_relaxed);
     }
 }
 
@@ -60,11 +67,9 @@ void ThreadPool::parallel_for(uint64_t n, uint64_t grain, const RangeFn& fn) {
         fn(0, n, 0);
         return;
     }
-    // About four chunks per thread balances uneven rows without much contention.
-    const uint64_t per = (n + 4 * n_threads_ - 1) / (4 * n_threads_);
     fn_ = &fn;
     n_ = n;
-    chunk_ = std::max(grain, per);
+    chunk_ = grain;
     next_.store(0, std::memory_order_relaxed);
     busy_.store(n_threads_ - 1, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);

@@ -1,7 +1,8 @@
 // A persistent pool of worker threads for the CPU backend. The calling thread
 // takes part in every job, so a pool of N threads starts N - 1 workers. Jobs
-// are split into chunks taken from a shared counter; run() returns once every
-// chunk is done. Workers spin briefly before sleeping, since decode posts
+// are split into chunks taken from a shared counter, each a share of what is
+// left (guided scheduling: large first, small last, at least the grain);
+// parallel_for returns once every chunk is done. Workers spin briefly before sleeping, since decode posts
 // hundreds of short jobs per token.
 #pragma once
 
@@ -39,7 +40,7 @@ private:
     std::vector<std::thread> workers_;
     // Current job.
     const RangeFn* fn_ = nullptr;
-    uint64_t n_ = 0, chunk_ = 1;
+    uint64_t n_ = 0, chunk_ = 1;   // chunk_: the smallest take (the grain)
     std::atomic<uint64_t> next_{0};
     std::atomic<int> busy_{0};            // workers still inside the current job
     std::atomic<uint64_t> generation_{0}; // bumped to start a job
