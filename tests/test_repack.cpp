@@ -29,7 +29,7 @@ using ptxlm::Weight;
 
 namespace {
 
-const GgmlType kTypes[] = {GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0};
+const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0};
 
 // rows × n weights: quantized normal floats for even rows, random bytes with
 // sane f16 scales for odd ones (every code value, incl. Q8_0's -128).
@@ -44,13 +44,13 @@ std::vector<uint8_t> make_rows(GgmlType t, uint64_t rows, uint64_t n, std::mt199
     for (uint64_t r = 0; r < rows; ++r) {
         uint8_t* row = out.data() + r * rb;
         if (r % 2 == 0) {
-            for (float& v : w) v = g(rng) + (t == GgmlType::Q4_1 ? 0.3f : 0.f);
+            for (float& v : w) v = g(rng) + (t == GgmlType::Q4_1 || t == GgmlType::Q5_1 ? 0.3f : 0.f);
             tt.quantize_row(w.data(), row, int64_t(n));
             continue;
         }
         for (uint64_t i = 0; i < rb; ++i) row[i] = uint8_t(byte(rng));
         for (uint64_t b = 0; b < rb; b += tt.block_bytes)
-            for (uint64_t off = 0; off < (t == GgmlType::Q4_1 ? 4u : 2u); off += 2) {
+            for (uint64_t off = 0; off < (t == GgmlType::Q4_1 || t == GgmlType::Q5_1 ? 4u : 2u); off += 2) {
                 const uint16_t h = f32_to_f16(scale(rng));
                 std::memcpy(row + b + off, &h, 2);
             }
@@ -112,7 +112,8 @@ TEST(Repack, GroupsUnpackToTheRowsAndMatchScalar) {
                 ASSERT_EQ(p.groups, 2u) << what;
                 std::vector<uint8_t> back(cpu::kPackRows * w.row_bytes);
                 for (uint64_t g = 0; g < p.groups; ++g) {
-                    cpu::unpack_group(p, g, w.row_bytes, back.data());
+                    for (int r = 0; r < cpu::kPackRows; ++r)
+                        cpu::unpack_row(p, g * cpu::kPackRows + r, w.row_bytes, back.data() + r * w.row_bytes);
                     EXPECT_EQ(std::memcmp(back.data(), w.row(g * cpu::kPackRows), back.size()), 0) << what;
                 }
                 std::vector<cpu::QuantizedInput> xq(cpu::kQDotMaxInputs);

@@ -151,6 +151,22 @@ void CpuBackend::pack_weights() {
     pack(m_.output);
 }
 
+void CpuBackend::embedding(uint64_t token, float* out) const {
+    // Tied to a packed output matrix: the row from the packed copy, since
+    // the file's pages are gone and faulting one back maps its neighbours
+    // too (the kernel's fault-around), which on a 262k-token vocabulary
+    // grew the resident set by tens of MB over a long prompt.
+    const auto it = packed_.find(&m_.output);
+    if (m_.output.data == m_.tok_embd.data && it != packed_.end() && token < it->second.groups * kPackRows) {
+        thread_local std::vector<uint8_t> row;
+        row.resize(m_.tok_embd.row_bytes);
+        unpack_row(it->second, token, m_.tok_embd.row_bytes, row.data());
+        gguf::type_traits(m_.tok_embd.type).dequantize_row(row.data(), out, int64_t(m_.tok_embd.cols));
+        return;
+    }
+    dequantize_row(m_.tok_embd, token, out);
+}
+
 MatVec CpuBackend::job(const Weight& w, float* y, uint64_t ldy) const {
     const auto it = packed_.find(&w);
     return {&w, y, ldy, it == packed_.end() ? nullptr : &it->second};
@@ -392,7 +408,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
 
     each_token([&](uint32_t t) {
         float* x = &x_[t * E];
-        dequantize_row(m_.tok_embd, uint64_t(tokens[t]), x);
+        embedding(uint64_t(tokens[t]), x);
         if (m_.embd_scale != 1.0f)
             for (uint64_t i = 0; i < E; ++i) x[i] *= m_.embd_scale;
     });

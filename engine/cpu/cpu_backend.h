@@ -100,6 +100,8 @@ private:
     // The matrices packed for arith_.isa where it has packed kernels
     // (repack.h), none otherwise; called whenever the Isa changes.
     void pack_weights();
+    // Token `token`'s embedding as floats (n_embd of them, before any scale).
+    void embedding(uint64_t token, float* out) const;
     // A product's job: w into y (outputs ldy apart), with w's packed rows.
     MatVec job(const Weight& w, float* y, uint64_t ldy) const;
 

@@ -21,8 +21,10 @@ struct BlockShape {
 
 BlockShape block_shape(gguf::GgmlType t) {
     switch (t) {
+        case gguf::GgmlType::Q4_0: return {1, 4};
         case gguf::GgmlType::Q4_1: return {2, 4};
         case gguf::GgmlType::Q5_0: return {1, 5};   // qh, then 4 words of nibbles
+        case gguf::GgmlType::Q5_1: return {2, 5};
         case gguf::GgmlType::Q8_0: return {1, 8};
         default: return {};
     }
@@ -75,17 +77,16 @@ PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied, void* ct
     return p;
 }
 
-void unpack_group(const PackedWeight& p, uint64_t g, uint64_t row_bytes, uint8_t* out) {
+void unpack_row(const PackedWeight& p, uint64_t r, uint64_t row_bytes, uint8_t* out) {
     const BlockShape shape = block_shape(p.type);
     const uint64_t hb = 2 * kPackRows, wb = 4 * kPackRows;
-    const uint8_t* src = p.group(g);
-    for (uint64_t b = 0; b < row_bytes / shape.bytes(); ++b, src += kPackRows * shape.bytes())
-        for (int r = 0; r < kPackRows; ++r) {
-            uint8_t* dst = out + r * row_bytes + b * shape.bytes();
-            for (int f = 0; f < shape.halves; ++f) std::memcpy(dst + 2 * f, src + f * hb + 2 * r, 2);
-            for (int c = 0; c < shape.words; ++c)
-                std::memcpy(dst + 2 * shape.halves + 4 * c, src + shape.halves * hb + c * wb + 4 * r, 4);
-        }
+    const uint64_t i = r % kPackRows;
+    const uint8_t* src = p.group(r / kPackRows);
+    for (uint64_t b = 0; b < row_bytes / shape.bytes(); ++b, src += kPackRows * shape.bytes(), out += shape.bytes()) {
+        for (int f = 0; f < shape.halves; ++f) std::memcpy(out + 2 * f, src + f * hb + 2 * i, 2);
+        for (int c = 0; c < shape.words; ++c)
+            std::memcpy(out + 2 * shape.halves + 4 * c, src + shape.halves * hb + c * wb + 4 * i, 4);
+    }
 }
 
 }  // namespace ptxlm::cpu

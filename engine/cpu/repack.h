@@ -14,10 +14,12 @@
 // (f16 scales, the same codes), so a token reads as many bytes as before.
 //
 // Packed blocks, per 32 values of 8 rows:
-//   Q4_1: d[8] f16, m[8] f16, qs 128 bytes (word c of row r: its bytes
-//         4c..4c+3, low nibbles values 4c.., high nibbles values 16 + 4c..)
+//   Q4_0: d[8] f16, qs 128 bytes (word c of row r: its bytes 4c..4c+3, low
+//         nibbles values 4c.., high nibbles values 16 + 4c..)
+//   Q4_1: d[8] f16, m[8] f16, qs 128 bytes (as Q4_0's)
 //   Q5_0: d[8] f16, qh[8] (each row's 32 fifth bits as in the file), qs
-//         128 bytes (as Q4_1's)
+//         128 bytes (as Q4_0's)
+//   Q5_1: d[8] f16, m[8] f16, qh[8], qs 128 bytes
 //   Q8_0: d[8] f16, qs 256 bytes (word c of row r: values 4c..4c+3)
 //
 // A packed kernel computes the same integer sum per (row, block) as the
@@ -72,9 +74,11 @@ struct PackedWeight {
 using PackProgress = void (*)(void* ctx, const uint8_t* p, uint64_t n);
 PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied = nullptr, void* ctx = nullptr);
 
-// The rows of group g of p back in the file's layout (kPackRows rows of
-// row_bytes each, written to out): the tests' round trip.
-void unpack_group(const PackedWeight& p, uint64_t g, uint64_t row_bytes, uint8_t* out);
+// Row r (< kPackRows · p.groups) of p back in the file's layout, row_bytes
+// written to out: the embedding lookup of a model whose output matrix is its
+// token embeddings (the file's pages of it are dropped), and the tests'
+// round trip.
+void unpack_row(const PackedWeight& p, uint64_t r, uint64_t row_bytes, uint8_t* out);
 
 namespace detail {
 // Defined in repack_avx2.cpp; nullptr entries where no kernel exists.
