@@ -15,6 +15,7 @@ namespace {
 // side (repack.h).
 struct BlockShape {
     int halves = 0, words = 0;
+    bool spread_qh = false;   // word 0 is a Q5 qh, stored spread (spread_qh below)
     explicit operator bool() const { return words != 0; }
     uint64_t bytes() const { return uint64_t(2 * halves + 4 * words); }
 };
@@ -23,14 +24,56 @@ BlockShape block_shape(gguf::GgmlType t) {
     switch (t) {
         case gguf::GgmlType::Q4_0: return {1, 4};
         case gguf::GgmlType::Q4_1: return {2, 4};
-        case gguf::GgmlType::Q5_0: return {1, 5};   // qh, then 4 words of nibbles
-        case gguf::GgmlType::Q5_1: return {2, 5};
+        case gguf::GgmlType::Q5_0: return {1, 5, true};   // qh, then 4 words of nibbles
+        case gguf::GgmlType::Q5_1: return {2, 5, true};
         case gguf::GgmlType::Q8_0: return {1, 8};
         default: return {};
     }
 }
 
 void free_aligned(uint8_t* p) { std::free(p); }
+
+// A Q5 block's 32 fifth bits (bit j: value j) rearranged so that a packed
+// kernel finds word c's at bit 4 of each byte with one shift: bit 8i + c is
+// value 4c + i's (word c's low nibble in byte i), bit 8i + 4 + c is value
+// 16 + 4c + i's (its high nibble). spread_qh's inverse is gather_qh.
+uint32_t spread_qh(uint32_t qh) {
+    uint32_t out = 0;
+    for (int i = 0; i < 4; ++i)
+        for (int c = 0; c < 4; ++c) {
+            out |= ((qh >> (4 * c + i)) & 1u) << (8 * i + c);
+            out |= ((qh >> (16 + 4 * c + i)) & 1u) << (8 * i + 4 + c);
+        }
+    return out;
+}
+uint32_t gather_qh(uint32_t s) {
+    uint32_t out = 0;
+    for (int i = 0; i < 4; ++i)
+        for (int c = 0; c < 4; ++c) {
+            out |= ((s >> (8 * i + c)) & 1u) << (4 * c + i);
+            out |= ((s >> (8 * i + 4 + c)) & 1u) << (16 + 4 * c + i);
+        }
+    return out;
+}
+// Word c of a block, as packed (word 0 of a Q5 block spread).
+void pack_word(const BlockShape& shape, int c, const uint8_t* src, uint8_t* dst) {
+    std::memcpy(dst, src, 4);
+    if (c == 0 && shape.spread_qh) {
+        uint32_t v;
+        std::memcpy(&v, src, 4);
+        v = spread_qh(v);
+        std::memcpy(dst, &v, 4);
+    }
+}
+void unpack_word(const BlockShape& shape, int c, const uint8_t* src, uint8_t* dst) {
+    std::memcpy(dst, src, 4);
+    if (c == 0 && shape.spread_qh) {
+        uint32_t v;
+        std::memcpy(&v, src, 4);
+        v = gather_qh(v);
+        std::memcpy(dst, &v, 4);
+    }
+}
 
 }  // namespace
 
@@ -66,7 +109,7 @@ PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied, void* ct
                 const uint8_t* src = w.row(g * kPackRows + r) + b * shape.bytes();
                 for (int f = 0; f < shape.halves; ++f) std::memcpy(dst + f * hb + 2 * r, src + 2 * f, 2);
                 for (int c = 0; c < shape.words; ++c)
-                    std::memcpy(dst + shape.halves * hb + c * wb + 4 * r, src + 2 * shape.halves + 4 * c, 4);
+                    pack_word(shape, c, src + 2 * shape.halves + 4 * c, dst + shape.halves * hb + c * wb + 4 * r);
             }
     }
     if (copied) {
@@ -85,7 +128,7 @@ void unpack_row(const PackedWeight& p, uint64_t r, uint64_t row_bytes, uint8_t* 
     for (uint64_t b = 0; b < row_bytes / shape.bytes(); ++b, src += kPackRows * shape.bytes(), out += shape.bytes()) {
         for (int f = 0; f < shape.halves; ++f) std::memcpy(out + 2 * f, src + f * hb + 2 * i, 2);
         for (int c = 0; c < shape.words; ++c)
-            std::memcpy(out + 2 * shape.halves + 4 * c, src + shape.halves * hb + c * wb + 4 * i, 4);
+            unpack_word(shape, c, src + shape.halves * hb + c * wb + 4 * i, out + 2 * shape.halves + 4 * c);
     }
 }
 

@@ -11,15 +11,17 @@
 // 4 values of each of the 8 rows, one broadcast of 4 input bytes meets all
 // 8, and every int32 lane ends as one row's sum: no horizontal sums, and one
 // input load and one scale product for 8 rows. The bytes stay the file's
-// (f16 scales, the same codes), so a token reads as many bytes as before.
+// (f16 scales, the same codes; only Q5's fifth bits are reordered within
+// their word), so a token reads as many bytes as before.
 //
 // Packed blocks, per 32 values of 8 rows:
 //   Q4_0: d[8] f16, qs 128 bytes (word c of row r: its bytes 4c..4c+3, low
 //         nibbles values 4c.., high nibbles values 16 + 4c..)
 //   Q4_1: d[8] f16, m[8] f16, qs 128 bytes (as Q4_0's)
-//   Q5_0: d[8] f16, qh[8] (each row's 32 fifth bits as in the file), qs
-//         128 bytes (as Q4_0's)
-//   Q5_1: d[8] f16, m[8] f16, qh[8], qs 128 bytes
+//   Q5_0: d[8] f16, qh[8] (each row's 32 fifth bits, spread: bit 8i + c
+//         is value 4c + i's, bit 8i + 4 + c value 16 + 4c + i's, so word
+//         c's sit at bits c and 4 + c of byte i), qs 128 bytes (as Q4_0's)
+//   Q5_1: d[8] f16, m[8] f16, qh[8] (spread), qs 128 bytes
 //   Q8_0: d[8] f16, qs 256 bytes (word c of row r: values 4c..4c+3)
 //
 // A packed kernel computes the same integer sum per (row, block) as the

@@ -118,16 +118,12 @@ template <bool HasMin>
 struct Q5x8 {
     static constexpr uint64_t kQh = HasMin ? 32 : 16, kQs = kQh + 32, kBlock = kQs + 128;
     // The fifth bits of word c's low (High false) or high nibbles as 0x10
-    // per byte: bit 4c + i (or 16 + 4c + i) of each row's qh, for byte i.
+    // per byte: packed spread (repack.cpp, spread_qh), they sit at bit c
+    // (low) and bit 4 + c (high) of each byte.
     template <int C, bool High>
     static __m256i fifth(__m256i qh) {
-        constexpr char b = char((High ? 2 : 0) + C / 2);
-        const __m256i pick = _mm256_setr_epi8(b, b, b, b, 4 + b, 4 + b, 4 + b, 4 + b, 8 + b, 8 + b, 8 + b, 8 + b,
-                                              12 + b, 12 + b, 12 + b, 12 + b, b, b, b, b, 4 + b, 4 + b, 4 + b, 4 + b,
-                                              8 + b, 8 + b, 8 + b, 8 + b, 12 + b, 12 + b, 12 + b, 12 + b);
-        const __m256i bit = _mm256_set1_epi32(int(0x08040201u << (4 * (C % 2))));
-        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, pick), bit), bit);
-        return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+        const __m256i at4 = High ? _mm256_srli_epi32(qh, C) : _mm256_slli_epi32(qh, 4 - C);
+        return _mm256_and_si256(at4, _mm256_set1_epi8(0x10));
     }
     template <int C, int NX>
     static void word(const uint8_t* g, __m256i qh, const BlockQ8x32* const* y, uint64_t b, __m256i* s16) {
