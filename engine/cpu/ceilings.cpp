@@ -53,13 +53,32 @@ uint64_t read_sum_plain(const void* p, uint64_t bytes) {
     return a + b + c + d;
 }
 
+// The slice each of `threads` threads takes of `bytes` (a multiple of 128),
+// after the checks measure_read and measure_copy share.
+uint64_t slice_of(const char* what, int threads, int reps, uint64_t bytes) {
+    if (threads < 1 || reps < 1) throw std::invalid_argument(std::string(what) + ": no threads or no repetitions");
+    const uint64_t slice = bytes / uint64_t(threads) / 128 * 128;
+    if (slice < 4096) throw std::invalid_argument(std::string(what) + ": " + std::to_string(bytes) + " bytes over " +
+                                                  std::to_string(threads) + " threads");
+    return slice;
+}
+
+// The best of `reps` timed passes of fn(t) on `threads` threads, after one
+// untimed warm-up pass; seconds.
+template <class Fn>
+double best_pass(int threads, int reps, Fn fn) {
+    double best = 1e30;
+    for (int rep = 0; rep <= reps; ++rep) {
+        const double s = timed_on_threads(threads, fn);
+        if (rep > 0) best = std::min(best, s);
+    }
+    return best;
+}
+
 }  // namespace
 
 ReadRate measure_read(int threads, uint64_t bytes, int reps) {
-    if (threads < 1 || reps < 1) throw std::invalid_argument("measure_read: no threads or no repetitions");
-    const uint64_t slice = bytes / uint64_t(threads) / 128 * 128;
-    if (slice < 4096) throw std::invalid_argument("measure_read: " + std::to_string(bytes) + " bytes over " +
-                                                  std::to_string(threads) + " threads");
+    const uint64_t slice = slice_of("measure_read", threads, reps, bytes);
     auto free_aligned = [](void* p) { std::free(p); };
     std::unique_ptr<void, decltype(free_aligned)> buf(std::aligned_alloc(64, slice * threads), free_aligned);
     if (!buf) throw std::runtime_error("measure_read: cannot allocate " + std::to_string(slice * threads) + " bytes");
@@ -76,35 +95,24 @@ ReadRate measure_read(int threads, uint64_t bytes, int reps) {
     r.bytes = slice * uint64_t(threads);
     r.threads = threads;
     r.reps = reps;
-    double best = 1e30;
-    for (int rep = 0; rep <= reps; ++rep) {
-        const double s = timed_on_threads(threads, [&](int t) {
-            g_sink.fetch_add(sum(base + slice * t, slice), std::memory_order_relaxed);
-        });
-        if (rep > 0) best = std::min(best, s);   // the first pass is a warm-up
-    }
+    const double best = best_pass(threads, reps, [&](int t) {
+        g_sink.fetch_add(sum(base + slice * t, slice), std::memory_order_relaxed);
+    });
     r.best_ms = best * 1e3;
     r.gbs = double(r.bytes) / best / 1e9;
     return r;
 }
 
 CopyRate measure_copy(int threads, uint64_t bytes, int reps) {
-    if (threads < 1 || reps < 1) throw std::invalid_argument("measure_copy: no threads or no repetitions");
-    const uint64_t slice = bytes / uint64_t(threads) / 128 * 128;
-    if (slice < 4096) throw std::invalid_argument("measure_copy: " + std::to_string(bytes) + " bytes over " +
-                                                  std::to_string(threads) + " threads");
+    const uint64_t slice = slice_of("measure_copy", threads, reps, bytes);
     std::vector<unsigned char> src(slice * threads, 1), dst(slice * threads, 0);
     CopyRate r;
     r.bytes = slice * uint64_t(threads);
     r.threads = threads;
     r.reps = reps;
-    double best = 1e30;
-    for (int rep = 0; rep <= reps; ++rep) {
-        const double s = timed_on_threads(threads, [&](int t) {
-            std::memcpy(dst.data() + slice * t, src.data() + slice * t, slice);
-        });
-        if (rep > 0) best = std::min(best, s);
-    }
+    const double best = best_pass(threads, reps, [&](int t) {
+        std::memcpy(dst.data() + slice * t, src.data() + slice * t, slice);
+    });
     r.gbs = 2.0 * double(r.bytes) / best / 1e9;
     return r;
 }

@@ -4,11 +4,11 @@
 // instead of 8 horizontal sums, and the 8 rows' f16 scales become floats in
 // one vcvtph2ps.
 //
-// Saturation: vpmaddubsw adds two u8·s8 products in int16. Q4_0/Q4_1 codes
-// are at most 15 against |x| <= 127: 3810 per pair, and the 8 pairs of a
-// lane over a block (4 words, low and high nibbles) add to at most 30480 <
-// 32767, so they are summed in int16 and widened once per block. Q8_0 goes through the
-// sign trick, |w| <= 128 against x with w's sign: 32512 per pair, widened at
+// Saturation: vpmaddubsw adds two u8·s8 products in int16. The 4- and
+// 5-bit codes are at most 31 against |x| <= 127: 7874 per pair, and the 4
+// pairs of a lane over two words add to at most 31496 < 32767, so they are
+// summed in int16 and widened twice per block. Q8_0 goes through the sign
+// trick, |w| <= 128 against x with w's sign: 32512 per pair, widened at
 // once.
 #include <immintrin.h>
 
@@ -36,12 +36,41 @@ inline __m256i offset_sum(const int8_t* qs) {
     return _mm256_broadcastd_epi32(s);
 }
 
-// Q4_0 (HasMin false) and Q4_1, 144 or 160 bytes per packed block: d[8],
-// Q4_1's m[8], 4 words × 8 rows. Codes 0..15: Q4_0 takes off 8·Σq (the
-// same integer as Σ(c − 8)·q), Q4_1 adds m · s per block.
-template <bool HasMin>
-struct Q4x8 {
-    static constexpr uint64_t kQs = HasMin ? 32 : 16, kBlock = kQs + 128;
+// The 4- and 5-bit types: Q4_0, Q4_1 (Fifth false), Q5_0, Q5_1, with a
+// min (Q4_1, Q5_1) or without. Packed block: d[8], m[8] where HasMin, the
+// 8 rows' qh words where Fifth, then 4 words of nibbles × 8 rows: 144, 160,
+// 176 or 192 bytes. Codes c = nibble (| fifth bit · 16): 0..15 or 0..31.
+// Without a min the offset comes off as Offset·Σq (the same integer as
+// Σ(c − Offset)·q, the input's Σq once per block for the 8 rows); with one,
+// m · s is added per block. Code pairs reach 2·31·127 = 7874, so four of
+// them (two words) are summed in int16, then widened.
+template <bool HasMin, bool Fifth>
+struct Nibbles8 {
+    static constexpr int kOffset = Fifth ? 16 : 8;
+    static constexpr uint64_t kQh = HasMin ? 32 : 16, kQs = kQh + (Fifth ? 32 : 0), kBlock = kQs + 128;
+    // The fifth bits of word c's low (High false) or high nibbles as 0x10
+    // per byte: packed spread (repack.cpp, spread_qh), they sit at bit c
+    // (low) and bit 4 + c (high) of each byte.
+    template <int C, bool High>
+    static __m256i fifth(__m256i qh) {
+        const __m256i at4 = High ? _mm256_srli_epi32(qh, C) : _mm256_slli_epi32(qh, 4 - C);
+        return _mm256_and_si256(at4, _mm256_set1_epi8(0x10));
+    }
+    template <int C, int NX>
+    static void word(const uint8_t* g, __m256i qh, const BlockQ8x32* const* y, uint64_t b, __m256i* s16) {
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        const __m256i v = loadu(g + kQs + 32 * C);
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if constexpr (Fifth) {
+            lo = _mm256_or_si256(lo, fifth<C, false>(qh));
+            hi = _mm256_or_si256(hi, fifth<C, true>(qh));
+        }
+        for (int k = 0; k < NX; ++k) {
+            const __m256i plo = _mm256_maddubs_epi16(lo, bcast4(y[k][b].qs + 4 * C));
+            const __m256i phi = _mm256_maddubs_epi16(hi, bcast4(y[k][b].qs + 16 + 4 * C));
+            s16[k] = _mm256_add_epi16(s16[k], _mm256_add_epi16(plo, phi));
+        }
+    }
     template <int NX>
     static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride) {
         const BlockQ8x32* y[NX];
@@ -50,23 +79,19 @@ struct Q4x8 {
             y[k] = static_cast<const BlockQ8x32*>(xs[k]);
             acc[k] = accm[k] = _mm256_setzero_ps();
         }
-        const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+        const __m256i ones = _mm256_set1_epi16(1);
         for (uint64_t b = 0; b < n / 32; ++b, g += kBlock) {
-            __m256i s16[NX];
-            for (int k = 0; k < NX; ++k) s16[k] = _mm256_setzero_si256();
-            for (int c = 0; c < 4; ++c) {
-                const __m256i v = loadu(g + kQs + 32 * c);
-                const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                for (int k = 0; k < NX; ++k) {
-                    const __m256i plo = _mm256_maddubs_epi16(lo, bcast4(y[k][b].qs + 4 * c));
-                    const __m256i phi = _mm256_maddubs_epi16(hi, bcast4(y[k][b].qs + 16 + 4 * c));
-                    s16[k] = _mm256_add_epi16(s16[k], _mm256_add_epi16(plo, phi));
-                }
-            }
+            const __m256i qh = Fifth ? loadu(g + kQh) : _mm256_setzero_si256();
+            __m256i s16a[NX], s16b[NX];
+            for (int k = 0; k < NX; ++k) s16a[k] = s16b[k] = _mm256_setzero_si256();
+            word<0, NX>(g, qh, y, b, s16a);
+            word<1, NX>(g, qh, y, b, s16a);
+            word<2, NX>(g, qh, y, b, s16b);
+            word<3, NX>(g, qh, y, b, s16b);
             const __m256 d = f16x8(g);
             for (int k = 0; k < NX; ++k) {
-                __m256i isum = _mm256_madd_epi16(s16[k], ones);
-                if constexpr (!HasMin) isum = _mm256_sub_epi32(isum, offset_sum<8>(y[k][b].qs));
+                __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(s16a[k], ones), _mm256_madd_epi16(s16b[k], ones));
+                if constexpr (!HasMin) isum = _mm256_sub_epi32(isum, offset_sum<kOffset>(y[k][b].qs));
                 acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y[k][b].d)), _mm256_cvtepi32_ps(isum), acc[k]);
                 if constexpr (HasMin) accm[k] = _mm256_fmadd_ps(f16x8(g + 16), _mm256_set1_ps(y[k][b].s), accm[k]);
             }
@@ -108,65 +133,6 @@ struct Q8_0x8 {
     }
 };
 
-// Q5_0 (HasMin false) and Q5_1, 176 or 192 bytes per packed block: d[8],
-// Q5_1's m[8], the 8 rows' qh words, 4 words of low nibbles × 8 rows. Codes
-// c = nibble | fifth bit · 16 (0..31); Q5_0 takes off 16·Σq (the same
-// integer as Σ(c − 16)·q, the input's Σq once per block for the 8 rows),
-// Q5_1 adds m · s. Code pairs reach 2·31·127 = 7874, so four of them (two
-// words) are summed in int16, then widened.
-template <bool HasMin>
-struct Q5x8 {
-    static constexpr uint64_t kQh = HasMin ? 32 : 16, kQs = kQh + 32, kBlock = kQs + 128;
-    // The fifth bits of word c's low (High false) or high nibbles as 0x10
-    // per byte: packed spread (repack.cpp, spread_qh), they sit at bit c
-    // (low) and bit 4 + c (high) of each byte.
-    template <int C, bool High>
-    static __m256i fifth(__m256i qh) {
-        const __m256i at4 = High ? _mm256_srli_epi32(qh, C) : _mm256_slli_epi32(qh, 4 - C);
-        return _mm256_and_si256(at4, _mm256_set1_epi8(0x10));
-    }
-    template <int C, int NX>
-    static void word(const uint8_t* g, __m256i qh, const BlockQ8x32* const* y, uint64_t b, __m256i* s16) {
-        const __m256i m4 = _mm256_set1_epi8(0x0F);
-        const __m256i v = loadu(g + kQs + 32 * C);
-        const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, m4), fifth<C, false>(qh));
-        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), fifth<C, true>(qh));
-        for (int k = 0; k < NX; ++k) {
-            const __m256i plo = _mm256_maddubs_epi16(lo, bcast4(y[k][b].qs + 4 * C));
-            const __m256i phi = _mm256_maddubs_epi16(hi, bcast4(y[k][b].qs + 16 + 4 * C));
-            s16[k] = _mm256_add_epi16(s16[k], _mm256_add_epi16(plo, phi));
-        }
-    }
-    template <int NX>
-    static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride) {
-        const BlockQ8x32* y[NX];
-        __m256 acc[NX], accm[NX];
-        for (int k = 0; k < NX; ++k) {
-            y[k] = static_cast<const BlockQ8x32*>(xs[k]);
-            acc[k] = accm[k] = _mm256_setzero_ps();
-        }
-        const __m256i ones = _mm256_set1_epi16(1);
-        for (uint64_t b = 0; b < n / 32; ++b, g += kBlock) {
-            const __m256i qh = loadu(g + kQh);
-            __m256i s16a[NX], s16b[NX];
-            for (int k = 0; k < NX; ++k) s16a[k] = s16b[k] = _mm256_setzero_si256();
-            word<0, NX>(g, qh, y, b, s16a);
-            word<1, NX>(g, qh, y, b, s16a);
-            word<2, NX>(g, qh, y, b, s16b);
-            word<3, NX>(g, qh, y, b, s16b);
-            const __m256 d = f16x8(g);
-            for (int k = 0; k < NX; ++k) {
-                __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(s16a[k], ones), _mm256_madd_epi16(s16b[k], ones));
-                if constexpr (!HasMin) isum = _mm256_sub_epi32(isum, offset_sum<16>(y[k][b].qs));
-                acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y[k][b].d)), _mm256_cvtepi32_ps(isum), acc[k]);
-                if constexpr (HasMin) accm[k] = _mm256_fmadd_ps(f16x8(g + 16), _mm256_set1_ps(y[k][b].s), accm[k]);
-            }
-        }
-        for (int k = 0; k < NX; ++k)
-            _mm256_storeu_ps(out + k * out_stride, HasMin ? _mm256_add_ps(acc[k], accm[k]) : acc[k]);
-    }
-};
-
 // Inputs in passes of W (the registers hold W sets of accumulators), the
 // leftover ones in one smaller pass.
 template <class K, int M>
@@ -189,8 +155,9 @@ constexpr int kWidth = 4;
 
 namespace detail {
 const PackedDotFn kPackedAvx2[kQDotSlots] = {
-    run_group<Q4x8<false>, kWidth>, run_group<Q4x8<true>, kWidth>, run_group<Q5x8<false>, kWidth>,
-    run_group<Q5x8<true>, kWidth>,  run_group<Q8_0x8, kWidth>,     nullptr, nullptr, nullptr,
+    run_group<Nibbles8<false, false>, kWidth>, run_group<Nibbles8<true, false>, kWidth>,
+    run_group<Nibbles8<false, true>, kWidth>,  run_group<Nibbles8<true, true>, kWidth>,
+    run_group<Q8_0x8, kWidth>,                 nullptr, nullptr, nullptr,
 };
 }  // namespace detail
 
