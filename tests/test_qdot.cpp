@@ -287,6 +287,39 @@ TEST(QDot, CorruptedScaleChangesResult) {
     }
 }
 
+// Every Isa's quantizer gives the scalar quantizer's bits (so a sequence's
+// results do not depend on which one ran), on random inputs, on ±1 and on
+// values that land on rounding ties; a flipped input moves the bits (the
+// comparison is not vacuous).
+TEST(QDot, QuantizersAgreeBitForBit) {
+    std::mt19937 rng(7);
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_K}) {
+        for (int kind = 0; kind < 3; ++kind) {
+            const uint64_t n = 1024;
+            std::vector<float> x = make_input(n, kind == 1 ? InputKind::Signs : InputKind::Normal, rng);
+            if (kind == 2)   // amax 127 in every block: x itself is the quantized value, k + 0.5 a tie
+                for (uint64_t i = 0; i < n; ++i) x[i] = i % 32 == 0 ? 127.f : float(int(i % 200) - 100) + 0.5f;
+            cpu::QuantizedInput ref, got;
+            cpu::quantize_input(x.data(), n, t, ref, Isa::Scalar);
+            const auto bytes = [](const cpu::QuantizedInput& q) {
+                const uint64_t size = q.layout == cpu::QuantizedInput::Layout::Block32
+                                          ? q.b32.size() * sizeof(q.b32[0])
+                                          : q.b256.size() * sizeof(q.b256[0]);
+                const auto* p = static_cast<const uint8_t*>(q.blocks());
+                return std::vector<uint8_t>(p, p + size);
+            };
+            for (Isa isa : cpu::runnable_isas()) {
+                cpu::quantize_input(x.data(), n, t, got, isa);
+                EXPECT_EQ(bytes(got), bytes(ref)) << gguf::type_traits(t).name << " " << cpu::isa_name(isa)
+                                                  << " input kind " << kind;
+            }
+            x[5] = -x[5] + 3.f;
+            cpu::quantize_input(x.data(), n, t, got, cpu::best_isa());
+            EXPECT_NE(bytes(got), bytes(ref)) << "a changed input left the bits alone";
+        }
+    }
+}
+
 TEST(QDot, QuantizeInputChecksAndReusesStorage) {
     std::vector<float> x(2048, 0.5f);
     cpu::QuantizedInput q;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "engine/cpu/elementwise.h"
 #include "engine/cpu/matvec.h"
@@ -60,6 +62,9 @@ struct CpuBackend::Layer {
     std::vector<float> attn_norm, ffn_norm, q_norm, k_norm, attn_post_norm, ffn_post_norm, bq, bk, bv;
     std::vector<double> inv_freq;   // per rotated pair: base^(−2i/d) / rope_freqs[i]
     LazyBuffer k_cache, v_cache;    // [n_pages · page_size][kv_dim] of f16 or f32
+    // The packed copies of wq wk wv wo gate up down, in that order (null:
+    // not packed).
+    std::array<const PackedWeight*, 7> packs{};
 };
 
 CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, int threads)
@@ -119,12 +124,21 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_pt
 }
 
 void CpuBackend::pack_weights() {
-    packed_.clear();
     // PTXLM_CPU_PACK=0 keeps the file's layout (a diagnostic: packed against
     // unpacked in one benchmark run).
-    if (const char* e = std::getenv("PTXLM_CPU_PACK"); e && std::string_view(e) == "0") return;
-    auto pack = [&](const Weight& w) {
-        if (!w || packed_.count(&w)) return;
+    const char* env = std::getenv("PTXLM_CPU_PACK");
+    const bool wanted = arith_.path == CpuPath::Quantized && !(env && std::string_view(env) == "0");
+    if (wanted ? packed_isa_ == arith_.isa : !packed_isa_) return;
+    packed_.clear();
+    packed_isa_.reset();
+    output_pack_ = nullptr;
+    for (Layer& l : layers_) l.packs = {};
+    if (!wanted) return;
+    packed_isa_ = arith_.isa;
+    std::unordered_map<const Weight*, const PackedWeight*> seen;   // a matrix used twice is packed once
+    auto pack = [&](const Weight& w) -> const PackedWeight* {
+        if (!w) return nullptr;
+        if (const auto it = seen.find(&w); it != seen.end()) return it->second;
         // The packed copy is what the quantized path reads from now on: the
         // file's pages of the rows copied leave memory as the copy goes, so
         // a matrix is never resident twice (they come back from the page
@@ -143,12 +157,20 @@ void CpuBackend::pack_weights() {
             d.from = std::max(d.from, reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(end) / page * page));
         };
         PackedWeight p = pack_weight(w, arith_.isa, dropped, &drop);
-        if (!p) return;
-        packed_.emplace(&w, std::move(p));
+        const PackedWeight* out = nullptr;
+        if (p) {
+            packed_.push_back(std::make_unique<PackedWeight>(std::move(p)));
+            out = packed_.back().get();
+        }
+        seen.emplace(&w, out);
+        return out;
     };
-    for (const LayerDesc& d : m_.layers)
-        for (const Weight* w : {&d.wq, &d.wk, &d.wv, &d.wo, &d.gate, &d.up, &d.down}) pack(*w);
-    pack(m_.output);
+    for (size_t il = 0; il < m_.layers.size(); ++il) {
+        const LayerDesc& d = m_.layers[il];
+        size_t i = 0;
+        for (const Weight* w : {&d.wq, &d.wk, &d.wv, &d.wo, &d.gate, &d.up, &d.down}) layers_[il].packs[i++] = pack(*w);
+    }
+    output_pack_ = pack(m_.output);
 }
 
 void CpuBackend::embedding(uint64_t token, float* out) const {
@@ -156,20 +178,14 @@ void CpuBackend::embedding(uint64_t token, float* out) const {
     // the file's pages are gone and faulting one back maps its neighbours
     // too (the kernel's fault-around), which on a 262k-token vocabulary
     // grew the resident set by tens of MB over a long prompt.
-    const auto it = packed_.find(&m_.output);
-    if (m_.output.data == m_.tok_embd.data && it != packed_.end() && token < it->second.groups * kPackRows) {
+    if (m_.output.data == m_.tok_embd.data && output_pack_ && token < output_pack_->groups * kPackRows) {
         thread_local std::vector<uint8_t> row;
         row.resize(m_.tok_embd.row_bytes);
-        unpack_row(it->second, token, m_.tok_embd.row_bytes, row.data());
+        unpack_row(*output_pack_, token, m_.tok_embd.row_bytes, row.data());
         gguf::type_traits(m_.tok_embd.type).dequantize_row(row.data(), out, int64_t(m_.tok_embd.cols));
         return;
     }
     dequantize_row(m_.tok_embd, token, out);
-}
-
-MatVec CpuBackend::job(const Weight& w, float* y, uint64_t ldy) const {
-    const auto it = packed_.find(&w);
-    return {&w, y, ldy, it == packed_.end() ? nullptr : &it->second};
 }
 
 CpuBackend::~CpuBackend() = default;
@@ -177,10 +193,8 @@ CpuBackend::~CpuBackend() = default;
 void CpuBackend::set_isa(Isa isa) {
     const std::vector<Isa> ok = runnable_isas();
     if (std::find(ok.begin(), ok.end(), isa) != ok.end()) {
-        if (isa != arith_.isa) {
-            arith_.isa = isa;
-            pack_weights();
-        }
+        arith_.isa = isa;
+        pack_weights();
         return;
     }
     const std::vector<Isa> hw = hardware_isas();
@@ -419,7 +433,8 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
         const uint64_t q_dim = uint64_t(d.n_head) * hd, kv_dim = m_.kv_dim(il);
 
         each_token([&](uint32_t t) { rms_norm(&x_[t * E], l.attn_norm.data(), &xn_[t * E], E, eps); });
-        matmul(*pool_, {job(d.wq, q_.data(), q_w_), job(d.wk, k_.data(), kv_w_), job(d.wv, v_.data(), kv_w_)},
+        matmul(*pool_, {job(d.wq, l.packs[0], q_.data(), q_w_), job(d.wk, l.packs[1], k_.data(), kv_w_),
+                        job(d.wv, l.packs[2], v_.data(), kv_w_)},
                xn_.data(), n, E, arith_);
         each_token([&](uint32_t t) {
             float* q = &q_[t * q_w_];
@@ -446,7 +461,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
             attention(il, row0, s);
             row0 += static_cast<uint32_t>(s.tokens.size());
         }
-        matmul(*pool_, {job(d.wo, o_.data(), E)}, att_.data(), n, q_w_, arith_);
+        matmul(*pool_, {job(d.wo, l.packs[3], o_.data(), E)}, att_.data(), n, q_w_, arith_);
         each_token([&](uint32_t t) {
             float* o = &o_[t * E];
             float* x = &x_[t * E];
@@ -454,7 +469,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
             for (uint64_t i = 0; i < E; ++i) x[i] += o[i];
             rms_norm(x, l.ffn_norm.data(), &xn_[t * E], E, eps);
         });
-        matmul(*pool_, {job(d.gate, g_.data(), ff_w_), job(d.up, u_.data(), ff_w_)}, xn_.data(), n, E, arith_);
+        matmul(*pool_, {job(d.gate, l.packs[4], g_.data(), ff_w_), job(d.up, l.packs[5], u_.data(), ff_w_)}, xn_.data(), n, E, arith_);
         each_token([&](uint32_t t) {
             float* g = &g_[t * ff_w_];
             const float* u = &u_[t * ff_w_];
@@ -462,7 +477,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
             for (uint32_t i = 0; i < d.n_ff; ++i)
                 g[i] = (m_.ffn == FfnKind::GeGLU ? gelu_tanh(g[i]) : silu(g[i])) * u[i];
         });
-        matmul(*pool_, {job(d.down, o_.data(), E)}, g_.data(), n, ff_w_, arith_);
+        matmul(*pool_, {job(d.down, l.packs[6], o_.data(), E)}, g_.data(), n, ff_w_, arith_);
         each_token([&](uint32_t t) {
             float* o = &o_[t * E];
             float* x = &x_[t * E];
@@ -484,7 +499,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
             rms_norm(&x_[(row0 + t) * E], output_norm_.data(), &xn_[w * E], E, eps);
         row0 += sn;
     }
-    matmul(*pool_, {job(m_.output, out, m_.n_vocab)}, xn_.data(), wanted, E, arith_);
+    matmul(*pool_, {job(m_.output, output_pack_, out, m_.n_vocab)}, xn_.data(), wanted, E, arith_);
     if (m_.final_softcap > 0) {
         const float cap = m_.final_softcap;
         for (uint64_t i = 0; i < uint64_t(wanted) * nv; ++i) out[i] = cap * std::tanh(out[i] / cap);

@@ -12,7 +12,7 @@
 
 #include <memory>
 #include <span>
-#include <unordered_map>
+#include <optional>
 #include <vector>
 
 #include "engine/backend.h"
@@ -79,7 +79,10 @@ public:
     // The arithmetic of the matrix-vector products: Quantized (on `isa`,
     // by default the best the CPU runs, PTXLM_CPU_ISA to override) or
     // Reference.
-    void set_path(CpuPath p) { arith_.path = p; }
+    void set_path(CpuPath p) {
+        arith_.path = p;
+        pack_weights();
+    }
     void set_isa(Isa isa);   // throws std::invalid_argument when this CPU cannot run it
     CpuPath path() const { return arith_.path; }
     std::string path_name() const;   // "quantized (<isa>)" or "reference" (bench rows)
@@ -91,19 +94,24 @@ public:
     void debug_set_rope_base(uint32_t layer, float base);
     void set_input_rounding(InputRounding r) {
         arith_.rounding = r;
-        if (r != InputRounding::Exact) arith_.path = CpuPath::Reference;
+        if (r != InputRounding::Exact) set_path(CpuPath::Reference);
     }
 
 private:
     struct Layer;
     void attention(uint32_t il, uint32_t row0, const SeqStep& s);
     // The matrices packed for arith_.isa where it has packed kernels
-    // (repack.h), none otherwise; called whenever the Isa changes.
+    // (repack.h), on the quantized path only (the reference path reads the
+    // file's layout); called whenever the path or the Isa changes, and a
+    // no-op when the packs already match both.
     void pack_weights();
     // Token `token`'s embedding as floats (n_embd of them, before any scale).
     void embedding(uint64_t token, float* out) const;
-    // A product's job: w into y (outputs ldy apart), with w's packed rows.
-    MatVec job(const Weight& w, float* y, uint64_t ldy) const;
+    // A product's job: w into y (outputs ldy apart), with w's packed rows
+    // (null where w is not packed).
+    static MatVec job(const Weight& w, const PackedWeight* packed, float* y, uint64_t ldy) {
+        return {&w, y, ldy, packed};
+    }
 
     const Model& m_;
     uint32_t n_ctx_;
@@ -112,7 +120,11 @@ private:
     uint32_t page_shift_ = 0;
     std::vector<uint32_t> own_pages_;   // eval_batch's table: every page, in order
     Arithmetic arith_;
-    std::unordered_map<const Weight*, PackedWeight> packed_;
+    // The packs (stable addresses: they are pointed at from Layer and
+    // output_pack_), the Isa they were made for, and whether any were made.
+    std::vector<std::unique_ptr<PackedWeight>> packed_;
+    std::optional<Isa> packed_isa_;
+    const PackedWeight* output_pack_ = nullptr;
     std::shared_ptr<ThreadPool> pool_;
     std::vector<Layer> layers_;
     Attention fast_attention_;   // the quantized path's; the reference path's is attention()

@@ -129,10 +129,10 @@ void matmul_quantized(ThreadPool& pool, const MatVec* js, size_t n_jobs, const f
     for (size_t l = 0; l < kLayouts; ++l) {
         if (!needed[l]) continue;
         std::vector<QuantizedInput>& q = inputs[l];
-        if (n_in == 1) quantize_input(x, cols, layout_type[l], q[0]);
+        if (n_in == 1) quantize_input(x, cols, layout_type[l], q[0], isa);
         else
             pool.parallel_for(n_in, 1, [&](uint64_t begin, uint64_t end, int) {
-                for (uint64_t t = begin; t < end; ++t) quantize_input(x + t * ldx, cols, layout_type[l], q[t]);
+                for (uint64_t t = begin; t < end; ++t) quantize_input(x + t * ldx, cols, layout_type[l], q[t], isa);
             });
         for (uint64_t t = 0; t < n_in; ++t) blocks[l][t] = q[t].blocks();
     }

@@ -245,23 +245,19 @@ PTXLM_AVX2 void quantize_block256_avx2(const float* x, BlockQ8x256& y) {
     y.d = 1.f / iscale;
 }
 
-// The best quantizer the runnable Isas allow.
+// The quantizer for `isa` (all give the same bits).
 enum class Quantizer { Scalar, Avx2, Avx512 };
-Quantizer quantizer() {
-    static const Quantizer q = [] {
-        Quantizer best = Quantizer::Scalar;
-        for (Isa isa : runnable_isas()) {
-            if (isa == Isa::Avx2) best = Quantizer::Avx2;
-            if (isa == Isa::Avx512) best = Quantizer::Avx512;
-        }
-        return best;
-    }();
-    return q;
+Quantizer quantizer(Isa isa) {
+    switch (isa) {
+        case Isa::Scalar: return Quantizer::Scalar;
+        case Isa::Avx2: return Quantizer::Avx2;
+        default: return Quantizer::Avx512;
+    }
 }
 
 }  // namespace
 
-void quantize_input(const float* x, uint64_t n, GgmlType weight_type, QuantizedInput& out) {
+void quantize_input(const float* x, uint64_t n, GgmlType weight_type, QuantizedInput& out, Isa isa) {
     const QuantizedInput::Layout layout = qdot_layout(weight_type);
     const uint64_t block = layout == QuantizedInput::Layout::Block256 ? 256 : 32;
     if (layout == QuantizedInput::Layout::None)
@@ -274,14 +270,16 @@ void quantize_input(const float* x, uint64_t n, GgmlType weight_type, QuantizedI
     out.n = n;
     if (layout == QuantizedInput::Layout::Block32) {
         out.b32.resize(n / 32);
-        auto* fn = quantizer() == Quantizer::Avx512 ? quantize_block32_avx512
-                   : quantizer() == Quantizer::Avx2 ? quantize_block32_avx2
+        const Quantizer qz = quantizer(isa);
+        auto* fn = qz == Quantizer::Avx512 ? quantize_block32_avx512
+                   : qz == Quantizer::Avx2 ? quantize_block32_avx2
                                                     : quantize_block32;
         for (uint64_t b = 0; b < n / 32; ++b) fn(x + 32 * b, out.b32[b]);
     } else {
         out.b256.resize(n / 256);
-        auto* fn = quantizer() == Quantizer::Avx512 ? quantize_block256_avx512
-                   : quantizer() == Quantizer::Avx2 ? quantize_block256_avx2
+        const Quantizer qz = quantizer(isa);
+        auto* fn = qz == Quantizer::Avx512 ? quantize_block256_avx512
+                   : qz == Quantizer::Avx2 ? quantize_block256_avx2
                                                     : quantize_block256;
         for (uint64_t b = 0; b < n / 256; ++b) fn(x + 256 * b, out.b256[b]);
     }

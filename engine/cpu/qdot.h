@@ -89,8 +89,12 @@ QuantizedInput::Layout qdot_layout(gguf::GgmlType weight_type);
 // out = x[0..n) quantized for dot products with rows of weight_type. n is a
 // multiple of the type's block size (throws std::invalid_argument otherwise,
 // or when the type has no qdot). Reuses out's storage: no allocation once
-// its capacity suffices.
-void quantize_input(const float* x, uint64_t n, gguf::GgmlType weight_type, QuantizedInput& out);
+// its capacity suffices. `isa` (one this CPU runs) picks the quantizer's
+// instructions; every Isa gives the same bits.
+void quantize_input(const float* x, uint64_t n, gguf::GgmlType weight_type, QuantizedInput& out, Isa isa);
+inline void quantize_input(const float* x, uint64_t n, gguf::GgmlType weight_type, QuantizedInput& out) {
+    quantize_input(x, n, weight_type, out, best_isa());
+}
 
 // Σ_i w[i]·x[i] for one row of n weights; x = QuantizedInput::blocks() of an
 // input quantized for the row's type, with n = its QuantizedInput::n. No

@@ -55,24 +55,14 @@ uint32_t gather_qh(uint32_t s) {
         }
     return out;
 }
-// Word c of a block, as packed (word 0 of a Q5 block spread).
-void pack_word(const BlockShape& shape, int c, const uint8_t* src, uint8_t* dst) {
-    std::memcpy(dst, src, 4);
-    if (c == 0 && shape.spread_qh) {
-        uint32_t v;
-        std::memcpy(&v, src, 4);
-        v = spread_qh(v);
-        std::memcpy(dst, &v, 4);
-    }
-}
-void unpack_word(const BlockShape& shape, int c, const uint8_t* src, uint8_t* dst) {
-    std::memcpy(dst, src, 4);
-    if (c == 0 && shape.spread_qh) {
-        uint32_t v;
-        std::memcpy(&v, src, 4);
-        v = gather_qh(v);
-        std::memcpy(dst, &v, 4);
-    }
+// Word c of a block copied between the file's layout and the packed one:
+// word 0 of a Q5 block goes through `qh` (spread_qh packing, gather_qh
+// unpacking), every other word as it is.
+void copy_word(const BlockShape& shape, int c, const uint8_t* src, uint8_t* dst, uint32_t (*qh)(uint32_t)) {
+    uint32_t v;
+    std::memcpy(&v, src, 4);
+    if (c == 0 && shape.spread_qh) v = qh(v);
+    std::memcpy(dst, &v, 4);
 }
 
 }  // namespace
@@ -109,7 +99,7 @@ PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied, void* ct
                 const uint8_t* src = w.row(g * kPackRows + r) + b * shape.bytes();
                 for (int f = 0; f < shape.halves; ++f) std::memcpy(dst + f * hb + 2 * r, src + 2 * f, 2);
                 for (int c = 0; c < shape.words; ++c)
-                    pack_word(shape, c, src + 2 * shape.halves + 4 * c, dst + shape.halves * hb + c * wb + 4 * r);
+                    copy_word(shape, c, src + 2 * shape.halves + 4 * c, dst + shape.halves * hb + c * wb + 4 * r, spread_qh);
             }
     }
     if (copied) {
@@ -128,7 +118,7 @@ void unpack_row(const PackedWeight& p, uint64_t r, uint64_t row_bytes, uint8_t* 
     for (uint64_t b = 0; b < row_bytes / shape.bytes(); ++b, src += kPackRows * shape.bytes(), out += shape.bytes()) {
         for (int f = 0; f < shape.halves; ++f) std::memcpy(out + 2 * f, src + f * hb + 2 * i, 2);
         for (int c = 0; c < shape.words; ++c)
-            unpack_word(shape, c, src + shape.halves * hb + c * wb + 4 * i, out + 2 * shape.halves + 4 * c);
+            copy_word(shape, c, src + shape.halves * hb + c * wb + 4 * i, out + 2 * shape.halves + 4 * c, gather_qh);
     }
 }
 
