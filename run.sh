@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ptxlm's one entry point.
-#   ./run.sh chat        set up, build, fetch the default model, chat with it
+#   ./run.sh chat        set up, build, fetch the models, chat with SmolLM2-135M-Instruct
 #   ./run.sh test        set up, build, then run every test
-#   ./run.sh serve       set up, build, fetch the default model, serve it over HTTP (OpenAI API)
+#   ./run.sh serve       set up, build, fetch the models, serve SmolLM2-135M-Instruct over HTTP (OpenAI API)
 #   ./run.sh ARGS...     set up, build, then run `ptxlm ARGS...`
 # Set-up installs what is missing (Debian packages, the Python venv, the real
 # models) and is a no-op when everything is present.
@@ -11,7 +11,6 @@ cd "$(dirname "$0")"
 ROOT=$PWD
 BUILD=${PTXLM_BUILD_DIR:-$ROOT/build}
 JOBS=${PTXLM_JOBS:-$(nproc)}
-DEFAULT_MODEL=$ROOT/models/gemma-3-270m-q4_k_m.gguf
 
 if [ -t 2 ]; then
   step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
@@ -110,7 +109,7 @@ case "$cmd" in
   chat)
     setup
     shift
-    exec "$BUILD/tools/ptxlm/ptxlm" chat -m "$DEFAULT_MODEL" "$@" ;;
+    exec "$BUILD/tools/ptxlm/ptxlm" chat "$@" ;;
   *)
     setup
     exec "$BUILD/tools/ptxlm/ptxlm" "$@" ;;

@@ -34,11 +34,17 @@ void validate(const SamplerParams& p) {
     if (!std::isfinite(p.frequency_penalty) || std::fabs(p.frequency_penalty) > 2)
         bad("--frequency-penalty must be in [-2, 2]");
     if (p.penalty_last_n < 0) bad("--repeat-last-n must be >= 0");
+    for (const auto& [id, b] : p.logit_bias)
+        if (id < 0 || !std::isfinite(b)) bad("a logit bias needs a token id >= 0 and a finite bias");
 }
 
 Sampler::Sampler(SamplerParams p, int32_t n_vocab) : p_(p), n_vocab_(n_vocab), rng_(p.seed) {
     validate(p_);
     if (n_vocab <= 0) throw std::invalid_argument("Sampler: empty vocabulary");
+    for (const auto& [id, b] : p_.logit_bias)
+        if (id >= n_vocab)
+            throw std::invalid_argument("a logit bias names token " + std::to_string(id) + ", outside the vocabulary (" +
+                                        std::to_string(n_vocab) + " tokens)");
 }
 
 void Sampler::reset() {
@@ -67,6 +73,7 @@ void Sampler::apply_penalties(std::span<float> logits) const {
 
 int32_t Sampler::sample(std::span<float> logits) {
     if (logits.size() != size_t(n_vocab_)) throw std::invalid_argument("Sampler: logits row has the wrong length");
+    for (const auto& [id, b] : p_.logit_bias) logits[id] += b;
     apply_penalties(logits);
     if (p_.temperature <= 0) {
         // First maximum: ties go to the lowest id (NaN never wins).
@@ -154,7 +161,13 @@ std::string StopMatcher::push(std::string_view text) {
     held_ += text;
     // A complete stop string: release what precedes the earliest one.
     size_t first = std::string::npos;
-    for (const std::string& s : stops_) first = std::min(first, held_.find(s));
+    for (const std::string& s : stops_) {
+        const size_t at = held_.find(s);
+        if (at < first || (at == first && at != std::string::npos && s.size() < matched_.size())) {
+            first = at;
+            matched_ = s;
+        }
+    }
     if (first != std::string::npos) {
         stopped_ = true;
         std::string out = held_.substr(0, first);

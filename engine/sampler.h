@@ -38,6 +38,9 @@ struct SamplerParams {
     float frequency_penalty = 0.0f;   // subtracted per occurrence in the window
     int32_t penalty_last_n = 64;      // window size; 0: penalties off
     uint64_t seed = 0;
+    // Added to a token's logit before anything else (OpenAI's logit_bias:
+    // -100 bans a token in practice, +100 forces it); ids below n_vocab.
+    std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 // log Σ exp(logits), in double (the normaliser of log-probabilities).
@@ -82,10 +85,13 @@ public:
     std::string push(std::string_view text);
     std::string flush();    // end of generation: release the held tail
     bool stopped() const { return stopped_; }
+    // Once stopped: the stop string found (the earliest; at one position, the shortest).
+    const std::string& matched() const { return matched_; }
 
 private:
     std::vector<std::string> stops_;
     std::string held_;
+    std::string matched_;
     bool stopped_ = false;
 };
 

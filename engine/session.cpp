@@ -94,7 +94,7 @@ Generator::Generator(Session& session, const GenerateOptions& opt, const std::at
     const SamplerParams& sp = opt_.sampling;
     const bool penalties = sp.penalty_last_n > 0 &&
                            (sp.repeat_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f);
-    argmax_only_ = sp.temperature <= 0 && !penalties && !opt_.ignore_eos && top_logprobs_ < 0 &&
+    argmax_only_ = sp.temperature <= 0 && !penalties && sp.logit_bias.empty() && !opt_.ignore_eos && top_logprobs_ < 0 &&
                    !s_.backend_.queues_evals();
     t0_ = std::chrono::steady_clock::now();
 }
@@ -105,6 +105,7 @@ void Generator::finish(FinishReason why, GenStep& st) {
     // The held tail: an unfinished character, a possible stop-string start.
     if (!stops_.stopped()) st.text += stops_.push(decoder_.flush());
     if (!stops_.stopped()) st.text += stops_.flush();
+    g_.stop = stops_.matched();
     g_.text += st.text;
     g_.timings.generated = static_cast<uint32_t>(g_.tokens.size());
     g_.timings.generate_ms = ms_since(t0_);

@@ -54,6 +54,7 @@ struct Generation {
     std::vector<TokenId> tokens;    // sampled ids, the end-of-generation token excluded
     std::string text;               // the text emitted (stop string excluded)
     FinishReason finish = FinishReason::Stop;
+    std::string stop;               // the stop string that ended the text; empty: none did
     Timings timings;
 };
 

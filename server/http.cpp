@@ -23,9 +23,11 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "server/anthropic.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/server.h"
+#include "server/utility.h"
 
 namespace ptxlm::server {
 
@@ -34,13 +36,18 @@ using nlohmann::json;
 namespace {
 
 // The routes and their methods: a known path with another method is 405.
+constexpr const char* kMessagesPath = "/v1/messages";   // Anthropic's Messages API, its errors in its shape
+
 struct Route {
     const char* path;
     const char* method;
 };
 constexpr Route kRoutes[] = {{"/", "GET"},         {"/health", "GET"},
+                             {"/tokenize", "POST"}, {"/detokenize", "POST"}, {"/apply-template", "POST"},
+                             {"/props", "GET"},
                              {"/metrics", "GET"},  {"/v1/models", "GET"},
-                             {"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"}};
+                             {"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"},
+                             {kMessagesPath, "POST"}};
 constexpr const char* kModelPrefix = "/v1/models/";
 
 // The metrics label of a path: a route, or "other" (bounded cardinality).
@@ -64,6 +71,9 @@ void send_json(httplib::Response& res, int status, const json& j) {
 }
 
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status(), error_json(e)); }
+void send_anthropic_error(httplib::Response& res, const ApiError& e) {
+    send_json(res, anthropic_status(e), anthropic_error_json(e));
+}
 
 ApiError loading_error() { return ApiError(503, "the model is loading; retry shortly", "", "unavailable_error", "loading"); }
 ApiError shutting_down_error() {
@@ -83,12 +93,72 @@ uint64_t random_seed() {
     return rng();
 }
 
+// A streamed response's server-sent events in its API's shape. Each call
+// returns whole events ("data: ...\n\n"; Anthropic's with an "event:" line).
+class StreamFormat {
+public:
+    virtual ~StreamFormat() = default;
+    virtual std::string open() = 0;                     // before any text
+    virtual std::string text(const Event& text) = 0;    // a Text event
+    virtual std::string done(const Event& done) = 0;    // a choice's Done; after the last choice's, the stream's last events
+    virtual std::string error(const ApiError& e) = 0;   // an error after the stream began: its last event
+};
+
+std::string sse_data(const std::string& data) { return "data: " + data + "\n\n"; }
+
+// OpenAI's: `data: {chunk}` events, each choice's with its index, then
+// `data: [DONE]` once every choice is done; an error is `data: {"error": ...}`.
+class OpenAiStream : public StreamFormat {
+public:
+    OpenAiStream(const ResponseBuilder& out, int n, bool include_usage) : include_usage_(include_usage) {
+        for (int i = 0; i < n; ++i) out_.push_back(out.for_choice(i));
+    }
+    std::string open() override {
+        std::string s;
+        if (out_[0].endpoint() == Endpoint::Chat)
+            for (const ResponseBuilder& b : out_) s += sse_data(dump(b.role_chunk()));
+        return s;
+    }
+    std::string text(const Event& ev) override {
+        return sse_data(dump(out_[size_t(ev.choice)].text_chunk(ev.text, ev.logprobs)));
+    }
+    std::string done(const Event& ev) override {
+        std::string s = sse_data(dump(out_[size_t(ev.choice)].final_chunk(ev)));
+        if (ev.choice == 0) usage_ = ev;
+        else usage_.completion_tokens += ev.completion_tokens;
+        if (++done_ < out_.size()) return s;
+        if (include_usage_) s += sse_data(dump(out_[0].usage_chunk(usage_)));
+        return s + sse_data("[DONE]");
+    }
+    std::string error(const ApiError& e) override { return sse_data(dump(error_json(e))); }
+
+private:
+    std::vector<ResponseBuilder> out_;   // one per choice
+    bool include_usage_;
+    size_t done_ = 0;
+    Event usage_;   // choice 0's Done with every choice's completion tokens
+};
+
+// Anthropic's: message_start ... message_stop, an error as `event: error` (server/anthropic.h).
+class AnthropicStream : public StreamFormat {
+public:
+    explicit AnthropicStream(MessageBuilder out) : out_(std::move(out)) {}
+    std::string open() override { return out_.stream_start(); }
+    std::string text(const Event& ev) override { return ev.text.empty() ? "" : out_.stream_text(ev.text); }
+    std::string done(const Event& ev) override { return out_.stream_end(ev); }
+    std::string error(const ApiError& e) override { return MessageBuilder::stream_error(e); }
+
+private:
+    MessageBuilder out_;
+};
+
 // The handler's start, for the access log line (the same thread logs it).
 thread_local std::chrono::steady_clock::time_point t_request_start;
 
 class Http {
 public:
-    Http(const ServerOptions& opt, Scheduler& sched) : opt_(opt), sched_(sched), started_(std::time(nullptr)) {
+    Http(const ServerOptions& opt, Scheduler& sched)
+        : opt_(opt), sched_(sched), started_(std::time(nullptr)), cors_(opt.cors_origins) {
         const size_t threads = size_t(opt.engine.parallel + opt.engine.queue + 4);
         svr_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
         svr_.set_payload_max_length(opt.max_body);
@@ -101,9 +171,27 @@ public:
         svr_.set_tcp_nodelay(true);   // one small SSE event per token: send each at once
         // An idle keep-alive connection holds a handler thread: not for long.
         svr_.set_keep_alive_timeout(2);
-        svr_.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+        svr_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
             t_request_start = std::chrono::steady_clock::now();
+            // A CORS preflight from an allowed origin, on a path with a route,
+            // is answered here: browsers send no API key with it.
+            if (req.method == "OPTIONS" && allowed_method(req.path) &&
+                !cors_.allow_origin(req.get_header_value("Origin")).empty()) {
+                res.status = 204;
+                res.set_header("Access-Control-Allow-Methods", CorsPolicy::kAllowMethods);
+                res.set_header("Access-Control-Allow-Headers", CorsPolicy::kAllowHeaders);
+                res.set_header("Access-Control-Max-Age", CorsPolicy::kMaxAge);
+                return httplib::Server::HandlerResponse::Handled;
+            }
             return httplib::Server::HandlerResponse::Unhandled;
+        });
+        // Runs before every response's headers are written (errors and
+        // streams included): an allowed Origin gets the CORS headers.
+        svr_.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+            const std::string allow = cors_.allow_origin(req.get_header_value("Origin"));
+            if (allow.empty()) return;
+            res.set_header("Access-Control-Allow-Origin", allow);
+            res.set_header("Vary", "Origin");
         });
         svr_.set_logger([this](const httplib::Request& req, const httplib::Response& res) { log(req, res); });
         svr_.set_error_handler(httplib::Server::HandlerWithResponse(
@@ -135,6 +223,41 @@ public:
         });
         svr_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
             guarded(res, [&] { completion(Endpoint::Completion, req, res); });
+        });
+        svr_.Post(kMessagesPath, [this](const httplib::Request& req, httplib::Response& res) {
+            try {
+                messages(req, res);
+            } catch (const ApiError& e) {
+                send_anthropic_error(res, e);
+            } catch (const std::exception& e) {
+                send_anthropic_error(res,
+                                     ApiError(500, std::string("internal error: ") + e.what(), "", "server_error"));
+            }
+        });
+        // llama.cpp server's utility endpoints (server/utility.h).
+        svr_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+            guarded(res, [&] {
+                check_key(req);
+                send_json(res, 200, tokenize_response(ready_model(), req.body));
+            });
+        });
+        svr_.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+            guarded(res, [&] {
+                check_key(req);
+                send_json(res, 200, detokenize_response(ready_model(), req.body));
+            });
+        });
+        svr_.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
+            guarded(res, [&] {
+                check_key(req);
+                send_json(res, 200, apply_template_response(ready_model(), opt_, req.body));
+            });
+        });
+        svr_.Get("/props", [this](const httplib::Request& req, httplib::Response& res) {
+            guarded(res, [&] {
+                check_key(req);
+                send_json(res, 200, props_response(ready_model(), opt_));
+            });
         });
     }
 
@@ -180,8 +303,9 @@ private:
                                          "", "invalid_request_error", "method_not_allowed"));
             } else {
                 send_error(res, ApiError(404, "no route " + req.method + " " + req.path +
-                                                  " (this server has /v1/chat/completions, /v1/completions, /v1/models, "
-                                                  "/health, /metrics and /)",
+                                                  " (this server has /v1/chat/completions, /v1/completions, "
+                                                  "/v1/messages, /v1/models, "
+                                                  "/health, /metrics, /tokenize, /detokenize, /apply-template, /props and /)",
                                          "", "invalid_request_error", "not_found"));
             }
         } else if (res.status == 413) {
@@ -194,7 +318,24 @@ private:
                                                  (status == 400 ? " (malformed HTTP request)" : ""),
                                      "", status >= 500 ? "server_error" : "invalid_request_error"));
         }
+        // /v1/messages answers in Anthropic's shape (a 405, a 413): the same status and message.
+        if (req.path == kMessagesPath) {
+            const json body = json::parse(res.body);
+            send_anthropic_error(res, ApiError(res.status, body["error"]["message"].get<std::string>()));
+        }
         return httplib::Server::HandlerResponse::Handled;
+    }
+
+    // Anthropic's clients send the key as `x-api-key`; `Authorization: Bearer` works too.
+    void check_anthropic_key(const httplib::Request& req) const {
+        if (opt_.api_key.empty()) return;
+        const std::string key = req.get_header_value("x-api-key");
+        if (key.empty() && !req.has_header("Authorization"))
+            throw ApiError(401, "missing API key: send the header 'x-api-key: KEY' (or 'Authorization: Bearer KEY')",
+                           "", "invalid_request_error", "invalid_api_key");
+        if (key.empty()) return check_key(req);
+        if (!same_key(key, opt_.api_key))
+            throw ApiError(401, "invalid API key", "", "invalid_request_error", "invalid_api_key");
     }
 
     void check_key(const httplib::Request& req) const {
@@ -262,16 +403,7 @@ private:
         const Tokenizer& tok = *m.tokenizer;
         std::vector<TokenId> ids;
         if (r.endpoint == Endpoint::Chat) {
-            if (!m.chat_template)
-                throw ApiError(500, "this model's chat template is not supported (" + m.template_error +
-                                        "); /v1/completions works, or restart the server with --chat-template NAME",
-                               "", "server_error", "chat_template_unsupported");
-            try {
-                ids = chat_prompt_tokens(tok, *m.chat_template, r.messages, true);
-            } catch (const std::invalid_argument& e) {
-                throw ApiError(400, std::string("the conversation does not fit the model's chat template: ") + e.what(),
-                               "messages");
-            }
+            ids = render_chat_prompt(m, r.messages, true).tokens;   // as /apply-template renders it
         } else if (r.prompt_ids) {
             ids = *r.prompt_ids;
             for (TokenId t : ids)
@@ -316,13 +448,79 @@ private:
         check_key(req);
         const CompletionRequest r = parse_request(ep, req.body, opt_.defaults);
         const LoadedModel& m = ready_model();
-        auto job = std::make_shared<Job>();
-        job->id = ++next_job_;
-        job->prompt = prompt_tokens(r, m);
-        job->gen = r.gen;
-        if (!r.seed_given) job->gen.sampling.seed = random_seed();
-        job->logprobs = r.logprobs;
-        switch (sched_.submit(job)) {
+        if (r.n > opt_.engine.parallel + opt_.engine.queue)
+            throw ApiError(400,
+                           "'n' asks for " + std::to_string(r.n) + " choices; this server runs at most " +
+                               std::to_string(opt_.engine.parallel + opt_.engine.queue) +
+                               " answers at once (--parallel + --queue)",
+                           "n");
+        std::deque<Event> backlog;
+        const std::vector<std::shared_ptr<Job>> jobs = start_jobs(r, m, backlog);
+        const ResponseBuilder out(ep, m.id, *m.tokenizer, r.logprobs);
+        if (!r.stream) {
+            std::vector<std::string> texts(jobs.size());
+            std::vector<std::vector<TokenLogprob>> logprobs(jobs.size());
+            const std::vector<Event> done = collect(jobs, std::move(backlog), texts, logprobs);
+            ResponseBuilder first = out;
+            json body = first.response(texts[0], logprobs[0], done[0]);
+            Event usage = done[0];
+            for (size_t i = 1; i < jobs.size(); ++i) {
+                body["choices"].push_back(out.for_choice(int(i)).choice(texts[i], logprobs[i], done[i]));
+                usage.completion_tokens += done[i].completion_tokens;
+            }
+            body["usage"] = usage_json(usage);
+            send_json(res, 200, body);
+            return;
+        }
+        stream(jobs, std::make_shared<OpenAiStream>(out, r.n, r.include_usage), std::move(backlog),
+               std::move(in_flight), res);
+    }
+
+    // POST /v1/messages: Anthropic's Messages API over the chat path (server/anthropic.h).
+    void messages(const httplib::Request& req, httplib::Response& res) {
+        auto in_flight = std::make_shared<InFlight>(in_flight_);
+        check_anthropic_key(req);
+        const CompletionRequest r = parse_messages_request(req.body, opt_.defaults);
+        const LoadedModel& m = ready_model();
+        std::deque<Event> backlog;
+        const std::vector<std::shared_ptr<Job>> jobs = start_jobs(r, m, backlog);
+        MessageBuilder out(m.id, uint32_t(jobs[0]->prompt.size()));
+        if (!r.stream) {
+            std::vector<std::string> text(1);
+            std::vector<std::vector<TokenLogprob>> logprobs(1);
+            const std::vector<Event> done = collect(jobs, std::move(backlog), text, logprobs);
+            send_json(res, 200, out.message(text[0], done[0]));
+            return;
+        }
+        stream(jobs, std::make_shared<AnthropicStream>(std::move(out)), std::move(backlog), std::move(in_flight), res);
+    }
+
+    // Submits the request's jobs (r.n choices: one job each, seeds seed + i)
+    // and waits until the first has a slot and its prompt has run: until
+    // then, anything that fails is thrown and still gets a proper status
+    // code. `backlog` receives the events that came meanwhile.
+    std::vector<std::shared_ptr<Job>> start_jobs(const CompletionRequest& r, const LoadedModel& m,
+                                                 std::deque<Event>& backlog) {
+        const std::vector<TokenId> prompt = prompt_tokens(r, m);
+        for (const auto& [id, bias] : r.gen.sampling.logit_bias)
+            if (uint32_t(id) >= m.model->n_vocab)
+                throw ApiError(400, "'logit_bias' names the token id " + std::to_string(id) + "; the vocabulary has " +
+                                        std::to_string(m.model->n_vocab) + " tokens",
+                               "logit_bias");
+        const uint64_t seed = r.seed_given ? r.gen.sampling.seed : random_seed();
+        std::vector<std::shared_ptr<Job>> jobs;
+        for (int i = 0; i < r.n; ++i) {
+            auto job = std::make_shared<Job>();
+            job->id = ++next_job_;
+            job->prompt = prompt;
+            job->gen = r.gen;
+            job->gen.sampling.seed = seed + uint64_t(i);
+            job->logprobs = r.logprobs;
+            job->choice = i;
+            if (i > 0) job->first = jobs[0];
+            jobs.push_back(std::move(job));
+        }
+        switch (sched_.submit(jobs)) {
             case Scheduler::Admit::Ok: break;
             case Scheduler::Admit::Loading: throw loading_error();
             case Scheduler::Admit::ShuttingDown: throw shutting_down_error();
@@ -332,94 +530,100 @@ private:
                                    std::to_string(opt_.engine.queue) + " are taken; retry later",
                                "", "server_error", "server_busy");
         }
-        // Until the job has a slot and its prompt is evaluated, anything that
-        // fails still gets a proper status code.
-        std::deque<Event> backlog;
-        for (bool started = false; !started;) {
-            for (Event& ev : job->channel.wait(std::chrono::seconds(1))) {
-                if (ev.kind == Event::Kind::Error && !started) throw *ev.error;
-                if (ev.kind == Event::Kind::Done) started = true;
-                if (ev.kind == Event::Kind::Started) started = true;
-                else backlog.push_back(std::move(ev));
+        // Every choice's events arrive on the first's channel. Until choice
+        // 0 has started, the others have not (they wait for its prompt).
+        try {
+            for (bool started = false; !started;) {
+                for (Event& ev : jobs[0]->channel.wait(std::chrono::seconds(1))) {
+                    if (ev.kind == Event::Kind::Error && ev.choice == 0 && !started) throw *ev.error;
+                    if (ev.choice == 0 && (ev.kind == Event::Kind::Done || ev.kind == Event::Kind::Started)) started = true;
+                    if (ev.kind != Event::Kind::Started) backlog.push_back(std::move(ev));
+                }
             }
+        } catch (...) {
+            cancel(jobs);   // the other choices have nobody to answer
+            throw;
         }
-        auto out = std::make_shared<ResponseBuilder>(ep, m.id, *m.tokenizer, r.logprobs);
-        if (!r.stream) {
-            collect(*job, *out, std::move(backlog), res);
-            return;
-        }
-        stream(job, out, std::move(backlog), r.include_usage, std::move(in_flight), res);
+        return jobs;
     }
 
-    void collect(Job& job, ResponseBuilder& out, std::deque<Event> events, httplib::Response& res) {
-        std::string text;
-        std::vector<TokenLogprob> logprobs;
-        for (;;) {
+    static void cancel(const std::vector<std::shared_ptr<Job>>& jobs) {
+        for (const auto& j : jobs) j->cancel.store(true);
+    }
+
+    // The whole answer of every choice: its text and logprobs; returns the
+    // choices' Done events. An error of any choice is thrown (the others cancelled).
+    std::vector<Event> collect(const std::vector<std::shared_ptr<Job>>& jobs, std::deque<Event> events,
+                               std::vector<std::string>& texts, std::vector<std::vector<TokenLogprob>>& logprobs) {
+        std::vector<Event> done(jobs.size());
+        for (size_t remaining = jobs.size();;) {
             while (!events.empty()) {
                 Event ev = std::move(events.front());
                 events.pop_front();
+                const size_t c = size_t(ev.choice);
                 if (ev.kind == Event::Kind::Text) {
-                    text += ev.text;
-                    for (auto& t : ev.logprobs) logprobs.push_back(std::move(t));
+                    texts[c] += ev.text;
+                    for (auto& t : ev.logprobs) logprobs[c].push_back(std::move(t));
                 } else if (ev.kind == Event::Kind::Error) {
+                    cancel(jobs);
                     throw *ev.error;
                 } else if (ev.kind == Event::Kind::Done) {
-                    send_json(res, 200, out.response(text, logprobs, ev));
-                    return;
+                    done[c] = std::move(ev);
+                    if (--remaining == 0) return done;
                 }
             }
-            for (Event& ev : job.channel.wait(std::chrono::seconds(1))) events.push_back(std::move(ev));
+            for (Event& ev : jobs[0]->channel.wait(std::chrono::seconds(1))) events.push_back(std::move(ev));
         }
     }
 
-    // Server-sent events: `data: {json}\n\n` per chunk, then `data: [DONE]`.
-    // An error after the stream began (shutdown, an engine failure) is one
-    // `data: {"error": ...}` event, then the stream ends.
-    void stream(std::shared_ptr<Job> job, std::shared_ptr<ResponseBuilder> out, std::deque<Event> backlog,
-                bool include_usage, std::shared_ptr<InFlight> in_flight, httplib::Response& res) {
+    // Server-sent events in `fmt`'s shape: its opening, one event per text
+    // piece, its last events. An error after the stream began (shutdown, an
+    // engine failure) is one error event, then the stream ends.
+    void stream(std::vector<std::shared_ptr<Job>> jobs, std::shared_ptr<StreamFormat> fmt, std::deque<Event> backlog,
+                std::shared_ptr<InFlight> in_flight, httplib::Response& res) {
         struct State {
-            std::shared_ptr<Job> job;
-            std::shared_ptr<ResponseBuilder> out;
+            std::vector<std::shared_ptr<Job>> jobs;   // the choices; every event on jobs[0]'s channel
+            std::shared_ptr<StreamFormat> fmt;
             std::deque<Event> events;
-            bool include_usage;
             std::shared_ptr<InFlight> in_flight;
+            size_t remaining = 0;   // choices not done yet
             bool opened = false, finished = false;
         };
+        const size_t n = jobs.size();
         auto st = std::make_shared<State>(
-            State{std::move(job), std::move(out), std::move(backlog), include_usage, std::move(in_flight)});
+            State{std::move(jobs), std::move(fmt), std::move(backlog), std::move(in_flight), n});
         res.set_header("Cache-Control", "no-cache");
         res.set_header("X-Accel-Buffering", "no");
         res.set_chunked_content_provider(
             "text/event-stream",
             [st](size_t, httplib::DataSink& sink) {
-                auto send = [&](const std::string& data) {
-                    const std::string ev = "data: " + data + "\n\n";
-                    if (sink.write(ev.data(), ev.size())) return true;
-                    st->job->cancel.store(true);   // the client is gone: free the slot
+                auto send = [&](const std::string& events) {
+                    if (events.empty() || sink.write(events.data(), events.size())) return true;
+                    cancel(st->jobs);   // the client is gone: free the slots
                     return false;
                 };
                 if (!st->opened) {
                     st->opened = true;
-                    if (st->out->endpoint() == Endpoint::Chat && !send(dump(st->out->role_chunk()))) return false;
+                    if (!send(st->fmt->open())) return false;
                 }
                 if (st->events.empty())
-                    for (Event& ev : st->job->channel.wait(std::chrono::milliseconds(250)))
+                    for (Event& ev : st->jobs[0]->channel.wait(std::chrono::milliseconds(250)))
                         st->events.push_back(std::move(ev));
                 while (!st->events.empty()) {
                     Event ev = std::move(st->events.front());
                     st->events.pop_front();
                     if (ev.kind == Event::Kind::Text) {
-                        if (!send(dump(st->out->text_chunk(ev.text, ev.logprobs)))) return false;
+                        if (!send(st->fmt->text(ev))) return false;
                     } else if (ev.kind == Event::Kind::Error) {
                         st->finished = true;
-                        send(dump(error_json(*ev.error)));
+                        cancel(st->jobs);
+                        send(st->fmt->error(*ev.error));
                         sink.done();
                         return true;
                     } else if (ev.kind == Event::Kind::Done) {
+                        if (!send(st->fmt->done(ev))) return false;
+                        if (--st->remaining > 0) continue;
                         st->finished = true;
-                        if (!send(dump(st->out->final_chunk(ev)))) return false;
-                        if (st->include_usage && !send(dump(st->out->usage_chunk(ev)))) return false;
-                        if (!send("[DONE]")) return false;
                         sink.done();
                         return true;
                     }
@@ -429,7 +633,7 @@ private:
             [st](bool success) {
                 // The response is gone (written, or the connection failed):
                 // a job still generating has nobody to generate for.
-                if (!success || !st->finished) st->job->cancel.store(true);
+                if (!success || !st->finished) cancel(st->jobs);
                 st->in_flight.reset();
             });
     }
@@ -437,6 +641,7 @@ private:
     const ServerOptions& opt_;
     Scheduler& sched_;
     std::time_t started_;
+    CorsPolicy cors_;
     httplib::Server svr_;
     RequestCounter requests_;
     std::atomic<uint64_t> next_job_{0};

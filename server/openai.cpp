@@ -97,14 +97,14 @@ json ResponseBuilder::logprobs_json(const std::vector<TokenLogprob>& lp) {
 json ResponseBuilder::role_chunk() const {
     json c = base("chat.completion.chunk");
     c["choices"] = json::array(
-        {{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+        {{{"index", index_}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
     return c;
 }
 
 json ResponseBuilder::text_chunk(const std::string& text, const std::vector<TokenLogprob>& logprobs) {
     if (ep_ == Endpoint::Chat) {
         json c = base("chat.completion.chunk");
-        c["choices"] = json::array({{{"index", 0},
+        c["choices"] = json::array({{{"index", index_},
                                      {"delta", {{"content", text}}},
                                      {"logprobs", logprobs_json(logprobs)},
                                      {"finish_reason", nullptr}}});
@@ -112,7 +112,7 @@ json ResponseBuilder::text_chunk(const std::string& text, const std::vector<Toke
     }
     json c = base("text_completion");
     c["choices"] = json::array(
-        {{{"index", 0}, {"text", text}, {"logprobs", logprobs_json(logprobs)}, {"finish_reason", nullptr}}});
+        {{{"index", index_}, {"text", text}, {"logprobs", logprobs_json(logprobs)}, {"finish_reason", nullptr}}});
     return c;
 }
 
@@ -120,14 +120,14 @@ json ResponseBuilder::final_chunk(const Event& done) const {
     json c;
     if (ep_ == Endpoint::Chat) {
         c = base("chat.completion.chunk");
-        c["choices"] = json::array({{{"index", 0},
+        c["choices"] = json::array({{{"index", index_},
                                      {"delta", json::object()},
                                      {"logprobs", nullptr},
                                      {"finish_reason", openai_finish_reason(done.finish)}}});
     } else {
         c = base("text_completion");
         c["choices"] = json::array(
-            {{{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", openai_finish_reason(done.finish)}}});
+            {{{"index", index_}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", openai_finish_reason(done.finish)}}});
     }
     c["timings"] = timings_json(done.timings);
     return c;
@@ -140,21 +140,28 @@ json ResponseBuilder::usage_chunk(const Event& done) const {
     return c;
 }
 
+ResponseBuilder ResponseBuilder::for_choice(int index) const {
+    ResponseBuilder b = *this;
+    b.index_ = index;
+    b.text_offset_ = 0;
+    return b;
+}
+
+json ResponseBuilder::choice(const std::string& text, const std::vector<TokenLogprob>& logprobs, const Event& done) {
+    if (ep_ == Endpoint::Chat)
+        return {{"index", index_},
+                {"message", {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}}},
+                {"logprobs", logprobs_json(logprobs)},
+                {"finish_reason", openai_finish_reason(done.finish)}};
+    return {{"index", index_},
+            {"text", text},
+            {"logprobs", logprobs_json(logprobs)},
+            {"finish_reason", openai_finish_reason(done.finish)}};
+}
+
 json ResponseBuilder::response(const std::string& text, const std::vector<TokenLogprob>& logprobs, const Event& done) {
-    json r;
-    if (ep_ == Endpoint::Chat) {
-        r = base("chat.completion");
-        r["choices"] = json::array({{{"index", 0},
-                                     {"message", {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}}},
-                                     {"logprobs", logprobs_json(logprobs)},
-                                     {"finish_reason", openai_finish_reason(done.finish)}}});
-    } else {
-        r = base("text_completion");
-        r["choices"] = json::array({{{"index", 0},
-                                     {"text", text},
-                                     {"logprobs", logprobs_json(logprobs)},
-                                     {"finish_reason", openai_finish_reason(done.finish)}}});
-    }
+    json r = base(ep_ == Endpoint::Chat ? "chat.completion" : "text_completion");
+    r["choices"] = json::array({choice(text, logprobs, done)});
     r["usage"] = usage_json(done);
     r["timings"] = timings_json(done.timings);
     return r;

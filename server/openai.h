@@ -23,6 +23,9 @@ public:
 
     const std::string& id() const { return id_; }   // "chatcmpl-…" or "cmpl-…"
     Endpoint endpoint() const { return ep_; }
+    // The builder of another choice of the same response (n > 1): the same
+    // id and creation time, its own index and logprobs offsets.
+    ResponseBuilder for_choice(int index) const;
 
     // Streaming: the chat opening chunk (role), a text chunk, the final chunk
     // (finish_reason and timings), the usage chunk (no choices).
@@ -31,8 +34,10 @@ public:
     nlohmann::json final_chunk(const Event& done) const;
     nlohmann::json usage_chunk(const Event& done) const;
 
-    // Not streaming: the whole answer.
+    // Not streaming: the whole answer (one choice), and one choice of it
+    // (what n > 1 appends to the first's `choices`).
     nlohmann::json response(const std::string& text, const std::vector<TokenLogprob>& logprobs, const Event& done);
+    nlohmann::json choice(const std::string& text, const std::vector<TokenLogprob>& logprobs, const Event& done);
 
 private:
     nlohmann::json base(const char* object) const;
@@ -44,6 +49,7 @@ private:
     int64_t created_;
     const Tokenizer& tok_;
     int logprobs_;
+    int index_ = 0;
     size_t text_offset_ = 0;   // completions logprobs: where the next token's text starts
 };
 

@@ -1,9 +1,12 @@
 #include "server/request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include <nlohmann/json.hpp>
+
+#include "server/json_fields.h"
 
 namespace ptxlm::server {
 
@@ -27,6 +30,26 @@ const char* endpoint_path(Endpoint e) {
     return e == Endpoint::Chat ? "/v1/chat/completions" : "/v1/completions";
 }
 
+const RequestFields& request_fields(Endpoint e) {
+    // Both endpoints: sampling (OpenAI's and the common extensions top_k,
+    // min_p, repeat_penalty), length, stops, streaming, logprobs, seed.
+    static const RequestFields chat = {
+        {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
+         "presence_penalty", "frequency_penalty", "repeat_penalty", "seed", "stop", "stream", "stream_options",
+         "logprobs", "top_logprobs", "logit_bias", "n", "tools", "tool_choice", "response_format", "modalities"},
+        {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "prediction"},
+        {"functions", "function_call", "audio", "reasoning_effort", "web_search_options"},
+    };
+    static const RequestFields completion = {
+        {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
+         "frequency_penalty", "repeat_penalty", "seed", "stop", "stream", "stream_options", "logprobs", "logit_bias",
+         "n", "echo", "best_of", "suffix", "tools", "response_format"},
+        {"user", "metadata", "store", "service_tier"},
+        {},
+    };
+    return e == Endpoint::Chat ? chat : completion;
+}
+
 SamplerParams RequestDefaults::openai_sampling() {
     SamplerParams p;
     p.temperature = 1.0f;
@@ -38,31 +61,10 @@ SamplerParams RequestDefaults::openai_sampling() {
 
 namespace {
 
-[[noreturn]] void bad(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
-
-const char* type_name(const json& v) {
-    switch (v.type()) {
-        case json::value_t::object: return "an object";
-        case json::value_t::array: return "an array";
-        case json::value_t::string: return "a string";
-        case json::value_t::boolean: return "a boolean";
-        case json::value_t::number_integer:
-        case json::value_t::number_unsigned: return "an integer";
-        case json::value_t::number_float: return "a number";
-        default: return "null";
-    }
-}
-
-[[noreturn]] void wrong_type(const std::string& param, const char* expected, const json& got) {
-    bad(param, "invalid type for '" + param + "': expected " + expected + ", but got " + type_name(got));
-}
-
-// The field's value, or null when it is absent or null (OpenAI treats both as "not given").
-const json* field(const json& obj, const char* name) {
-    auto it = obj.find(name);
-    if (it == obj.end() || it->is_null()) return nullptr;
-    return &*it;
-}
+using fields::bad;
+using fields::field;
+using fields::type_name;
+using fields::wrong_type;
 
 std::string fmt(double v) {
     json j = v;
@@ -233,8 +235,31 @@ void parse_sampling(const json& body, CompletionRequest& r) {
     }
 }
 
+void parse_logit_bias(const json& body, CompletionRequest& r) {
+    const json* b = field(body, "logit_bias");
+    if (!b) return;
+    if (!b->is_object()) wrong_type("logit_bias", "an object mapping token ids (as strings) to biases", *b);
+    if (b->size() > kMaxLogitBias)
+        bad("logit_bias", "'logit_bias' holds " + std::to_string(b->size()) + " tokens; at most " +
+                              std::to_string(kMaxLogitBias) + " are allowed");
+    for (const auto& [key, value] : b->items()) {
+        int64_t id = -1;
+        if (!key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos)
+            id = std::stoll(key);
+        if (id < 0 || id > std::numeric_limits<int32_t>::max())
+            bad("logit_bias", "'logit_bias' keys are token ids written as decimal strings (got \"" + key + "\")");
+        if (!value.is_number()) wrong_type("logit_bias", "a number for each token", value);
+        const double v = value.get<double>();
+        if (!std::isfinite(v) || v < -100 || v > 100)
+            bad("logit_bias", "'logit_bias' values must be between -100 and 100 (got " + value.dump() + " for token " +
+                                  key + ")");
+        r.gen.sampling.logit_bias.emplace_back(int32_t(id), float(v));
+    }
+}
+
+// Fields that are honoured only at one value (the one that changes nothing)
+// and refused by name at any other.
 void refuse_unsupported(const json& body, Endpoint ep) {
-    if (auto n = integer(body, "n", 1, 128); n && *n != 1) bad("n", "only n = 1 is supported (got " + std::to_string(*n) + ")");
     if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty()))
         bad("tools", "tool calling is not supported by this server");
     if (const json* f = field(body, "response_format")) {
@@ -243,6 +268,15 @@ void refuse_unsupported(const json& body, Endpoint ep) {
         if (type && !(type->is_string() && type->get<std::string>() == "text"))
             bad("response_format", "only response_format {\"type\": \"text\"} is supported");
     }
+    if (ep == Endpoint::Chat) {
+        // With no tools, "none" and "auto" both mean plain text.
+        if (const json* c = field(body, "tool_choice"))
+            if (!(c->is_string() && (c->get<std::string>() == "none" || c->get<std::string>() == "auto")))
+                bad("tool_choice", "tool calling is not supported by this server ('tool_choice' may be \"none\" or \"auto\")");
+        if (const json* m = field(body, "modalities"))
+            if (!(m->is_array() && m->size() == 1 && (*m)[0] == "text"))
+                bad("modalities", "only modalities [\"text\"] are supported");
+    }
     if (ep == Endpoint::Completion) {
         if (boolean(body, "echo").value_or(false)) bad("echo", "echo is not supported by this server");
         if (auto b = integer(body, "best_of", 1, 128); b && *b != 1) bad("best_of", "only best_of = 1 is supported");
@@ -250,6 +284,26 @@ void refuse_unsupported(const json& body, Endpoint ep) {
             if (!s->is_string()) wrong_type("suffix", "a string", *s);
             if (!s->get<std::string>().empty()) bad("suffix", "suffix (insertion) is not supported by this server");
         }
+    }
+}
+
+// Every field of the body must be one the server reads, refuses at some
+// values, or knows to be a no-op: anything else is refused by name rather
+// than silently dropped (a misspelt "max_token" would otherwise change
+// nothing and say nothing). A null field counts as absent.
+void check_fields(const json& body, Endpoint ep) {
+    const RequestFields& known = request_fields(ep);
+    for (const auto& [key, value] : body.items()) {
+        if (value.is_null()) continue;
+        const auto in = [&](const std::vector<std::string_view>& list) {
+            return std::find(list.begin(), list.end(), key) != list.end();
+        };
+        if (in(known.honoured) || in(known.no_ops)) continue;
+        if (in(known.refused))
+            bad(key, "'" + key + "' is not supported by this server (it would change the output, so it is refused "
+                                 "rather than ignored)");
+        bad(key, "unrecognized request argument supplied: '" + key + "' (" + endpoint_path(ep) +
+                     " reads the fields listed in README.md, \"Serving\")");
     }
 }
 
@@ -265,7 +319,9 @@ CompletionRequest parse_object(Endpoint ep, const json& body, const RequestDefau
     }
     if (ep == Endpoint::Chat) parse_messages(body, r);
     else parse_prompt(body, r);
+    check_fields(body, ep);
     refuse_unsupported(body, ep);
+    if (auto n = integer(body, "n", 1, kMaxChoices)) r.n = int(*n);
 
     constexpr int64_t kMaxTokens = std::numeric_limits<int32_t>::max();
     std::optional<int64_t> max_tokens = integer(body, "max_tokens", 1, kMaxTokens);
@@ -274,6 +330,7 @@ CompletionRequest parse_object(Endpoint ep, const json& body, const RequestDefau
     if (max_tokens) r.gen.max_tokens = int32_t(*max_tokens);
 
     parse_sampling(body, r);
+    parse_logit_bias(body, r);
     parse_stop(body, r);
 
     r.stream = boolean(body, "stream").value_or(false);
@@ -296,20 +353,8 @@ CompletionRequest parse_object(Endpoint ep, const json& body, const RequestDefau
 }  // namespace
 
 CompletionRequest parse_request(Endpoint ep, std::string_view body, const RequestDefaults& defaults) {
-    json j;
-    try {
-        j = json::parse(body);
-    } catch (const json::exception& e) {
-        throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
-    }
-    try {
-        return parse_object(ep, j, defaults);
-    } catch (const ApiError&) {
-        throw;
-    } catch (const std::exception& e) {
-        // A conversion this file failed to guard: still the client's request at fault.
-        throw ApiError(400, std::string("invalid request: ") + e.what());
-    }
+    const json j = fields::parse_body(body);
+    return fields::client_error([&] { return parse_object(ep, j, defaults); });
 }
 
 }  // namespace ptxlm::server

@@ -4,9 +4,8 @@
 // parse_request() turns a body into a CompletionRequest or throws ApiError
 // (and nothing else): malformed JSON, a field of the wrong type or out of its
 // range, an unsupported value (n > 1, a non-text content part, an unknown
-// role). Fields it does not know are ignored, as OpenAI-compatible servers
-// do; a null field counts as absent. The error names the field (`param`) the
-// way OpenAI's do.
+// role), a field it does not know. A null field counts as absent. The error
+// names the field (`param`) the way OpenAI's do.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +44,23 @@ nlohmann::json error_json(const ApiError& e);
 enum class Endpoint { Chat, Completion };
 const char* endpoint_path(Endpoint e);   // "/v1/chat/completions", "/v1/completions"
 
+// The request-field policy of an endpoint: a field that changes the output is
+// honoured (at some or every value: `n`, `tools`, `response_format`, `echo`,
+// ... only at the value that changes nothing) or refused with a 400 naming
+// it; a field that cannot change the output is a documented no-op; any other
+// field is refused as unrecognized. README.md's "Serving" lists the same.
+struct RequestFields {
+    std::vector<std::string_view> honoured;   // read, checked, and used or refused by value
+    std::vector<std::string_view> no_ops;     // accepted and ignored: they cannot change the output
+    std::vector<std::string_view> refused;    // OpenAI's, changing the output, not supported here
+};
+const RequestFields& request_fields(Endpoint e);
+
+// n: at most this many choices per request (OpenAI's limit is 128).
+inline constexpr int kMaxChoices = 128;
+// logit_bias holds at most this many tokens (OpenAI's limit is 300).
+inline constexpr size_t kMaxLogitBias = 1024;
+
 // What a request gets for the fields it leaves out (`ptxlm serve`'s --temp,
 // --top-k, ... options; OpenAI's defaults unless changed).
 struct RequestDefaults {
@@ -67,6 +83,7 @@ struct CompletionRequest {
     // Log-probabilities: < 0 none; n >= 0 the sampled token's and the n most
     // likely (chat: logprobs true + top_logprobs; completions: logprobs n).
     int logprobs = -1;
+    int n = 1;                                // choices (1..kMaxChoices), each with its own seed: seed + index
     std::string model;                        // as the client named it (reported as the loaded model)
 };
 

@@ -86,13 +86,19 @@ const LoadedModel* Scheduler::model() const {
 }
 
 Scheduler::Admit Scheduler::submit(std::shared_ptr<Job> job) {
+    std::vector<std::shared_ptr<Job>> one;
+    one.push_back(std::move(job));
+    return submit(std::move(one));
+}
+
+Scheduler::Admit Scheduler::submit(std::vector<std::shared_ptr<Job>> jobs) {
     {
         std::lock_guard lk(mu_);
         if (stopping_ || state_ == State::Stopped || state_ == State::Failed) return Admit::ShuttingDown;
         if (state_ == State::Loading) return Admit::Loading;
-        if (admitted_ >= size_t(opt_.parallel + opt_.queue)) return Admit::Full;
-        ++admitted_;
-        queue_.push_back(std::move(job));
+        if (admitted_ + jobs.size() > size_t(opt_.parallel + opt_.queue)) return Admit::Full;
+        admitted_ += jobs.size();
+        for (auto& j : jobs) queue_.push_back(std::move(j));
         stats_.queued = queue_.size();
     }
     cv_.notify_all();
@@ -245,7 +251,9 @@ void Scheduler::begin_generation(Slot& s) {
     ev.cached_tokens = t.prompt_reused;
     ev.timings = t;
     ev.slot = s.index;
-    job.channel.push(std::move(ev));
+    ev.choice = job.choice;
+    job.events().push(std::move(ev));
+    job.prompt_done.store(true);   // the group's other choices may start now
     std::lock_guard lk(mu_);
     stats_.prompt_tokens += t.prompt_tokens;
     stats_.prompt_tokens_cached += t.prompt_reused;
@@ -270,7 +278,8 @@ bool Scheduler::step_job(Slot& s) {
         ev.text = std::move(st.text);
         ev.logprobs = std::move(s.pending);
         s.pending.clear();
-        job.channel.push(std::move(ev));
+        ev.choice = job.choice;
+    job.events().push(std::move(ev));
     }
     if (!st.done) return sampled;
     // Log-probabilities of tokens whose text was never returned (a stop
@@ -279,6 +288,7 @@ bool Scheduler::step_job(Slot& s) {
     Event done;
     done.kind = Event::Kind::Done;
     done.finish = g.finish;
+    done.stop = std::move(g.stop);
     done.prompt_tokens = uint32_t(job.prompt.size());
     done.cached_tokens = g.timings.prompt_reused;
     done.completion_tokens = uint32_t(g.tokens.size());
@@ -288,7 +298,9 @@ bool Scheduler::step_job(Slot& s) {
 }
 
 void Scheduler::end_job(Slot& s, Event last) {
-    s.job->channel.push(std::move(last));
+    last.choice = s.job->choice;
+    s.job->prompt_done.store(true);
+    s.job->events().push(std::move(last));
     s.job.reset();
     s.gen.reset();
     s.pending.clear();
@@ -321,11 +333,17 @@ void Scheduler::run() {
             std::unique_lock lk(mu_);
             cv_.wait(lk, [&] { return stopping_ || !queue_.empty() || stats_.active > 0; });
             if (stopping_) break;
-            while (!queue_.empty()) {
-                Slot* s = pick_slot(queue_.front()->prompt);
+            // In order, except that a group's later choices wait until its
+            // first has evaluated the prompt (jobs behind them go ahead).
+            for (auto it = queue_.begin(); it != queue_.end();) {
+                if ((*it)->first && !(*it)->first->prompt_done.load()) {
+                    ++it;
+                    continue;
+                }
+                Slot* s = pick_slot((*it)->prompt);
                 if (!s) break;
-                s->job = std::move(queue_.front());
-                queue_.pop_front();
+                s->job = std::move(*it);
+                it = queue_.erase(it);
                 starting.push_back(s);
                 ++stats_.active;
             }
@@ -409,7 +427,9 @@ void Scheduler::run() {
         if (s->job) end_job(*s, error_event(bye));
     std::lock_guard lk(mu_);
     for (auto& j : queue_) {
-        j->channel.push(error_event(bye));
+        Event e = error_event(bye);
+        e.choice = j->choice;
+        j->events().push(std::move(e));
         --admitted_;
     }
     queue_.clear();

@@ -83,8 +83,10 @@ struct Event {
     uint32_t cached_tokens = 0;          // Started, Done: of which reused from the slot's cache
     uint32_t completion_tokens = 0;      // Done
     FinishReason finish = FinishReason::Stop;   // Done
+    std::string stop;                    // Done: the stop string that ended the text (empty: none did)
     Timings timings;                     // Started (prompt part), Done
     int slot = -1;                       // Started
+    int choice = 0;                      // every kind: the job's Job::choice
     std::optional<ApiError> error;       // Error
 };
 
@@ -101,13 +103,23 @@ private:
     std::deque<Event> events_;
 };
 
+// One answer to one prompt. A request for n > 1 answers is n jobs of one
+// group: choice i > 0 has `first` set to choice 0's job and its events go
+// to that job's channel (each tagged with its choice); it starts only once
+// choice 0 has evaluated the prompt (or ended), so its prefill finds the
+// prompt's KV in the pool or the slot's cache rather than computing it again.
 struct Job {
     uint64_t id = 0;
     std::vector<TokenId> prompt;
     GenerateOptions gen;
     int logprobs = -1;                   // see CompletionRequest::logprobs
+    int choice = 0;
+    std::shared_ptr<Job> first;          // choice > 0: the group's choice 0
     std::atomic<bool> cancel{false};     // set by the HTTP side when the client is gone
-    Channel channel;
+    std::atomic<bool> prompt_done{false};   // set by the engine once the prompt has run (or the job ended)
+    Channel channel;                     // choice 0's: every choice's events
+
+    Channel& events() { return first ? first->channel : channel; }
 };
 
 struct SlotStats {
@@ -161,6 +173,8 @@ public:
     // Admits a job, queued until a slot is free. Full when parallel + queue
     // jobs are already admitted (nothing waits unbounded).
     Admit submit(std::shared_ptr<Job> job);
+    // Admits a group's jobs (choice 0 first) all together, or none.
+    Admit submit(std::vector<std::shared_ptr<Job>> jobs);
     // Stops admitting; every admitted job gets an Error (503) event; joins the
     // engine thread (after the model has finished loading, if it was).
     void shutdown();

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "server/request.h"
 #include "server/scheduler.h"
@@ -20,6 +21,7 @@ struct ServerOptions {
     std::string host = "127.0.0.1";
     int port = 8080;                     // 0: any free port
     std::string api_key;                 // empty: no authentication
+    std::vector<std::string> cors_origins;   // --cors-origin: "*" or exact origins; empty: no CORS headers
     size_t max_body = 4u << 20;          // request bodies above this get 413
     RequestDefaults defaults;
 };

@@ -36,6 +36,34 @@ TEST(Sampler, TopKOfOneIsGreedyAtAnyTemperature) {
     }
 }
 
+// logit_bias is added before anything else: +100 forces a token, -100 bans
+// the best one, at temperature 0 and 1; an id outside the vocabulary or a
+// non-finite bias is refused.
+TEST(Sampler, LogitBiasForcesAndBans) {
+    for (float temp : {0.0f, 1.0f}) {
+        SamplerParams p = plain(temp);
+        p.logit_bias = {{4, 100.f}};
+        Sampler force(p, 5);
+        p.logit_bias = {{1, -100.f}, {3, -100.f}};
+        Sampler ban(p, 5);
+        Sampler none(plain(temp), 5);
+        bool none_differs = false;
+        for (int i = 0; i < 200; ++i) {
+            std::vector<float> l{1, 3, 2, 3, 0}, l2 = l, l3 = l;
+            EXPECT_EQ(force.sample(l), 4);
+            const int32_t b = ban.sample(l2);
+            EXPECT_TRUE(b != 1 && b != 3) << b;
+            none_differs |= none.sample(l3) != 4;
+        }
+        EXPECT_TRUE(none_differs);   // without the bias token 4 is not what comes out
+    }
+    SamplerParams p = plain(0);
+    p.logit_bias = {{5, 1.f}};
+    EXPECT_THROW(Sampler(p, 5), std::invalid_argument);
+    p.logit_bias = {{0, NAN}};
+    EXPECT_THROW(Sampler(p, 5), std::invalid_argument);
+}
+
 // Empirical frequencies over many draws.
 std::map<int, double> draw(SamplerParams p, const std::vector<float>& logits, int n = 20000) {
     Sampler s(p, int32_t(logits.size()));

@@ -5,7 +5,10 @@
 // parse or throw ApiError (status 400), never anything else.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
 #include <random>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -59,7 +62,10 @@ TEST(ServerRequest, ChatFieldsAreRead) {
                                       {"top_logprobs", 4},
                                       {"n", 1},
                                       {"user", "ignored"},
-                                      {"some_future_field", {1, 2, 3}}});
+                                      {"store", false},
+                                      {"logit_bias", {{"15", -100}, {"7", 2.5}}},
+                                      {"tool_choice", "none"},
+                                      {"some_future_field", nullptr}});
     ASSERT_EQ(r.messages.size(), 3u);
     EXPECT_EQ(r.messages[0].role, "system");
     EXPECT_EQ(r.messages[1].content, "a\nb");
@@ -79,6 +85,7 @@ TEST(ServerRequest, ChatFieldsAreRead) {
     EXPECT_TRUE(r.stream);
     EXPECT_TRUE(r.include_usage);
     EXPECT_EQ(r.logprobs, 4);
+    EXPECT_EQ(r.gen.sampling.logit_bias.size(), 2u);
 }
 
 TEST(ServerRequest, DefaultsAreOpenAIs) {
@@ -158,7 +165,9 @@ TEST(ServerRequest, BadFieldsNameTheField) {
         {{{"messages", kUser}, {"stop", {"a", "b", "c", "d", "e"}}}, "stop"},
         {{{"messages", kUser}, {"stop", {""}}}, "stop"},
         {{{"messages", kUser}, {"stop", {"a", 1}}}, "stop"},
-        {{{"messages", kUser}, {"n", 2}}, "n"},
+        {{{"messages", kUser}, {"n", 0}}, "n"},
+        {{{"messages", kUser}, {"n", 129}}, "n"},
+        {{{"messages", kUser}, {"n", 1.5}}, "n"},
         {{{"messages", kUser}, {"stream", "yes"}}, "stream"},
         {{{"messages", kUser}, {"stream_options", true}}, "stream_options"},
         {{{"messages", kUser}, {"stream_options", {{"include_usage", 1}}}}, "include_usage"},
@@ -168,12 +177,84 @@ TEST(ServerRequest, BadFieldsNameTheField) {
         {{{"messages", kUser}, {"model", 7}}, "model"},
         {{{"messages", kUser}, {"tools", {{{"type", "function"}}}}}, "tools"},
         {{{"messages", kUser}, {"response_format", {{"type", "json_object"}}}}, "response_format"},
+        {{{"messages", kUser}, {"logit_bias", {1, 2}}}, "logit_bias"},
+        {{{"messages", kUser}, {"logit_bias", {{"abc", 1}}}}, "logit_bias"},
+        {{{"messages", kUser}, {"logit_bias", {{"-3", 1}}}}, "logit_bias"},
+        {{{"messages", kUser}, {"logit_bias", {{"99999999999", 1}}}}, "logit_bias"},
+        {{{"messages", kUser}, {"logit_bias", {{"5", 101}}}}, "logit_bias"},
+        {{{"messages", kUser}, {"logit_bias", {{"5", "up"}}}}, "logit_bias"},
+        {{{"messages", kUser}, {"tool_choice", "required"}}, "tool_choice"},
+        {{{"messages", kUser}, {"modalities", {"text", "audio"}}}, "modalities"},
+        {{{"messages", kUser}, {"functions", json::array()}}, "functions"},
+        {{{"messages", kUser}, {"reasoning_effort", "low"}}, "reasoning_effort"},
+        {{{"messages", kUser}, {"max_token", 5}}, "max_token"},   // misspelt: refused, not ignored
+        {{{"messages", kUser}, {"prompt", "x"}}, "prompt"},       // the other endpoint's field
     };
     for (const auto& [body, param] : cases) {
         const auto [status, got] = chat_error(body);
         EXPECT_EQ(status, 400) << body.dump();
         EXPECT_EQ(got, param) << body.dump();
     }
+}
+
+TEST(ServerRequest, LogitBiasAndFieldPolicy) {
+    const CompletionRequest r = completion({{"prompt", "x"}, {"logit_bias", {{"0", 100}, {"31999", -0.5}}}});
+    ASSERT_EQ(r.gen.sampling.logit_bias.size(), 2u);
+    std::vector<std::pair<int32_t, float>> got = r.gen.sampling.logit_bias;
+    std::sort(got.begin(), got.end());
+    EXPECT_EQ(got[0], std::make_pair(int32_t(0), 100.f));
+    EXPECT_EQ(got[1], std::make_pair(int32_t(31999), -0.5f));
+    // Every no-op is accepted, on both endpoints; an unknown field is refused
+    // on both, and chat's extra fields on completions.
+    for (Endpoint ep : {Endpoint::Chat, Endpoint::Completion}) {
+        json base = ep == Endpoint::Chat ? json{{"messages", kUser}} : json{{"prompt", "x"}};
+        for (std::string_view f : request_fields(ep).no_ops) {
+            json b = base;
+            b[std::string(f)] = "anything";
+            EXPECT_EQ(error_of(ep, b.dump()).first, 0) << f;
+        }
+        for (std::string_view f : request_fields(ep).refused) {
+            json b = base;
+            b[std::string(f)] = "anything";
+            EXPECT_EQ(error_of(ep, b.dump()), std::make_pair(400, std::string(f))) << f;
+        }
+        base["temprature"] = 0.5;
+        EXPECT_EQ(error_of(ep, base.dump()), std::make_pair(400, std::string("temprature")));
+    }
+    EXPECT_EQ(completion_error({{"prompt", "x"}, {"messages", kUser}}), std::make_pair(400, std::string("messages")));
+    EXPECT_EQ(completion_error({{"prompt", "x"}, {"tool_choice", "none"}}), std::make_pair(400, std::string("tool_choice")));
+}
+
+// README.md's "Field policy" names exactly the no-op and refused fields the
+// code has (the documentation and the server cannot drift apart).
+TEST(ServerRequest, ReadmeListsThePolicy) {
+    std::ifstream in(std::string(PTXLM_SOURCE_DIR) + "/README.md");
+    ASSERT_TRUE(in) << "README.md";
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = text.find("- **Field policy**");
+    ASSERT_NE(at, std::string::npos);
+    const size_t end = text.find("\n- **", at + 1);
+    const std::string para = text.substr(at, end - at);
+    // The backticked names after "No-op fields" up to "Refused at any value", and from there to "Honoured".
+    const auto names = [&](const std::string& from, const std::string& to) {
+        std::set<std::string> out;
+        size_t p = para.find(from), q = para.find(to, p);
+        EXPECT_NE(p, std::string::npos) << from;
+        EXPECT_NE(q, std::string::npos) << to;
+        for (size_t a = para.find('`', p); a < q; a = para.find('`', a + 1)) {
+            const size_t b = para.find('`', a + 1);
+            out.insert(para.substr(a + 1, b - a - 1));
+            a = b;
+        }
+        return out;
+    };
+    std::set<std::string> no_ops, refused;
+    for (Endpoint ep : {Endpoint::Chat, Endpoint::Completion}) {
+        for (std::string_view f : request_fields(ep).no_ops) no_ops.insert(std::string(f));
+        for (std::string_view f : request_fields(ep).refused) refused.insert(std::string(f));
+    }
+    EXPECT_EQ(names("No-op fields", "Refused at any value"), no_ops);
+    EXPECT_EQ(names("Refused at any value", "Honoured at one value"), refused);
 }
 
 TEST(ServerRequest, MalformedBodies) {
@@ -242,8 +323,10 @@ json random_body(std::mt19937_64& rng) {
             if (rng() % 2) m["content"] = "hello";
             msgs.push_back(m);
         }
-        body["messages"] = msgs;
-        body["prompt"] = rng() % 2 ? json("hi") : random_value(rng, 1);
+        // One endpoint's input (each refuses the other's field), now and then both.
+        const unsigned which = rng() % 5;
+        if (which < 2 || which == 4) body["messages"] = msgs;
+        if (which >= 2) body["prompt"] = rng() % 2 ? json("hi") : random_value(rng, 1);
     }
     for (int i = int(rng() % 6); i > 0; --i) body[fields[rng() % 25]] = random_value(rng, 0);
     return body;

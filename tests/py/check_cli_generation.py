@@ -67,6 +67,12 @@ def main():
         check(j["prompt_tokens"][:2] == [2, 105] and j["prompt_tokens"].count(2) == 1,
               f"gemma chat prompt should start <bos><start_of_turn> once: {j['prompt_tokens'][:4]}")
 
+    # chat without -m opens the instruction-tuned default (SmolLM2), not the
+    # general default (gemma-3-270m, a base model).
+    p = ptxlm("chat", "--temp", "0", "-n", "4", stdin="Hi\n")
+    check(p.returncode == 0 and "SmolLM2-135M-Instruct.Q4_1.gguf" in p.stderr and p.stdout.strip(),
+          f"chat's default model: exit {p.returncode}, {p.stderr[-300:]!r}")
+
     # Piped chat: one turn per line, the cache kept across turns, /reset.
     p = ptxlm("chat", "-m", SMOL, "--temp", "0", "-n", "8", "-v", stdin="What is the capital of France?\nAnd of Germany?\n/reset\nHello\n")
     check(p.returncode == 0, f"piped chat: exit {p.returncode}: {p.stderr[-300:]}")

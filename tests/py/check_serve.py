@@ -281,6 +281,63 @@ def check_basics(s, model):
     lp = cl.choices[0].logprobs
     check(len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 10
           and all(len(t) == 2 for t in lp.top_logprobs) and lp.text_offset[0] == 0, f"completion logprobs: {lp}")
+
+    # logit_bias through the official client: +100 on a token the greedy
+    # answer does not start with makes every token that one (until max_tokens);
+    # -100 on the greedy answer's first token changes the first token.
+    first = lr.choices[0].logprobs.content[0]
+    bos = len(tokenize(model, ""))   # the ids every text starts with (BOS where the model adds one)
+    word = next(w for w in (" blue", " seven", " zebra", " x", "a")
+                if len(tokenize(model, w)) == bos + 1 and w != first.token)
+    forced = tokenize(model, word)[bos]
+    fr = c.chat.completions.create(model="x", messages=USER, max_tokens=5, temperature=0, logprobs=True,
+                                   logit_bias={str(forced): 100})
+    check(fr.choices[0].message.content == word * 5 and fr.usage.completion_tokens == 5,
+          f"logit_bias +100 on {word!r} ({forced}): {fr.choices[0].message.content!r}")
+    fs = list(c.completions.create(model="x", prompt=prompt, max_tokens=3, temperature=0.7, seed=3, stream=True,
+                                   logit_bias={str(forced): 100}))
+    check("".join(k.choices[0].text for k in fs if k.choices) == word * 3, f"streamed logit_bias: {fs}")
+    # n = 3: three indexed choices, each its own seed stream (seed + index:
+    # choice i equals a one-choice request with seed 7 + i), streamed and not;
+    # usage counts the prompt once.
+    many = c.completions.create(model="x", prompt=prompt, max_tokens=12, temperature=1.0, seed=7, n=3)
+    alone = [c.completions.create(model="x", prompt=prompt, max_tokens=12, temperature=1.0, seed=7 + i)
+             for i in range(3)]
+    check(sorted(ch.index for ch in many.choices) == [0, 1, 2], f"n=3 indexes: {many.choices}")
+    texts = {ch.index: ch.text for ch in many.choices}
+    check(all(texts[i] == alone[i].choices[0].text for i in range(3)), f"n=3 != seeds 7..9: {texts}")
+    check(len(set(texts.values())) > 1, f"n=3 gave one text thrice: {texts}")
+    check(many.usage.prompt_tokens == alone[0].usage.prompt_tokens and
+          many.usage.completion_tokens == sum(a.usage.completion_tokens for a in alone), f"n=3 usage: {many.usage}")
+    # The prompt is evaluated once: a fresh 200-token prompt with n = 4 costs
+    # its tokens once plus at most a partly filled KV page (16 positions)
+    # per further choice, which each recomputes.
+    fresh = " ".join(f"lamp{i}" for i in range(60))
+    before = metric(s.metrics(), "ptxlm_prompt_tokens_total")
+    four = c.completions.create(model="x", prompt=fresh, max_tokens=2, temperature=1.0, n=4)
+    spent = metric(s.metrics(), "ptxlm_prompt_tokens_total") - before
+    check(four.usage.prompt_tokens > 100 and spent <= four.usage.prompt_tokens + 3 * 16,
+          f"n=4 evaluated {spent} prompt tokens for a {four.usage.prompt_tokens}-token prompt")
+    chunks = list(c.chat.completions.create(model="x", messages=USER, max_tokens=8, temperature=1.0, seed=11, n=2,
+                                            stream=True, stream_options={"include_usage": True}))
+    got = {0: "", 1: ""}
+    finals = {}
+    for k in chunks:
+        for ch in k.choices:
+            got[ch.index] += ch.delta.content or ""
+            if ch.finish_reason:
+                finals[ch.index] = ch.finish_reason
+    solo = [c.chat.completions.create(model="x", messages=USER, max_tokens=8, temperature=1.0, seed=11 + i)
+            for i in range(2)]
+    check(got == {i: solo[i].choices[0].message.content for i in range(2)} and set(finals) == {0, 1},
+          f"streamed n=2: {got} {finals}")
+    check(not chunks[-1].choices and chunks[-1].usage.completion_tokens == sum(x.usage.completion_tokens for x in solo),
+          f"streamed n=2 usage: {chunks[-1]}")
+    first_id = tokenize(model, first.token)[bos:]
+    if check(len(first_id) == 1, f"{first.token!r} is not one token: {first_id}"):
+        br = c.chat.completions.create(model="x", messages=USER, max_tokens=1, temperature=0, logprobs=True,
+                                       logit_bias={str(first_id[0]): -100})
+        check(br.choices[0].logprobs.content[0].token != first.token, f"logit_bias -100: {br.choices[0]}")
     return a
 
 
@@ -297,10 +354,17 @@ def check_errors(s):
         ("no messages", "/v1/chat/completions", {"prompt": "x"}, 400, "messages"),
         ("image part", "/v1/chat/completions", {"messages": [{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": "x"}}]}]}, 400, "messages[0].content[0].type"),
-        ("n = 2", "/v1/chat/completions", {"messages": USER, "n": 2}, 400, "n"),
+        ("n = 0", "/v1/chat/completions", {"messages": USER, "n": 0}, 400, "n"),
+        ("n over the slots and queue", "/v1/completions", {"prompt": "x", "n": 11}, 400, "n"),
         ("five stops", "/v1/completions", {"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
         ("two prompts", "/v1/completions", {"prompt": ["a", "b"]}, 400, "prompt"),
         ("token out of vocab", "/v1/completions", {"prompt": [1, 99999]}, 400, "prompt"),
+        ("logit_bias out of vocab", "/v1/chat/completions", {"messages": USER, "logit_bias": {"99999": 5}}, 400,
+         "logit_bias"),
+        ("logit_bias over 100", "/v1/completions", {"prompt": "x", "logit_bias": {"5": 100.5}}, 400, "logit_bias"),
+        ("misspelt field", "/v1/chat/completions", {"messages": USER, "max_token": 5}, 400, "max_token"),
+        ("unsupported field", "/v1/chat/completions", {"messages": USER, "reasoning_effort": "low"}, 400,
+         "reasoning_effort"),
     ]
     for what, path, body, status, param in bad:
         st, b, _ = s.request("POST", path, raw=body if isinstance(body, str) else json.dumps(body))

@@ -154,7 +154,7 @@ int run(Args& a) {
 Runner add_chat(CLI::App& app) {
     auto a = std::make_shared<Args>();
     CLI::App* sub = app.add_subcommand("chat", "interactive chat with a model (the default model without -m)");
-    add_engine_options(*sub, a->engine);
+    add_engine_options(*sub, a->engine, DefaultModel::Chat);
     add_sampling_options(*sub, a->sampling);
     sub->add_option("--system", a->system, "system prompt");
     sub->add_option("--chat-template", a->chat_template, "chat template family (" + chat_template_names() + ")");

@@ -10,8 +10,9 @@
 
 namespace ptxlm::cli {
 
-void add_engine_options(CLI::App& app, EngineArgs& a) {
-    app.add_option("-m,--model", a.model, "GGUF model file (default: " + default_model_path() + ")");
+void add_engine_options(CLI::App& app, EngineArgs& a, DefaultModel which) {
+    a.default_model = which;
+    app.add_option("-m,--model", a.model, "GGUF model file (default: " + default_model_path(which) + ")");
     app.add_option("-c,--ctx-size", a.n_ctx, "context length in tokens (default: the model's, capped to what memory allows)")
         ->check(CLI::Range(1u, 1u << 24));
     app.add_option("-t,--threads", a.threads, "CPU threads (default: every core this process may use)")
@@ -55,14 +56,14 @@ std::shared_ptr<const cuda::Driver> load_gpu_driver(const std::string& what) {
     }
 }
 
-std::string default_model_path() {
+std::string default_model_path(DefaultModel which) {
     if (const char* env = std::getenv("PTXLM_MODEL"); env && *env) return env;
-    return std::string(PTXLM_DEFAULT_MODEL);
+    return std::string(which == DefaultModel::Chat ? PTXLM_DEFAULT_CHAT_MODEL : PTXLM_DEFAULT_MODEL);
 }
 
 Engine open_engine(const EngineArgs& a) {
     Engine e;
-    const std::string path = a.model.empty() ? default_model_path() : a.model;
+    const std::string path = a.model.empty() ? default_model_path(a.default_model) : a.model;
     if (a.model.empty() && !std::filesystem::exists(path))
         throw ModelError("the default model " + path + " is missing: run models/fetch (./run.sh does), or pass -m MODEL");
     e.model = std::make_unique<Model>(Model::load(path));

@@ -15,8 +15,15 @@ namespace ptxlm::cuda { class Driver; }
 
 namespace ptxlm::cli {
 
+// The model a subcommand opens without -m: the general default (gemma-3-270m
+// Q4_K_M, a base model: what bench, run and the tools measure) or the chat
+// default (SmolLM2-135M-Instruct, instruction-tuned: it answers questions;
+// chat and serve).
+enum class DefaultModel { General, Chat };
+
 struct EngineArgs {
     std::string model;            // empty: the default model
+    DefaultModel default_model = DefaultModel::General;
     uint32_t n_ctx = 0;           // 0: the model's, capped by memory
     int threads = 0;              // 0: all cores this process may use
     std::string device = "auto";
@@ -29,9 +36,9 @@ struct EngineArgs {
     bool gpu_prefetch = false;          // GPU: GEMVs prefetch their first weight rows into L2
 };
 
-// Registers -m/--model, -c/--ctx-size, -t/--threads, --device, --kv-type, --schedule, --cpu-path, --cpu-isa,
-// --gpu-path.
-void add_engine_options(CLI::App& app, EngineArgs& args);
+// Registers -m/--model (its default: `which`), -c/--ctx-size, -t/--threads, --device, --kv-type, --schedule,
+// --cpu-path, --cpu-isa, --gpu-path.
+void add_engine_options(CLI::App& app, EngineArgs& args, DefaultModel which = DefaultModel::General);
 
 struct Engine {
     std::unique_ptr<Model> model;
@@ -47,7 +54,7 @@ Engine open_engine(const EngineArgs& args);
 // without one, a ModelError "<what>: no CUDA device found: <why>".
 std::shared_ptr<const cuda::Driver> load_gpu_driver(const std::string& what);
 
-// $PTXLM_MODEL if set, else the default model fetched by models/fetch.
-std::string default_model_path();
+// $PTXLM_MODEL if set, else the default model of that kind fetched by models/fetch.
+std::string default_model_path(DefaultModel which = DefaultModel::General);
 
 }  // namespace ptxlm::cli

@@ -8,6 +8,7 @@
 
 #include "engine/chat_prompt.h"
 #include "server/server.h"
+#include "server/utility.h"
 #include "tools/ptxlm/commands.h"
 #include "tools/ptxlm/engine_args.h"
 
@@ -25,7 +26,7 @@ struct Args {
 int run(Args& a) {
     server::ServerOptions opt = a.server;
     server::EngineOptions& e = opt.engine;
-    e.model_path = a.engine.model.empty() ? default_model_path() : a.engine.model;
+    e.model_path = a.engine.model.empty() ? default_model_path(DefaultModel::Chat) : a.engine.model;
     if (a.engine.model.empty() && !std::filesystem::exists(e.model_path))
         throw ModelError("the default model " + e.model_path + " is missing: run models/fetch (./run.sh does), or pass -m MODEL");
     if (!std::filesystem::exists(e.model_path)) throw ModelError(e.model_path + ": no such file");
@@ -54,6 +55,11 @@ int run(Args& a) {
     e.chat_template = a.chat_template;
     if (opt.api_key.empty())
         if (const char* k = std::getenv("PTXLM_API_KEY"); k && *k) opt.api_key = k;
+    for (const std::string& o : opt.cors_origins) {
+        server::check_cors_origin(o);
+        if (o == "*" && opt.cors_origins.size() > 1)
+            throw std::invalid_argument("--cors-origin '*' allows every origin: give it alone, not with other origins");
+    }
     validate(opt.defaults.sampling);
     return server::run_server(opt);
 }
@@ -63,14 +69,19 @@ int run(Args& a) {
 Runner add_serve(CLI::App& app) {
     auto a = std::make_shared<Args>();
     CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat and completions, streamed)");
-    add_engine_options(*sub, a->engine);
+    add_engine_options(*sub, a->engine, DefaultModel::Chat);
     server::ServerOptions& o = a->server;
     sub->add_option("--host", o.host, "address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)");
     sub->add_option("--port", o.port, "TCP port (default 8080; 0 picks a free one, printed on stdout)")
         ->check(CLI::Range(0, 65535));
     sub->add_option("--api-key", o.api_key,
-                    "require 'Authorization: Bearer KEY' on completions and /metrics (default: $PTXLM_API_KEY; "
+                    "require 'Authorization: Bearer KEY' on completions, /metrics, /tokenize, /detokenize, "
+                    "/apply-template and /props (default: $PTXLM_API_KEY; "
                     "/health, /v1/models and / stay open)");
+    sub->add_option("--cors-origin", o.cors_origins,
+                    "allow browser pages from ORIGIN (http://localhost:3000; repeatable; '*' for any) to call the "
+                    "API: CORS headers and preflight answers (default: none)")
+        ->type_name("ORIGIN");
     sub->add_option("--parallel", o.engine.parallel,
                     "requests decoded together (default 1; CPU only above 1: the slots share one KV pool and are "
                     "evaluated in one batched step per token)")
