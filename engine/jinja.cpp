@@ -1,0 +1,343 @@
+// Jinja values: Python's truthiness, equality, str() and repr(), JSON in
+// (nlohmann::json) and out (Python's json.dumps, as HF's tojson calls it).
+#include "engine/jinja.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/jinja_ast.h"
+
+namespace ptxlm::jinja {
+
+const Value* Dict::find(std::string_view key) const {
+    for (const auto& [k, v] : items)
+        if (k.is_string() && k.as_string() == key) return &v;
+    return nullptr;
+}
+
+const Value* Dict::find_key(const Value& key) const {
+    for (const auto& [k, v] : items)
+        if (k == key) return &v;
+    return nullptr;
+}
+
+void Dict::set(Value key, Value v) {
+    for (auto& [k, old] : items) {
+        if (k == key) {
+            old = std::move(v);
+            return;
+        }
+    }
+    items.emplace_back(std::move(key), std::move(v));
+}
+
+Value Value::dict() { return Value(std::make_shared<Dict>()); }
+
+bool Value::truthy() const {
+    switch (type()) {
+        case Type::Undefined:
+        case Type::None: return false;
+        case Type::Bool: return as_bool();
+        case Type::Int: return as_int() != 0;
+        case Type::Float: return as_float() != 0.0;
+        case Type::String: return !as_string().empty();
+        case Type::List: return !as_list().empty();
+        case Type::Dict: return as_dict().is_namespace || !as_dict().items.empty();
+        case Type::Function:
+        case Type::Generator: return true;
+    }
+    return false;
+}
+
+bool Value::operator==(const Value& o) const {
+    const bool num_a = is_number() || is_bool(), num_b = o.is_number() || o.is_bool();
+    if (num_a && num_b) {
+        if ((is_int() || is_bool()) && (o.is_int() || o.is_bool()))
+            return (is_int() ? as_int() : int64_t(as_bool())) == (o.is_int() ? o.as_int() : int64_t(o.as_bool()));
+        return as_number() == o.as_number();
+    }
+    if (type() != o.type()) return false;
+    switch (type()) {
+        case Type::Undefined:
+        case Type::None: return true;
+        case Type::String: return as_string() == o.as_string();
+        case Type::List: {
+            const List &a = as_list(), &b = o.as_list();
+            if (a.size() != b.size()) return false;
+            for (size_t i = 0; i < a.size(); ++i)
+                if (!(a[i] == b[i])) return false;
+            return true;
+        }
+        case Type::Dict: {
+            const Dict &a = as_dict(), &b = o.as_dict();
+            if (a.is_namespace || b.is_namespace) return &a == &b;
+            if (a.items.size() != b.items.size()) return false;
+            for (const auto& [k, v] : a.items) {
+                const Value* w = b.find_key(k);
+                if (!w || !(v == *w)) return false;
+            }
+            return true;
+        }
+        case Type::Function: return &as_function() == &o.as_function();
+        case Type::Generator: return &generator_items() == &o.generator_items();
+        default: return false;
+    }
+}
+
+namespace detail {
+
+std::string float_repr(double d) {
+    if (std::isnan(d)) return "nan";
+    if (std::isinf(d)) return d < 0 ? "-inf" : "inf";
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
+    std::string s(buf, r.ptr);
+    // s = [-]d[.ddd]e[+-]XX: the shortest digits that round-trip.
+    std::string sign;
+    if (s[0] == '-') {
+        sign = "-";
+        s.erase(0, 1);
+    }
+    const size_t epos = s.find('e');
+    const int exp = std::stoi(s.substr(epos + 1));
+    std::string digits;
+    for (size_t i = 0; i < epos; ++i)
+        if (s[i] != '.') digits += s[i];
+    if (exp >= -4 && exp < 16) {
+        std::string out;
+        if (exp < 0) {
+            out = "0." + std::string(size_t(-exp - 1), '0') + digits;
+        } else if (size_t(exp) + 1 >= digits.size()) {
+            out = digits + std::string(size_t(exp) + 1 - digits.size(), '0') + ".0";
+        } else {
+            out = digits.substr(0, size_t(exp) + 1) + "." + digits.substr(size_t(exp) + 1);
+        }
+        return sign + out;
+    }
+    std::string mant = digits.substr(0, 1);
+    if (digits.size() > 1) mant += "." + digits.substr(1);
+    char e[16];
+    std::snprintf(e, sizeof e, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    return sign + mant + e;
+}
+
+std::string string_repr(const std::string& s) {
+    const bool has_single = s.find('\'') != std::string::npos, has_double = s.find('"') != std::string::npos;
+    const char q = has_single && !has_double ? '"' : '\'';
+    std::string out(1, q);
+    for (const char c : s) {
+        const unsigned char u = static_cast<unsigned char>(c);
+        if (c == q || c == '\\') {
+            out += '\\';
+            out += c;
+        } else if (c == '\n') {
+            out += "\\n";
+        } else if (c == '\r') {
+            out += "\\r";
+        } else if (c == '\t') {
+            out += "\\t";
+        } else if (u < 0x20 || u == 0x7f) {
+            char b[8];
+            std::snprintf(b, sizeof b, "\\x%02x", u);
+            out += b;
+        } else {
+            out += c;
+        }
+    }
+    return out + q;
+}
+
+// Python's json.dumps string encoding.
+void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
+    out += '"';
+    for (size_t i = 0; i < s.size(); ++i) {
+        const unsigned char c = static_cast<unsigned char>(s[i]);
+        switch (c) {
+            case '"': out += "\\\""; continue;
+            case '\\': out += "\\\\"; continue;
+            case '\n': out += "\\n"; continue;
+            case '\r': out += "\\r"; continue;
+            case '\t': out += "\\t"; continue;
+            case '\b': out += "\\b"; continue;
+            case '\f': out += "\\f"; continue;
+            default: break;
+        }
+        char b[16];
+        if (c < 0x20 || (ensure_ascii && c == 0x7f)) {
+            std::snprintf(b, sizeof b, "\\u%04x", c);
+            out += b;
+        } else if (c >= 0x80 && ensure_ascii) {
+            uint32_t cp = 0;
+            const size_t n = utf8_decode(s, i, cp);
+            i += n - 1;
+            if (cp >= 0x10000) {
+                cp -= 0x10000;
+                std::snprintf(b, sizeof b, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+            } else {
+                std::snprintf(b, sizeof b, "\\u%04x", cp);
+            }
+            out += b;
+        } else {
+            out += char(c);
+        }
+    }
+    out += '"';
+}
+
+size_t utf8_decode(const std::string& s, size_t i, uint32_t& cp) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    if (i + n > s.size()) n = 1;
+    for (size_t k = 1; k < n; ++k)
+        if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) n = 1;
+    if (n == 1) {
+        cp = c;
+        return 1;
+    }
+    cp = c & (0x7F >> n);
+    for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    return n;
+}
+
+void json_dump(std::string& out, const Value& v, const JsonStyle& st, int level) {
+    switch (v.type()) {
+        case Value::Type::None: out += "null"; return;
+        case Value::Type::Bool: out += v.as_bool() ? "true" : "false"; return;
+        case Value::Type::Int: out += std::to_string(v.as_int()); return;
+        case Value::Type::Float: {
+            const double d = v.as_float();
+            out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity") : float_repr(d);
+            return;
+        }
+        case Value::Type::String: json_string(out, v.as_string(), st.ensure_ascii); return;
+        case Value::Type::List:
+        case Value::Type::Dict: {
+            const bool is_list = v.is_list();
+            if (!is_list && v.as_dict().is_namespace) throw Error("Object of type Namespace is not JSON serializable");
+            const size_t n = is_list ? v.as_list().size() : v.as_dict().items.size();
+            if (n == 0) {
+                out += is_list ? "[]" : "{}";
+                return;
+            }
+            if (level > 200) throw Error("tojson: value nests too deeply");
+            out += is_list ? '[' : '{';
+            std::string newline;
+            if (st.indent) newline = "\n" + [&] { std::string s; for (int k = 0; k <= level; ++k) s += *st.indent; return s; }();
+            out += newline;
+            std::vector<size_t> order(n);
+            for (size_t k = 0; k < n; ++k) order[k] = k;
+            if (!is_list && st.sort_keys) {
+                const auto& items = v.as_dict().items;
+                std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return items[a].first.str() < items[b].first.str(); });
+            }
+            for (size_t k = 0; k < n; ++k) {
+                if (k) out += st.item_sep + newline;
+                if (is_list) {
+                    json_dump(out, v.as_list()[k], st, level + 1);
+                } else {
+                    const auto& [key, val] = v.as_dict().items[order[k]];
+                    // json.dumps writes non-string keys as strings.
+                    if (key.is_string()) json_string(out, key.as_string(), st.ensure_ascii);
+                    else if (key.is_none()) out += "\"null\"";
+                    else if (key.is_bool()) out += key.as_bool() ? "\"true\"" : "\"false\"";
+                    else if (key.is_number()) {
+                        out += '"';
+                        json_dump(out, key, st, level);
+                        out += '"';
+                    }
+                    else throw Error(std::string("keys must be str, int, float, bool or None"));
+                    out += st.key_sep;
+                    json_dump(out, val, st, level + 1);
+                }
+            }
+            if (st.indent) {
+                out += '\n';
+                for (int k = 0; k < level; ++k) out += *st.indent;
+            }
+            out += is_list ? ']' : '}';
+            return;
+        }
+        case Value::Type::Undefined: throw Error("Object of type Undefined is not JSON serializable");
+        case Value::Type::Function: throw Error("Object of type function is not JSON serializable");
+        case Value::Type::Generator: throw Error("Object of type generator is not JSON serializable");
+    }
+}
+
+}  // namespace detail
+
+std::string Value::str() const {
+    switch (type()) {
+        case Type::Undefined: return "";
+        case Type::None: return "None";
+        case Type::Bool: return as_bool() ? "True" : "False";
+        case Type::Int: return std::to_string(as_int());
+        case Type::Float: return detail::float_repr(as_float());
+        case Type::String: return as_string();
+        case Type::Dict:
+            if (as_dict().is_namespace) return "<Namespace " + repr() + ">";
+            return repr();
+        case Type::List: return repr();
+        case Type::Function: return "<function " + as_function().name + ">";
+        case Type::Generator: return "<generator object>";
+    }
+    return "";
+}
+
+std::string Value::repr() const {
+    switch (type()) {
+        case Type::Undefined: return "Undefined";
+        case Type::String: return detail::string_repr(as_string());
+        case Type::List: {
+            std::string s = "[";
+            for (size_t i = 0; i < as_list().size(); ++i) s += (i ? ", " : "") + as_list()[i].repr();
+            return s + "]";
+        }
+        case Type::Dict: {
+            std::string s = "{";
+            bool first = true;
+            for (const auto& [k, v] : as_dict().items) {
+                s += (first ? "" : ", ") + k.repr() + ": " + v.repr();
+                first = false;
+            }
+            return s + "}";
+        }
+        default: return str();
+    }
+}
+
+template <class J>
+static Value convert(const J& j, int depth) {
+    if (depth > 512) throw Error("JSON value nests too deeply");
+    switch (j.type()) {
+        case nlohmann::json::value_t::null: return Value(nullptr);
+        case nlohmann::json::value_t::boolean: return Value(j.template get<bool>());
+        case nlohmann::json::value_t::number_integer: return Value(j.template get<int64_t>());
+        case nlohmann::json::value_t::number_unsigned: {
+            const auto u = j.template get<uint64_t>();
+            return u > uint64_t(INT64_MAX) ? Value(double(u)) : Value(int64_t(u));
+        }
+        case nlohmann::json::value_t::number_float: return Value(j.template get<double>());
+        case nlohmann::json::value_t::string: return Value(j.template get<std::string>());
+        case nlohmann::json::value_t::array: {
+            List l;
+            l.reserve(j.size());
+            for (const auto& e : j) l.push_back(convert(e, depth + 1));
+            return Value(std::move(l));
+        }
+        case nlohmann::json::value_t::object: {
+            auto d = std::make_shared<Dict>();
+            for (auto it = j.begin(); it != j.end(); ++it) d->items.emplace_back(Value(it.key()), convert(it.value(), depth + 1));
+            return Value(std::move(d));
+        }
+        default: return Value(nullptr);
+    }
+}
+
+Value from_json(const nlohmann::json& j) { return convert(j, 0); }
+Value from_json(const nlohmann::ordered_json& j) { return convert(j, 0); }
+
+}  // namespace ptxlm::jinja

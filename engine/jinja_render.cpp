@@ -1,0 +1,708 @@
+// The Jinja tree walk: expressions with Python's semantics, statements with
+// jinja2's scoping (a for loop's iteration and a macro call are scopes, an
+// if is not), and the limits that stop a runaway render.
+#include <cmath>
+
+#include "engine/jinja_ast.h"
+
+namespace ptxlm::jinja {
+namespace detail {
+
+namespace {
+// Names no template can write: the caller of a {% call %} block passed to
+// the macro, the body text a {% filter %} block filters.
+constexpr const char* kCallerKey = "\x01" "caller";
+constexpr const char* kBodyKey = "\x01" "body";
+}  // namespace
+
+void Renderer::fail(const std::string& msg) const { throw Error("line " + std::to_string(line) + ": " + msg); }
+
+void Renderer::step(int64_t n) {
+    steps_ += n;
+    if (steps_ > opt.limits.max_steps)
+        fail("render stopped: over " + std::to_string(opt.limits.max_steps) + " steps (a loop without end?)");
+}
+
+void Renderer::check_items(size_t n) const {
+    if (n > opt.limits.max_items) fail("render stopped: a list over " + std::to_string(opt.limits.max_items) + " items");
+}
+
+void Renderer::check_size(size_t n) const {
+    if (n > opt.limits.max_output) fail("render stopped: a string over " + std::to_string(opt.limits.max_output) + " bytes");
+}
+
+struct CallDepth {
+    Renderer& r;
+    CallDepth(Renderer& r_) : r(r_) {
+        if (++r.call_depth_ > r.opt.limits.max_call_depth)
+            r.fail("render stopped: calls nest over " + std::to_string(r.opt.limits.max_call_depth) + " deep (endless recursion?)");
+    }
+    ~CallDepth() { --r.call_depth_; }
+};
+
+namespace {
+
+struct EvalDepth {
+    int& d;
+    EvalDepth(int& d_, const Renderer& r) : d(d_) {
+        // The parser bounds nesting; this bounds nesting across macro calls.
+        if (++d > 4 * r.opt.limits.max_nesting + 4 * r.opt.limits.max_call_depth) r.fail("render stopped: evaluation nests too deeply");
+    }
+    ~EvalDepth() { --d; }
+};
+
+bool is_numeric(const Value& v) { return v.is_int() || v.is_float() || v.is_bool(); }
+int64_t to_i(const Value& v) { return v.is_bool() ? int64_t(v.as_bool()) : v.as_int(); }
+bool both_int(const Value& a, const Value& b) { return (a.is_int() || a.is_bool()) && (b.is_int() || b.is_bool()); }
+
+}  // namespace
+
+const char* type_name(const Value& v) {
+    switch (v.type()) {
+        case Value::Type::Undefined: return "Undefined";
+        case Value::Type::None: return "NoneType";
+        case Value::Type::Bool: return "bool";
+        case Value::Type::Int: return "int";
+        case Value::Type::Float: return "float";
+        case Value::Type::String: return "str";
+        case Value::Type::List: return "list";
+        case Value::Type::Dict: return v.as_dict().is_namespace ? "Namespace" : "dict";
+        case Value::Type::Function: return "function";
+        case Value::Type::Generator: return "generator";
+    }
+    return "?";
+}
+
+std::string html_escape(const std::string& s) {
+    std::string out;
+    for (const char c : s) {
+        switch (c) {
+            case '&': out += "&amp;"; break;
+            case '<': out += "&lt;"; break;
+            case '>': out += "&gt;"; break;
+            case '"': out += "&#34;"; break;
+            case '\'': out += "&#39;"; break;
+            default: out += c;
+        }
+    }
+    return out;
+}
+
+size_t utf8_length(const std::string& s) {
+    size_t n = 0;
+    for (size_t i = 0; i < s.size(); ++n) {
+        uint32_t cp;
+        i += utf8_decode(s, i, cp);
+    }
+    return n;
+}
+
+std::vector<std::string> utf8_chars(const std::string& s) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < s.size();) {
+        uint32_t cp;
+        const size_t n = utf8_decode(s, i, cp);
+        out.push_back(s.substr(i, n));
+        i += n;
+    }
+    return out;
+}
+
+bool less_than(Renderer& r, const Value& a, const Value& b) {
+    if (is_numeric(a) && is_numeric(b)) {
+        if (both_int(a, b)) return to_i(a) < to_i(b);
+        return a.as_number() < b.as_number();
+    }
+    if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();
+    if (a.is_list() && b.is_list()) {
+        const List &x = a.as_list(), &y = b.as_list();
+        for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+            if (!(x[i] == y[i])) return less_than(r, x[i], y[i]);
+        }
+        return x.size() < y.size();
+    }
+    if (a.is_undefined()) r.fail("'" + a.undefined_name() + "' is undefined");
+    if (b.is_undefined()) r.fail("'" + b.undefined_name() + "' is undefined");
+    r.fail(std::string("'<' not supported between instances of '") + type_name(a) + "' and '" + type_name(b) + "'");
+}
+
+List Renderer::iterate(const Value& v) {
+    switch (v.type()) {
+        case Value::Type::Undefined: return {};
+        case Value::Type::List: step(int64_t(v.as_list().size() / 64)); return v.as_list();
+        case Value::Type::Generator:
+            if (!v.generator_error().empty()) throw Error(v.generator_error());
+            step(int64_t(v.generator_items().size() / 64));
+            return v.generator_items();
+        case Value::Type::Dict: {
+            if (v.as_dict().is_namespace) break;
+            List keys;
+            for (const auto& [k, _] : v.as_dict().items) keys.emplace_back(k);
+            return keys;
+        }
+        case Value::Type::String: {
+            List chars;
+            for (auto& c : utf8_chars(v.as_string())) chars.emplace_back(std::move(c));
+            return chars;
+        }
+        default: break;
+    }
+    fail(std::string("'") + type_name(v) + "' object is not iterable");
+}
+
+Value Renderer::call(const Value& f, Args& args) {
+    if (f.is_undefined()) fail("'" + f.undefined_name() + "' is undefined");
+    if (!f.is_function()) fail(std::string("'") + type_name(f) + "' object is not callable");
+    step();
+    CallDepth d(*this);
+    const int at = line;
+    Value v = f.as_function().call(*this, args);
+    line = at;
+    return v;
+}
+
+Value binary_op(Renderer& r, const std::string& op, const Value& a, const Value& b) {
+    auto undefined_check = [&] {
+        if (a.is_undefined()) r.fail("'" + a.undefined_name() + "' is undefined");
+        if (b.is_undefined()) r.fail("'" + b.undefined_name() + "' is undefined");
+    };
+    auto unsupported = [&]() {
+        undefined_check();
+        r.fail("unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
+    };
+    if (op == "~") {
+        std::string s = a.str();
+        const std::string t = b.str();
+        r.check_size(s.size() + t.size());
+        r.step(int64_t((s.size() + t.size()) / 4096));
+        return Value(s + t);
+    }
+    if (is_numeric(a) && is_numeric(b)) {
+        if (both_int(a, b)) {
+            const int64_t x = to_i(a), y = to_i(b);
+            int64_t z = 0;
+            if (op == "+") { if (__builtin_add_overflow(x, y, &z)) r.fail("integer overflow"); return Value(z); }
+            if (op == "-") { if (__builtin_sub_overflow(x, y, &z)) r.fail("integer overflow"); return Value(z); }
+            if (op == "*") { if (__builtin_mul_overflow(x, y, &z)) r.fail("integer overflow"); return Value(z); }
+            if (op == "//" || op == "%") {
+                if (y == 0) r.fail("integer division or modulo by zero");
+                if (x == INT64_MIN && y == -1) r.fail("integer overflow");
+                int64_t q = x / y, m = x % y;
+                if (m != 0 && ((m < 0) != (y < 0))) {
+                    --q;
+                    m += y;
+                }
+                return op == "//" ? Value(q) : Value(m);
+            }
+            if (op == "**") {
+                if (y < 0) return Value(std::pow(double(x), double(y)));
+                int64_t acc = 1, base = x, e = y;
+                while (e > 0) {
+                    if (e & 1 && __builtin_mul_overflow(acc, base, &acc)) r.fail("integer overflow");
+                    e >>= 1;
+                    if (e > 0 && __builtin_mul_overflow(base, base, &base)) r.fail("integer overflow");
+                }
+                return Value(acc);
+            }
+        }
+        const double x = a.as_number(), y = b.as_number();
+        if (op == "+") return Value(x + y);
+        if (op == "-") return Value(x - y);
+        if (op == "*") return Value(x * y);
+        if (op == "/") {
+            if (y == 0) r.fail("division by zero");
+            return Value(x / y);
+        }
+        if (op == "//" || op == "%") {
+            if (y == 0) r.fail("float division or modulo by zero");
+            double m = std::fmod(x, y);
+            if (m != 0 && ((m < 0) != (y < 0))) m += y;
+            return op == "//" ? Value(std::floor(x / y)) : Value(m);
+        }
+        if (op == "**") return Value(std::pow(x, y));
+    }
+    if (op == "+") {
+        if (a.is_string() && b.is_string()) {
+            r.check_size(a.as_string().size() + b.as_string().size());
+            r.step(int64_t((a.as_string().size() + b.as_string().size()) / 4096));
+            if (a.is_markup() || b.is_markup()) {   // Markup + str escapes the str
+                const std::string x = a.is_markup() ? a.as_string() : html_escape(a.as_string());
+                const std::string y = b.is_markup() ? b.as_string() : html_escape(b.as_string());
+                r.check_size(x.size() + y.size());
+                return Value::markup(x + y);
+            }
+            return Value(a.as_string() + b.as_string());
+        }
+        if (a.is_list() && b.is_list()) {
+            List l = a.as_list();
+            r.check_items(l.size() + b.as_list().size());
+            r.step(int64_t(l.size() + b.as_list().size()) / 16 + 1);
+            l.insert(l.end(), b.as_list().begin(), b.as_list().end());
+            return Value(std::move(l));
+        }
+    }
+    const bool a_int = a.is_int() || a.is_bool(), b_int = b.is_int() || b.is_bool();
+    if (op == "*" && (a_int || b_int) && (a.is_string() || b.is_string() || a.is_list() || b.is_list())) {
+        const Value& seq = a_int ? b : a;
+        const int64_t n = std::max<int64_t>(0, to_i(a_int ? a : b));
+        if (seq.is_string()) {
+            const size_t len = seq.as_string().size();
+            if (len && uint64_t(n) > r.opt.limits.max_output / len) r.check_size(r.opt.limits.max_output + 1);
+            r.step(int64_t(len * size_t(n) / 4096));
+            std::string s;
+            for (int64_t i = 0; i < n; ++i) s += seq.as_string();
+            return Value(std::move(s));
+        }
+        const size_t len = seq.as_list().size();
+        if (len && uint64_t(n) > r.opt.limits.max_items / len) r.check_items(r.opt.limits.max_items + 1);
+        r.step(int64_t(len * size_t(n)) / 16);
+        List l;
+        for (int64_t i = 0; i < n; ++i) l.insert(l.end(), seq.as_list().begin(), seq.as_list().end());
+        return Value(std::move(l));
+    }
+    unsupported();
+    return Value();
+}
+
+namespace {
+
+bool contains(Renderer& r, const Value& item, const Value& seq) {
+    switch (seq.type()) {
+        case Value::Type::String:
+            if (!item.is_string()) r.fail(std::string("'in <string>' requires string as left operand, not ") + type_name(item));
+            return seq.as_string().find(item.as_string()) != std::string::npos;
+        case Value::Type::List:
+            for (const Value& v : seq.as_list())
+                if (v == item) return true;
+            return false;
+        case Value::Type::Dict:
+            if (item.is_list() || item.is_dict()) r.fail(std::string("unhashable type: '") + type_name(item) + "'");
+            return seq.as_dict().find_key(item) != nullptr;
+        case Value::Type::Undefined: return false;
+        case Value::Type::Generator:
+            for (const Value& v : r.iterate(seq))
+                if (v == item) return true;
+            return false;
+        default: r.fail(std::string("argument of type '") + type_name(seq) + "' is not iterable");
+    }
+}
+
+bool compare(Renderer& r, const std::string& op, const Value& a, const Value& b) {
+    if (op == "==") return a == b;
+    if (op == "!=") return !(a == b);
+    if (op == "in") return contains(r, a, b);
+    if (op == "notin") return !contains(r, a, b);
+    if (op == "<") return less_than(r, a, b);
+    if (op == ">") return less_than(r, b, a);
+    if (op == "<=") return less_than(r, a, b) || a == b;
+    return less_than(r, b, a) || a == b;   // >=
+}
+
+// Python's slice over n items: the indices in order.
+std::vector<int64_t> slice_indices(Renderer& r, int64_t n, const Value& start, const Value& stop, const Value& step) {
+    auto idx = [&](const Value& v) -> std::optional<int64_t> {
+        if (v.is_none() || v.is_undefined()) return std::nullopt;
+        if (!v.is_int() && !v.is_bool()) r.fail("slice indices must be integers or None");
+        return to_i(v);
+    };
+    const int64_t st = idx(step).value_or(1);
+    if (st == 0) r.fail("slice step cannot be zero");
+    std::optional<int64_t> b = idx(start), e = idx(stop);
+    int64_t lo, hi;
+    if (st > 0) {
+        lo = b ? (*b < 0 ? std::max<int64_t>(0, *b + n) : std::min(*b, n)) : 0;
+        hi = e ? (*e < 0 ? std::max<int64_t>(0, *e + n) : std::min(*e, n)) : n;
+    } else {
+        lo = b ? (*b < 0 ? std::max<int64_t>(-1, *b + n) : std::min(*b, n - 1)) : n - 1;
+        hi = e ? (*e < 0 ? std::max<int64_t>(-1, *e + n) : std::min(*e, n - 1)) : -1;
+    }
+    std::vector<int64_t> out;
+    for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) out.push_back(i);
+    r.step(int64_t(out.size() / 64));
+    return out;
+}
+
+}  // namespace
+
+Value Renderer::eval(const Expr& e, const ScopePtr& scope) {
+    EvalDepth depth(eval_depth_, *this);
+    line = e.line;
+    switch (e.kind) {
+        case Expr::Kind::Literal: return e.value;
+        case Expr::Kind::Name: {
+            if (const Value* v = scope->find(e.name)) return *v;
+            Value g = global(e.name);
+            return g.is_undefined() ? Value::undefined(e.name) : g;
+        }
+        case Expr::Kind::List: {
+            List l;
+            for (const auto& a : e.args) l.push_back(eval(*a, scope));
+            return Value(std::move(l));
+        }
+        case Expr::Kind::Dict: {
+            auto d = std::make_shared<Dict>();
+            for (size_t i = 0; i < e.args.size(); ++i) {
+                Value k = eval(*e.args[i], scope);
+                if (k.is_list() || k.is_dict() || k.is_undefined()) fail(std::string("unhashable type: '") + type_name(k) + "'");
+                d->set(std::move(k), eval(*e.kwargs[i].second, scope));
+            }
+            return Value(std::move(d));
+        }
+        case Expr::Kind::Attr: {
+            Value obj = eval(*e.a, scope);
+            line = e.line;
+            return attr(obj, e.name);
+        }
+        case Expr::Kind::Subscript: {
+            Value obj = eval(*e.a, scope);
+            Value key = eval(*e.b, scope);
+            line = e.line;
+            return item(obj, key);
+        }
+        case Expr::Kind::Slice: {
+            Value obj = eval(*e.a, scope);
+            const Value b = e.b ? eval(*e.b, scope) : Value(nullptr);
+            const Value c = e.c ? eval(*e.c, scope) : Value(nullptr);
+            const Value st = e.args.empty() ? Value(nullptr) : eval(*e.args[0], scope);
+            line = e.line;
+            if (obj.is_undefined()) fail("'" + obj.undefined_name() + "' is undefined");
+            if (obj.is_list()) {
+                const List& src = obj.as_list();
+                List out;
+                for (int64_t i : slice_indices(*this, int64_t(src.size()), b, c, st)) out.push_back(src[size_t(i)]);
+                return Value(std::move(out));
+            }
+            if (obj.is_string()) {
+                const std::vector<std::string> chars = utf8_chars(obj.as_string());
+                std::string out;
+                for (int64_t i : slice_indices(*this, int64_t(chars.size()), b, c, st)) out += chars[size_t(i)];
+                return Value(std::move(out));
+            }
+            if (obj.is_dict()) fail("unhashable type: 'slice'");
+            fail(std::string("'") + type_name(obj) + "' object is not subscriptable");
+        }
+        case Expr::Kind::Call: {
+            Value f = eval(*e.a, scope);
+            Args args;
+            for (const auto& a : e.args) args.pos.push_back(eval(*a, scope));
+            for (const auto& [k, a] : e.kwargs) args.kw.emplace_back(k, eval(*a, scope));
+            line = e.line;
+            return call(f, args);
+        }
+        case Expr::Kind::Filter: {
+            Value v = e.a ? eval(*e.a, scope) : scope->find(kBodyKey) ? *scope->find(kBodyKey) : Value();
+            Args args;
+            for (const auto& a : e.args) args.pos.push_back(eval(*a, scope));
+            for (const auto& [k, a] : e.kwargs) args.kw.emplace_back(k, eval(*a, scope));
+            line = e.line;
+            step();
+            return filter(e.name, v, args);
+        }
+        case Expr::Kind::Test: {
+            Value v = eval(*e.a, scope);
+            Args args;
+            for (const auto& a : e.args) args.pos.push_back(eval(*a, scope));
+            for (const auto& [k, a] : e.kwargs) args.kw.emplace_back(k, eval(*a, scope));
+            line = e.line;
+            return Value(test(e.name, v, args) != e.negated);
+        }
+        case Expr::Kind::Unary: {
+            Value v = eval(*e.a, scope);
+            line = e.line;
+            if (e.name == "not") return Value(!v.truthy());
+            if (v.is_int() || v.is_bool()) {
+                if (e.name == "+") return Value(to_i(v));
+                if (to_i(v) == INT64_MIN) fail("integer overflow");
+                return Value(-to_i(v));
+            }
+            if (v.is_float()) return Value(e.name == "-" ? -v.as_float() : v.as_float());
+            if (v.is_undefined()) fail("'" + v.undefined_name() + "' is undefined");
+            fail("bad operand type for unary " + e.name + ": '" + type_name(v) + "'");
+        }
+        case Expr::Kind::Binary: {
+            if (e.name == "and") {
+                Value l = eval(*e.a, scope);
+                return l.truthy() ? eval(*e.b, scope) : l;
+            }
+            if (e.name == "or") {
+                Value l = eval(*e.a, scope);
+                return l.truthy() ? l : eval(*e.b, scope);
+            }
+            Value l = eval(*e.a, scope);
+            Value r = eval(*e.b, scope);
+            line = e.line;
+            return binary_op(*this, e.name, l, r);
+        }
+        case Expr::Kind::Compare: {
+            Value l = eval(*e.a, scope);
+            for (size_t i = 0; i < e.ops.size(); ++i) {
+                Value r = eval(*e.args[i], scope);
+                line = e.line;
+                if (!compare(*this, e.ops[i], l, r)) return Value(false);
+                l = std::move(r);
+            }
+            return Value(true);
+        }
+        case Expr::Kind::Cond: {
+            if (eval(*e.a, scope).truthy()) return eval(*e.b, scope);
+            return e.c ? eval(*e.c, scope) : Value::undefined("conditional expression");
+        }
+    }
+    fail("unknown expression");
+}
+
+void Renderer::assign(const Stmt& s, const ScopePtr& scope, Value v) {
+    if (!s.text.empty()) {   // set ns.attr
+        const Value* ns = scope->find(s.targets[0]);
+        if (!ns || !ns->is_dict() || !ns->as_dict().is_namespace) fail("cannot assign attribute on non-namespace object");
+        ns->as_dict().set(s.text, std::move(v));
+        return;
+    }
+    if (s.targets.size() == 1) {
+        scope->set(s.targets[0], std::move(v));
+        return;
+    }
+    List items = iterate(v);
+    if (items.size() != s.targets.size())
+        fail("cannot unpack " + std::to_string(items.size()) + " values into " + std::to_string(s.targets.size()));
+    for (size_t i = 0; i < items.size(); ++i) scope->set(s.targets[i], items[i]);
+}
+
+namespace {
+// loop.cycle(a, b, ...): the argument at this iteration's index, round robin.
+Value cycle(int64_t index) {
+    auto f = std::make_shared<Function>();
+    f->name = "cycle";
+    f->call = [index](Renderer& r, Args& a) {
+        if (a.pos.empty()) r.fail("no items for cycling given");
+        return a.pos[size_t(index % int64_t(a.pos.size()))];
+    };
+    return Value(std::shared_ptr<const Function>(std::move(f)));
+}
+}  // namespace
+
+Flow Renderer::exec_for(const Stmt& s, const ScopePtr& scope, std::string& out) {
+    List items = iterate(eval(*s.expr, scope));
+    line = s.line;
+    auto bind = [&](const ScopePtr& it, const Value& v) {
+        if (s.targets.size() == 1) {
+            it->set(s.targets[0], v);
+            return;
+        }
+        List parts = iterate(v);
+        if (parts.size() != s.targets.size())
+            fail("cannot unpack " + std::to_string(parts.size()) + " values into " + std::to_string(s.targets.size()));
+        for (size_t i = 0; i < parts.size(); ++i) it->set(s.targets[i], parts[i]);
+    };
+    if (s.cond) {   // `for x in xs if c`: filtered first, so loop.* count only what passes
+        List kept;
+        for (const Value& v : items) {
+            step();
+            auto it = std::make_shared<Scope>();
+            it->parent = scope;
+            bind(it, v);
+            if (eval(*s.cond, it).truthy()) kept.push_back(v);
+        }
+        items = std::move(kept);
+    }
+    const int64_t n = int64_t(items.size());
+    for (int64_t i = 0; i < n; ++i) {
+        step();
+        auto it = std::make_shared<Scope>();
+        it->parent = scope;
+        auto loop = std::make_shared<Dict>();
+        loop->items = {{"index", Value(i + 1)},
+                       {"index0", Value(i)},
+                       {"revindex", Value(n - i)},
+                       {"revindex0", Value(n - i - 1)},
+                       {"first", Value(i == 0)},
+                       {"last", Value(i == n - 1)},
+                       {"length", Value(n)},
+                       {"depth", Value(1)},
+                       {"depth0", Value(0)},
+                       {"previtem", i > 0 ? items[size_t(i - 1)] : Value::undefined("previtem")},
+                       {"nextitem", i + 1 < n ? items[size_t(i + 1)] : Value::undefined("nextitem")},
+                       {"cycle", cycle(i)}};
+        it->vars.emplace_back("loop", Value(std::move(loop)));
+        bind(it, items[size_t(i)]);
+        if (exec(s.body, it, out) == Flow::Break) break;
+    }
+    if (n == 0 && !s.else_body.empty()) {
+        auto it = std::make_shared<Scope>();
+        it->parent = scope;
+        exec(s.else_body, it, out);
+    }
+    return Flow::Normal;
+}
+
+Value Renderer::call_macro(const Stmt& m, const std::weak_ptr<Scope>& def_scope, Args& args) {
+    auto scope = std::make_shared<Scope>();
+    scope->parent = def_scope.lock();
+    if (!scope->parent) fail("macro '" + m.text + "' called after its scope ended");
+    if (args.pos.size() > m.params.size())
+        fail("macro '" + m.text + "' takes not more than " + std::to_string(m.params.size()) + " argument(s)");
+    for (size_t i = 0; i < m.params.size(); ++i) {
+        const Param& p = m.params[i];
+        Value v;
+        bool have = false;
+        if (i < args.pos.size()) {
+            v = args.pos[i];
+            have = true;
+        }
+        for (auto& [k, a] : args.kw) {
+            if (k == p.name) {
+                if (have) fail("macro '" + m.text + "' got multiple values for argument '" + p.name + "'");
+                v = a;
+                have = true;
+            }
+        }
+        if (!have) v = p.default_value ? eval(*p.default_value, scope) : Value::undefined(p.name);
+        scope->set(p.name, std::move(v));
+    }
+    for (auto& [k, a] : args.kw) {
+        if (k == kCallerKey) {
+            scope->set("caller", a);
+            continue;
+        }
+        bool known = false;
+        for (const Param& p : m.params) known = known || p.name == k;
+        if (!known) fail("macro '" + m.text + "' takes no keyword argument '" + k + "'");
+    }
+    std::string out;
+    exec(m.body, scope, out);
+    return Value(std::move(out));
+}
+
+Flow Renderer::exec(const Body& body, const ScopePtr& scope, std::string& out) {
+    EvalDepth depth(eval_depth_, *this);
+    for (const StmtPtr& sp : body) {
+        const Stmt& s = *sp;
+        line = s.line;
+        switch (s.kind) {
+            case Stmt::Kind::Text:
+                check_size(out.size() + s.text.size());
+                out += s.text;
+                break;
+            case Stmt::Kind::Output: {
+                const Value v = eval(*s.expr, scope);
+                if (v.is_string()) {
+                    check_size(out.size() + v.as_string().size());
+                    out += v.as_string();
+                } else {
+                    const std::string t = v.str();
+                    check_size(out.size() + t.size());
+                    out += t;
+                }
+                break;
+            }
+            case Stmt::Kind::If: {
+                const Body* taken = &s.else_body;
+                for (const auto& [cond, b] : s.branches) {
+                    if (eval(*cond, scope).truthy()) {
+                        taken = &b;
+                        break;
+                    }
+                }
+                if (const Flow f = exec(*taken, scope, out); f != Flow::Normal) return f;   // break/continue
+                break;
+            }
+            case Stmt::Kind::For: exec_for(s, scope, out); break;
+            case Stmt::Kind::Set: assign(s, scope, eval(*s.expr, scope)); break;
+            case Stmt::Kind::SetBlock: {
+                std::string text;
+                exec(s.body, scope, text);
+                Value v(std::move(text));
+                if (s.expr) {
+                    auto fs = std::make_shared<Scope>();
+                    fs->parent = scope;
+                    fs->vars.emplace_back(kBodyKey, v);
+                    v = eval(*s.expr, fs);
+                }
+                scope->set(s.targets[0], std::move(v));
+                break;
+            }
+            case Stmt::Kind::Macro: {
+                std::weak_ptr<Scope> def = scope;
+                auto f = std::make_shared<Function>();
+                f->name = s.text;
+                f->call = [sp, def](Renderer& r, Args& a) { return r.call_macro(*sp, def, a); };
+                scope->set(s.text, Value(std::shared_ptr<const Function>(std::move(f))));
+                break;
+            }
+            case Stmt::Kind::CallBlock: {
+                std::weak_ptr<Scope> def = scope;
+                auto caller = std::make_shared<Function>();
+                caller->name = "caller";
+                caller->call = [sp, def](Renderer& r, Args& a) {
+                    Stmt m = *sp;   // caller(params) renders the call block's body
+                    m.text = "caller";
+                    return r.call_macro(m, def, a);
+                };
+                const Expr& c = *s.expr;
+                Value f = eval(*c.a, scope);
+                if (!f.is_function()) fail("'call' needs a macro");
+                Args args;
+                for (const auto& a : c.args) args.pos.push_back(eval(*a, scope));
+                for (const auto& [k, a] : c.kwargs) args.kw.emplace_back(k, eval(*a, scope));
+                args.kw.emplace_back(kCallerKey, Value(std::shared_ptr<const Function>(std::move(caller))));
+                const Value v = call(f, args);
+                const std::string t = v.str();
+                check_size(out.size() + t.size());
+                out += t;
+                break;
+            }
+            case Stmt::Kind::FilterBlock: {
+                std::string text;
+                exec(s.body, scope, text);
+                auto fs = std::make_shared<Scope>();
+                fs->parent = scope;
+                fs->vars.emplace_back(kBodyKey, Value(std::move(text)));
+                const std::string t = eval(*s.expr, fs).str();
+                check_size(out.size() + t.size());
+                out += t;
+                break;
+            }
+            case Stmt::Kind::Break: return Flow::Break;
+            case Stmt::Kind::Continue: return Flow::Continue;
+        }
+    }
+    return Flow::Normal;
+}
+
+std::string Renderer::run(const Body& body, const Value& context) {
+    root = std::make_shared<Scope>();
+    if (context.is_dict()) {
+        for (const auto& [k, v] : context.as_dict().items)
+            if (k.is_string()) root->set(k.as_string(), v);
+    } else if (!context.is_undefined() && !context.is_none()) {
+        throw Error("the render context must be a dict of variables");
+    }
+    std::string out;
+    exec(body, root, out);
+    return out;
+}
+
+}  // namespace detail
+
+Template Template::parse(std::string_view source, const Limits& limits) {
+    Template t;
+    t.body_ = std::make_shared<const detail::Body>(detail::parse_template(source, limits));
+    return t;
+}
+
+std::string Template::render(const Value& context, const RenderOptions& options) const {
+    detail::Renderer r(options);
+    try {
+        return r.run(*body_, context);
+    } catch (const RaisedError&) {
+        throw;
+    } catch (const Error&) {
+        throw;
+    } catch (const std::bad_alloc&) {
+        throw Error("render stopped: out of memory");
+    } catch (const std::exception& e) {   // a bug here, reported as a template error rather than a crash
+        throw Error(std::string("internal error while rendering: ") + e.what());
+    }
+}
+
+}  // namespace ptxlm::jinja
