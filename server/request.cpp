@@ -244,7 +244,9 @@ void parse_logit_bias(const json& body, CompletionRequest& r) {
                               std::to_string(kMaxLogitBias) + " are allowed");
     for (const auto& [key, value] : b->items()) {
         int64_t id = -1;
-        if (!key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos)
+        // Canonical decimal only: "05" and "5" would otherwise name one token twice.
+        if (!key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos &&
+            (key.size() == 1 || key[0] != '0'))
             id = std::stoll(key);
         if (id < 0 || id > std::numeric_limits<int32_t>::max())
             bad("logit_bias", "'logit_bias' keys are token ids written as decimal strings (got \"" + key + "\")");

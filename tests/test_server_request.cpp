@@ -180,6 +180,7 @@ TEST(ServerRequest, BadFieldsNameTheField) {
         {{{"messages", kUser}, {"logit_bias", {1, 2}}}, "logit_bias"},
         {{{"messages", kUser}, {"logit_bias", {{"abc", 1}}}}, "logit_bias"},
         {{{"messages", kUser}, {"logit_bias", {{"-3", 1}}}}, "logit_bias"},
+        {{{"messages", kUser}, {"logit_bias", {{"05", 1}}}}, "logit_bias"},
         {{{"messages", kUser}, {"logit_bias", {{"99999999999", 1}}}}, "logit_bias"},
         {{{"messages", kUser}, {"logit_bias", {{"5", 101}}}}, "logit_bias"},
         {{{"messages", kUser}, {"logit_bias", {{"5", "up"}}}}, "logit_bias"},
