@@ -145,6 +145,8 @@ public:
     Value eval(const Expr& e, const ScopePtr& scope);
     Flow exec(const Body& body, const ScopePtr& scope, std::string& out);
     Value call(const Value& f, Args& args);
+    // A call's, filter's or test's arguments, evaluated in order.
+    Args eval_args(const Expr& e, const ScopePtr& scope);
 
     [[noreturn]] void fail(const std::string& msg) const;
     // Counts work against Limits::max_steps.
@@ -178,6 +180,8 @@ private:
 };
 
 const char* type_name(const Value& v);
+// A call's argument at position i or named `name`; null if absent.
+const Value* arg(const Args& a, size_t i, std::string_view name);
 // markupsafe's escape: & < > " ' as entities.
 std::string html_escape(const std::string& s);
 // Python's len() of a string: code points.

@@ -10,14 +10,14 @@
 #include "engine/jinja_ast.h"
 
 namespace ptxlm::jinja::detail {
-namespace {
 
-// The argument at position i or named `name`; null if absent.
 const Value* arg(const Args& a, size_t i, std::string_view name) {
     for (const auto& [k, v] : a.kw)
         if (k == name) return &v;
     return i < a.pos.size() ? &a.pos[i] : nullptr;
 }
+
+namespace {
 
 Value fn(std::string name, std::function<Value(Renderer&, Args&)> f) {
     auto p = std::make_shared<Function>();

@@ -10,12 +10,6 @@
 namespace ptxlm::jinja::detail {
 namespace {
 
-const Value* arg(const Args& a, size_t i, std::string_view name) {
-    for (const auto& [k, v] : a.kw)
-        if (k == name) return &v;
-    return i < a.pos.size() ? &a.pos[i] : nullptr;
-}
-
 bool flag(const Args& a, size_t i, std::string_view name, bool def) {
     const Value* v = arg(a, i, name);
     return v ? v->truthy() : def;

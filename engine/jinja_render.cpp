@@ -150,6 +150,13 @@ List Renderer::iterate(const Value& v) {
     fail(std::string("'") + type_name(v) + "' object is not iterable");
 }
 
+Args Renderer::eval_args(const Expr& e, const ScopePtr& scope) {
+    Args args;
+    for (const auto& a : e.args) args.pos.push_back(eval(*a, scope));
+    for (const auto& [k, a] : e.kwargs) args.kw.emplace_back(k, eval(*a, scope));
+    return args;
+}
+
 Value Renderer::call(const Value& f, Args& args) {
     if (f.is_undefined()) fail("'" + f.undefined_name() + "' is undefined");
     if (!f.is_function()) fail(std::string("'") + type_name(f) + "' object is not callable");
@@ -383,26 +390,20 @@ Value Renderer::eval(const Expr& e, const ScopePtr& scope) {
         }
         case Expr::Kind::Call: {
             Value f = eval(*e.a, scope);
-            Args args;
-            for (const auto& a : e.args) args.pos.push_back(eval(*a, scope));
-            for (const auto& [k, a] : e.kwargs) args.kw.emplace_back(k, eval(*a, scope));
+            Args args = eval_args(e, scope);
             line = e.line;
             return call(f, args);
         }
         case Expr::Kind::Filter: {
             Value v = e.a ? eval(*e.a, scope) : scope->find(kBodyKey) ? *scope->find(kBodyKey) : Value();
-            Args args;
-            for (const auto& a : e.args) args.pos.push_back(eval(*a, scope));
-            for (const auto& [k, a] : e.kwargs) args.kw.emplace_back(k, eval(*a, scope));
+            Args args = eval_args(e, scope);
             line = e.line;
             step();
             return filter(e.name, v, args);
         }
         case Expr::Kind::Test: {
             Value v = eval(*e.a, scope);
-            Args args;
-            for (const auto& a : e.args) args.pos.push_back(eval(*a, scope));
-            for (const auto& [k, a] : e.kwargs) args.kw.emplace_back(k, eval(*a, scope));
+            Args args = eval_args(e, scope);
             line = e.line;
             return Value(test(e.name, v, args) != e.negated);
         }
