@@ -642,9 +642,7 @@ Flow Renderer::exec(const Body& body, const ScopePtr& scope, std::string& out) {
                 const Expr& c = *s.expr;
                 Value f = eval(*c.a, scope);
                 if (!f.is_function()) fail("'call' needs a macro");
-                Args args;
-                for (const auto& a : c.args) args.pos.push_back(eval(*a, scope));
-                for (const auto& [k, a] : c.kwargs) args.kw.emplace_back(k, eval(*a, scope));
+                Args args = eval_args(c, scope);
                 args.kw.emplace_back(kCallerKey, Value(std::shared_ptr<const Function>(std::move(caller))));
                 const Value v = call(f, args);
                 const std::string t = v.str();
