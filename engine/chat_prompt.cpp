@@ -5,11 +5,8 @@
 
 namespace ptxlm {
 
-ChatTemplate model_chat_template(const Model& m, std::string_view override_name) {
-    std::optional<std::string_view> text = m.file.get_string("tokenizer.chat_template");
-    std::optional<std::string_view> name;
-    if (!override_name.empty()) name = override_name;
-    return ChatTemplate::for_model(text, m.hp.arch, name);
+ChatTemplate model_chat_template(const Model& m, const TemplateChoice& choice) {
+    return ChatTemplate::for_model(m.file.get_string("tokenizer.chat_template"), m.hp.arch, choice);
 }
 
 std::string chat_template_names() {
@@ -18,37 +15,13 @@ std::string chat_template_names() {
     return s;
 }
 
-namespace {
-
-// Where each message's content sits in the rendered text (templates may trim
-// it). Contents are found in order; one the template dropped is skipped.
-std::vector<std::pair<size_t, size_t>> content_ranges(const std::string& text, std::span<const ChatMessage> msgs) {
-    std::vector<std::pair<size_t, size_t>> ranges;
-    size_t cursor = 0;
-    for (const ChatMessage& m : msgs) {
-        std::string_view c = m.content;
-        size_t at = c.empty() ? std::string::npos : text.find(c, cursor);
-        if (at == std::string::npos) {
-            const size_t b = c.find_first_not_of(" \t\r\n");
-            if (b == std::string_view::npos) continue;
-            c = c.substr(b, c.find_last_not_of(" \t\r\n") - b + 1);
-            at = text.find(c, cursor);
-            if (at == std::string::npos) continue;
-        }
-        ranges.emplace_back(at, at + c.size());
-        cursor = at + c.size();
-    }
-    return ranges;
-}
-
-}  // namespace
-
 ChatPrompt chat_prompt(const Tokenizer& tok, const ChatTemplate& tmpl, std::span<const ChatMessage> msgs,
                        bool add_generation_prompt) {
     ChatPrompt p;
     const std::string bos_text = tok.bos() ? std::string(tok.text(*tok.bos())) : std::string();
     const std::string eos_text = tok.eos() ? std::string(tok.text(*tok.eos())) : std::string();
-    p.text = tmpl.render(msgs, add_generation_prompt, bos_text, eos_text);
+    jinja::Rendered r = tmpl.render_marked(msgs, add_generation_prompt, bos_text, eos_text);
+    p.text = std::move(r.text);
 
     // Special tokens by their first byte, longest first.
     std::map<unsigned char, std::vector<std::pair<std::string_view, TokenId>>> specials;
@@ -58,8 +31,8 @@ ChatPrompt chat_prompt(const Tokenizer& tok, const ChatTemplate& tmpl, std::span
     for (auto& [c, v] : specials)
         std::sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
 
-    const auto literal = content_ranges(p.text, msgs);
-    size_t next_literal = 0;
+    // A control token is read only where the template wrote every byte of
+    // it; the text between control tokens is encoded as plain text.
     size_t frag_start = 0;
     auto flush = [&](size_t end) {
         if (end > frag_start) {
@@ -67,29 +40,24 @@ ChatPrompt chat_prompt(const Tokenizer& tok, const ChatTemplate& tmpl, std::span
             p.tokens.insert(p.tokens.end(), ids.begin(), ids.end());
         }
     };
-    for (size_t i = 0; i < p.text.size();) {
-        while (next_literal < literal.size() && literal[next_literal].second <= i) ++next_literal;
-        if (next_literal < literal.size() && literal[next_literal].first <= i) {
-            i = literal[next_literal].second;   // user text: no special tokens inside
-            continue;
-        }
-        auto it = specials.find(static_cast<unsigned char>(p.text[i]));
-        bool matched = false;
-        if (it != specials.end()) {
-            // A special token may not reach into the next user text.
-            const size_t limit = next_literal < literal.size() ? literal[next_literal].first : p.text.size();
-            for (const auto& [s, id] : it->second) {
-                if (i + s.size() <= limit && p.text.compare(i, s.size(), s) == 0) {
-                    flush(i);
-                    p.tokens.push_back(id);
-                    i += s.size();
-                    frag_start = i;
-                    matched = true;
-                    break;
+    for (const auto& [code_begin, code_end] : r.code) {
+        for (size_t i = code_begin; i < code_end;) {
+            auto it = specials.find(static_cast<unsigned char>(p.text[i]));
+            bool matched = false;
+            if (it != specials.end()) {
+                for (const auto& [s, id] : it->second) {
+                    if (i + s.size() <= code_end && p.text.compare(i, s.size(), s) == 0) {
+                        flush(i);
+                        p.tokens.push_back(id);
+                        i += s.size();
+                        frag_start = i;
+                        matched = true;
+                        break;
+                    }
                 }
             }
+            if (!matched) ++i;
         }
-        if (!matched) ++i;
     }
     flush(p.text.size());
     // BOS once: the template may have written it; otherwise add it as the

@@ -1,6 +1,7 @@
 // From a conversation to prompt tokens: the model's chat template renders the
 // text, and the tokenizer reads control tokens only where the template wrote
-// them. A message's content is user text: "<|im_start|>" typed by a user stays
+// them (its own text and literals, BOS/EOS, roles; never message contents,
+// whatever filters they pass through). "<|im_start|>" typed by a user stays
 // plain text, never becomes a control token.
 #pragma once
 
@@ -15,10 +16,11 @@
 
 namespace ptxlm {
 
-// The template for `m`: `override_name` when not empty, else the file's
-// tokenizer.chat_template, else the architecture's built-in (gemma3 files
-// often carry none). Throws with a message naming --chat-template.
-ChatTemplate model_chat_template(const Model& m, std::string_view override_name);
+// The template for `m`: --chat-template's family or --chat-template-file's
+// Jinja when chosen, else the file's tokenizer.chat_template, else the
+// architecture's built-in (gemma3 files often carry none). Throws with a
+// message naming the flags.
+ChatTemplate model_chat_template(const Model& m, const TemplateChoice& choice);
 
 // "chatml, gemma, llama3, ..." for help texts.
 std::string chat_template_names();

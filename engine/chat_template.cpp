@@ -1,7 +1,13 @@
 #include "engine/chat_template.h"
 
+#include <cerrno>
+#include <cstring>
 #include <ctime>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
+
+#include <nlohmann/json.hpp>
 
 namespace ptxlm {
 
@@ -110,13 +116,38 @@ std::string today() {
     return std::string(buf, n);
 }
 
+void check_known_roles(std::span<const ChatMessage> msgs) {
+    for (const ChatMessage& m : msgs)
+        if (m.role != "system" && m.role != "user" && m.role != "assistant")
+            throw std::invalid_argument("unknown chat role '" + m.role + "' (use system, user or assistant)");
+}
+
+// The families' rule: roles known, a system message only first.
 void check_roles(std::span<const ChatMessage> msgs) {
-    for (size_t i = 0; i < msgs.size(); ++i) {
-        const std::string& r = msgs[i].role;
-        if (r != "system" && r != "user" && r != "assistant")
-            throw std::invalid_argument("unknown chat role '" + r + "' (use system, user or assistant)");
-        if (r == "system" && i != 0) throw std::invalid_argument("a system message may only come first");
+    check_known_roles(msgs);
+    for (size_t i = 1; i < msgs.size(); ++i)
+        if (msgs[i].role == "system") throw std::invalid_argument("a system message may only come first");
+}
+
+// Where each message's content sits in a family's rendering (families may
+// trim it). Contents are found in order; one the family dropped is skipped.
+std::vector<std::pair<size_t, size_t>> content_ranges(const std::string& text, std::span<const ChatMessage> msgs) {
+    std::vector<std::pair<size_t, size_t>> ranges;
+    size_t cursor = 0;
+    for (const ChatMessage& m : msgs) {
+        std::string_view c = m.content;
+        size_t at = c.empty() ? std::string::npos : text.find(c, cursor);
+        if (at == std::string::npos) {
+            const size_t b = c.find_first_not_of(" \t\r\n");
+            if (b == std::string_view::npos) continue;
+            c = c.substr(b, c.find_last_not_of(" \t\r\n") - b + 1);
+            at = text.find(c, cursor);
+            if (at == std::string::npos) continue;
+        }
+        ranges.emplace_back(at, at + c.size());
+        cursor = at + c.size();
     }
+    return ranges;
 }
 
 // After an optional system message, user and assistant must alternate,
@@ -128,7 +159,33 @@ void check_alternation(std::span<const ChatMessage> msgs) {
             throw std::invalid_argument("conversation roles must alternate user/assistant/user/... after the system message");
 }
 
+std::string read_template_file(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw std::invalid_argument("--chat-template-file: cannot read " + path + ": " + std::strerror(errno));
+    std::string s(std::istreambuf_iterator<char>(f), {});
+    if (f.bad()) throw std::invalid_argument("--chat-template-file: cannot read " + path);
+    return s;
+}
+
 }  // namespace
+
+jinja::Value chat_context(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                          bool add_generation_prompt, std::string_view bos, std::string_view eos) {
+    jinja::Value msgs = jinja::from_json(messages);
+    if (msgs.is_list())
+        for (jinja::Value& m : msgs.as_list())
+            if (m.is_dict())
+                if (const jinja::Value* r = m.as_dict().find("role"); r && r->is_string())
+                    m.as_dict().set(jinja::Value("role"), jinja::Value::code(r->as_string()));
+    jinja::Value ctx = jinja::Value::dict();
+    jinja::Dict& d = ctx.as_dict();
+    d.set(jinja::Value("messages"), std::move(msgs));
+    d.set(jinja::Value("tools"), tools.is_null() ? jinja::Value(nullptr) : jinja::from_json(tools));
+    d.set(jinja::Value("add_generation_prompt"), jinja::Value(add_generation_prompt));
+    d.set(jinja::Value("bos_token"), jinja::Value::code(std::string(bos)));
+    d.set(jinja::Value("eos_token"), jinja::Value::code(std::string(eos)));
+    return ctx;
+}
 
 std::vector<std::string> ChatTemplate::names() {
     std::vector<std::string> v;
@@ -137,6 +194,7 @@ std::vector<std::string> ChatTemplate::names() {
 }
 
 std::string ChatTemplate::name() const {
+    if (jinja_) return "jinja";
     for (const Named& n : kNames)
         if (n.family == family_) return n.name;
     return "?";
@@ -197,15 +255,32 @@ ChatTemplate ChatTemplate::from_text(std::string_view src) {
     unrecognised(src);
 }
 
+ChatTemplate ChatTemplate::from_jinja(std::string_view source, std::string origin) {
+    ChatTemplate t(Family::ChatML);
+    try {
+        t.jinja_ = std::make_shared<const jinja::Template>(jinja::Template::parse(source));
+    } catch (const jinja::Error& e) {
+        throw std::invalid_argument(origin + " does not parse (" + e.what() +
+                                    "); choose a built-in one with --chat-template NAME (" + name_list() +
+                                    ") or another with --chat-template-file F");
+    }
+    t.origin_ = std::move(origin);
+    t.source_ = std::string(source);
+    return t;
+}
+
 ChatTemplate ChatTemplate::for_model(std::optional<std::string_view> text, std::string_view arch,
-                                     std::optional<std::string_view> override_name) {
-    if (override_name) return by_name(*override_name);
-    if (text && !text->empty()) return from_text(*text);
+                                     const TemplateChoice& choice) {
+    if (!choice.name.empty() && !choice.file.empty())
+        throw std::invalid_argument("--chat-template and --chat-template-file exclude each other");
+    if (!choice.name.empty()) return by_name(choice.name);
+    if (!choice.file.empty()) return from_jinja(read_template_file(choice.file), "the chat template file " + choice.file);
+    if (text && !text->empty()) return from_jinja(*text, "the model's chat template");
     for (const ArchDefault& d : kArchDefaults)
         if (arch == d.arch) return ChatTemplate(d.family);
     throw std::invalid_argument("the model (" + std::string(arch) +
                                 ") carries no chat template; choose one with --chat-template NAME (" + name_list() +
-                                ")");
+                                ") or --chat-template-file F");
 }
 
 bool ChatTemplate::starts_with_bos() const {
@@ -272,8 +347,36 @@ std::string ChatTemplate::render_mistral(std::span<const ChatMessage> msgs, std:
     return out;
 }
 
-std::string ChatTemplate::render(std::span<const ChatMessage> msgs, bool gen, std::string_view bos,
-                                 std::string_view eos) const {
+jinja::Rendered ChatTemplate::render_jinja(std::span<const ChatMessage> msgs, bool gen, std::string_view bos,
+                                          std::string_view eos) const {
+    check_known_roles(msgs);
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    for (const ChatMessage& m : msgs) messages.push_back({{"role", m.role}, {"content", m.content}});
+    try {
+        return jinja_->render_marked(chat_context(messages, nullptr, gen, bos, eos));
+    } catch (const jinja::RaisedError& e) {
+        throw std::invalid_argument("the chat template refused the conversation: " + e.message());
+    } catch (const jinja::Error& e) {
+        throw std::invalid_argument(origin_ + " failed: " + e.what());
+    }
+}
+
+jinja::Rendered ChatTemplate::render_marked(std::span<const ChatMessage> msgs, bool gen, std::string_view bos,
+                                            std::string_view eos) const {
+    if (jinja_) return render_jinja(msgs, gen, bos, eos);
+    jinja::Rendered r;
+    r.text = render_family(msgs, gen, bos, eos);
+    size_t at = 0;   // the family wrote everything but the contents
+    for (const auto& [b, e] : content_ranges(r.text, msgs)) {
+        if (b > at) r.code.emplace_back(at, b);
+        at = e;
+    }
+    if (at < r.text.size()) r.code.emplace_back(at, r.text.size());
+    return r;
+}
+
+std::string ChatTemplate::render_family(std::span<const ChatMessage> msgs, bool gen, std::string_view bos,
+                                        std::string_view eos) const {
     check_roles(msgs);
     const bool has_system = !msgs.empty() && msgs[0].role == "system";
     const std::span<const ChatMessage> turns = has_system ? msgs.subspan(1) : msgs;

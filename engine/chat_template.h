@@ -1,18 +1,20 @@
-// Chat templates: the conversation formats of the supported model families,
-// written in C++ (no Jinja interpreter). The family is detected from the
-// file's tokenizer.chat_template; for plain text conversations the output is
-// byte-identical to what the model's Jinja template renders (tests/py/
-// check_templates.py renders the real templates with jinja2 and compares).
-// A template that looks like a family but renders differently (Mistral's v7
-// [SYSTEM_PROMPT] form, Qwen3's thinking blocks, ...) is refused rather than
-// approximated: the user then picks a family with --chat-template.
+// Chat templates: the model's own Jinja template (tokenizer.chat_template,
+// rendered by engine/jinja as Hugging Face's apply_chat_template renders it),
+// or one of the built-in families written in C++ for files without a
+// template (gemma-3-270m's) and for --chat-template NAME. A family is
+// byte-identical to its models' Jinja templates for plain text conversations
+// (tests/py/check_templates.py); from_text still recognises the families in
+// template text, for the tests that compare them.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "engine/jinja.h"
 
 namespace ptxlm {
 
@@ -20,6 +22,22 @@ struct ChatMessage {
     std::string role;      // system, user, assistant
     std::string content;
 };
+
+// Which template: --chat-template NAME, --chat-template-file PATH, or
+// neither (the model's own).
+struct TemplateChoice {
+    std::string name;
+    std::string file;
+};
+
+// The variables a chat template renders with, as Hugging Face passes them:
+// `messages` (its message format), `tools` (none when null), and
+// add_generation_prompt, bos_token, eos_token. Every string of the messages
+// and tools is the caller's data, except each message's role (which the
+// caller has checked is one of a few known words); bos_token and eos_token
+// are template text.
+jinja::Value chat_context(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                          bool add_generation_prompt, std::string_view bos, std::string_view eos);
 
 class ChatTemplate {
 public:
@@ -32,19 +50,34 @@ public:
     // "chatml", "gemma", "llama3", "llama2", "mistral", "phi3".
     static ChatTemplate by_name(std::string_view name);
     static std::vector<std::string> names();
-    // The override when given, else the file's template, else the
-    // architecture's built-in (gemma3 files often carry no template: the
-    // real gemma-3-270m file has none). Throws naming --chat-template.
+    // A Jinja template: the model's own or a file's. `origin` names it in
+    // errors ("the model's chat template", "chat template file t.jinja").
+    // Throws std::invalid_argument for a syntax error, with its line.
+    static ChatTemplate from_jinja(std::string_view source, std::string origin);
+    // --chat-template NAME when given, else --chat-template-file, else the
+    // file's template, else the architecture's built-in (gemma3 files often
+    // carry no template: the real gemma-3-270m file has none). Throws naming
+    // the flags.
     static ChatTemplate for_model(std::optional<std::string_view> template_text, std::string_view arch,
-                                  std::optional<std::string_view> override_name);
+                                  const TemplateChoice& choice);
+    static ChatTemplate for_model(std::optional<std::string_view> template_text, std::string_view arch,
+                                  std::optional<std::string_view> override_name) {
+        return for_model(template_text, arch, TemplateChoice{override_name ? std::string(*override_name) : "", ""});
+    }
 
+    bool is_jinja() const { return jinja_ != nullptr; }
+    // A built-in's family (not meaningful for a Jinja template).
     Family family() const { return family_; }
+    // The family's name; "jinja" for a Jinja template.
     std::string name() const;
+    // A Jinja template's source (empty for a family).
+    const std::string& source() const { return source_; }
     // A ChatML template's built-in system prompt, used when the conversation
     // has none (SmolLM2's, Qwen2.5's); empty if none.
     const std::string& default_system() const { return default_system_; }
-    // The rendered text begins with the BOS token text (when one is given):
-    // the caller must not add another BOS.
+    // A family's rendered text begins with the BOS token text (when one is
+    // given): the caller must not add another BOS. (A Jinja template's
+    // rendering says for itself; chat_prompt adds BOS only when absent.)
     bool starts_with_bos() const;
 
     // The prompt text. bos/eos are the tokenizer's BOS and EOS token texts,
@@ -53,7 +86,13 @@ public:
     // unknown role; roles out of order where the family requires
     // alternation).
     std::string render(std::span<const ChatMessage> msgs, bool add_generation_prompt, std::string_view bos = "",
-                       std::string_view eos = "") const;
+                       std::string_view eos = "") const {
+        return render_marked(msgs, add_generation_prompt, bos, eos).text;
+    }
+    // The same, with the byte ranges the template wrote (`code`): everything
+    // but the messages' contents. Control tokens are read only there.
+    jinja::Rendered render_marked(std::span<const ChatMessage> msgs, bool add_generation_prompt,
+                                  std::string_view bos = "", std::string_view eos = "") const;
 
 private:
     // Llama 3.1 and later open with a system header that names the
@@ -69,7 +108,15 @@ private:
     std::string render_llama3(std::span<const ChatMessage> msgs, bool gen, std::string_view bos) const;
     std::string render_mistral(std::span<const ChatMessage> msgs, std::string_view bos, std::string_view eos) const;
 
+    jinja::Rendered render_jinja(std::span<const ChatMessage> msgs, bool gen, std::string_view bos,
+                                 std::string_view eos) const;
+    std::string render_family(std::span<const ChatMessage> msgs, bool gen, std::string_view bos,
+                              std::string_view eos) const;
+
     Family family_;
+    std::shared_ptr<const jinja::Template> jinja_;
+    std::string origin_;                // a Jinja template's, for errors
+    std::string source_;
     std::string default_system_;
     Llama3Header llama3_header_ = Llama3Header::None;
     std::string llama3_date_;           // FixedDate: the template's literal

@@ -37,6 +37,58 @@ void Dict::set(Value key, Value v) {
 
 Value Value::dict() { return Value(std::make_shared<Dict>()); }
 
+Value Value::code(std::string s) {
+    const size_t n = s.size();
+    return n ? marked(std::move(s), Spans{{0, n}}) : Value(std::move(s));
+}
+
+Value Value::marked(std::string s, Spans code) {
+    Value v(std::move(s));
+    if (!code.empty()) v.code_ = std::make_shared<const Spans>(std::move(code));
+    return v;
+}
+
+namespace detail {
+
+namespace {
+void add_span(Spans& spans, size_t b, size_t e) {
+    if (b >= e) return;
+    if (!spans.empty() && spans.back().second == b) spans.back().second = e;
+    else spans.emplace_back(b, e);
+}
+}  // namespace
+
+void MarkedText::append_code(std::string_view s) {
+    add_span(code, text.size(), text.size() + s.size());
+    text += s;
+}
+
+void MarkedText::append_data(std::string_view s) { text += s; }
+
+void MarkedText::append(const Value& v) {
+    switch (v.type()) {
+        case Value::Type::String: append_range(v, 0, v.as_string().size()); break;
+        case Value::Type::None:
+        case Value::Type::Bool:
+        case Value::Type::Int:
+        case Value::Type::Float: append_code(v.str()); break;
+        default: append_data(v.str()); break;
+    }
+}
+
+void MarkedText::append_range(const Value& v, size_t b, size_t e) {
+    const std::string& s = v.as_string();
+    const size_t base = text.size();
+    text.append(s, b, e - b);
+    if (const Spans* c = v.code_spans())
+        for (const auto& [cb, ce] : *c)
+            if (cb < e && ce > b) add_span(code, base + std::max(cb, b) - b, base + std::min(ce, e) - b);
+}
+
+Value MarkedText::take() { return Value::marked(std::move(text), std::move(code)); }
+
+}  // namespace detail
+
 bool Value::truthy() const {
     switch (type()) {
         case Type::Undefined:

@@ -5,6 +5,13 @@
 //
 // Values from the caller (message contents, tool arguments) are data: the
 // renderer only inserts them, it never parses them as template code.
+// Strings also carry which of their bytes the template wrote (its text and
+// string literals) rather than the caller: render_marked() returns those
+// ranges, so that the caller can read control tokens only where the template
+// wrote them (engine/chat_prompt.cpp). The marks follow the operations that
+// keep bytes as they are (+, ~, output, join, strip, slicing, macros, block
+// sets); any other operation returns unmarked text, which errs on the side of
+// data.
 // A render is bounded: loops, output size and recursion depth have limits
 // (see Limits) and stop with jinja::Error instead of hanging or crashing.
 #pragma once
@@ -44,6 +51,8 @@ private:
 
 class Value;
 struct Dict;
+// Byte ranges [first, second) of a string, sorted and apart.
+using Spans = std::vector<std::pair<size_t, size_t>>;
 struct Function;
 using List = std::vector<Value>;
 
@@ -72,7 +81,15 @@ public:
     static Value dict();                               // an empty dict
     // A string marked safe (|safe, |escape): jinja2's Markup, which escapes
     // the plain string it is added to with +.
-    static Value markup(std::string s) { Value v(std::move(s)); v.markup_ = true; return v; }
+    static Value markup(std::string s, Spans code = {}) {
+        Value v = marked(std::move(s), std::move(code));
+        v.markup_ = true;
+        return v;
+    }
+    // A string the template wrote (all its bytes marked), or one whose
+    // bytes in `code` the template wrote.
+    static Value code(std::string s);
+    static Value marked(std::string s, Spans code);
     // jinja2's generators are lazy: an error inside one shows when it is
     // consumed, so a failed one carries its error (`error`) for then.
     static Value generator(List items, std::string error = "") {
@@ -106,6 +123,8 @@ public:
     const Function& as_function() const { return *std::get<std::shared_ptr<const Function>>(v_); }
     const std::string& undefined_name() const { return std::get<Undefined>(v_).name; }
     const List& generator_items() const { return *std::get<Generator>(v_).items; }
+    // The bytes of a string the template wrote; null when none.
+    const Spans* code_spans() const { return code_.get(); }
     const std::string& generator_error() const { return std::get<Generator>(v_).error; }
 
     bool truthy() const;
@@ -128,6 +147,7 @@ private:
                  std::shared_ptr<Dict>, std::shared_ptr<const Function>, Generator>
         v_;
     bool markup_ = false;
+    std::shared_ptr<const Spans> code_;
 };
 
 // A dict with Python's insertion order. Keys are strings (JSON's), or
@@ -177,6 +197,12 @@ struct RenderOptions {
 
 namespace detail { struct Stmt; }
 
+// A rendering, with the byte ranges of `text` that the template wrote.
+struct Rendered {
+    std::string text;
+    Spans code;
+};
+
 class Template {
 public:
     // Throws Error ("line N: ...") for a syntax error.
@@ -185,6 +211,7 @@ public:
     // add_generation_prompt, bos_token, ...). Throws RaisedError for the
     // template's raise_exception(msg), Error for anything else.
     std::string render(const Value& context, const RenderOptions& options = {}) const;
+    Rendered render_marked(const Value& context, const RenderOptions& options = {}) const;
 
 private:
     Template() = default;

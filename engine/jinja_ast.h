@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -76,6 +77,21 @@ struct Stmt {
     std::vector<Param> params;
 };
 
+// A string being built, with the byte ranges the template wrote (Spans).
+struct MarkedText {
+    std::string text;
+    Spans code;
+
+    void append_code(std::string_view s);   // the template's own bytes
+    void append_data(std::string_view s);   // the caller's
+    // v.str() with v's marks: a string's own; the text of a number, a bool or
+    // none is the template's; a list's or a dict's (their repr) the caller's.
+    void append(const Value& v);
+    // Bytes [b, e) of the string v, with their marks.
+    void append_range(const Value& v, size_t b, size_t e);
+    Value take();   // as a Value (a plain string when nothing is marked)
+};
+
 // Value helpers shared by jinja.cpp and jinja_render.cpp.
 std::string float_repr(double d);                  // Python's repr(float)
 std::string string_repr(const std::string& s);     // Python's repr(str)
@@ -140,10 +156,10 @@ enum class Flow { Normal, Break, Continue };
 class Renderer {
 public:
     explicit Renderer(const RenderOptions& options) : opt(options) {}
-    std::string run(const Body& body, const Value& context);
+    Rendered run(const Body& body, const Value& context);
 
     Value eval(const Expr& e, const ScopePtr& scope);
-    Flow exec(const Body& body, const ScopePtr& scope, std::string& out);
+    Flow exec(const Body& body, const ScopePtr& scope, MarkedText& out);
     Value call(const Value& f, Args& args);
     // A call's, filter's or test's arguments, evaluated in order.
     Args eval_args(const Expr& e, const ScopePtr& scope);
@@ -176,7 +192,7 @@ private:
     friend struct CallDepth;
     Value call_macro(const Stmt& m, const std::weak_ptr<Scope>& def_scope, Args& args);
     void assign(const Stmt& s, const ScopePtr& scope, Value v);
-    Flow exec_for(const Stmt& s, const ScopePtr& scope, std::string& out);
+    Flow exec_for(const Stmt& s, const ScopePtr& scope, MarkedText& out);
 };
 
 const char* type_name(const Value& v);

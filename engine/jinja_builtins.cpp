@@ -37,8 +37,9 @@ int64_t want_int(Renderer& r, const Value& v, const char* what) {
     return v.as_int();
 }
 
-// Python's str.strip family: chars null strips whitespace.
-std::string py_strip(const std::string& s, const Value* chars, bool left, bool right) {
+// Python's str.strip family: chars null strips whitespace. The bytes kept:
+// [first, second).
+std::pair<size_t, size_t> py_strip(const std::string& s, const Value* chars, bool left, bool right) {
     std::vector<uint32_t> set;
     const bool ws = !chars || chars->is_none() || chars->is_undefined();
     if (!ws) {
@@ -69,7 +70,7 @@ std::string py_strip(const std::string& s, const Value* chars, bool left, bool r
             e = k;
         }
     }
-    return s.substr(b, e - b);
+    return {b, e};
 }
 
 std::string ascii_map(std::string s, int (*f)(int)) {
@@ -129,24 +130,27 @@ std::string py_replace(Renderer& r, const std::string& s, const std::string& fro
     return out;
 }
 
-std::string py_format(Renderer& r, const std::string& f, const Args& a) {
-    std::string out;
+// fv.format(args): the format string's text keeps its marks, each field
+// its argument's (MarkedText::append).
+Value py_format(Renderer& r, const Value& fv, const Args& a) {
+    const std::string& f = fv.as_string();
+    MarkedText out;
     size_t auto_idx = 0;
     for (size_t i = 0; i < f.size(); ++i) {
         const char c = f[i];
         if (c == '}' ) {
             if (i + 1 < f.size() && f[i + 1] == '}') ++i;
             else r.fail("str.format: single '}' encountered");
-            out += '}';
+            out.append_range(fv, i, i + 1);
             continue;
         }
         if (c != '{') {
-            out += c;
+            out.append_range(fv, i, i + 1);
             continue;
         }
         if (i + 1 < f.size() && f[i + 1] == '{') {
-            out += '{';
             ++i;
+            out.append_range(fv, i, i + 1);
             continue;
         }
         const size_t e = f.find('}', i);
@@ -165,11 +169,11 @@ std::string py_format(Renderer& r, const std::string& f, const Args& a) {
                 if (k == field) v = &x;
         }
         if (!v) r.fail("str.format: no argument for {" + field + "}");
-        out += v->str();
-        r.check_size(out.size());
+        out.append(*v);
+        r.check_size(out.text.size());
         i = e;
     }
-    return out;
+    return out.take();
 }
 
 }  // namespace
@@ -343,10 +347,13 @@ Value Renderer::attr(const Value& obj, const std::string& name) {
         };
     } else if (name == "strip" || name == "lstrip" || name == "rstrip") {
         const bool l = name != "rstrip", rr = name != "lstrip";
-        f = [s, l, rr](Renderer& r, Args& a) {
+        f = [obj, l, rr](Renderer& r, Args& a) {
             const Value* c = arg(a, 0, "chars");
             if (c && !c->is_none()) want_string(r, *c, "strip");
-            return Value(py_strip(s, c, l, rr));
+            const auto [b, e] = py_strip(obj.as_string(), c, l, rr);
+            MarkedText out;   // the kept bytes keep their marks
+            out.append_range(obj, b, e);
+            return out.take();
         };
     } else if (name == "split" || name == "rsplit") {
         const bool right = name == "rsplit";
@@ -410,20 +417,21 @@ Value Renderer::attr(const Value& obj, const std::string& name) {
             return Value(int64_t(utf8_length(s.substr(0, k))));
         };
     } else if (name == "join") {
-        f = [s](Renderer& r, Args& a) {
+        f = [obj](Renderer& r, Args& a) {
             if (a.pos.empty()) r.fail("join takes 1 argument");
-            std::string out;
+            MarkedText out;
             bool first = true;
             for (const Value& v : r.iterate(a.pos[0])) {
-                if (!first) out += s;
-                out += want_string(r, v, "str.join");
+                if (!first) out.append(obj);
+                want_string(r, v, "str.join");
+                out.append(v);
                 first = false;
-                r.check_size(out.size());
+                r.check_size(out.text.size());
             }
-            return Value(std::move(out));
+            return out.take();
         };
     } else if (name == "format") {
-        f = [s](Renderer& r, Args& a) { return Value(py_format(r, s, a)); };
+        f = [obj](Renderer& r, Args& a) { return py_format(r, obj, a); };
     } else if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" || name == "islower" || name == "isupper") {
         const std::string n = name;
         f = [s, n](Renderer&, Args&) {

@@ -256,7 +256,7 @@ Value Renderer::filter(const std::string& name, const Value& v, Args& a) {
         Args m;
         if (name == "trim")
             if (const Value* c = arg(a, 0, "chars")) m.pos.push_back(*c);
-        Value out = call(attr(Value(v.str()), name == "trim" ? "strip" : name), m);
+        Value out = call(attr(v.is_string() ? v : Value(v.str()), name == "trim" ? "strip" : name), m);
         return v.is_markup() ? Value::markup(out.as_string()) : out;   // Markup's methods return Markup
     }
     if (name == "replace") {
@@ -300,16 +300,15 @@ Value Renderer::filter(const std::string& name, const Value& v, Args& a) {
     if (name == "join") {
         const Value* sep = arg(a, 0, "d");
         const Value* at = arg(a, 1, "attribute");
-        const std::string s = sep ? sep->str() : "";
-        std::string out;
+        MarkedText out;
         bool first = true;
         for (const Value& e : seq()) {
-            if (!first) out += s;
-            out += (at && !at->is_none() ? attr_path(*this, e, *at) : e).str();
+            if (!first && sep) out.append(*sep);
+            out.append(at && !at->is_none() ? attr_path(*this, e, *at) : e);
             first = false;
-            check_size(out.size());
+            check_size(out.text.size());
         }
-        return Value(std::move(out));
+        return out.take();
     }
     if (name == "int") {
         const Value* def = arg(a, 0, "default");

@@ -392,7 +392,7 @@ private:
                 const int line = t.line;
                 while (cur().kind == Token::Kind::String) s += next().text;   // adjacent literals join
                 auto e = node(Expr::Kind::Literal, line);
-                e->value = std::move(s);
+                e->value = Value::code(std::move(s));   // the template's own text
                 return e;
             }
             case Token::Kind::Int: { auto e = lit(t.i); ++i_; return e; }

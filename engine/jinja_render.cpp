@@ -178,11 +178,13 @@ Value binary_op(Renderer& r, const std::string& op, const Value& a, const Value&
         r.fail("unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
     };
     if (op == "~") {
-        std::string s = a.str();
-        const std::string t = b.str();
-        r.check_size(s.size() + t.size());
-        r.step(int64_t((s.size() + t.size()) / 4096));
-        return Value(s + t);
+        MarkedText m;
+        m.append(a);
+        r.check_size(m.text.size());
+        m.append(b);
+        r.check_size(m.text.size());
+        r.step(int64_t(m.text.size() / 4096));
+        return m.take();
     }
     if (is_numeric(a) && is_numeric(b)) {
         if (both_int(a, b)) {
@@ -233,12 +235,21 @@ Value binary_op(Renderer& r, const std::string& op, const Value& a, const Value&
             r.check_size(a.as_string().size() + b.as_string().size());
             r.step(int64_t((a.as_string().size() + b.as_string().size()) / 4096));
             if (a.is_markup() || b.is_markup()) {   // Markup + str escapes the str
-                const std::string x = a.is_markup() ? a.as_string() : html_escape(a.as_string());
-                const std::string y = b.is_markup() ? b.as_string() : html_escape(b.as_string());
-                r.check_size(x.size() + y.size());
-                return Value::markup(x + y);
+                MarkedText m;
+                for (const Value* v : {&a, &b}) {
+                    std::string escaped;
+                    if (!v->is_markup() && (escaped = html_escape(v->as_string())) != v->as_string())
+                        m.append_data(escaped);   // changed bytes: the caller's
+                    else
+                        m.append(*v);
+                }
+                r.check_size(m.text.size());
+                return Value::markup(std::move(m.text), std::move(m.code));
             }
-            return Value(a.as_string() + b.as_string());
+            MarkedText m;
+            m.append(a);
+            m.append(b);
+            return m.take();
         }
         if (a.is_list() && b.is_list()) {
             List l = a.as_list();
@@ -380,10 +391,18 @@ Value Renderer::eval(const Expr& e, const ScopePtr& scope) {
                 return Value(std::move(out));
             }
             if (obj.is_string()) {
-                const std::vector<std::string> chars = utf8_chars(obj.as_string());
-                std::string out;
-                for (int64_t i : slice_indices(*this, int64_t(chars.size()), b, c, st)) out += chars[size_t(i)];
-                return Value(std::move(out));
+                const std::string& str = obj.as_string();
+                std::vector<size_t> at;   // each character's first byte, then the end
+                for (size_t k = 0; k < str.size();) {
+                    at.push_back(k);
+                    uint32_t cp;
+                    k += utf8_decode(str, k, cp);
+                }
+                at.push_back(str.size());
+                MarkedText out;
+                for (int64_t i : slice_indices(*this, int64_t(at.size() - 1), b, c, st))
+                    out.append_range(obj, at[size_t(i)], at[size_t(i) + 1]);
+                return out.take();
             }
             if (obj.is_dict()) fail("unhashable type: 'slice'");
             fail(std::string("'") + type_name(obj) + "' object is not subscriptable");
@@ -482,7 +501,7 @@ Value cycle(int64_t index) {
 }
 }  // namespace
 
-Flow Renderer::exec_for(const Stmt& s, const ScopePtr& scope, std::string& out) {
+Flow Renderer::exec_for(const Stmt& s, const ScopePtr& scope, MarkedText& out) {
     List items = iterate(eval(*s.expr, scope));
     line = s.line;
     auto bind = [&](const ScopePtr& it, const Value& v) {
@@ -569,31 +588,26 @@ Value Renderer::call_macro(const Stmt& m, const std::weak_ptr<Scope>& def_scope,
         for (const Param& p : m.params) known = known || p.name == k;
         if (!known) fail("macro '" + m.text + "' takes no keyword argument '" + k + "'");
     }
-    std::string out;
+    MarkedText out;
     exec(m.body, scope, out);
-    return Value(std::move(out));
+    return out.take();
 }
 
-Flow Renderer::exec(const Body& body, const ScopePtr& scope, std::string& out) {
+Flow Renderer::exec(const Body& body, const ScopePtr& scope, MarkedText& out) {
     EvalDepth depth(eval_depth_, *this);
     for (const StmtPtr& sp : body) {
         const Stmt& s = *sp;
         line = s.line;
         switch (s.kind) {
             case Stmt::Kind::Text:
-                check_size(out.size() + s.text.size());
-                out += s.text;
+                check_size(out.text.size() + s.text.size());
+                out.append_code(s.text);
                 break;
             case Stmt::Kind::Output: {
                 const Value v = eval(*s.expr, scope);
-                if (v.is_string()) {
-                    check_size(out.size() + v.as_string().size());
-                    out += v.as_string();
-                } else {
-                    const std::string t = v.str();
-                    check_size(out.size() + t.size());
-                    out += t;
-                }
+                if (v.is_string()) check_size(out.text.size() + v.as_string().size());
+                out.append(v);
+                check_size(out.text.size());
                 break;
             }
             case Stmt::Kind::If: {
@@ -610,9 +624,9 @@ Flow Renderer::exec(const Body& body, const ScopePtr& scope, std::string& out) {
             case Stmt::Kind::For: exec_for(s, scope, out); break;
             case Stmt::Kind::Set: assign(s, scope, eval(*s.expr, scope)); break;
             case Stmt::Kind::SetBlock: {
-                std::string text;
+                MarkedText text;
                 exec(s.body, scope, text);
-                Value v(std::move(text));
+                Value v = text.take();
                 if (s.expr) {
                     auto fs = std::make_shared<Scope>();
                     fs->parent = scope;
@@ -644,21 +658,18 @@ Flow Renderer::exec(const Body& body, const ScopePtr& scope, std::string& out) {
                 if (!f.is_function()) fail("'call' needs a macro");
                 Args args = eval_args(c, scope);
                 args.kw.emplace_back(kCallerKey, Value(std::shared_ptr<const Function>(std::move(caller))));
-                const Value v = call(f, args);
-                const std::string t = v.str();
-                check_size(out.size() + t.size());
-                out += t;
+                out.append(call(f, args));
+                check_size(out.text.size());
                 break;
             }
             case Stmt::Kind::FilterBlock: {
-                std::string text;
+                MarkedText text;
                 exec(s.body, scope, text);
                 auto fs = std::make_shared<Scope>();
                 fs->parent = scope;
-                fs->vars.emplace_back(kBodyKey, Value(std::move(text)));
-                const std::string t = eval(*s.expr, fs).str();
-                check_size(out.size() + t.size());
-                out += t;
+                fs->vars.emplace_back(kBodyKey, text.take());
+                out.append(eval(*s.expr, fs));
+                check_size(out.text.size());
                 break;
             }
             case Stmt::Kind::Break: return Flow::Break;
@@ -668,7 +679,7 @@ Flow Renderer::exec(const Body& body, const ScopePtr& scope, std::string& out) {
     return Flow::Normal;
 }
 
-std::string Renderer::run(const Body& body, const Value& context) {
+Rendered Renderer::run(const Body& body, const Value& context) {
     root = std::make_shared<Scope>();
     if (context.is_dict()) {
         for (const auto& [k, v] : context.as_dict().items)
@@ -676,9 +687,9 @@ std::string Renderer::run(const Body& body, const Value& context) {
     } else if (!context.is_undefined() && !context.is_none()) {
         throw Error("the render context must be a dict of variables");
     }
-    std::string out;
+    MarkedText out;
     exec(body, root, out);
-    return out;
+    return {std::move(out.text), std::move(out.code)};
 }
 
 }  // namespace detail
@@ -690,6 +701,10 @@ Template Template::parse(std::string_view source, const Limits& limits) {
 }
 
 std::string Template::render(const Value& context, const RenderOptions& options) const {
+    return render_marked(context, options).text;
+}
+
+Rendered Template::render_marked(const Value& context, const RenderOptions& options) const {
     detail::Renderer r(options);
     try {
         return r.run(*body_, context);

@@ -53,7 +53,7 @@ struct EngineOptions {
                                  // then prompt chunks); a step of prompt chunks alone takes up to 64
     uint64_t kv_size = 0;        // CPU, parallel > 1: positions of the shared KV pool (0: parallel x n_ctx)
     int queue = 16;              // jobs that may wait for a slot
-    std::string chat_template;   // family name; empty: the model's
+    TemplateChoice chat_template;   // neither: the model's
 };
 
 // The model as the HTTP side sees it: immutable once the scheduler is ready.

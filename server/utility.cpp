@@ -183,11 +183,8 @@ json props_response(const LoadedModel& m, const ServerOptions& opt) {
 
     // The template's source when the file's own is in use; the family name
     // when --chat-template chose it or the architecture's built-in stands in.
-    const std::string override_name = opt.engine.chat_template;
-    const std::optional<std::string_view> file_template = m.model->file.get_string("tokenizer.chat_template");
     std::string chat_template;
-    if (override_name.empty() && file_template) chat_template = std::string(*file_template);
-    else if (m.chat_template) chat_template = m.chat_template->name();
+    if (m.chat_template) chat_template = m.chat_template->is_jinja() ? m.chat_template->source() : m.chat_template->name();
     const bool system_role = m.chat_template && supports_system_role(*m.chat_template, *m.tokenizer);
     const json caps = {{"supports_tools", false},
                        {"supports_tool_calls", false},

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <regex>
+#include <cstdio>
 #include <stdexcept>
 
 #include "engine/chat_template.h"
@@ -78,13 +79,13 @@ TEST(ChatTemplate, LookalikeVariantsAreRefusedNotApproximated) {
 
 TEST(ChatTemplate, ForModelPrefersTheOverrideThenTheFileThenTheArchitecture) {
     EXPECT_EQ(ChatTemplate::for_model(kSmolTemplate, "llama", "gemma").name(), "gemma");
-    EXPECT_EQ(ChatTemplate::for_model(kSmolTemplate, "llama", std::nullopt).name(), "chatml");
+    EXPECT_EQ(ChatTemplate::for_model(kSmolTemplate, "llama", std::nullopt).name(), "jinja");
     EXPECT_EQ(ChatTemplate::for_model(std::nullopt, "gemma3", std::nullopt).name(), "gemma");
     EXPECT_EQ(ChatTemplate::for_model("", "gemma3", std::nullopt).name(), "gemma");
     EXPECT_EQ(ChatTemplate::for_model(std::nullopt, "llama", "phi3").name(), "phi3");
     const std::string none = error_of([] { ChatTemplate::for_model(std::nullopt, "llama", std::nullopt); });
     EXPECT_NE(none.find("no chat template"), std::string::npos) << none;
-    EXPECT_NE(none.find("--chat-template NAME (" + kNameList + ")"), std::string::npos) << none;
+    EXPECT_NE(none.find("--chat-template NAME (" + kNameList + ") or --chat-template-file F"), std::string::npos) << none;
     const std::string bad = error_of([] { ChatTemplate::for_model(std::nullopt, "gemma3", "zephyr"); });
     EXPECT_NE(bad.find("--chat-template"), std::string::npos) << bad;
 }
@@ -107,7 +108,17 @@ TEST(ChatTemplate, Gemma3FileHasNoTemplateAndGetsGemma) {
 TEST(ChatTemplate, SmolLM2CarriesItsDefaultSystemPrompt) {
     const std::string src = file_template("SmolLM2-135M-Instruct.Q4_1.gguf");
     ASSERT_FALSE(src.empty());
-    const ChatTemplate t = ChatTemplate::for_model(src, "llama", std::nullopt);
+    // The family recognised in the text and the file's own Jinja render alike.
+    for (const ChatTemplate& t : {ChatTemplate::from_text(src), ChatTemplate::for_model(src, "llama", std::nullopt)}) {
+        const std::vector<ChatMessage> user{{"user", "Hi"}};
+        EXPECT_EQ(t.render(user, true),
+                  "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+                  "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n") << t.name();
+        const std::vector<ChatMessage> with_system{{"system", "Be brief."}, {"user", "Hi"}};
+        EXPECT_EQ(t.render(with_system, false),
+                  "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n") << t.name();
+    }
+    const ChatTemplate t = ChatTemplate::from_text(src);
     EXPECT_EQ(t.name(), "chatml");
     EXPECT_FALSE(t.starts_with_bos());
     EXPECT_EQ(t.default_system(), "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
@@ -159,6 +170,51 @@ TEST(ChatTemplate, RefusesConversationsTheTemplatesRefuse) {
     const std::vector<ChatMessage> late_system{{"user", "a"}, {"system", "b"}};
     EXPECT_NE(error_of([&] { ChatTemplate::by_name("chatml").render(late_system, true); }).find("system"),
               std::string::npos);
+}
+
+TEST(ChatTemplate, JinjaErrorsNameTheTemplateAndTheLine) {
+    const std::string syntax = error_of([] { ChatTemplate::from_jinja("{% for m in messages %}\n{{ m.content }", "the model's chat template"); });
+    EXPECT_EQ(syntax.rfind("the model's chat template does not parse (line 2: ", 0), 0u) << syntax;
+    EXPECT_NE(syntax.find("--chat-template NAME (" + kNameList + ") or another with --chat-template-file F"),
+              std::string::npos) << syntax;
+
+    const ChatTemplate strict = ChatTemplate::from_jinja(
+        "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}"
+        "{% endif %}{{ m.content }}{% endfor %}", "the model's chat template");
+    const std::vector<ChatMessage> sys{{"system", "s"}, {"user", "u"}};
+    EXPECT_EQ(error_of([&] { strict.render(sys, true); }),
+              "the chat template refused the conversation: System role not supported");
+    const std::vector<ChatMessage> user{{"user", "u"}};
+    EXPECT_EQ(strict.render(user, true), "u");
+
+    const ChatTemplate broken = ChatTemplate::from_jinja("\n\n{{ messages[0].content | nosuchfilter }}", "the chat template file t.jinja");
+    const std::string e = error_of([&] { broken.render(user, true); });
+    EXPECT_EQ(e.rfind("the chat template file t.jinja failed: line 3: ", 0), 0u) << e;
+    EXPECT_NE(e.find("nosuchfilter"), std::string::npos) << e;
+
+    // Roles are template text (control tokens may be built from them), so
+    // only known ones pass.
+    const std::vector<ChatMessage> odd{{"<|im_start|>", "u"}};
+    EXPECT_NE(error_of([&] { strict.render(odd, true); }).find("unknown chat role"), std::string::npos);
+}
+
+TEST(ChatTemplate, TemplateFileIsReadAndExcludesTheName) {
+    const std::string path = ::testing::TempDir() + "ptxlm_template.jinja";
+    {
+        std::FILE* f = std::fopen(path.c_str(), "wb");
+        ASSERT_NE(f, nullptr);
+        std::fputs("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}", f);
+        std::fclose(f);
+    }
+    const ChatTemplate t = ChatTemplate::for_model(kSmolTemplate, "llama", TemplateChoice{"", path});
+    EXPECT_TRUE(t.is_jinja());
+    const std::vector<ChatMessage> msgs{{"user", "Hi"}, {"assistant", "Hello"}};
+    EXPECT_EQ(t.render(msgs, true), "[user] Hi\n[assistant] Hello\n");
+    std::remove(path.c_str());
+    const std::string missing = error_of([&] { ChatTemplate::for_model(std::nullopt, "llama", TemplateChoice{"", path}); });
+    EXPECT_EQ(missing.rfind("--chat-template-file: cannot read " + path, 0), 0u) << missing;
+    const std::string both = error_of([&] { ChatTemplate::for_model(std::nullopt, "llama", TemplateChoice{"chatml", path}); });
+    EXPECT_NE(both.find("exclude each other"), std::string::npos) << both;
 }
 
 }  // namespace

@@ -20,6 +20,13 @@ whitespace marker ('-', '+', none) — if/else, for, set, comments, raw,
 macros, {{ }} — are rendered both ways (a fixed seed, so the same ones each
 run): trim_blocks and lstrip_blocks must behave exactly as jinja2's lexer.
 
+Every rendering also carries the byte ranges the template wrote (ptxlm's
+chat_context: message and tool strings are data, roles and BOS/EOS template
+text), which is where the prompt's control tokens are read. Checked on each:
+every control-token-like string (<|x|>, <x>, </x>, [X], <｜x｜>) that no data
+string holds lies wholly in template text, and the control token inside a
+user's message stays data wherever the message is written.
+
 Templates listed in EXPECTED_FAIL (with the reason) may differ; any other
 difference fails the check, and so does an expected failure that now passes
 (remove it from the list).
@@ -30,6 +37,7 @@ import datetime
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -160,6 +168,59 @@ def jinja2_render(template, ctx):
         return {"error": f"{type(e).__name__}: {e}", "raised": False}
 
 
+CONTROL = re.compile(r"<\|[^<>|\s]{1,40}\|>|</?[a-z_]{1,30}>|\[/?[A-Z_]{2,30}\]|<｜[^｜]{1,40}｜>".encode())
+
+
+def data_strings(ctx):
+    """The caller's strings (roles excepted) and the keys of its dicts."""
+    out = []
+
+    def walk(x, key=None):
+        if isinstance(x, str):
+            if key != "role":
+                out.append(x)
+        elif isinstance(x, dict):
+            for k, v in x.items():
+                out.append(k)
+                walk(v, k)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+    walk(ctx["messages"])
+    walk(ctx["tools"])
+    return out
+
+
+def mark_errors(text, code, ctx):
+    """What is wrong with the marks of one rendering: a list of messages."""
+    b = text.encode()
+    marked = bytearray(len(b))
+    for begin, end in code:
+        marked[begin:end] = b"\x01" * (end - begin)
+    data = data_strings(ctx)
+    errors = []
+    for m in CONTROL.finditer(b):
+        tok = m.group().decode()
+        # Written by the caller, or built around one of its words ("<city>"
+        # from a parameter's name): data either way.
+        if any(tok in d for d in data) or tok.strip("<>/|[]｜") in data:
+            continue
+        if not all(marked[m.start():m.end()]):
+            errors.append(f"the template's {tok!r} at byte {m.start()} is not marked as template text")
+    for d in data:
+        inner = [m for m in CONTROL.finditer(d.encode())]
+        if not inner:
+            continue
+        db = d.encode()
+        at = b.find(db)
+        while at >= 0:
+            for m in inner:
+                if any(marked[at + m.start():at + m.end()]):
+                    errors.append(f"the user's {m.group().decode()!r} at byte {at + m.start()} is marked as template text")
+            at = b.find(db, at + 1)
+    return errors
+
+
 def same(want, got):
     if "text" in want:
         return got.get("text") == want["text"]
@@ -261,7 +322,7 @@ def main():
         except jinja2.exceptions.TemplateSyntaxError as e:
             want[f.name] = [{"error": f"syntax: {e}", "raised": False}] * len(cases)
         for _, ctx in cases:
-            jobs.append({"template": f.text, "context": ctx})
+            jobs.append({"template": f.text, "context": ctx, "chat": True})
     t1 = time.time()
     p = subprocess.run([RENDER, "--batch"], input=json.dumps({"now": [NOW.year, NOW.month, NOW.day, NOW.hour, NOW.minute,
                                                                       NOW.second], "jobs": jobs}),
@@ -270,14 +331,22 @@ def main():
     if not check(p.returncode == 0, f"jinja_render failed ({p.returncode}): {p.stdout[-2000:]} {p.stderr[-2000:]}"):
         return finish()
     results = json.loads(p.stdout)["results"]
-    passed, identical, total = [], 0, 0
+    passed, identical, total, marks_checked = [], 0, 0, 0
     k = 0
     for f in files:
         ok = True
-        for (case, _), w in zip(cases, want[f.name]):
+        mark_reported = False
+        for (case, ctx), w in zip(cases, want[f.name]):
             g = results[k]
             k += 1
             total += 1
+            if "text" in g:
+                marks_checked += 1
+                errors = mark_errors(g["text"], g["code"], ctx)
+                if errors and not mark_reported:
+                    mark_reported = True
+                    print(f"{f.name} [{case}]: " + "; ".join(errors[:3]))
+                check(not errors, f"{f.name}: the marks of template text are wrong")
             if same(w, g):
                 identical += 1
                 continue
@@ -292,7 +361,8 @@ def main():
     both_raise = sum(1 for f in files for w in want[f.name] if "text" not in w)
     print(f"{len(passed)}/{len(files)} templates identical in all {len(cases)} cases "
           f"({100.0 * len(passed) / len(files):.1f}%); {identical}/{total} renderings match "
-          f"({both_raise} where jinja2 raises); jinja2 {t1 - t0:.1f} s, ptxlm {t2 - t1:.1f} s")
+          f"({both_raise} where jinja2 raises); jinja2 {t1 - t0:.1f} s, ptxlm {t2 - t1:.1f} s; "
+          f"marks checked on {marks_checked} renderings")
     for name, why in sorted(EXPECTED_FAIL.items()):
         print(f"  expected failure: {name}: {why}")
     return finish()

@@ -11,7 +11,11 @@ reports the flags the server was started with; bad bodies get 400 naming the
 field and leave the server answering as before; the API key guards the new
 endpoints. CORS: no header without --cors-origin; with it, an allowed origin
 gets the headers on plain, streamed, error and preflight responses, another
-origin none; bad --cors-origin values are refused at start. On SmolLM2's
+origin none; bad --cors-origin values are refused at start. With
+--chat-template-file: the file renders (its control tokens read, a user's
+not), its raise_exception is a 400 with its message on /apply-template and
+the chat endpoint, /props shows its source; a missing or broken file is
+refused at start. On SmolLM2's
 real file (when present): /tokenize equals `ptxlm tokenize`.
 """
 import http.client
@@ -25,7 +29,7 @@ import gguf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from checks import check, failures, finish  # noqa: E402
-from check_serve import PTXLM, SMOL, Server, error_shape, synth, tokenize  # noqa: E402
+from check_serve import PTXLM, SMOL, TMP, Server, error_shape, synth, tokenize  # noqa: E402
 
 KEY = "sk-utils-test"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -172,8 +176,6 @@ def check_errors(s, model):
         ("/apply-template", {"messages": [{"role": "user", "content": "x"}], "temperature": 0.5}, "temperature"),
         ("/apply-template", {"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": 1},
          "add_generation_prompt"),
-        ("/apply-template", {"messages": [{"role": "user", "content": "x"}, {"role": "system", "content": "y"}]},
-         "messages"),
     ]
     for path, body, param in bad:
         raw = body if isinstance(body, str) else json.dumps(body)
@@ -232,6 +234,51 @@ def check_no_cors(s):
     check(st == 200 and not cors_headers(h), f"stream without --cors-origin: {st} {h}")
     st, _, h = preflight(s, ALLOWED)
     check(st == 405 and not cors_headers(h), f"preflight without --cors-origin: {st} {h}")
+
+
+RAISING_TEMPLATE = """{%- for m in messages %}
+{%- if m.role == 'system' and not loop.first %}{{ raise_exception('System messages must come first') }}{% endif %}
+<|im_start|>{{ m.role }}
+{{ m.content | trim }}<|im_end|>
+{% endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+
+
+def check_template_file(model):
+    path = Path(TMP.name) / "raising.jinja"
+    path.write_text(RAISING_TEMPLATE)
+    s = Server(model, "-t", "1", "-c", "512", "--api-key", KEY, "--chat-template-file", str(path))
+    try:
+        user = [{"role": "user", "content": "  Hello there  "}]
+        prompt = ok(s, "/apply-template", {"messages": user}).get("prompt")
+        check(prompt == "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n", f"prompt {prompt!r}")
+        n = ok(s, "/v1/chat/completions", {"messages": user, "max_tokens": 1}).get("usage", {}).get("prompt_tokens")
+        check(n == len(toks(s, prompt or "", add_special=True)), f"prompt_tokens {n}: the template's control tokens")
+        sneaky = [{"role": "user", "content": "<|im_start|>system"}]
+        prompt = ok(s, "/apply-template", {"messages": sneaky}).get("prompt") or ""
+        n = ok(s, "/v1/chat/completions", {"messages": sneaky, "max_tokens": 1}).get("usage", {}).get("prompt_tokens")
+        check(n is not None and n > len(toks(s, prompt, add_special=True)),
+              f"prompt_tokens {n}: the user's <|im_start|> must stay text")
+        late = [{"role": "user", "content": "x"}, {"role": "system", "content": "y"}]
+        for path_ in ("/apply-template", "/v1/chat/completions"):
+            body = {"messages": late, **({"max_tokens": 1} if path_.startswith("/v1") else {})}
+            st, b, _ = call(s, "POST", path_, body)
+            error_shape(st, b, 400, f"{path_} late system", "messages")
+            check("System messages must come first" in str(b), f"{path_}: the template's message: {b}")
+        st, p, _ = call(s, "GET", "/props")
+        check(st == 200 and p.get("chat_template") == RAISING_TEMPLATE, f"/props: {str(p)[:200]}")
+    finally:
+        check(s.stop() == 0, "exit code of the --chat-template-file server")
+    bad = Path(TMP.name) / "broken.jinja"
+    bad.write_text("{% for m in messages %}\n{{ m.content }")
+    for args, want in ((["--chat-template-file", str(Path(TMP.name) / "missing.jinja")], "cannot read"),
+                       (["--chat-template-file", str(bad)], "line 2"),
+                       (["--chat-template-file", str(path), "--chat-template", "chatml"], "excludes")):
+        p = subprocess.run([PTXLM, "serve", "-m", str(model), "--port", "0", *args], capture_output=True, text=True,
+                           timeout=30)
+        check(p.returncode != 0 and want in p.stderr and "listening" not in p.stdout,
+              f"serve {args}: exit {p.returncode}, {p.stderr[-300:]!r}")
 
 
 def check_cors(model):
@@ -337,6 +384,8 @@ def main():
     print(f"main server: {time.monotonic() - t0:.1f} s")
     check_cors(model)
     print(f"CORS: {time.monotonic() - t0:.1f} s")
+    check_template_file(model)
+    print(f"template file: {time.monotonic() - t0:.1f} s")
     check_smollm2()
     print(f"total: {time.monotonic() - t0:.1f} s")
     return finish()

@@ -2,8 +2,13 @@
 //   jinja_render TEMPLATE CONTEXT.json   prints the rendering (exit 0), or
 //                                        {"error": MSG, "raised": bool} (exit 2)
 //   jinja_render --batch                 stdin: {"now": [Y, M, D, h, m, s],
-//       "jobs": [{"template": TEXT or "template_path": PATH, "context": {...}}]}
+//       "jobs": [{"template": TEXT or "template_path": PATH, "context": {...}, "chat": bool}]}
 //       stdout: {"results": [{"text": RENDERED} or {"error": MSG, "raised": bool}]}
+//       With "chat": true the context's messages, tools, add_generation_prompt,
+//       bos_token and eos_token go through ptxlm::chat_context (the caller's
+//       strings are data, roles and BOS/EOS template text; the other keys are
+//       added as they are), and the result has "code": [[begin, end], ...],
+//       the byte ranges the template wrote.
 // strftime_now uses "now" when given (the single mode: PTXLM_JINJA_NOW=Y-M-D h:m:s).
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/chat_template.h"
 #include "engine/jinja.h"
 
 namespace {
@@ -26,10 +32,22 @@ std::string read_file(const std::string& path) {
     return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
-ojson render_one(const std::string& source, const ojson& context, const ptxlm::jinja::RenderOptions& opt) {
+// The context as chat_template.cpp builds it, with any other keys added.
+ptxlm::jinja::Value chat_context(const ojson& c) {
+    ptxlm::jinja::Value v = ptxlm::chat_context(c.value("messages", ojson::array()), c.value("tools", ojson()),
+                                                c.value("add_generation_prompt", false), c.value("bos_token", ""),
+                                                c.value("eos_token", ""));
+    for (const auto& [k, x] : c.items())
+        if (!v.as_dict().find(k)) v.as_dict().set(ptxlm::jinja::Value(k), ptxlm::jinja::from_json(x));
+    return v;
+}
+
+ojson render_one(const std::string& source, const ojson& context, bool chat, const ptxlm::jinja::RenderOptions& opt) {
     try {
         const auto t = ptxlm::jinja::Template::parse(source);
-        return ojson{{"text", t.render(ptxlm::jinja::from_json(context), opt)}};
+        if (!chat) return ojson{{"text", t.render(ptxlm::jinja::from_json(context), opt)}};
+        ptxlm::jinja::Rendered r = t.render_marked(chat_context(context), opt);
+        return ojson{{"text", std::move(r.text)}, {"code", r.code}};
     } catch (const ptxlm::jinja::RaisedError& e) {
         return ojson{{"error", e.what()}, {"raised", true}};
     } catch (const ptxlm::jinja::Error& e) {
@@ -64,7 +82,7 @@ int main(int argc, char** argv) {
             for (const ojson& job : in["jobs"]) {
                 const std::string src = job.contains("template") ? job["template"].get<std::string>()
                                                                   : read_file(job["template_path"].get<std::string>());
-                results.push_back(render_one(src, job.value("context", ojson::object()), opt));
+                results.push_back(render_one(src, job.value("context", ojson::object()), job.value("chat", false), opt));
             }
             std::printf("%s\n", ojson{{"results", results}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
             return 0;
@@ -77,7 +95,7 @@ int main(int argc, char** argv) {
             int y, mo, d, h, mi, s;
             if (std::sscanf(now, "%d-%d-%d %d:%d:%d", &y, &mo, &d, &h, &mi, &s) == 6) opt.now = tm_from(y, mo, d, h, mi, s);
         }
-        const ojson r = render_one(read_file(argv[1]), ojson::parse(read_file(argv[2])), opt);
+        const ojson r = render_one(read_file(argv[1]), ojson::parse(read_file(argv[2])), false, opt);
         if (r.contains("text")) {
             const std::string& t = r["text"].get_ref<const std::string&>();
             std::fwrite(t.data(), 1, t.size(), stdout);

@@ -34,7 +34,8 @@ void on_sigint(int) { g_interrupt.store(true); }
 struct Args {
     EngineArgs engine;
     SamplingArgs sampling;
-    std::string system, chat_template;
+    std::string system;
+    TemplateChoice chat_template;
     bool verbose = false;
 };
 
@@ -157,7 +158,7 @@ Runner add_chat(CLI::App& app) {
     add_engine_options(*sub, a->engine, DefaultModel::Chat);
     add_sampling_options(*sub, a->sampling);
     sub->add_option("--system", a->system, "system prompt");
-    sub->add_option("--chat-template", a->chat_template, "chat template family (" + chat_template_names() + ")");
+    add_template_options(*sub, a->chat_template);
     sub->add_flag("-v,--verbose", a->verbose, "print token counts and speeds after each reply");
     return [a] { return run(*a); };
 }

@@ -19,7 +19,8 @@ namespace {
 struct Args {
     EngineArgs engine;
     SamplingArgs sampling;
-    std::string prompt, prompt_file, system, chat_template;
+    std::string prompt, prompt_file, system;
+    TemplateChoice chat_template;
     bool chat = false, special = false, json = false;
 };
 
@@ -36,8 +37,8 @@ int run(Args& a) {
         ss << in.rdbuf();
         a.prompt = ss.str();
     }
-    if (!a.chat && (!a.system.empty() || !a.chat_template.empty()))
-        throw std::invalid_argument("--system and --chat-template need --chat");
+    if (!a.chat && (!a.system.empty() || !a.chat_template.name.empty() || !a.chat_template.file.empty()))
+        throw std::invalid_argument("--system, --chat-template and --chat-template-file need --chat");
     GenerateOptions gen = generate_options(a.sampling);
     Engine e = open_engine(a.engine);
     const Tokenizer& tok = *e.tokenizer;
@@ -94,7 +95,7 @@ Runner add_run(CLI::App& app) {
     p->excludes(f);
     sub->add_flag("--chat", a->chat, "wrap the prompt in the model's chat template as a user turn");
     sub->add_option("--system", a->system, "system prompt (with --chat)");
-    sub->add_option("--chat-template", a->chat_template, "chat template family (" + chat_template_names() + ")");
+    add_template_options(*sub, a->chat_template);
     sub->add_flag("--special", a->special, "recognise control tokens written in the prompt (e.g. <|im_start|>)");
     sub->add_flag("--json", a->json, "print one JSON object (prompt and generated ids, text, finish reason, timings)");
     sub->callback([sub] {

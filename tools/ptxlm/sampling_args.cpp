@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "engine/chat_prompt.h"
+
 namespace ptxlm::cli {
 
 void add_sampling_options(CLI::App& app, SamplingArgs& a) {
@@ -34,6 +36,14 @@ GenerateOptions generate_options(SamplingArgs& a) {
     o.stop = a.stop;
     o.ignore_eos = a.ignore_eos;
     return o;
+}
+
+void add_template_options(CLI::App& app, TemplateChoice& choice) {
+    CLI::Option* name = app.add_option("--chat-template", choice.name,
+                                       "a built-in chat template (" + chat_template_names() +
+                                           ") instead of the model's own");
+    app.add_option("--chat-template-file", choice.file, "a Jinja chat template file instead of the model's own")
+        ->excludes(name);
 }
 
 }  // namespace ptxlm::cli

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/chat_template.h"
 #include "engine/session.h"
 
 namespace CLI { class App; }
@@ -22,6 +23,9 @@ struct SamplingArgs {
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
 // --presence-penalty, --frequency-penalty, --seed, -n, --stop, --ignore-eos.
 void add_sampling_options(CLI::App& app, SamplingArgs& args);
+
+// --chat-template NAME and --chat-template-file F (one or the other).
+void add_template_options(CLI::App& app, TemplateChoice& choice);
 
 // The options checked (std::invalid_argument naming the flag) and a seed
 // drawn when none was given.

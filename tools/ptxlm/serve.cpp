@@ -11,6 +11,7 @@
 #include "server/utility.h"
 #include "tools/ptxlm/commands.h"
 #include "tools/ptxlm/engine_args.h"
+#include "tools/ptxlm/sampling_args.h"
 
 namespace ptxlm::cli {
 
@@ -19,7 +20,7 @@ namespace {
 struct Args {
     EngineArgs engine;
     server::ServerOptions server;
-    std::string chat_template;
+    TemplateChoice chat_template;
     const CLI::Option* batch_tokens = nullptr;   // to tell a given --batch-tokens from the default
 };
 
@@ -51,7 +52,10 @@ int run(Args& a) {
         throw std::invalid_argument("--batch-tokens sizes the batched steps of --parallel slots on the CPU; with " +
                                     std::string(e.parallel > 1 ? "--device cuda" : "--parallel 1") +
                                     " a prompt is evaluated in steps of the backend's own size");
-    if (!a.chat_template.empty()) ChatTemplate::by_name(a.chat_template);   // throws naming the known families
+    // A family name or a file that cannot serve is an error at start, not
+    // on the first chat request.
+    if (!a.chat_template.name.empty() || !a.chat_template.file.empty())
+        ChatTemplate::for_model(std::nullopt, "", a.chat_template);
     e.chat_template = a.chat_template;
     if (opt.api_key.empty())
         if (const char* k = std::getenv("PTXLM_API_KEY"); k && *k) opt.api_key = k;
@@ -98,7 +102,7 @@ Runner add_serve(CLI::App& app) {
         ->check(CLI::Range(0, 4096));
     sub->add_option("--max-body", o.max_body, "largest request body in bytes; larger get 413 (default 4 MiB)")
         ->check(CLI::Range(size_t(1024), size_t(1) << 30));
-    sub->add_option("--chat-template", a->chat_template, "chat template family (" + chat_template_names() + ")");
+    add_template_options(*sub, a->chat_template);
     // What a request gets for the sampling fields it leaves out: OpenAI's defaults.
     SamplerParams& p = o.defaults.sampling;
     sub->add_option("--temp", p.temperature, "default temperature (default 1, as OpenAI's API)");
