@@ -15,13 +15,66 @@ std::string chat_template_names() {
     return s;
 }
 
+std::vector<ChatMessage> generic_tool_messages(std::span<const ChatMessage> msgs, const nlohmann::ordered_json& tools,
+                                               std::string_view tool_choice) {
+    using oj = nlohmann::ordered_json;
+    std::vector<ChatMessage> out;
+    const std::string prompt = tools::generic_tools_prompt(tools, tool_choice);
+    if (!msgs.empty() && msgs[0].role == "system") out.emplace_back("system", msgs[0].content + "\n\n" + prompt);
+    else out.emplace_back("system", prompt);
+    for (size_t i = !msgs.empty() && msgs[0].role == "system" ? 1 : 0; i < msgs.size(); ++i) {
+        const ChatMessage& m = msgs[i];
+        ChatMessage g(m.role, m.content);
+        if (!m.tool_calls.empty()) {
+            oj calls = oj::array();
+            for (const ChatToolCall& c : m.tool_calls) {
+                oj args = oj::parse(c.arguments, nullptr, false);
+                if (args.is_discarded()) args = c.arguments;
+                calls.push_back({{"name", c.name}, {"arguments", std::move(args)}, {"id", c.id}});
+            }
+            g.content = oj{{"tool_calls", std::move(calls)}}.dump();
+        } else if (m.role == "assistant") {
+            g.content = oj{{"response", m.content}}.dump();
+        }
+        if (m.role == "tool") {
+            oj r = {{"tool_call_id", m.tool_call_id}, {"content", m.content}};
+            if (!m.name.empty()) r["tool"] = m.name;
+            g.role = "user";
+            g.content = oj{{"tool_response", std::move(r)}}.dump();
+        }
+        // Tool results and the next question become one user turn (templates
+        // that alternate roles refuse two in a row).
+        if (!out.empty() && out.back().role == "user" && g.role == "user") out.back().content += "\n" + g.content;
+        else out.push_back(std::move(g));
+    }
+    return out;
+}
+
 ChatPrompt chat_prompt(const Tokenizer& tok, const ChatTemplate& tmpl, std::span<const ChatMessage> msgs,
-                       bool add_generation_prompt) {
+                       bool add_generation_prompt, const ChatOptions& options) {
     ChatPrompt p;
     const std::string bos_text = tok.bos() ? std::string(tok.text(*tok.bos())) : std::string();
     const std::string eos_text = tok.eos() ? std::string(tok.text(*tok.eos())) : std::string();
-    jinja::Rendered r = tmpl.render_marked(msgs, add_generation_prompt, bos_text, eos_text);
+    p.output = tmpl.formats();
+    ChatExtras extras{nullptr, options.kwargs};
+    std::vector<ChatMessage> generic;
+    const bool use_tools = !options.tools.is_null() && options.tool_choice != "none";
+    bool has_tool_turns = false;
+    for (const ChatMessage& m : msgs) has_tool_turns = has_tool_turns || m.role == "tool" || !m.tool_calls.empty();
+    if (use_tools && tmpl.supports_tools() && (!has_tool_turns || tmpl.supports_tool_calls())) {
+        extras.tools = options.tools;
+    } else if (use_tools || (has_tool_turns && !tmpl.supports_tool_calls())) {
+        // The template cannot say it: the generic form (tools described in
+        // the system message, calls as JSON).
+        generic = generic_tool_messages(msgs, use_tools ? options.tools : nlohmann::ordered_json::array(),
+                                        use_tools ? options.tool_choice : "none");
+        msgs = generic;
+        p.output.tools = tools::Format::Generic;
+    }
+    if (!use_tools) p.output.tools = tools::Format::None;
+    jinja::Rendered r = tmpl.render_marked(msgs, add_generation_prompt, bos_text, eos_text, extras);
     p.text = std::move(r.text);
+    p.output.starts_in_reasoning = add_generation_prompt && tools::prompt_opens_reasoning(p.output.reasoning, p.text);
 
     // Special tokens by their first byte, longest first.
     std::map<unsigned char, std::vector<std::pair<std::string_view, TokenId>>> specials;

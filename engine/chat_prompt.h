@@ -25,15 +25,37 @@ ChatTemplate model_chat_template(const Model& m, const TemplateChoice& choice);
 // "chatml, gemma, llama3, ..." for help texts.
 std::string chat_template_names();
 
+// Tools for a conversation: OpenAI's `tools` and `tool_choice`, and the
+// template variables the caller adds (chat_template_kwargs).
+struct ChatOptions {
+    nlohmann::ordered_json tools;       // null: none
+    std::string tool_choice = "auto";   // "auto", "none", "required" or a function's name
+    nlohmann::ordered_json kwargs;      // an object, or null
+};
+
 struct ChatPrompt {
     std::string text;                 // as rendered
     std::vector<TokenId> tokens;      // BOS included once
+    // How to read the answer: the tool-call format (None without tools or
+    // with tool_choice "none"; the template's own when it renders tools,
+    // else Generic: the tools were described in a system message), the
+    // reasoning block, and whether the prompt opened it.
+    tools::Formats output;
 };
+// With tools and a template that renders none (a family, or a Jinja
+// template without tools), the conversation is given in the generic form:
+// the tools and the JSON answer format described in the system message
+// (tools::generic_tools_prompt), earlier tool calls as that JSON, tool
+// results as user turns holding {"tool_response": ...}.
 ChatPrompt chat_prompt(const Tokenizer& tok, const ChatTemplate& tmpl, std::span<const ChatMessage> msgs,
-                       bool add_generation_prompt);
+                       bool add_generation_prompt, const ChatOptions& options = {});
 inline std::vector<TokenId> chat_prompt_tokens(const Tokenizer& tok, const ChatTemplate& tmpl,
                                                std::span<const ChatMessage> msgs, bool add_generation_prompt) {
     return chat_prompt(tok, tmpl, msgs, add_generation_prompt).tokens;
 }
+
+// The conversation in the generic tool form (see chat_prompt).
+std::vector<ChatMessage> generic_tool_messages(std::span<const ChatMessage> msgs, const nlohmann::ordered_json& tools,
+                                               std::string_view tool_choice);
 
 }  // namespace ptxlm

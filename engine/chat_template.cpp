@@ -116,15 +116,18 @@ std::string today() {
     return std::string(buf, n);
 }
 
-void check_known_roles(std::span<const ChatMessage> msgs) {
+void check_known_roles(std::span<const ChatMessage> msgs, bool tool_role) {
     for (const ChatMessage& m : msgs)
-        if (m.role != "system" && m.role != "user" && m.role != "assistant")
-            throw std::invalid_argument("unknown chat role '" + m.role + "' (use system, user or assistant)");
+        if (m.role != "system" && m.role != "user" && m.role != "assistant" && !(tool_role && m.role == "tool"))
+            throw std::invalid_argument("unknown chat role '" + m.role + "' (use system, user, assistant" +
+                                        (tool_role ? ", tool)" : ")"));
 }
 
 // The families' rule: roles known, a system message only first.
 void check_roles(std::span<const ChatMessage> msgs) {
-    check_known_roles(msgs);
+    check_known_roles(msgs, false);
+    for (const ChatMessage& m : msgs)
+        if (!m.tool_calls.empty()) throw std::invalid_argument("this chat template renders no tool calls");
     for (size_t i = 1; i < msgs.size(); ++i)
         if (msgs[i].role == "system") throw std::invalid_argument("a system message may only come first");
 }
@@ -169,8 +172,34 @@ std::string read_template_file(const std::string& path) {
 
 }  // namespace
 
+nlohmann::ordered_json messages_json(std::span<const ChatMessage> msgs) {
+    using oj = nlohmann::ordered_json;
+    oj out = oj::array();
+    for (const ChatMessage& m : msgs) {
+        oj j = {{"role", m.role}};
+        if (m.role == "assistant" && !m.tool_calls.empty() && m.content.empty()) j["content"] = nullptr;
+        else j["content"] = m.content;
+        if (!m.tool_calls.empty()) {
+            oj calls = oj::array();
+            for (const ChatToolCall& c : m.tool_calls) {
+                oj args = oj::parse(c.arguments, nullptr, false);
+                if (args.is_discarded()) args = c.arguments;   // checked by the caller; kept as text otherwise
+                calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", std::move(args)}}}});
+            }
+            j["tool_calls"] = std::move(calls);
+        }
+        if (m.role == "tool") {
+            j["tool_call_id"] = m.tool_call_id;
+            if (!m.name.empty()) j["name"] = m.name;
+        }
+        out.push_back(std::move(j));
+    }
+    return out;
+}
+
 jinja::Value chat_context(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                          bool add_generation_prompt, std::string_view bos, std::string_view eos) {
+                          bool add_generation_prompt, std::string_view bos, std::string_view eos,
+                          const nlohmann::ordered_json& kwargs) {
     jinja::Value msgs = jinja::from_json(messages);
     if (msgs.is_list())
         for (jinja::Value& m : msgs.as_list())
@@ -184,6 +213,11 @@ jinja::Value chat_context(const nlohmann::ordered_json& messages, const nlohmann
     d.set(jinja::Value("add_generation_prompt"), jinja::Value(add_generation_prompt));
     d.set(jinja::Value("bos_token"), jinja::Value::code(std::string(bos)));
     d.set(jinja::Value("eos_token"), jinja::Value::code(std::string(eos)));
+    if (kwargs.is_object())
+        for (const auto& [k, v] : kwargs.items()) {
+            if (d.find(k)) throw std::invalid_argument("chat_template_kwargs may not set '" + k + "'");
+            d.set(jinja::Value(k), jinja::from_json(v));
+        }
     return ctx;
 }
 
@@ -266,7 +300,35 @@ ChatTemplate ChatTemplate::from_jinja(std::string_view source, std::string origi
     }
     t.origin_ = std::move(origin);
     t.source_ = std::string(source);
+    t.probe_capabilities();
     return t;
+}
+
+void ChatTemplate::probe_capabilities() {
+    // As llama.cpp tells them: a probe tool's name, and a probe call's, show
+    // in a rendering (a template that raises on them supports neither).
+    const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {
+        "name": "ptxlm_probe_tool", "description": "A probe.",
+        "parameters": {"type": "object", "properties": {"ptxlm_probe_arg": {"type": "string"}}}}}])");
+    std::vector<ChatMessage> msgs{{"user", "Hi"}};
+    try {
+        supports_tools_ = render_jinja(msgs, true, "", "", {tools, nullptr}).text.find("ptxlm_probe_tool") != std::string::npos;
+    } catch (const std::invalid_argument&) {
+        supports_tools_ = false;
+    }
+    ChatMessage call("assistant", "");
+    call.tool_calls.push_back({"call_ptxlm0", "ptxlm_probe_call", R"({"ptxlm_probe_arg": "x"})"});
+    ChatMessage result("tool", "done");
+    result.tool_call_id = "call_ptxlm0";
+    msgs.push_back(std::move(call));
+    msgs.push_back(std::move(result));
+    try {
+        supports_tool_calls_ =
+            render_jinja(msgs, true, "", "", {tools, nullptr}).text.find("ptxlm_probe_call") != std::string::npos;
+    } catch (const std::invalid_argument&) {
+        supports_tool_calls_ = false;
+    }
+    formats_ = tools::detect(source_);
 }
 
 ChatTemplate ChatTemplate::for_model(std::optional<std::string_view> text, std::string_view arch,
@@ -348,12 +410,10 @@ std::string ChatTemplate::render_mistral(std::span<const ChatMessage> msgs, std:
 }
 
 jinja::Rendered ChatTemplate::render_jinja(std::span<const ChatMessage> msgs, bool gen, std::string_view bos,
-                                          std::string_view eos) const {
-    check_known_roles(msgs);
-    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-    for (const ChatMessage& m : msgs) messages.push_back({{"role", m.role}, {"content", m.content}});
+                                          std::string_view eos, const ChatExtras& extras) const {
+    check_known_roles(msgs, true);
     try {
-        return jinja_->render_marked(chat_context(messages, nullptr, gen, bos, eos));
+        return jinja_->render_marked(chat_context(messages_json(msgs), extras.tools, gen, bos, eos, extras.kwargs));
     } catch (const jinja::RaisedError& e) {
         throw std::invalid_argument("the chat template refused the conversation: " + e.message());
     } catch (const jinja::Error& e) {
@@ -362,8 +422,9 @@ jinja::Rendered ChatTemplate::render_jinja(std::span<const ChatMessage> msgs, bo
 }
 
 jinja::Rendered ChatTemplate::render_marked(std::span<const ChatMessage> msgs, bool gen, std::string_view bos,
-                                            std::string_view eos) const {
-    if (jinja_) return render_jinja(msgs, gen, bos, eos);
+                                            std::string_view eos, const ChatExtras& extras) const {
+    if (jinja_) return render_jinja(msgs, gen, bos, eos, extras);
+    if (!extras.tools.is_null()) throw std::invalid_argument("the built-in chat templates render no tools");
     jinja::Rendered r;
     r.text = render_family(msgs, gen, bos, eos);
     size_t at = 0;   // the family wrote everything but the contents

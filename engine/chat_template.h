@@ -12,15 +12,32 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/jinja.h"
+#include "engine/tool_calls.h"
 
 namespace ptxlm {
 
+// A tool call an assistant message made (OpenAI's tool_calls[i]).
+struct ChatToolCall {
+    std::string id;
+    std::string name;
+    std::string arguments;   // a JSON object's text
+};
+
 struct ChatMessage {
-    std::string role;      // system, user, assistant
+    ChatMessage() = default;
+    ChatMessage(std::string r, std::string c) : role(std::move(r)), content(std::move(c)) {}
+
+    std::string role;        // system, user, assistant, tool
     std::string content;
+    std::vector<ChatToolCall> tool_calls;   // assistant
+    std::string tool_call_id;               // tool: the call it answers
+    std::string name;                       // tool: the function's name, when given
 };
 
 // Which template: --chat-template NAME, --chat-template-file PATH, or
@@ -32,12 +49,24 @@ struct TemplateChoice {
 
 // The variables a chat template renders with, as Hugging Face passes them:
 // `messages` (its message format), `tools` (none when null), and
-// add_generation_prompt, bos_token, eos_token. Every string of the messages
-// and tools is the caller's data, except each message's role (which the
-// caller has checked is one of a few known words); bos_token and eos_token
-// are template text.
+// add_generation_prompt, bos_token, eos_token, then `kwargs`' keys (the
+// caller's chat_template_kwargs; they may not replace those). Every string
+// of the messages, tools and kwargs is the caller's data, except each
+// message's role (which the caller has checked is one of a few known
+// words); bos_token and eos_token are template text.
 jinja::Value chat_context(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                          bool add_generation_prompt, std::string_view bos, std::string_view eos);
+                          bool add_generation_prompt, std::string_view bos, std::string_view eos,
+                          const nlohmann::ordered_json& kwargs = nullptr);
+// Messages in Hugging Face's format: content (null for an assistant turn
+// that only calls tools), tool_calls with their arguments as objects,
+// tool_call_id and name on tool results.
+nlohmann::ordered_json messages_json(std::span<const ChatMessage> msgs);
+
+// What a conversation brings besides its messages.
+struct ChatExtras {
+    nlohmann::ordered_json tools;    // OpenAI's tools array; null: none
+    nlohmann::ordered_json kwargs;   // more template variables (an object); null: none
+};
 
 class ChatTemplate {
 public:
@@ -72,6 +101,12 @@ public:
     std::string name() const;
     // A Jinja template's source (empty for a family).
     const std::string& source() const { return source_; }
+    // A Jinja template that renders `tools` (a probe tool's name shows in
+    // its output), and assistant tool calls; the output format its models
+    // write (tools::detect). Families render neither.
+    bool supports_tools() const { return supports_tools_; }
+    bool supports_tool_calls() const { return supports_tool_calls_; }
+    const tools::Formats& formats() const { return formats_; }
     // A ChatML template's built-in system prompt, used when the conversation
     // has none (SmolLM2's, Qwen2.5's); empty if none.
     const std::string& default_system() const { return default_system_; }
@@ -92,7 +127,8 @@ public:
     // The same, with the byte ranges the template wrote (`code`): everything
     // but the messages' contents. Control tokens are read only there.
     jinja::Rendered render_marked(std::span<const ChatMessage> msgs, bool add_generation_prompt,
-                                  std::string_view bos = "", std::string_view eos = "") const;
+                                  std::string_view bos = "", std::string_view eos = "",
+                                  const ChatExtras& extras = {}) const;
 
 private:
     // Llama 3.1 and later open with a system header that names the
@@ -109,7 +145,8 @@ private:
     std::string render_mistral(std::span<const ChatMessage> msgs, std::string_view bos, std::string_view eos) const;
 
     jinja::Rendered render_jinja(std::span<const ChatMessage> msgs, bool gen, std::string_view bos,
-                                 std::string_view eos) const;
+                                 std::string_view eos, const ChatExtras& extras) const;
+    void probe_capabilities();
     std::string render_family(std::span<const ChatMessage> msgs, bool gen, std::string_view bos,
                               std::string_view eos) const;
 
@@ -117,6 +154,8 @@ private:
     std::shared_ptr<const jinja::Template> jinja_;
     std::string origin_;                // a Jinja template's, for errors
     std::string source_;
+    bool supports_tools_ = false, supports_tool_calls_ = false;
+    tools::Formats formats_;
     std::string default_system_;
     Llama3Header llama3_header_ = Llama3Header::None;
     std::string llama3_date_;           // FixedDate: the template's literal

@@ -120,10 +120,14 @@ public:
         return s;
     }
     std::string text(const Event& ev) override {
-        return sse_data(dump(out_[size_t(ev.choice)].text_chunk(ev.text, ev.logprobs)));
+        const json c = out_[size_t(ev.choice)].text_chunk(ev.text, ev.logprobs);
+        return c.is_null() ? std::string() : sse_data(dump(c));
     }
     std::string done(const Event& ev) override {
-        std::string s = sse_data(dump(out_[size_t(ev.choice)].final_chunk(ev)));
+        ResponseBuilder& b = out_[size_t(ev.choice)];
+        std::string s;
+        if (const json rest = b.flush_chunk(); !rest.is_null()) s += sse_data(dump(rest));
+        s += sse_data(dump(b.final_chunk(ev)));
         if (ev.choice == 0) usage_ = ev;
         else usage_.completion_tokens += ev.completion_tokens;
         if (++done_ < out_.size()) return s;
@@ -399,11 +403,14 @@ private:
                         "text/plain; version=0.0.4; charset=utf-8");
     }
 
-    std::vector<TokenId> prompt_tokens(const CompletionRequest& r, const LoadedModel& m) const {
+    // The prompt's ids; for a chat, how its answer is read (`output`).
+    std::vector<TokenId> prompt_tokens(const CompletionRequest& r, const LoadedModel& m, tools::Formats* output) const {
         const Tokenizer& tok = *m.tokenizer;
         std::vector<TokenId> ids;
         if (r.endpoint == Endpoint::Chat) {
-            ids = render_chat_prompt(m, r.messages, true).tokens;   // as /apply-template renders it
+            ChatPrompt p = render_chat_prompt(m, r.messages, true, chat_options(r));   // as /apply-template renders it
+            ids = std::move(p.tokens);
+            if (output) *output = p.output;
         } else if (r.prompt_ids) {
             ids = *r.prompt_ids;
             for (TokenId t : ids)
@@ -455,8 +462,10 @@ private:
                                " answers at once (--parallel + --queue)",
                            "n");
         std::deque<Event> backlog;
-        const std::vector<std::shared_ptr<Job>> jobs = start_jobs(r, m, backlog);
-        const ResponseBuilder out(ep, m.id, *m.tokenizer, r.logprobs);
+        tools::Formats output;
+        const std::vector<std::shared_ptr<Job>> jobs = start_jobs(r, m, backlog, &output);
+        ResponseBuilder out(ep, m.id, *m.tokenizer, r.logprobs);
+        if (ep == Endpoint::Chat) out.set_output(output, r.parallel_tool_calls, random_seed());
         if (!r.stream) {
             std::vector<std::string> texts(jobs.size());
             std::vector<std::vector<TokenLogprob>> logprobs(jobs.size());
@@ -500,8 +509,8 @@ private:
     // then, anything that fails is thrown and still gets a proper status
     // code. `backlog` receives the events that came meanwhile.
     std::vector<std::shared_ptr<Job>> start_jobs(const CompletionRequest& r, const LoadedModel& m,
-                                                 std::deque<Event>& backlog) {
-        const std::vector<TokenId> prompt = prompt_tokens(r, m);
+                                                 std::deque<Event>& backlog, tools::Formats* output = nullptr) {
+        const std::vector<TokenId> prompt = prompt_tokens(r, m, output);
         for (const auto& [id, bias] : r.gen.sampling.logit_bias)
             if (uint32_t(id) >= m.model->n_vocab)
                 throw ApiError(400, "'logit_bias' names the token id " + std::to_string(id) + "; the vocabulary has " +

@@ -101,7 +101,51 @@ json ResponseBuilder::role_chunk() const {
     return c;
 }
 
+void ResponseBuilder::set_output(const tools::Formats& f, bool parallel_tool_calls, uint64_t id_seed) {
+    output_ = f;
+    parallel_tool_calls_ = parallel_tool_calls;
+    id_seed_ = id_seed;
+    parser_ = parses() ? std::make_shared<tools::StreamParser>(f, tools::id_source(f.tools, id_seed_ + uint64_t(index_)))
+                       : nullptr;
+}
+
+const char* ResponseBuilder::finish_reason(const Event& done, bool called) const {
+    return called && done.finish == FinishReason::Stop ? "tool_calls" : openai_finish_reason(done.finish);
+}
+
+json ResponseBuilder::delta_chunk(const tools::Delta& d, json logprobs) {
+    json delta = json::object();
+    if (!d.content.empty()) delta["content"] = d.content;
+    if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+    json calls = json::array();
+    for (const tools::CallDelta& c : d.calls) {
+        if (!parallel_tool_calls_ && c.index > 0) continue;   // one call only
+        json call = {{"index", c.index}};
+        if (!c.id.empty()) call["id"] = c.id;
+        if (!c.name.empty()) {
+            call["type"] = "function";
+            call["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+        } else {
+            call["function"] = {{"arguments", c.arguments}};
+        }
+        calls.push_back(std::move(call));
+        called_ = true;
+    }
+    if (!calls.empty()) delta["tool_calls"] = std::move(calls);
+    if (delta.empty() && logprobs.is_null()) return nullptr;
+    json c = base("chat.completion.chunk");
+    c["choices"] = json::array(
+        {{{"index", index_}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)}, {"finish_reason", nullptr}}});
+    return c;
+}
+
+json ResponseBuilder::flush_chunk() {
+    if (!parser_) return nullptr;
+    return delta_chunk(parser_->finish(), nullptr);
+}
+
 json ResponseBuilder::text_chunk(const std::string& text, const std::vector<TokenLogprob>& logprobs) {
+    if (ep_ == Endpoint::Chat && parser_) return delta_chunk(parser_->feed(text), logprobs_json(logprobs));
     if (ep_ == Endpoint::Chat) {
         json c = base("chat.completion.chunk");
         c["choices"] = json::array({{{"index", index_},
@@ -123,7 +167,7 @@ json ResponseBuilder::final_chunk(const Event& done) const {
         c["choices"] = json::array({{{"index", index_},
                                      {"delta", json::object()},
                                      {"logprobs", nullptr},
-                                     {"finish_reason", openai_finish_reason(done.finish)}}});
+                                     {"finish_reason", finish_reason(done, called_)}}});
     } else {
         c = base("text_completion");
         c["choices"] = json::array(
@@ -144,10 +188,29 @@ ResponseBuilder ResponseBuilder::for_choice(int index) const {
     ResponseBuilder b = *this;
     b.index_ = index;
     b.text_offset_ = 0;
+    b.called_ = false;
+    if (parses()) b.set_output(output_, parallel_tool_calls_, id_seed_);
     return b;
 }
 
 json ResponseBuilder::choice(const std::string& text, const std::vector<TokenLogprob>& logprobs, const Event& done) {
+    if (ep_ == Endpoint::Chat && parses()) {
+        tools::Parsed p = tools::parse(output_, text, tools::id_source(output_.tools, id_seed_ + uint64_t(index_)));
+        if (!parallel_tool_calls_ && p.calls.size() > 1) p.calls.resize(1);
+        json message = {{"role", "assistant"}, {"content", nullptr}, {"refusal", nullptr}};
+        if (!p.content.empty() || p.calls.empty()) message["content"] = p.content;
+        if (!p.reasoning.empty()) message["reasoning_content"] = p.reasoning;
+        if (!p.calls.empty()) {
+            json calls = json::array();
+            for (const tools::ToolCall& c : p.calls)
+                calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+            message["tool_calls"] = std::move(calls);
+        }
+        return {{"index", index_},
+                {"message", std::move(message)},
+                {"logprobs", logprobs_json(logprobs)},
+                {"finish_reason", finish_reason(done, !p.calls.empty())}};
+    }
     if (ep_ == Endpoint::Chat)
         return {{"index", index_},
                 {"message", {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}}},

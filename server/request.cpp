@@ -1,6 +1,7 @@
 #include "server/request.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 
@@ -36,8 +37,9 @@ const RequestFields& request_fields(Endpoint e) {
     static const RequestFields chat = {
         {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
          "presence_penalty", "frequency_penalty", "repeat_penalty", "seed", "stop", "stream", "stream_options",
-         "logprobs", "top_logprobs", "logit_bias", "n", "tools", "tool_choice", "response_format", "modalities"},
-        {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "prediction"},
+         "logprobs", "top_logprobs", "logit_bias", "n", "tools", "tool_choice", "parallel_tool_calls",
+         "response_format", "modalities"},
+        {"user", "metadata", "store", "service_tier", "prediction"},
         {"functions", "function_call", "audio", "reasoning_effort", "web_search_options"},
     };
     static const RequestFields completion = {
@@ -109,9 +111,9 @@ std::string role_of(const json& m, const std::string& at) {
     if (!r->is_string()) wrong_type(at + ".role", "a string", *r);
     const std::string role = r->get<std::string>();
     if (role == "developer") return "system";   // OpenAI's newer name for the system role
-    if (role != "system" && role != "user" && role != "assistant")
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool")
         bad(at + ".role", "unsupported role '" + role + "' in '" + at +
-                              "' (supported: system, developer, user, assistant)");
+                              "' (supported: system, developer, user, assistant, tool)");
     return role;
 }
 
@@ -144,18 +146,144 @@ std::string content_of(const json& m, const std::string& at, const std::string& 
     return text;
 }
 
+const std::string& string_field(const json& obj, const char* name, const std::string& at) {
+    const json* v = field(obj, name);
+    if (!v) bad(at + "." + name, "missing required parameter: '" + at + "." + name + "'");
+    if (!v->is_string()) wrong_type(at + "." + name, "a string", *v);
+    return v->get_ref<const std::string&>();
+}
+
+// An assistant message's tool_calls: [{id, type: "function", function: {name, arguments}}].
+std::vector<ChatToolCall> tool_calls_of(const json& m, const std::string& at) {
+    std::vector<ChatToolCall> calls;
+    const json* tc = field(m, "tool_calls");
+    if (!tc) return calls;
+    if (!tc->is_array()) wrong_type(at + ".tool_calls", "an array", *tc);
+    for (size_t j = 0; j < tc->size(); ++j) {
+        const json& c = (*tc)[j];
+        const std::string cat = at + ".tool_calls[" + std::to_string(j) + "]";
+        if (!c.is_object()) wrong_type(cat, "an object", c);
+        if (const json* t = field(c, "type"); t && *t != "function")
+            bad(cat + ".type", "'" + cat + ".type' must be \"function\"");
+        const json* f = field(c, "function");
+        if (!f) bad(cat + ".function", "missing required parameter: '" + cat + ".function'");
+        if (!f->is_object()) wrong_type(cat + ".function", "an object", *f);
+        ChatToolCall call;
+        call.id = string_field(c, "id", cat);
+        call.name = string_field(*f, "name", cat + ".function");
+        call.arguments = string_field(*f, "arguments", cat + ".function");
+        // Templates render the arguments as an object: they must be one.
+        const json args = json::parse(call.arguments, nullptr, false);
+        if (!args.is_object())
+            bad(cat + ".function.arguments", "'" + cat + ".function.arguments' must be a JSON object's text");
+        calls.push_back(std::move(call));
+    }
+    return calls;
+}
+
 void parse_messages(const json& body, CompletionRequest& r) {
     const json* msgs = field(body, "messages");
     if (!msgs) bad("messages", "missing required parameter: 'messages'");
     if (!msgs->is_array()) wrong_type("messages", "an array", *msgs);
     if (msgs->empty()) bad("messages", "'messages' must hold at least one message");
+    std::vector<std::string> call_ids;   // of the assistant turns so far: what tool messages may answer
     for (size_t i = 0; i < msgs->size(); ++i) {
         const json& m = (*msgs)[i];
         const std::string at = "messages[" + std::to_string(i) + "]";
         if (!m.is_object()) wrong_type(at, "an object", m);
         const std::string role = role_of(m, at);
-        r.messages.push_back({role, content_of(m, at, role)});
+        ChatMessage msg{role, content_of(m, at, role)};
+        if (role == "assistant") {
+            msg.tool_calls = tool_calls_of(m, at);
+            for (const ChatToolCall& c : msg.tool_calls) call_ids.push_back(c.id);
+        } else if (field(m, "tool_calls")) {
+            bad(at + ".tool_calls", "only assistant messages carry 'tool_calls'");
+        }
+        if (role == "tool") {
+            msg.tool_call_id = string_field(m, "tool_call_id", at);
+            if (std::find(call_ids.begin(), call_ids.end(), msg.tool_call_id) == call_ids.end())
+                bad(at + ".tool_call_id", "'" + at + ".tool_call_id' (\"" + msg.tool_call_id +
+                                              "\") answers no tool call of an earlier assistant message");
+            if (const json* n = field(m, "name")) {
+                if (!n->is_string()) wrong_type(at + ".name", "a string", *n);
+                msg.name = n->get<std::string>();
+            }
+        }
+        r.messages.push_back(std::move(msg));
     }
+}
+
+// OpenAI's limits: 128 functions, names of [a-zA-Z0-9_-]{1,64}.
+constexpr size_t kMaxTools = 128;
+
+bool valid_function_name(const std::string& n) {
+    if (n.empty() || n.size() > 64) return false;
+    for (const char c : n)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
+    return true;
+}
+
+// tools: [{type: "function", function: {name, description?, parameters?, strict?}}], kept as sent
+// (`ordered`: the body with its key order, which templates and schemas keep).
+void parse_tools(const json& body, const nlohmann::ordered_json& ordered, CompletionRequest& r) {
+    const json* t = field(body, "tools");
+    std::vector<std::string> names;
+    if (t) {
+        if (!t->is_array()) wrong_type("tools", "an array", *t);
+        if (t->size() > kMaxTools)
+            bad("tools", "'tools' holds " + std::to_string(t->size()) + " tools; at most " + std::to_string(kMaxTools) +
+                             " are allowed");
+        for (size_t i = 0; i < t->size(); ++i) {
+            const json& tool = (*t)[i];
+            const std::string at = "tools[" + std::to_string(i) + "]";
+            if (!tool.is_object()) wrong_type(at, "an object", tool);
+            const std::string& type = string_field(tool, "type", at);
+            if (type != "function")
+                bad(at + ".type", "unsupported tool type '" + type + "' in '" + at + "' (supported: function)");
+            const json* f = field(tool, "function");
+            if (!f) bad(at + ".function", "missing required parameter: '" + at + ".function'");
+            if (!f->is_object()) wrong_type(at + ".function", "an object", *f);
+            const std::string& name = string_field(*f, "name", at + ".function");
+            if (!valid_function_name(name))
+                bad(at + ".function.name", "'" + at + ".function.name' must be 1 to 64 letters, digits, '_' or '-' (got \"" +
+                                               name + "\")");
+            if (std::find(names.begin(), names.end(), name) != names.end())
+                bad(at + ".function.name", "two tools are named '" + name + "'");
+            names.push_back(name);
+            if (const json* d = field(*f, "description"); d && !d->is_string())
+                wrong_type(at + ".function.description", "a string", *d);
+            if (const json* p = field(*f, "parameters"); p && !p->is_object())
+                wrong_type(at + ".function.parameters", "an object (a JSON Schema)", *p);
+            if (const json* s = field(*f, "strict"); s && !s->is_boolean())
+                wrong_type(at + ".function.strict", "a boolean", *s);
+            for (const auto& [key, v] : f->items())
+                if (!v.is_null() && key != "name" && key != "description" && key != "parameters" && key != "strict")
+                    bad(at + ".function." + key, "unrecognized field '" + key + "' in '" + at + ".function'");
+        }
+        if (!t->empty()) r.tools = ordered.at("tools");
+    }
+    const json* c = field(body, "tool_choice");
+    if (!c) {
+        r.tool_choice = r.tools.is_null() ? "none" : "auto";
+    } else if (c->is_string()) {
+        r.tool_choice = c->get<std::string>();
+        if (r.tool_choice != "none" && r.tool_choice != "auto" && r.tool_choice != "required")
+            bad("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                               "{\"type\": \"function\", \"function\": {\"name\": ...}} (got \"" + r.tool_choice + "\")");
+    } else if (c->is_object()) {
+        const json* f = field(*c, "function");
+        if (const json* ty = field(*c, "type"); !ty || *ty != "function" || !f || !f->is_object())
+            bad("tool_choice", "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        r.tool_choice = string_field(*f, "name", "tool_choice.function");
+        if (std::find(names.begin(), names.end(), r.tool_choice) == names.end())
+            bad("tool_choice", "'tool_choice' names the function '" + r.tool_choice + "', which is not in 'tools'");
+    } else {
+        wrong_type("tool_choice", "a string or an object", *c);
+    }
+    if (r.tools.is_null() && r.tool_choice != "none" && r.tool_choice != "auto")
+        bad("tool_choice", "'tool_choice' \"" + r.tool_choice + "\" needs 'tools'");
+    if (r.tools.is_null()) r.tool_choice = "none";
+    if (auto p = boolean(body, "parallel_tool_calls")) r.parallel_tool_calls = *p;
 }
 
 void parse_prompt(const json& body, CompletionRequest& r) {
@@ -262,8 +390,9 @@ void parse_logit_bias(const json& body, CompletionRequest& r) {
 // Fields that are honoured only at one value (the one that changes nothing)
 // and refused by name at any other.
 void refuse_unsupported(const json& body, Endpoint ep) {
-    if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty()))
-        bad("tools", "tool calling is not supported by this server");
+    if (ep == Endpoint::Completion)
+        if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty()))
+            bad("tools", "/v1/completions takes no tools (send them to /v1/chat/completions)");
     if (const json* f = field(body, "response_format")) {
         if (!f->is_object()) wrong_type("response_format", "an object", *f);
         const json* type = field(*f, "type");
@@ -271,10 +400,6 @@ void refuse_unsupported(const json& body, Endpoint ep) {
             bad("response_format", "only response_format {\"type\": \"text\"} is supported");
     }
     if (ep == Endpoint::Chat) {
-        // With no tools, "none" and "auto" both mean plain text.
-        if (const json* c = field(body, "tool_choice"))
-            if (!(c->is_string() && (c->get<std::string>() == "none" || c->get<std::string>() == "auto")))
-                bad("tool_choice", "tool calling is not supported by this server ('tool_choice' may be \"none\" or \"auto\")");
         if (const json* m = field(body, "modalities"))
             if (!(m->is_array() && m->size() == 1 && (*m)[0] == "text"))
                 bad("modalities", "only modalities [\"text\"] are supported");
@@ -309,7 +434,7 @@ void check_fields(const json& body, Endpoint ep) {
     }
 }
 
-CompletionRequest parse_object(Endpoint ep, const json& body, const RequestDefaults& defaults) {
+CompletionRequest parse_object(Endpoint ep, const json& body, std::string_view text, const RequestDefaults& defaults) {
     if (!body.is_object()) bad("", std::string("the request body must be a JSON object, not ") + type_name(body));
     CompletionRequest r;
     r.endpoint = ep;
@@ -323,6 +448,14 @@ CompletionRequest parse_object(Endpoint ep, const json& body, const RequestDefau
     else parse_prompt(body, r);
     check_fields(body, ep);
     refuse_unsupported(body, ep);
+    if (ep == Endpoint::Chat) {
+        // The tools' schemas keep the client's key order (templates print
+        // them; a schema's property order is the answer's), which `body`
+        // (sorted keys) has lost.
+        nlohmann::ordered_json ordered;
+        if (field(body, "tools")) ordered = nlohmann::ordered_json::parse(text);
+        parse_tools(body, ordered, r);
+    }
     if (auto n = integer(body, "n", 1, kMaxChoices)) r.n = int(*n);
 
     constexpr int64_t kMaxTokens = std::numeric_limits<int32_t>::max();
@@ -356,7 +489,7 @@ CompletionRequest parse_object(Endpoint ep, const json& body, const RequestDefau
 
 CompletionRequest parse_request(Endpoint ep, std::string_view body, const RequestDefaults& defaults) {
     const json j = fields::parse_body(body);
-    return fields::client_error([&] { return parse_object(ep, j, defaults); });
+    return fields::client_error([&] { return parse_object(ep, j, body, defaults); });
 }
 
 }  // namespace ptxlm::server

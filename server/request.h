@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include "engine/chat_template.h"
 #include "engine/session.h"
@@ -73,7 +73,13 @@ struct RequestDefaults {
 
 struct CompletionRequest {
     Endpoint endpoint = Endpoint::Chat;
-    std::vector<ChatMessage> messages;        // chat: roles system, user, assistant (developer → system)
+    std::vector<ChatMessage> messages;        // chat: roles system, user, assistant, tool (developer → system)
+    // Chat: `tools` as sent (key order kept; checked: functions with unique
+    // names), null when none; tool_choice "auto", "none", "required" or a
+    // function's name; parallel_tool_calls false: at most one call.
+    nlohmann::ordered_json tools;
+    std::string tool_choice = "auto";
+    bool parallel_tool_calls = true;
     std::string prompt;                       // completions: the prompt text ...
     std::optional<std::vector<TokenId>> prompt_ids;   // ... or token ids given as such
     GenerateOptions gen;                      // max_tokens, sampling (seed included), stop

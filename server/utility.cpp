@@ -82,13 +82,21 @@ std::string build_info() {
 
 }  // namespace
 
-ChatPrompt render_chat_prompt(const LoadedModel& m, std::span<const ChatMessage> msgs, bool add_generation_prompt) {
+ChatOptions chat_options(const CompletionRequest& r) {
+    ChatOptions o;
+    o.tools = r.tools;
+    o.tool_choice = r.tool_choice;
+    return o;
+}
+
+ChatPrompt render_chat_prompt(const LoadedModel& m, std::span<const ChatMessage> msgs, bool add_generation_prompt,
+                              const ChatOptions& options) {
     if (!m.chat_template)
         throw ApiError(500, "this model's chat template is not supported (" + m.template_error +
                                 "); /v1/completions works, or restart the server with --chat-template NAME",
                        "", "server_error", "chat_template_unsupported");
     try {
-        return chat_prompt(*m.tokenizer, *m.chat_template, msgs, add_generation_prompt);
+        return chat_prompt(*m.tokenizer, *m.chat_template, msgs, add_generation_prompt, options);
     } catch (const std::invalid_argument& e) {
         throw ApiError(400, std::string("the conversation does not fit the model's chat template: ") + e.what(),
                        "messages");
@@ -154,15 +162,16 @@ json detokenize_response(const LoadedModel& m, std::string_view body) {
 json apply_template_response(const LoadedModel& m, const ServerOptions& opt, std::string_view body) {
     const json j = parse_body(body, "/apply-template", {"messages", "model", "add_generation_prompt", "tools"});
     if (const json* mo = field(j, "model"); mo && !mo->is_string()) wrong_type("model", "a string", *mo);
-    if (const json* t = field(j, "tools"); t && !(t->is_array() && t->empty()))
-        bad("tools", "tool calling is not supported by this server (its chat templates render no tools)");
     const bool add_generation_prompt = boolean(j, "add_generation_prompt", true);
-    // The messages go through the chat endpoint's own parser (roles, content
-    // parts, the same errors naming messages[i].field).
-    json chat = json::object();
-    if (const json* msgs = field(j, "messages")) chat["messages"] = *msgs;
+    // The messages and tools go through the chat endpoint's own parser
+    // (roles, content parts, tool definitions, the same errors naming the
+    // field), with the key order the body gave.
+    const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body);
+    nlohmann::ordered_json chat = nlohmann::ordered_json::object();
+    for (const char* k : {"messages", "tools"})
+        if (ordered.contains(k)) chat[k] = ordered[k];
     const CompletionRequest r = parse_request(Endpoint::Chat, chat.dump(), opt.defaults);
-    return {{"prompt", render_chat_prompt(m, r.messages, add_generation_prompt).text}};
+    return {{"prompt", render_chat_prompt(m, r.messages, add_generation_prompt, chat_options(r)).text}};
 }
 
 json props_response(const LoadedModel& m, const ServerOptions& opt) {
@@ -186,11 +195,15 @@ json props_response(const LoadedModel& m, const ServerOptions& opt) {
     std::string chat_template;
     if (m.chat_template) chat_template = m.chat_template->is_jinja() ? m.chat_template->source() : m.chat_template->name();
     const bool system_role = m.chat_template && supports_system_role(*m.chat_template, *m.tokenizer);
-    const json caps = {{"supports_tools", false},
-                       {"supports_tool_calls", false},
-                       {"supports_parallel_tool_calls", false},
+    // Tools always work: a template that renders none gets the generic
+    // form (engine/chat_prompt.h); these say what the template itself does.
+    const ChatTemplate* t = m.chat_template ? &*m.chat_template : nullptr;
+    const bool reasoning = t && t->formats().reasoning != tools::Reasoning::None;
+    const json caps = {{"supports_tools", t && t->supports_tools()},
+                       {"supports_tool_calls", t && t->supports_tool_calls()},
+                       {"supports_parallel_tool_calls", t && t->supports_tool_calls()},
                        {"supports_system_role", system_role},
-                       {"supports_reasoning", false},
+                       {"supports_reasoning", reasoning},
                        {"supports_preserve_reasoning", false}};
 
     const Tokenizer& tok = *m.tokenizer;

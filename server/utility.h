@@ -34,7 +34,10 @@ nlohmann::json props_response(const LoadedModel& m, const ServerOptions& opt);
 // tokenizes it. ApiError 500 (chat_template_unsupported) when the model has no
 // usable template, 400 naming `messages` when the template refuses the
 // conversation (roles out of order, ...).
-ChatPrompt render_chat_prompt(const LoadedModel& m, std::span<const ChatMessage> msgs, bool add_generation_prompt);
+ChatPrompt render_chat_prompt(const LoadedModel& m, std::span<const ChatMessage> msgs, bool add_generation_prompt,
+                              const ChatOptions& options = {});
+// A chat request's tools, tool_choice and template variables.
+ChatOptions chat_options(const CompletionRequest& r);
 
 // CORS (--cors-origin). Empty: off, no CORS header on any response.
 // "*" allows every origin; otherwise the exact origins listed.

@@ -1,0 +1,154 @@
+// GBNF grammars for constrained decoding, as llama.cpp's server accepts them
+// (grammars/README.md): rules `name ::= alternatives`, string literals,
+// character classes, `.`, groups, repetition (* + ? {m} {m,} {m,n}) and
+// comments. Matching is over Unicode code points; the Matcher is fed UTF-8
+// bytes, and a code point may be split between calls (and between tokens).
+//
+// Three pieces:
+//   Grammar      parsed and compiled once; immutable, shared between threads.
+//   Matcher      one generation's position in a grammar: a pushdown
+//                recognizer, i.e. a deduplicated set of stacks of positions
+//                into the compiled rules (every alternative is tracked, so
+//                ambiguous grammars work). Copying one is a vector copy.
+//   TokenFilter  built once per vocabulary: which tokens may come next. It
+//                walks a trie of the token byte strings with the matcher's
+//                state, pruning a subtree at the first rejected byte, and
+//                memoises the result per state (inside a JSON string the state
+//                repeats token after token).
+//
+// Hostile grammars stop with GrammarError at parse (sizes are capped, left
+// recursion is refused); a Matcher step has bounded work: a byte whose
+// expansion would exceed the caps (kMaxStacks stacks, kMaxDepth nesting) is
+// rejected rather than followed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ptxlm::grammar {
+
+// A grammar error: parse errors name line and column ("grammar: line 3,
+// column 7: expected '::='"), semantic errors name the rule ("grammar: rule
+// 'value' is used but never defined", "... left recursion through 'expr'").
+class GrammarError : public std::invalid_argument {
+public:
+    using std::invalid_argument::invalid_argument;
+};
+
+// Limits on what a grammar may ask for.
+inline constexpr uint32_t kMaxRepeat = 10000;      // a bound in {m,n}
+inline constexpr uint32_t kMaxElements = 100000;   // compiled elements, repetitions expanded
+inline constexpr uint32_t kMaxNesting = 1000;      // parentheses inside parentheses
+inline constexpr uint32_t kMaxStacks = 10000;      // live stacks in one matcher state
+inline constexpr uint32_t kMaxDepth = 10000;       // rule nesting in one stack
+
+// One compiled element. A rule's alternatives are runs of elements, each
+// closed by End.
+enum class Op : uint8_t { Char, Ref, End };
+struct Elem {
+    Op op;
+    uint32_t arg;   // Char: index into classes; Ref: rule index; End: unused
+};
+
+class Grammar {   // compiled and immutable; share it through shared_ptr between generations and threads
+public:
+    static std::shared_ptr<const Grammar> parse(std::string_view gbnf, std::string_view root = "root");
+
+    // A code point set: sorted, disjoint, non-adjacent inclusive ranges.
+    struct Class {
+        std::vector<std::pair<uint32_t, uint32_t>> ranges;
+        uint64_t ascii[2] = {0, 0};   // bit c: code point c < 128 is in the set (the fast path)
+        bool contains(uint32_t cp) const;
+        bool intersects(uint32_t lo, uint32_t hi) const;
+        bool covers(uint32_t lo, uint32_t hi) const;
+    };
+
+    size_t n_rules() const { return rule_names_.size(); }
+    const std::string& rule_name(size_t i) const { return rule_names_.at(i); }
+    size_t n_elements() const { return elems_.size(); }
+    // Distinct for every parsed grammar in the process: a cache key.
+    uint64_t serial() const { return serial_; }
+
+private:
+    friend class Matcher;
+    friend class Compiler;
+    friend class TokenFilter;
+    Grammar() = default;
+
+    std::vector<Elem> elems_;
+    std::vector<Class> classes_;
+    std::vector<uint32_t> alt_begin_;              // alternative starts, grouped by rule
+    std::vector<uint32_t> rule_alts_;              // rule r's alternatives: alt_begin_[rule_alts_[r] .. rule_alts_[r+1])
+    std::vector<std::string> rule_names_;
+    uint32_t root_ = 0;
+    uint64_t serial_ = 0;
+    std::vector<uint32_t> initial_;                // the Matcher's start state (see Matcher::state_)
+};
+
+class Matcher {   // the state of one generation over a grammar; cheap to copy
+public:
+    explicit Matcher(std::shared_ptr<const Grammar> g);
+
+    // Advances over bytes (UTF-8; a code point may be split across calls).
+    // All or nothing: on a byte the grammar rejects, returns false and the
+    // state is unchanged.
+    bool accept(std::string_view bytes);
+    bool can_end() const;        // what was accepted so far is a complete match of root (no partial UTF-8 pending)
+    bool can_continue() const;   // some non-empty continuation is possible
+    const Grammar& grammar() const { return *g_; }
+    // The canonical state: equal states give equal keys (for caches).
+    std::span<const uint32_t> state() const { return state_; }
+    size_t n_stacks() const;
+
+    // One step of the recognizer: `next` = `from` advanced over `byte`.
+    // Returns false (next undefined) when the byte is rejected.
+    static bool step(const Grammar& g, std::span<const uint32_t> from, uint8_t byte, std::vector<uint32_t>& next);
+
+private:
+    std::shared_ptr<const Grammar> g_;
+    // Stacks, sorted and deduplicated, each stored as [depth, partial,
+    // positions bottom..top]. The top is a Char element; positions below are
+    // where to resume when the rule above ends. Depth 0: root is complete.
+    // partial: a code point begun but not finished (see grammar.cpp).
+    std::vector<uint32_t> state_;
+};
+
+// Which tokens may come next: built once per vocabulary (token i's bytes;
+// empty for control tokens, which are never allowed), shared by every grammar
+// and generation; thread-safe.
+class TokenFilter {
+public:
+    TokenFilter(std::vector<std::string> token_bytes, std::vector<int32_t> end_tokens);
+    ~TokenFilter();
+    TokenFilter(const TokenFilter&) = delete;
+    TokenFilter& operator=(const TokenFilter&) = delete;
+
+    size_t n_tokens() const { return n_tokens_; }
+    // Bit i set: token i may come next. End tokens are allowed exactly when m.can_end().
+    void allowed(const Matcher& m, std::vector<uint64_t>& bits) const;
+    // logits[i] = -infinity for every token not allowed.
+    void apply(const Matcher& m, std::span<float> logits) const;
+
+    // The memo of allowed sets per (grammar, state): hits and misses so far.
+    struct CacheStats { uint64_t hits = 0, misses = 0; size_t entries = 0, bytes = 0; };
+    CacheStats cache_stats() const;
+    // The memo's bound in bytes (default 64 MiB); 0 turns memoising off.
+    void set_cache_limit(size_t bytes);
+
+private:
+    struct Trie;
+    struct Cache;
+    void compute(const Matcher& m, std::vector<uint64_t>& bits) const;
+
+    size_t n_tokens_ = 0;
+    std::vector<int32_t> end_tokens_;
+    std::unique_ptr<Trie> trie_;
+    std::unique_ptr<Cache> cache_;
+};
+
+}  // namespace ptxlm::grammar
