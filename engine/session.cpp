@@ -95,7 +95,12 @@ Generator::Generator(Session& session, const GenerateOptions& opt, const std::at
     const bool penalties = sp.penalty_last_n > 0 &&
                            (sp.repeat_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f);
     argmax_only_ = sp.temperature <= 0 && !penalties && sp.logit_bias.empty() && !opt_.ignore_eos && top_logprobs_ < 0 &&
-                   !s_.backend_.queues_evals();
+                   !opt_.grammar && !s_.backend_.queues_evals();
+    if (opt_.grammar) {
+        if (!opt_.grammar->grammar) throw std::invalid_argument("a grammar constraint without a grammar");
+        if (opt_.grammar->triggers.empty()) matcher_.emplace(opt_.grammar->grammar);
+        in_reasoning_ = opt_.grammar->in_reasoning;
+    }
     t0_ = std::chrono::steady_clock::now();
 }
 
@@ -112,6 +117,56 @@ void Generator::finish(FinishReason why, GenStep& st) {
     st.done = done_ = true;
 }
 
+void Generator::follow_grammar(TokenId t) {
+    const std::string bytes = s_.tok_.piece(t);
+    if (matcher_) {
+        // The filter allowed t, so the matcher takes it.
+        if (!matcher_->accept(bytes)) throw std::logic_error("the grammar refused a token its filter allowed");
+        return;
+    }
+    const GrammarConstraint& gc = *opt_.grammar;
+    raw_ += bytes;
+    if (!opening_checked_ && !gc.reasoning_open.empty()) {
+        // Does the answer open a reasoning block (after leading whitespace)?
+        const size_t b = raw_.find_first_not_of(" \t\r\n");
+        if (b != std::string::npos && raw_.size() - b >= gc.reasoning_open.size()) {
+            opening_checked_ = true;
+            if (raw_.compare(b, gc.reasoning_open.size(), gc.reasoning_open) == 0) in_reasoning_ = true;
+        } else if (b != std::string::npos && gc.reasoning_open.compare(0, raw_.size() - b, raw_, b) != 0) {
+            opening_checked_ = true;   // already differs
+        } else {
+            return;   // too short to tell
+        }
+    }
+    if (in_reasoning_) {
+        const size_t close = gc.reasoning_close.empty() ? std::string::npos : raw_.find(gc.reasoning_close, search_from_);
+        if (close == std::string::npos) {
+            // Keep looking from where the closing tag could still begin.
+            search_from_ = raw_.size() > gc.reasoning_close.size() ? raw_.size() - gc.reasoning_close.size() : 0;
+            return;
+        }
+        in_reasoning_ = false;
+        search_from_ = close + gc.reasoning_close.size();
+    }
+    size_t longest = 0;
+    for (const std::string& trig : gc.triggers) longest = std::max(longest, trig.size());
+    for (;;) {
+        size_t at = std::string::npos;
+        for (const std::string& trig : gc.triggers) at = std::min(at, raw_.find(trig, search_from_));
+        if (at == std::string::npos) {
+            // A trigger that is not there yet can only begin in the last bytes.
+            if (raw_.size() >= longest) search_from_ = std::max(search_from_, raw_.size() - longest + 1);
+            return;
+        }
+        grammar::Matcher m(gc.grammar);
+        if (m.accept(std::string_view(raw_).substr(at))) {
+            matcher_ = std::move(m);
+            return;
+        }
+        search_from_ = at + 1;   // this occurrence does not start the grammar's text
+    }
+}
+
 GenStep Generator::step() {
     if (done_) throw std::logic_error("Generator::step after the end of generation");
     GenStep st;
@@ -126,6 +181,11 @@ GenStep Generator::step() {
         work_.assign(s_.logits_.begin(), s_.logits_.end());
         if (opt_.ignore_eos)
             for (TokenId id : s_.eog_) work_[id] = -INFINITY;
+        if (matcher_) {
+            // Nothing can follow and the grammar cannot end here: no token is allowed.
+            if (!matcher_->can_continue() && !matcher_->can_end()) { finish(FinishReason::Stop, st); return st; }
+            tok.grammar_filter().apply(*matcher_, work_);
+        }
         t = sampler_.sample(work_);
     }
     if (top_logprobs_ >= 0) {
@@ -136,6 +196,7 @@ GenStep Generator::step() {
     st.token = t;
     sampler_.accept(t);
     g_.tokens.push_back(t);
+    if (opt_.grammar) follow_grammar(t);
     st.text = stops_.push(decoder_.push(t));
     if (stops_.stopped()) { finish(FinishReason::Stop, st); return st; }
     Backend& be = s_.backend_;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/grammar.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
 
@@ -33,11 +34,28 @@ public:
 enum class FinishReason { Stop, Length, ContextFull, Cancelled };
 const char* finish_reason_name(FinishReason r);   // "stop", "length", "context_full", "cancelled"
 
+// A grammar the answer follows: before each token is sampled, the tokens
+// the grammar does not allow next are masked out (Tokenizer::grammar_filter;
+// end-of-generation tokens only where the grammar may end).
+struct GrammarConstraint {
+    std::shared_ptr<const grammar::Grammar> grammar;
+    // Empty: the whole answer follows it. Otherwise the answer is free text
+    // until one of these strings appears, and the grammar holds from that
+    // string's first byte on (a lazy grammar: a tool call that may or may not
+    // come). Inside a reasoning block they do not count: when the answer
+    // starts in one (`in_reasoning`) or opens one with `reasoning_open`,
+    // only after `reasoning_close`.
+    std::vector<std::string> triggers;
+    std::string reasoning_open, reasoning_close;
+    bool in_reasoning = false;
+};
+
 struct GenerateOptions {
     int32_t max_tokens = -1;        // < 0: until the context is full
     SamplerParams sampling;
     std::vector<std::string> stop;  // stop strings: generation ends before them
     bool ignore_eos = false;        // end-of-generation tokens are never sampled
+    std::shared_ptr<const GrammarConstraint> grammar;   // none: free text
 };
 
 struct Timings {
@@ -131,6 +149,8 @@ public:
 
 private:
     void finish(FinishReason why, GenStep& st);
+    // After token t: the grammar's matcher advanced, or a trigger looked for.
+    void follow_grammar(TokenId t);
 
     Session& s_;
     GenerateOptions opt_;
@@ -149,6 +169,13 @@ private:
     std::chrono::steady_clock::time_point t0_;
     Generation g_;
     bool done_ = false;
+    // The grammar (opt_.grammar): its matcher once it holds; before that the
+    // answer's bytes so far, searched for triggers from `search_from_`.
+    std::optional<grammar::Matcher> matcher_;
+    std::string raw_;
+    size_t search_from_ = 0;
+    bool in_reasoning_ = false;
+    bool opening_checked_ = false;   // whether the answer opens a reasoning block is known
 };
 
 }  // namespace ptxlm

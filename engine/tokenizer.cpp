@@ -8,8 +8,10 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <queue>
 
+#include "engine/grammar.h"
 #include "engine/hparams.h"
 
 namespace ptxlm {
@@ -190,6 +192,7 @@ std::vector<std::string> Tokenizer::supported_pre() {
 
 Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
     Tokenizer t;
+    t.filter_ = std::make_shared<FilterSlot>();
     const std::string where = f.path() + ": ";
     auto model = f.get_string("tokenizer.ggml.model");
     if (!model) throw ModelError(where + "required key 'tokenizer.ggml.model' is missing");
@@ -364,10 +367,39 @@ bool Tokenizer::is_special(TokenId id) const {
     return ty == kControl || ty == kUserDefined || ty == kUnknown;
 }
 
+bool Tokenizer::is_format_token(TokenId id) const {
+    if (id < 0 || id >= n_vocab() || types_[id] != kControl) return false;
+    static constexpr std::string_view kFormat[] = {"<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]",
+                                                   "[CALL_ID]",   "<|python_tag|>", "<think>",    "</think>",
+                                                   "[THINK]",     "[/THINK]"};
+    const std::string_view t = tokens_[size_t(id)];
+    for (std::string_view f : kFormat)
+        if (t == f) return true;
+    return false;
+}
+
 std::string Tokenizer::piece(TokenId id, bool render_special) const {
     if (id < 0 || id >= n_vocab()) return {};
-    if ((types_[id] == kControl || types_[id] == kUnknown) && !render_special) return {};
+    if ((types_[id] == kControl || types_[id] == kUnknown) && !render_special && !is_format_token(id)) return {};
     return std::string(impl_->pieces[id]);
+}
+
+struct Tokenizer::FilterSlot {
+    std::once_flag once;
+    std::unique_ptr<grammar::TokenFilter> filter;
+};
+
+const grammar::TokenFilter& Tokenizer::grammar_filter() const {
+    std::call_once(filter_->once, [this] {
+        std::vector<std::string> bytes(static_cast<size_t>(n_vocab()));
+        std::vector<int32_t> ends;
+        for (TokenId id = 0; id < n_vocab(); ++id) {
+            if (is_eog(id)) ends.push_back(id);
+            else bytes[size_t(id)] = piece(id);
+        }
+        filter_->filter = std::make_unique<grammar::TokenFilter>(std::move(bytes), std::move(ends));
+    });
+    return *filter_->filter;
 }
 
 std::string Tokenizer::decode(std::span<const TokenId> ids, bool render_special) const {

@@ -25,6 +25,8 @@
 
 namespace ptxlm {
 
+namespace grammar { class TokenFilter; }
+
 using TokenId = int32_t;
 
 class Tokenizer {
@@ -41,8 +43,12 @@ public:
     std::vector<TokenId> encode(std::string_view text, bool add_bos, bool parse_special) const;
 
     // The bytes token `id` contributes to output. Control tokens give ""
-    // unless render_special.
+    // unless render_special, except the ones that mark tool calls and
+    // reasoning in an answer ([TOOL_CALLS], [ARGS], <tool_call>, <think>,
+    // ...: see is_format_token), which the answer's parser must see.
     std::string piece(TokenId id, bool render_special = false) const;
+    // A control token that marks a tool call or a reasoning block in answers.
+    bool is_format_token(TokenId id) const;
     std::string decode(std::span<const TokenId> ids, bool render_special = false) const;
 
     int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
@@ -60,6 +66,12 @@ public:
     const std::string& model() const { return model_; }
     const std::string& pre() const { return pre_; }
 
+    // The grammar filter of this vocabulary (engine/grammar.h): each token's
+    // piece, control tokens other than format tokens never allowed, the
+    // end-of-generation tokens as its end tokens. Built on first use (tens
+    // to hundreds of ms), then shared by every copy of this tokenizer.
+    const grammar::TokenFilter& grammar_filter() const;
+
     struct Impl;   // the model-specific half (SentencePiece or BPE)
 
 private:
@@ -75,6 +87,8 @@ private:
     bool add_bos_ = false;
     bool add_space_prefix_ = false;
     std::shared_ptr<const Impl> impl_;
+    struct FilterSlot;
+    std::shared_ptr<FilterSlot> filter_;
 };
 
 // Streaming detokenization: push ids, get back only complete, valid UTF-8

@@ -23,6 +23,8 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/json_schema.h"
+#include "engine/tool_grammar.h"
 #include "server/anthropic.h"
 #include "server/metrics.h"
 #include "server/openai.h"
@@ -510,7 +512,10 @@ private:
     // code. `backlog` receives the events that came meanwhile.
     std::vector<std::shared_ptr<Job>> start_jobs(const CompletionRequest& r, const LoadedModel& m,
                                                  std::deque<Event>& backlog, tools::Formats* output = nullptr) {
-        const std::vector<TokenId> prompt = prompt_tokens(r, m, output);
+        tools::Formats formats;
+        const std::vector<TokenId> prompt = prompt_tokens(r, m, &formats);
+        if (output) *output = formats;
+        const std::shared_ptr<const GrammarConstraint> constraint = answer_grammar(r, formats);
         for (const auto& [id, bias] : r.gen.sampling.logit_bias)
             if (uint32_t(id) >= m.model->n_vocab)
                 throw ApiError(400, "'logit_bias' names the token id " + std::to_string(id) + "; the vocabulary has " +
@@ -524,6 +529,7 @@ private:
             job->prompt = prompt;
             job->gen = r.gen;
             job->gen.sampling.seed = seed + uint64_t(i);
+            job->gen.grammar = constraint;
             job->logprobs = r.logprobs;
             job->choice = i;
             if (i > 0) job->first = jobs[0];
@@ -554,6 +560,21 @@ private:
             throw;
         }
         return jobs;
+    }
+
+    // The grammar a request's answer follows: its own (`grammar`,
+    // response_format), or its tool calls' in the template's format
+    // (tools::Format); none for plain text.
+    static std::shared_ptr<const GrammarConstraint> answer_grammar(const CompletionRequest& r, const tools::Formats& f) {
+        try {
+            if (!r.grammar.empty()) return make_constraint({r.grammar, {}}, f);
+            if (r.endpoint != Endpoint::Chat || r.tools.is_null() || r.tool_choice == "none") return nullptr;
+            return make_constraint(tool_call_grammar(f.tools, r.tools, r.tool_choice, r.parallel_tool_calls), f);
+        } catch (const SchemaError& e) {
+            throw ApiError(400, e.what(), "tools");
+        } catch (const grammar::GrammarError& e) {
+            throw ApiError(400, e.what(), r.grammar.empty() ? "tools" : r.grammar_field);
+        }
     }
 
     static void cancel(const std::vector<std::shared_ptr<Job>>& jobs) {

@@ -7,6 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/grammar.h"
+#include "engine/json_schema.h"
+#include "engine/tool_grammar.h"
 #include "server/json_fields.h"
 
 namespace ptxlm::server {
@@ -38,14 +41,14 @@ const RequestFields& request_fields(Endpoint e) {
         {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
          "presence_penalty", "frequency_penalty", "repeat_penalty", "seed", "stop", "stream", "stream_options",
          "logprobs", "top_logprobs", "logit_bias", "n", "tools", "tool_choice", "parallel_tool_calls",
-         "response_format", "modalities"},
+         "response_format", "grammar", "modalities"},
         {"user", "metadata", "store", "service_tier", "prediction"},
         {"functions", "function_call", "audio", "reasoning_effort", "web_search_options"},
     };
     static const RequestFields completion = {
         {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
          "frequency_penalty", "repeat_penalty", "seed", "stop", "stream", "stream_options", "logprobs", "logit_bias",
-         "n", "echo", "best_of", "suffix", "tools", "response_format"},
+         "n", "echo", "best_of", "suffix", "tools", "response_format", "grammar"},
         {"user", "metadata", "store", "service_tier"},
         {},
     };
@@ -393,12 +396,6 @@ void refuse_unsupported(const json& body, Endpoint ep) {
     if (ep == Endpoint::Completion)
         if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty()))
             bad("tools", "/v1/completions takes no tools (send them to /v1/chat/completions)");
-    if (const json* f = field(body, "response_format")) {
-        if (!f->is_object()) wrong_type("response_format", "an object", *f);
-        const json* type = field(*f, "type");
-        if (type && !(type->is_string() && type->get<std::string>() == "text"))
-            bad("response_format", "only response_format {\"type\": \"text\"} is supported");
-    }
     if (ep == Endpoint::Chat) {
         if (const json* m = field(body, "modalities"))
             if (!(m->is_array() && m->size() == 1 && (*m)[0] == "text"))
@@ -418,6 +415,61 @@ void refuse_unsupported(const json& body, Endpoint ep) {
 // values, or knows to be a no-op: anything else is refused by name rather
 // than silently dropped (a misspelt "max_token" would otherwise change
 // nothing and say nothing). A null field counts as absent.
+// response_format (text, json_object, json_schema with its schema) and
+// llama-server's `grammar` (GBNF): the grammar the answer follows, checked
+// here so that a bad one is the client's 400. `ordered`: the body with its
+// key order (a schema's property order is the answer's).
+void parse_grammar(const json& body, const nlohmann::ordered_json& ordered, CompletionRequest& r) {
+    if (const json* f = field(body, "response_format")) {
+        if (!f->is_object()) wrong_type("response_format", "an object", *f);
+        const json* type = field(*f, "type");
+        if (!type || !type->is_string())
+            bad("response_format", "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+        const std::string t = type->get<std::string>();
+        if (t == "json_object") {
+            r.grammar = json_object_grammar();
+        } else if (t == "json_schema") {
+            const json* js = field(*f, "json_schema");
+            if (!js || !js->is_object())
+                bad("response_format", "'response_format.json_schema' must be an object with a 'schema'");
+            for (const auto& [key, v] : js->items())
+                if (key != "name" && key != "schema" && key != "strict" && key != "description")
+                    bad("response_format", "unrecognized field 'response_format.json_schema." + key + "'");
+            if (const json* n = field(*js, "name"); n && !n->is_string())
+                wrong_type("response_format", "a string for 'json_schema.name'", *n);
+            if (const json* s = field(*js, "strict"); s && !s->is_boolean())
+                wrong_type("response_format", "a boolean for 'json_schema.strict'", *s);
+            const json* schema = field(*js, "schema");
+            if (!schema) bad("response_format", "missing required parameter: 'response_format.json_schema.schema'");
+            if (!schema->is_object() && !schema->is_boolean())
+                wrong_type("response_format", "an object (a JSON Schema) for 'json_schema.schema'", *schema);
+            try {
+                r.grammar = json_schema_to_gbnf(ordered.at("response_format").at("json_schema").at("schema"));
+            } catch (const SchemaError& e) {
+                bad("response_format", std::string("response_format's JSON Schema: ") + e.what());
+            }
+        } else if (t != "text") {
+            bad("response_format", "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\" (got \"" +
+                                       t + "\")");
+        }
+        if (!r.grammar.empty()) r.grammar_field = "response_format";
+    }
+    if (const json* g = field(body, "grammar")) {
+        if (!g->is_string()) wrong_type("grammar", "a string (GBNF)", *g);
+        if (!r.grammar.empty()) bad("grammar", "'grammar' and a JSON 'response_format' exclude each other");
+        r.grammar = g->get<std::string>();
+        r.grammar_field = "grammar";
+    }
+    if (r.grammar.empty()) return;
+    if (!r.tools.is_null() && r.tool_choice != "none")
+        bad(r.grammar_field, "'" + r.grammar_field + "' and tools exclude each other (tool calls follow their own grammar)");
+    try {
+        grammar::Grammar::parse(r.grammar);
+    } catch (const grammar::GrammarError& e) {
+        bad(r.grammar_field, e.what());
+    }
+}
+
 void check_fields(const json& body, Endpoint ep) {
     const RequestFields& known = request_fields(ep);
     for (const auto& [key, value] : body.items()) {
@@ -453,8 +505,13 @@ CompletionRequest parse_object(Endpoint ep, const json& body, std::string_view t
         // them; a schema's property order is the answer's), which `body`
         // (sorted keys) has lost.
         nlohmann::ordered_json ordered;
-        if (field(body, "tools")) ordered = nlohmann::ordered_json::parse(text);
+        if (field(body, "tools") || field(body, "response_format")) ordered = nlohmann::ordered_json::parse(text);
         parse_tools(body, ordered, r);
+        parse_grammar(body, ordered, r);
+    } else {
+        nlohmann::ordered_json ordered;
+        if (field(body, "response_format")) ordered = nlohmann::ordered_json::parse(text);
+        parse_grammar(body, ordered, r);
     }
     if (auto n = integer(body, "n", 1, kMaxChoices)) r.n = int(*n);
 

@@ -80,6 +80,11 @@ struct CompletionRequest {
     nlohmann::ordered_json tools;
     std::string tool_choice = "auto";
     bool parallel_tool_calls = true;
+    // A grammar the answer must follow (GBNF, checked): from `grammar`
+    // (llama-server's field) or response_format json_object / json_schema;
+    // empty: none. grammar_field names where it came from (for errors).
+    std::string grammar;
+    std::string grammar_field;
     std::string prompt;                       // completions: the prompt text ...
     std::optional<std::vector<TokenId>> prompt_ids;   // ... or token ids given as such
     GenerateOptions gen;                      // max_tokens, sampling (seed included), stop
