@@ -10,21 +10,21 @@
 // or after --steps tokens. allowed() is timed at every step; printed:
 // p50 / p99 / max, and how often the per-state cache answered.
 //
-// Token bytes come straight from the GGUF vocabulary (no ptxlm_engine, so
-// this builds with the grammar library and the GGUF reader alone):
-// byte-level BPE pieces through GPT-2's byte-to-unicode table, SentencePiece
-// pieces with U+2581 as a space and <0xHH> as single bytes; control tokens
-// are empty (never allowed); EOS (and EOT when present) are the end tokens.
+// Token bytes are what the engine's filter uses (Tokenizer::grammar_filter:
+// each token's piece, control tokens other than the format tokens empty,
+// the end-of-generation tokens as end tokens). The first grammar comes from
+// a nested JSON Schema; its compile time (schema to GBNF, parse, the first
+// allowed()) is printed as what a request with a new schema pays.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "engine/grammar.h"
+#include "engine/json_schema.h"
+#include "engine/tokenizer.h"
 #include "gguf/gguf.h"
 
 namespace gguf = ptxlm::gguf;
@@ -33,14 +33,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const char* kJsonObject = R"g(root ::= "{" ws "\"name\"" ws ":" ws string "," ws "\"age\"" ws ":" ws integer "," ws "\"role\"" ws ":" ws role "," ws "\"items\"" ws ":" ws items "}"
-items ::= "[" ws ( item ( "," ws item )* )? "]" ws
-item ::= "{" ws "\"id\"" ws ":" ws string "," ws "\"label\"" ws ":" ws string "}" ws
-role ::= ( "\"admin\"" | "\"user\"" | "\"guest\"" ) ws
-string ::= "\"" ( [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\"" ws
-integer ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ws
-ws ::= [ \t\n]{0,8}
-)g";
+// A nested object/array/string schema, as a structured-output request sends it.
+const char* kSchema = R"j({"type": "object", "properties": {
+  "name": {"type": "string", "maxLength": 40},
+  "age": {"type": "integer", "minimum": 0, "maximum": 150},
+  "role": {"enum": ["admin", "user", "guest"]},
+  "items": {"type": "array", "maxItems": 8, "items": {"type": "object",
+    "properties": {"id": {"type": "string"}, "label": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}},
+    "required": ["id", "label"], "additionalProperties": false}}},
+  "required": ["name", "age", "role", "items"], "additionalProperties": false})j";
 
 const char* kJsonValue = R"g(root ::= value
 value ::= object | array | string | number | ( "true" | "false" | "null" ) ws
@@ -58,14 +59,6 @@ factor ::= [0-9]+ | "(" ws expr ws ")" | "-" factor
 ws ::= " "?
 )g";
 
-uint32_t scalar_u32(const gguf::File& f, const char* key, uint32_t fallback) {
-    const gguf::KeyValue* kv = f.find(key);
-    if (!kv || kv->is_array() || kv->raw.size() < 4) return fallback;
-    uint32_t v;
-    std::memcpy(&v, kv->raw.data(), 4);
-    return v;
-}
-
 // Token i's bytes, and the end tokens.
 struct Vocab {
     std::vector<std::string> bytes;
@@ -73,53 +66,13 @@ struct Vocab {
 };
 
 Vocab load_vocab(const std::string& path) {
-    const gguf::File f = gguf::File::open(path);
-    const gguf::KeyValue* toks = f.find("tokenizer.ggml.tokens");
-    const gguf::KeyValue* types = f.find("tokenizer.ggml.token_type");
-    const gguf::KeyValue* model = f.find("tokenizer.ggml.model");
-    if (!toks || !model || model->strings.empty()) throw std::runtime_error(path + ": no tokenizer vocabulary");
-    const bool bpe = model->strings[0] == "gpt2";
-    // GPT-2: bytes map to code points; printable Latin-1 to themselves, the rest to 256 + n.
-    std::map<uint32_t, uint8_t> unbyte;
-    for (int b = 0, n = 0; b < 256; ++b) {
-        const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-        unbyte[printable ? uint32_t(b) : uint32_t(256 + n++)] = static_cast<uint8_t>(b);
-    }
+    const ptxlm::Tokenizer tok = ptxlm::Tokenizer::from_gguf(gguf::File::open(path));
     Vocab v;
-    v.bytes.resize(toks->strings.size());
-    for (size_t i = 0; i < toks->strings.size(); ++i) {
-        int32_t type = 1;
-        if (types && types->raw.size() >= (i + 1) * 4) std::memcpy(&type, types->raw.data() + i * 4, 4);
-        const std::string_view s = toks->strings[i];
-        std::string out;
-        if (type == 3 || type == 5) {
-            // control or unused: no bytes
-        } else if (type == 6 && s.size() == 6 && s.substr(0, 3) == "<0x") {
-            out.push_back(static_cast<char>(std::stoi(std::string(s.substr(3, 2)), nullptr, 16)));
-        } else if (bpe && type != 4) {
-            for (size_t k = 0; k < s.size();) {   // decode UTF-8, map back to bytes
-                const auto c = static_cast<uint8_t>(s[k]);
-                int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-                uint32_t cp = n == 1 ? c : c & (0x7F >> n);
-                for (int j = 1; j < n && k + j < s.size(); ++j) cp = (cp << 6) | (static_cast<uint8_t>(s[k + j]) & 0x3F);
-                k += static_cast<size_t>(n);
-                auto it = unbyte.find(cp);
-                if (it != unbyte.end()) out.push_back(static_cast<char>(it->second));
-            }
-        } else {
-            for (size_t k = 0; k < s.size();) {
-                if (s.substr(k, 3) == "\xE2\x96\x81") out.push_back(' '), k += 3;
-                else out.push_back(s[k++]);
-            }
-        }
-        v.bytes[i] = std::move(out);
+    v.bytes.resize(static_cast<size_t>(tok.n_vocab()));
+    for (ptxlm::TokenId id = 0; id < tok.n_vocab(); ++id) {
+        if (tok.is_eog(id)) v.end.push_back(id);
+        else v.bytes[static_cast<size_t>(id)] = tok.piece(id);
     }
-    for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"}) {
-        const uint32_t id = scalar_u32(f, key, UINT32_MAX);
-        if (id < v.bytes.size() && std::find(v.end.begin(), v.end.end(), int32_t(id)) == v.end.end())
-            v.end.push_back(static_cast<int32_t>(id));
-    }
-    for (int32_t id : v.end) v.bytes[static_cast<size_t>(id)].clear();
     return v;
 }
 
@@ -147,8 +100,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: grammar_mask_bench [--gens N] [--steps N] [--seed S] MODEL.gguf...\n");
         return 1;
     }
+    const std::string schema_gbnf = ptxlm::json_schema_to_gbnf(nlohmann::ordered_json::parse(kSchema));
     const std::pair<const char*, const char*> grammars[] = {
-        {"json-object", kJsonObject}, {"json-value", kJsonValue}, {"arith", kArith}};
+        {"json-schema", schema_gbnf.c_str()}, {"json-value", kJsonValue}, {"arith", kArith}};
     for (const std::string& path : models) {
         const Vocab v = load_vocab(path);
         auto t0 = Clock::now();
@@ -156,6 +110,15 @@ int main(int argc, char** argv) {
         const double build_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         std::printf("%s: %zu tokens, %zu end tokens, filter build %.1f ms\n", path.c_str(), v.bytes.size(),
                     v.end.size(), build_ms);
+        {
+            // A request with a schema never seen: converted, parsed, first step.
+            const auto c0 = Clock::now();
+            auto g = Grammar::parse(ptxlm::json_schema_to_gbnf(nlohmann::ordered_json::parse(kSchema)));
+            std::vector<uint64_t> bits;
+            filter.allowed(Matcher(g), bits);
+            std::printf("  new schema: to GBNF, parsed and its first allowed() in %.1f ms\n",
+                        std::chrono::duration<double, std::milli>(Clock::now() - c0).count());
+        }
         for (const auto& [name, src] : grammars) {
             auto g = Grammar::parse(src);
             std::mt19937 rng(seed);

@@ -6,7 +6,11 @@
 namespace ptxlm {
 
 ChatTemplate model_chat_template(const Model& m, const TemplateChoice& choice) {
-    return ChatTemplate::for_model(m.file.get_string("tokenizer.chat_template"), m.hp.arch, choice);
+    ChatTemplate t = ChatTemplate::for_model(m.file.get_string("tokenizer.chat_template"), m.hp.arch, choice);
+    if (choice.name.empty() && choice.file.empty())
+        if (std::optional<std::string_view> v = m.file.get_string("tokenizer.chat_template.tool_use"); v && !v->empty())
+            t.set_tool_variant(ChatTemplate::from_jinja(*v, "the model's tool_use chat template"));
+    return t;
 }
 
 std::string chat_template_names() {
@@ -50,9 +54,11 @@ std::vector<ChatMessage> generic_tool_messages(std::span<const ChatMessage> msgs
     return out;
 }
 
-ChatPrompt chat_prompt(const Tokenizer& tok, const ChatTemplate& tmpl, std::span<const ChatMessage> msgs,
+ChatPrompt chat_prompt(const Tokenizer& tok, const ChatTemplate& chosen, std::span<const ChatMessage> msgs,
                        bool add_generation_prompt, const ChatOptions& options) {
     ChatPrompt p;
+    const bool with_tools = !options.tools.is_null() && options.tool_choice != "none";
+    const ChatTemplate& tmpl = with_tools && chosen.tool_variant() ? *chosen.tool_variant() : chosen;
     const std::string bos_text = tok.bos() ? std::string(tok.text(*tok.bos())) : std::string();
     const std::string eos_text = tok.eos() ? std::string(tok.text(*tok.eos())) : std::string();
     p.output = tmpl.formats();
@@ -72,6 +78,7 @@ ChatPrompt chat_prompt(const Tokenizer& tok, const ChatTemplate& tmpl, std::span
         p.output.tools = tools::Format::Generic;
     }
     if (!use_tools) p.output.tools = tools::Format::None;
+    if (!options.split_reasoning) p.output.reasoning = tools::Reasoning::None;
     jinja::Rendered r = tmpl.render_marked(msgs, add_generation_prompt, bos_text, eos_text, extras);
     p.text = std::move(r.text);
     p.output.starts_in_reasoning = add_generation_prompt && tools::prompt_opens_reasoning(p.output.reasoning, p.text);

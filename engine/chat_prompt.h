@@ -31,6 +31,7 @@ struct ChatOptions {
     nlohmann::ordered_json tools;       // null: none
     std::string tool_choice = "auto";   // "auto", "none", "required" or a function's name
     nlohmann::ordered_json kwargs;      // an object, or null
+    bool split_reasoning = true;        // false: a reasoning block stays in the answer's text
 };
 
 struct ChatPrompt {

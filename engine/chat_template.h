@@ -105,6 +105,11 @@ public:
     // its output), and assistant tool calls; the output format its models
     // write (tools::detect). Families render neither.
     bool supports_tools() const { return supports_tools_; }
+    // A file's named variant for conversations with tools
+    // (tokenizer.chat_template.tool_use), when it has one: chat_prompt
+    // renders those with it.
+    const ChatTemplate* tool_variant() const { return tool_variant_.get(); }
+    void set_tool_variant(ChatTemplate t) { tool_variant_ = std::make_shared<const ChatTemplate>(std::move(t)); }
     bool supports_tool_calls() const { return supports_tool_calls_; }
     const tools::Formats& formats() const { return formats_; }
     // A ChatML template's built-in system prompt, used when the conversation
@@ -155,6 +160,7 @@ private:
     std::string origin_;                // a Jinja template's, for errors
     std::string source_;
     bool supports_tools_ = false, supports_tool_calls_ = false;
+    std::shared_ptr<const ChatTemplate> tool_variant_;
     tools::Formats formats_;
     std::string default_system_;
     Llama3Header llama3_header_ = Llama3Header::None;

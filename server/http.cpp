@@ -145,7 +145,8 @@ private:
     Event usage_;   // choice 0's Done with every choice's completion tokens
 };
 
-// Anthropic's: message_start ... message_stop, an error as `event: error` (server/anthropic.h).
+// Anthropic's: message_start ... message_stop, the content blocks as the
+// builder's parser decides them, an error as `event: error` (server/anthropic.h).
 class AnthropicStream : public StreamFormat {
 public:
     explicit AnthropicStream(MessageBuilder out) : out_(std::move(out)) {}
@@ -494,8 +495,10 @@ private:
         const CompletionRequest r = parse_messages_request(req.body, opt_.defaults);
         const LoadedModel& m = ready_model();
         std::deque<Event> backlog;
-        const std::vector<std::shared_ptr<Job>> jobs = start_jobs(r, m, backlog);
+        tools::Formats output;
+        const std::vector<std::shared_ptr<Job>> jobs = start_jobs(r, m, backlog, &output);
         MessageBuilder out(m.id, uint32_t(jobs[0]->prompt.size()));
+        out.set_output(output, r.parallel_tool_calls, random_seed());
         if (!r.stream) {
             std::vector<std::string> text(1);
             std::vector<std::vector<TokenLogprob>> logprobs(1);

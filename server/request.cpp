@@ -41,7 +41,7 @@ const RequestFields& request_fields(Endpoint e) {
         {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
          "presence_penalty", "frequency_penalty", "repeat_penalty", "seed", "stop", "stream", "stream_options",
          "logprobs", "top_logprobs", "logit_bias", "n", "tools", "tool_choice", "parallel_tool_calls",
-         "response_format", "grammar", "modalities"},
+         "response_format", "grammar", "chat_template_kwargs", "reasoning_format", "modalities"},
         {"user", "metadata", "store", "service_tier", "prediction"},
         {"functions", "function_call", "audio", "reasoning_effort", "web_search_options"},
     };
@@ -505,9 +505,22 @@ CompletionRequest parse_object(Endpoint ep, const json& body, std::string_view t
         // them; a schema's property order is the answer's), which `body`
         // (sorted keys) has lost.
         nlohmann::ordered_json ordered;
-        if (field(body, "tools") || field(body, "response_format")) ordered = nlohmann::ordered_json::parse(text);
+        if (field(body, "tools") || field(body, "response_format") || field(body, "chat_template_kwargs"))
+            ordered = nlohmann::ordered_json::parse(text);
         parse_tools(body, ordered, r);
         parse_grammar(body, ordered, r);
+        if (const json* k = field(body, "chat_template_kwargs")) {
+            if (!k->is_object()) wrong_type("chat_template_kwargs", "an object", *k);
+            for (const char* reserved : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+                if (k->contains(reserved))
+                    bad("chat_template_kwargs", std::string("'chat_template_kwargs' may not set '") + reserved + "'");
+            r.chat_template_kwargs = ordered.at("chat_template_kwargs");
+        }
+        if (const json* f = field(body, "reasoning_format")) {
+            if (!f->is_string() || (*f != "auto" && *f != "deepseek" && *f != "none"))
+                bad("reasoning_format", "'reasoning_format' must be \"auto\", \"deepseek\" or \"none\"");
+            r.split_reasoning = *f != "none";
+        }
     } else {
         nlohmann::ordered_json ordered;
         if (field(body, "response_format")) ordered = nlohmann::ordered_json::parse(text);

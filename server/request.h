@@ -85,6 +85,11 @@ struct CompletionRequest {
     // empty: none. grammar_field names where it came from (for errors).
     std::string grammar;
     std::string grammar_field;
+    // llama-server's: more variables for the chat template (an object; null:
+    // none), and whether a reasoning block goes to reasoning_content
+    // ("auto", "deepseek": yes; "none": it stays in content).
+    nlohmann::ordered_json chat_template_kwargs;
+    bool split_reasoning = true;
     std::string prompt;                       // completions: the prompt text ...
     std::optional<std::vector<TokenId>> prompt_ids;   // ... or token ids given as such
     GenerateOptions gen;                      // max_tokens, sampling (seed included), stop

@@ -86,6 +86,8 @@ ChatOptions chat_options(const CompletionRequest& r) {
     ChatOptions o;
     o.tools = r.tools;
     o.tool_choice = r.tool_choice;
+    o.kwargs = r.chat_template_kwargs;
+    o.split_reasoning = r.split_reasoning;
     return o;
 }
 

@@ -1,12 +1,17 @@
 // Anthropic's Messages API (server/anthropic.h): the /v1/messages parser
 // field by field (types, ranges, required fields, the refused ones, unknown
-// fields by name), system and content blocks, the message and stream shapes
-// with each stop_reason, errors in Anthropic's shape, the stop string the
-// engine reports, and a fuzz pass of random and malformed bodies that may
-// only ever raise ApiError (400).
+// fields by name), system and content blocks, tools, tool_choice and the
+// tool_use / tool_result blocks as the chat request's fields, the message
+// and stream shapes with each stop_reason (tool_use blocks, thinking blocks,
+// the stream's block indexes), errors in Anthropic's shape, the stop string
+// the engine reports, and a fuzz pass of random and malformed bodies that
+// may only ever raise ApiError (400).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <random>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -73,6 +78,9 @@ TEST(ServerAnthropic, FieldsAreRead) {
     EXPECT_TRUE(r.stream);
     EXPECT_FALSE(r.seed_given);
     EXPECT_EQ(r.logprobs, -1);
+    const CompletionRequest seeded = parse(body_with({{"seed", 42}}));
+    EXPECT_TRUE(seeded.seed_given);
+    EXPECT_EQ(seeded.gen.sampling.seed, 42u);
     ASSERT_EQ(r.messages.size(), 2u);
     EXPECT_EQ(r.messages[0].role, "system");
     EXPECT_EQ(r.messages[0].content, "be brief");
@@ -171,6 +179,8 @@ TEST(ServerAnthropic, EachFieldsTypeAndRange) {
         {{{"stop_sequences", {""}}}, "stop_sequences"},
         {{{"stop_sequences", json(std::vector<std::string>(kMaxStopSequences + 1, "x"))}}, "stop_sequences"},
         {{{"stream", "yes"}}, "stream"},
+        {{{"seed", "42"}}, "seed"},
+        {{{"seed", 4.5}}, "seed"},
         {{{"stream", 1}}, "stream"},
         {{{"metadata", "u"}}, "metadata"},
         {{{"cache_control", "ephemeral"}}, "cache_control"},
@@ -195,10 +205,6 @@ TEST(ServerAnthropic, UnknownAndUnsupportedFieldsAreRefusedByName) {
     EXPECT_EQ(error_of(body_with({{"service_tier", "auto"}})), Err(400, "service_tier"));
     EXPECT_NE(message_of(body_with({{"bogus", 1}})).find("unknown field 'bogus'"), std::string::npos);
 
-    const json tool = {{"name", "get_weather"}, {"input_schema", {{"type", "object"}}}};
-    EXPECT_EQ(error_of(body_with({{"tools", {tool}}})), Err(400, "tools"));
-    EXPECT_NE(message_of(body_with({{"tools", {tool}}})).find("tool use"), std::string::npos);
-    EXPECT_EQ(error_of(body_with({{"tool_choice", {{"type", "auto"}}}})), Err(400, "tool_choice"));
     EXPECT_EQ(error_of(body_with({{"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}}})),
               Err(400, "thinking"));
     EXPECT_EQ(error_of(body_with({{"thinking", "on"}})), Err(400, "thinking"));
@@ -206,8 +212,8 @@ TEST(ServerAnthropic, UnknownAndUnsupportedFieldsAreRefusedByName) {
     EXPECT_EQ(error_of(body_with({{"tools", json::array()}})), Err(0, ""));
     EXPECT_EQ(error_of(body_with({{"thinking", {{"type", "disabled"}}}})), Err(0, ""));
 
-    // Non-text content blocks name the block's type.
-    for (const char* type : {"image", "document", "tool_use", "tool_result", "thinking"}) {
+    // Content blocks a user message cannot hold name the block's type.
+    for (const char* type : {"image", "document", "tool_use", "thinking", "server_tool_use"}) {
         const json msgs = json::array({{{"role", "user"}, {"content", json::array({{{"type", type}}})}}});
         EXPECT_EQ(error_of(body_with({{"messages", msgs}})), Err(400, "messages[0].content[0].type")) << type;
         EXPECT_NE(message_of(body_with({{"messages", msgs}})).find(type), std::string::npos) << type;
@@ -216,6 +222,198 @@ TEST(ServerAnthropic, UnknownAndUnsupportedFieldsAreRefusedByName) {
     const json prefill =
         json::array({{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", "The"}}});
     EXPECT_EQ(error_of(body_with({{"messages", prefill}})), Err(400, "messages[1].role"));
+}
+
+// Tools: `body` with a raw JSON text as `key` (nlohmann::json would sort its keys).
+std::string with_raw(const json& body, const std::string& key, const std::string& raw) {
+    std::string s = body.dump();
+    s.pop_back();
+    return s + ",\"" + key + "\":" + raw + "}";
+}
+
+const json kTools = json::array({{{"name", "get_weather"}, {"input_schema", {{"type", "object"}}}},
+                                 {{"name", "get_time"}, {"input_schema", {{"type", "object"}}}}});
+
+TEST(ServerAnthropic, ToolsBecomeFunctions) {
+    const std::string tools = R"([{"name": "get_weather", "description": "The weather.", "input_schema":
+        {"type": "object", "properties": {"unit": {"type": "string"}, "city": {"type": "string"}}, "required": ["city"]},
+        "cache_control": {"type": "ephemeral"}}, {"type": "custom", "name": "get-time_2", "input_schema": {"type": "object"}}])";
+    const CompletionRequest r = parse_messages_request(with_raw(body_with(), "tools", tools), RequestDefaults{});
+    const auto want = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+        "description": "The weather.", "parameters": {"type": "object", "properties": {"unit": {"type": "string"},
+        "city": {"type": "string"}}, "required": ["city"]}}}, {"type": "function", "function": {"name": "get-time_2",
+        "parameters": {"type": "object"}}}])");
+    EXPECT_EQ(r.tools.dump(), want.dump());   // the schema's key order kept
+    EXPECT_EQ(r.tool_choice, "auto");
+    EXPECT_TRUE(r.parallel_tool_calls);
+    // No tools, or an empty list: none.
+    EXPECT_TRUE(parse(body_with()).tools.is_null());
+    EXPECT_EQ(parse(body_with()).tool_choice, "none");
+    EXPECT_TRUE(parse(body_with({{"tools", json::array()}})).tools.is_null());
+    EXPECT_EQ(parse(body_with({{"tools", json::array()}, {"tool_choice", {{"type", "auto"}}}})).tool_choice, "none");
+}
+
+TEST(ServerAnthropic, ToolChoiceVariants) {
+    const std::vector<std::tuple<json, std::string, bool>> cases = {
+        {{{"type", "auto"}}, "auto", true},
+        {{{"type", "any"}}, "required", true},
+        {{{"type", "tool"}, {"name", "get_time"}}, "get_time", true},
+        {{{"type", "none"}}, "none", true},
+        {{{"type", "any"}, {"disable_parallel_tool_use", true}}, "required", false},
+        {{{"type", "tool"}, {"name", "get_weather"}, {"disable_parallel_tool_use", true}}, "get_weather", false},
+        {{{"type", "auto"}, {"disable_parallel_tool_use", false}}, "auto", true},
+    };
+    for (const auto& [choice, want, parallel] : cases) {
+        const CompletionRequest r = parse(body_with({{"tools", kTools}, {"tool_choice", choice}}));
+        EXPECT_EQ(r.tool_choice, want) << choice.dump();
+        EXPECT_EQ(r.parallel_tool_calls, parallel) << choice.dump();
+    }
+    // Without tools, auto and none are no tool use.
+    EXPECT_EQ(parse(body_with({{"tool_choice", {{"type", "auto"}}}})).tool_choice, "none");
+    EXPECT_EQ(parse(body_with({{"tool_choice", {{"type", "none"}}}})).tool_choice, "none");
+}
+
+TEST(ServerAnthropic, ToolAndToolChoiceErrors) {
+    const json schema = {{"type", "object"}};
+    const std::vector<std::pair<json, std::string>> cases = {
+        {{{"tools", "get_weather"}}, "tools"},
+        {{{"tools", {5}}}, "tools[0]"},
+        {{{"tools", {{{"input_schema", schema}}}}}, "tools[0].name"},
+        {{{"tools", {{{"name", "get weather"}, {"input_schema", schema}}}}}, "tools[0].name"},
+        {{{"tools", {{{"name", std::string(65, 'f')}, {"input_schema", schema}}}}}, "tools[0].name"},
+        {{{"tools", {{{"name", ""}, {"input_schema", schema}}}}}, "tools[0].name"},
+        {{{"tools", {kTools[0], kTools[0]}}}, "tools[1].name"},
+        {{{"tools", {{{"name", "f"}}}}}, "tools[0].input_schema"},
+        {{{"tools", {{{"name", "f"}, {"input_schema", "object"}}}}}, "tools[0].input_schema"},
+        {{{"tools", {{{"name", "f"}, {"input_schema", {{"type", "string"}}}}}}}, "tools[0].input_schema.type"},
+        {{{"tools", {{{"name", "f"}, {"input_schema", json::object()}}}}}, "tools[0].input_schema.type"},
+        {{{"tools", {{{"name", "f"}, {"input_schema", schema}, {"description", 5}}}}}, "tools[0].description"},
+        {{{"tools", {{{"name", "f"}, {"input_schema", schema}, {"cache_control", "x"}}}}}, "tools[0].cache_control"},
+        {{{"tools", {{{"name", "f"}, {"input_schema", schema}, {"parameters", schema}}}}}, "tools[0].parameters"},
+        {{{"tools", {{{"type", "web_search_20250305"}, {"name", "web_search"}}}}}, "tools[0].type"},
+        {{{"tools", json(std::vector<json>(129, kTools[0]))}}, "tools"},
+        {{{"tools", kTools}, {"tool_choice", "auto"}}, "tool_choice"},
+        {{{"tools", kTools}, {"tool_choice", json::object()}}, "tool_choice"},
+        {{{"tools", kTools}, {"tool_choice", {{"type", "function"}}}}, "tool_choice"},
+        {{{"tools", kTools}, {"tool_choice", {{"type", "required"}}}}, "tool_choice"},
+        {{{"tools", kTools}, {"tool_choice", {{"type", "tool"}, {"name", "get_moon"}}}}, "tool_choice"},
+        {{{"tools", kTools}, {"tool_choice", {{"type", "tool"}}}}, "tool_choice.name"},
+        {{{"tools", kTools}, {"tool_choice", {{"type", "auto"}, {"name", "get_time"}}}}, "tool_choice.name"},
+        {{{"tools", kTools}, {"tool_choice", {{"type", "any"}, {"disable_parallel_tool_use", "yes"}}}},
+         "tool_choice.disable_parallel_tool_use"},
+        {{{"tools", kTools}, {"tool_choice", {{"type", "any"}, {"x", 1}}}}, "tool_choice.x"},
+        {{{"tool_choice", {{"type", "any"}}}}, "tool_choice"},
+        {{{"tool_choice", {{"type", "tool"}, {"name", "get_time"}}}}, "tool_choice"},
+    };
+    for (const auto& [extra, param] : cases) EXPECT_EQ(error_of(body_with(extra)), Err(400, param)) << extra.dump();
+    // The messages say what is wrong.
+    EXPECT_NE(message_of(body_with({{"tools", kTools}, {"tool_choice", {{"type", "tool"}, {"name", "get_moon"}}}}))
+                  .find("'get_moon'"),
+              std::string::npos);
+    EXPECT_NE(message_of(body_with({{"tools", kTools}, {"tool_choice", {{"type", "function"}}}})).find("\"function\""),
+              std::string::npos);
+    EXPECT_NE(message_of(body_with({{"tools", {{{"name", "a.b"}, {"input_schema", schema}}}}})).find("a.b"),
+              std::string::npos);
+}
+
+TEST(ServerAnthropic, ToolUseAndToolResultBlocks) {
+    // Raw text: the tool_use input's key order ("zone" before "city") is the arguments'.
+    const std::string messages = R"([
+        {"role": "user", "content": "Weather and time in Paris?"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "Two tools.", "signature": ""},
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "toolu_a", "name": "get_weather", "input": {"zone": "CET", "city": "Paris"}},
+            {"type": "tool_use", "id": "toolu_b", "name": "get_time", "input": {}, "cache_control": {"type": "ephemeral"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_a", "content": "22 degrees"},
+            {"type": "text", "text": "Thanks."},
+            {"type": "tool_result", "tool_use_id": "toolu_b", "is_error": true,
+             "content": [{"type": "text", "text": "no"}, {"type": "text", "text": "clock"}]}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_c", "name": "get_time", "input": {"zone": "UTC"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_c", "is_error": false}]}])";
+    json body = body_with({{"tools", kTools}});
+    body.erase("messages");
+    const CompletionRequest r = parse_messages_request(with_raw(body, "messages", messages), RequestDefaults{});
+    ASSERT_EQ(r.messages.size(), 7u);
+    EXPECT_EQ(r.messages[0].role, "user");
+    const ChatMessage& a = r.messages[1];
+    EXPECT_EQ(a.role, "assistant");
+    EXPECT_EQ(a.content, "Let me look.");   // the thinking block is dropped
+    ASSERT_EQ(a.tool_calls.size(), 2u);
+    EXPECT_EQ(a.tool_calls[0].id, "toolu_a");
+    EXPECT_EQ(a.tool_calls[0].name, "get_weather");
+    EXPECT_EQ(a.tool_calls[0].arguments, R"({"zone":"CET","city":"Paris"})");
+    EXPECT_EQ(a.tool_calls[1].arguments, "{}");
+    // The turn's tool results first (in order), then its text.
+    const std::vector<std::tuple<std::string, std::string, std::string, std::string>> want = {
+        {"tool", "toolu_a", "get_weather", "22 degrees"},
+        {"tool", "toolu_b", "get_time", "Error: no\nclock"},
+        {"user", "", "", "Thanks."},
+        {"assistant", "", "", ""},
+        {"tool", "toolu_c", "get_time", ""},
+    };
+    for (size_t i = 0; i < want.size(); ++i) {
+        const ChatMessage& m = r.messages[i + 2];
+        EXPECT_EQ(std::tie(m.role, m.tool_call_id, m.name, m.content), want[i]) << i;
+    }
+    ASSERT_EQ(r.messages[5].tool_calls.size(), 1u);
+    EXPECT_EQ(r.messages[5].tool_calls[0].arguments, R"({"zone":"UTC"})");
+    // Tool results end the conversation: the answer follows them.
+    EXPECT_EQ(r.messages.back().role, "tool");
+}
+
+TEST(ServerAnthropic, ToolBlockErrors) {
+    const json use = {{"type", "tool_use"}, {"id", "toolu_a"}, {"name", "get_weather"}, {"input", json::object()}};
+    const json result = {{"type", "tool_result"}, {"tool_use_id", "toolu_a"}, {"content", "22"}};
+    auto conv = [&](const json& assistant_block, const json& user_block) {
+        return json::array({{{"role", "user"}, {"content", "hi"}},
+                            {{"role", "assistant"}, {"content", json::array({assistant_block})}},
+                            {{"role", "user"}, {"content", json::array({user_block})}}});
+    };
+    auto with = [](json block, const json& extra) {
+        for (const auto& [k, v] : extra.items()) {
+            if (v.is_null()) block.erase(k);
+            else block[k] = v;
+        }
+        return block;
+    };
+    EXPECT_EQ(error_of(body_with({{"messages", conv(use, result)}})), Err(0, ""));
+    const std::vector<std::pair<json, std::string>> cases = {
+        // A tool_result answering no earlier tool_use, and one answering a later one.
+        {conv(use, with(result, {{"tool_use_id", "toolu_z"}})), "messages[2].content[0].tool_use_id"},
+        {json::array({{{"role", "user"}, {"content", json::array({result})}},
+                      {{"role", "assistant"}, {"content", json::array({use})}},
+                      {{"role", "user"}, {"content", "and?"}}}),
+         "messages[0].content[0].tool_use_id"},
+        // Blocks in the wrong role's message.
+        {json::array({{{"role", "user"}, {"content", json::array({use})}}}), "messages[0].content[0].type"},
+        {conv(result, {{"type", "text"}, {"text", "x"}}), "messages[1].content[0].type"},
+        {json::array({{{"role", "user"}, {"content", json::array({{{"type", "thinking"}, {"thinking", "x"}}})}}}),
+         "messages[0].content[0].type"},
+        // A tool_use block's fields.
+        {conv(with(use, {{"input", "{}"}}), result), "messages[1].content[0].input"},
+        {conv(with(use, {{"input", nullptr}}), result), "messages[1].content[0].input"},
+        {conv(with(use, {{"id", nullptr}}), result), "messages[1].content[0].id"},
+        {conv(with(use, {{"id", ""}}), result), "messages[1].content[0].id"},
+        {conv(with(use, {{"name", 3}}), result), "messages[1].content[0].name"},
+        {conv(with(use, {{"x", 1}}), result), "messages[1].content[0].x"},
+        // A tool_result block's fields.
+        {conv(use, with(result, {{"tool_use_id", nullptr}})), "messages[2].content[0].tool_use_id"},
+        {conv(use, with(result, {{"is_error", "yes"}})), "messages[2].content[0].is_error"},
+        {conv(use, with(result, {{"content", 22}})), "messages[2].content[0].content"},
+        {conv(use, with(result, {{"content", json::array({{{"type", "image"}}})}})),
+         "messages[2].content[0].content[0].type"},
+        {conv(use, with(result, {{"x", 1}})), "messages[2].content[0].x"},
+    };
+    for (const auto& [msgs, param] : cases)
+        EXPECT_EQ(error_of(body_with({{"messages", msgs}})), Err(400, param)) << msgs.dump();
+    EXPECT_NE(message_of(body_with({{"messages", conv(use, with(result, {{"tool_use_id", "toolu_z"}}))}}))
+                  .find("toolu_z"),
+              std::string::npos);
+    EXPECT_NE(message_of(body_with({{"messages", json::array({{{"role", "user"}, {"content", json::array({use})}}})}}))
+                  .find("assistant message"),
+              std::string::npos);
 }
 
 TEST(ServerAnthropic, MalformedBodies) {
@@ -276,7 +474,7 @@ std::vector<std::pair<std::string, json>> events_of(const std::string& text) {
 }
 
 TEST(ServerAnthropic, StreamEvents) {
-    const MessageBuilder b("llama-tiny", 12);
+    MessageBuilder b("llama-tiny", 12);
     auto all = events_of(b.stream_start() + b.stream_text("He") + b.stream_text("llo") +
                          b.stream_end(done_event(FinishReason::Length)));
     std::vector<std::string> names;
@@ -284,7 +482,7 @@ TEST(ServerAnthropic, StreamEvents) {
         names.push_back(name);
         EXPECT_EQ(data["type"], name);   // each event's data names its event
     }
-    EXPECT_EQ(names, (std::vector<std::string>{"message_start", "content_block_start", "ping", "content_block_delta",
+    EXPECT_EQ(names, (std::vector<std::string>{"message_start", "ping", "content_block_start", "content_block_delta",
                                                "content_block_delta", "content_block_stop", "message_delta",
                                                "message_stop"}));
     const json& start = all[0].second["message"];
@@ -292,16 +490,158 @@ TEST(ServerAnthropic, StreamEvents) {
     EXPECT_EQ(start["content"], json::array());
     EXPECT_TRUE(start["stop_reason"].is_null());
     EXPECT_EQ(start["usage"]["input_tokens"], 12);
-    EXPECT_EQ(all[1].second["content_block"], json::parse(R"({"type":"text","text":""})"));
+    EXPECT_EQ(all[2].second["content_block"], json::parse(R"({"type":"text","text":""})"));
     EXPECT_EQ(all[3].second["delta"], json::parse(R"({"type":"text_delta","text":"He"})"));
     EXPECT_EQ(all[4].second["index"], 0);
     EXPECT_EQ(all[6].second["delta"], json::parse(R"({"stop_reason":"max_tokens","stop_sequence":null})"));
     EXPECT_EQ(all[6].second["usage"]["output_tokens"], 5);
 
+    // An answer with no text still has its (empty) text block, as the whole message has.
+    MessageBuilder empty("llama-tiny", 12);
+    auto none = events_of(empty.stream_start() + empty.stream_end(done_event(FinishReason::Length)));
+    ASSERT_EQ(none.size(), 6u);
+    EXPECT_EQ(none[2].first, "content_block_start");
+    EXPECT_EQ(none[3].second, json::parse(R"({"type":"content_block_stop","index":0})"));
+
     const auto err = events_of(MessageBuilder::stream_error(ApiError(503, "the server is shutting down")));
     ASSERT_EQ(err.size(), 1u);
     EXPECT_EQ(err[0].first, "error");
     EXPECT_EQ(err[0].second["error"]["type"], "overloaded_error");
+}
+
+// How a model with Hermes tool calls and <think> blocks writes an answer (engine/tool_calls.h).
+const tools::Formats kHermesThink{tools::Format::Hermes, tools::Reasoning::ThinkTags, false};
+std::string hermes_call(const std::string& name, const std::string& args) {
+    return "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": " + args + "}\n</tool_call>";
+}
+const std::string kAnswer = "<think>Paris, then.</think>Checking." +
+                            hermes_call("get_weather", R"({"city": "Paris", "unit": "celsius"})") + "\n" +
+                            hermes_call("get_time", R"({"zone": "CET"})");
+
+bool tool_use_id(const json& id) {
+    const std::string s = id.get<std::string>();
+    return s.size() == 30 && s.rfind("toolu_", 0) == 0 &&
+           std::all_of(s.begin() + 6, s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
+}
+
+TEST(ServerAnthropic, MessageWithToolUse) {
+    MessageBuilder b("llama-tiny", 12);
+    b.set_output(kHermesThink, true, 7);
+    const json m = b.message(kAnswer, done_event(FinishReason::Stop));
+    const json& c = m["content"];
+    ASSERT_EQ(c.size(), 4u) << m.dump();
+    EXPECT_EQ(c[0], json::parse(R"({"type":"thinking","thinking":"Paris, then.","signature":""})"));
+    EXPECT_EQ(c[1], json::parse(R"({"type":"text","text":"Checking."})"));
+    EXPECT_EQ(c[2]["type"], "tool_use");
+    EXPECT_EQ(c[2]["name"], "get_weather");
+    EXPECT_EQ(c[2]["input"], json::parse(R"({"city":"Paris","unit":"celsius"})"));
+    EXPECT_EQ(c[3]["name"], "get_time");
+    EXPECT_EQ(c[3]["input"], json::parse(R"({"zone":"CET"})"));
+    EXPECT_TRUE(tool_use_id(c[2]["id"]) && tool_use_id(c[3]["id"])) << m.dump();
+    EXPECT_NE(c[2]["id"], c[3]["id"]);
+    EXPECT_EQ(m["stop_reason"], "tool_use");
+    // The same seed gives the same ids.
+    MessageBuilder again("llama-tiny", 12);
+    again.set_output(kHermesThink, true, 7);
+    EXPECT_EQ(again.message(kAnswer, done_event(FinishReason::Stop))["content"], c);
+    // Cut short, the answer says why; a stop sequence too.
+    EXPECT_EQ(b.message(kAnswer, done_event(FinishReason::Length))["stop_reason"], "max_tokens");
+    EXPECT_EQ(b.message(kAnswer, done_event(FinishReason::Stop, "END"))["stop_reason"], "stop_sequence");
+    // Only calls: no text block. parallel_tool_calls false: the first call only.
+    MessageBuilder one("llama-tiny", 12);
+    one.set_output(kHermesThink, false, 7);
+    const json only = one.message(hermes_call("get_time", "{}") + hermes_call("get_time", "{}"),
+                                  done_event(FinishReason::Stop));
+    ASSERT_EQ(only["content"].size(), 1u) << only.dump();
+    EXPECT_EQ(only["content"][0]["input"], json::object());
+    // No calls: one text block, end_turn; the generic format's {"response": ...} is its text.
+    EXPECT_EQ(b.message("Plain.", done_event(FinishReason::Stop))["content"],
+              json::parse(R"([{"type":"text","text":"Plain."}])"));
+    EXPECT_EQ(b.message("Plain.", done_event(FinishReason::Stop))["stop_reason"], "end_turn");
+    MessageBuilder generic("llama-tiny", 12);
+    generic.set_output({tools::Format::Generic, tools::Reasoning::None, false}, true, 7);
+    EXPECT_EQ(generic.message(R"({"response": "Hi."})", done_event(FinishReason::Stop))["content"],
+              json::parse(R"([{"type":"text","text":"Hi."}])"));
+    const json g = generic.message(R"({"tool_calls": [{"name": "get_time", "arguments": {"zone": "UTC"}}]})",
+                                   done_event(FinishReason::Stop));
+    EXPECT_EQ(g["content"].size(), 1u);
+    EXPECT_EQ(g["content"][0]["input"], json::parse(R"({"zone":"UTC"})"));
+    // A Mistral template needs its 9-alphanumeric ids back: those formats keep them.
+    MessageBuilder mistral("llama-tiny", 12);
+    mistral.set_output({tools::Format::MistralArgs, tools::Reasoning::None, false}, true, 7);
+    const json mc = mistral.message(R"([TOOL_CALLS]get_time[ARGS]{"zone": "UTC"})", done_event(FinishReason::Stop));
+    ASSERT_EQ(mc["content"].size(), 1u) << mc.dump();
+    EXPECT_EQ(mc["content"][0]["id"].get<std::string>().size(), 9u);
+}
+
+// Content blocks put together from a stream's events, as Anthropic's clients do; checks that
+// blocks are numbered from 0, each started once and stopped before the next starts.
+json content_of_stream(const std::vector<std::pair<std::string, json>>& events) {
+    json content = json::array();
+    std::vector<std::string> inputs;
+    int open = -1;
+    for (const auto& [name, data] : events) {
+        if (name == "content_block_start") {
+            EXPECT_EQ(open, -1) << "a block started before the last one stopped";
+            EXPECT_EQ(data["index"], content.size());
+            open = data["index"].get<int>();
+            content.push_back(data["content_block"]);
+            inputs.emplace_back();
+        } else if (name == "content_block_delta") {
+            EXPECT_EQ(data["index"], open);
+            const json& d = data["delta"];
+            json& block = content[size_t(open)];
+            if (d["type"] == "text_delta") block["text"] = block["text"].get<std::string>() + d["text"].get<std::string>();
+            else if (d["type"] == "thinking_delta")
+                block["thinking"] = block["thinking"].get<std::string>() + d["thinking"].get<std::string>();
+            else if (d["type"] == "input_json_delta") inputs[size_t(open)] += d["partial_json"].get<std::string>();
+            else ADD_FAILURE() << d.dump();
+        } else if (name == "content_block_stop") {
+            EXPECT_EQ(data["index"], open);
+            if (content[size_t(open)]["type"] == "tool_use") content[size_t(open)]["input"] = json::parse(inputs[size_t(open)]);
+            open = -1;
+        }
+    }
+    EXPECT_EQ(open, -1) << "a block was never stopped";
+    return content;
+}
+
+TEST(ServerAnthropic, StreamWithToolUse) {
+    MessageBuilder whole("llama-tiny", 12), b("llama-tiny", 12);
+    whole.set_output(kHermesThink, true, 11);
+    b.set_output(kHermesThink, true, 11);
+    std::string text = b.stream_start();
+    for (size_t at = 0; at < kAnswer.size(); at += 3) text += b.stream_text(kAnswer.substr(at, 3));
+    text += b.stream_end(done_event(FinishReason::Stop));
+    const auto all = events_of(text);
+    // The same blocks as the whole message, ids included (the same seed).
+    EXPECT_EQ(content_of_stream(all), whole.message(kAnswer, done_event(FinishReason::Stop))["content"]);
+    std::vector<std::string> kinds;   // each block's start, by its type
+    for (const auto& [name, data] : all)
+        if (name == "content_block_start") kinds.push_back(data["content_block"]["type"]);
+    EXPECT_EQ(kinds, (std::vector<std::string>{"thinking", "text", "tool_use", "tool_use"}));
+    EXPECT_EQ(all[0].first, "message_start");
+    EXPECT_EQ(all[1].first, "ping");
+    ASSERT_GE(all.size(), 3u);
+    EXPECT_EQ(all[all.size() - 2].second["delta"]["stop_reason"], "tool_use");
+    EXPECT_EQ(all.back().first, "message_stop");
+    // A tool_use block starts with an empty input, then one input_json_delta with all of it.
+    for (size_t i = 0; i + 2 < all.size(); ++i)
+        if (all[i].first == "content_block_start" && all[i].second["content_block"]["type"] == "tool_use") {
+            EXPECT_EQ(all[i].second["content_block"]["input"], json::object());
+            EXPECT_EQ(all[i + 1].second["delta"]["type"], "input_json_delta");
+            EXPECT_EQ(all[i + 2].first, "content_block_stop");
+        }
+
+    // parallel_tool_calls false streams the first call only; cut short, max_tokens.
+    MessageBuilder one("llama-tiny", 12);
+    one.set_output(kHermesThink, false, 11);
+    const auto ev = events_of(one.stream_start() + one.stream_text(kAnswer) +
+                              one.stream_end(done_event(FinishReason::Length)));
+    const json c = content_of_stream(ev);
+    ASSERT_EQ(c.size(), 3u) << c.dump();
+    EXPECT_EQ(c[2]["name"], "get_weather");
+    EXPECT_EQ(ev[ev.size() - 2].second["delta"]["stop_reason"], "max_tokens");
 }
 
 TEST(ServerAnthropic, ErrorShapeAndStatus) {
@@ -343,8 +683,9 @@ json random_value(std::mt19937_64& rng, int depth) {
         }
         case 5: {
             const char* strings[] = {"", "user", "assistant", "system", "text", "image", "tool_use", "disabled",
-                                     "\n", "<|im_start|>", "h\xc3\xa9llo", "\xe2\x82\xac"};
-            return strings[pick(12)];
+                                     "\n", "<|im_start|>", "h\xc3\xa9llo", "\xe2\x82\xac", "tool_result", "any",
+                                     "tool", "auto", "object", "f", "toolu_1"};
+            return strings[pick(int(std::size(strings)))];
         }
         case 6: return std::string(size_t(pick(40)), char('a' + pick(26)));
         case 7: {
@@ -353,9 +694,11 @@ json random_value(std::mt19937_64& rng, int depth) {
             return a;
         }
         default: {
-            static const char* keys[] = {"role", "content", "type", "text", "user_id", "cache_control", "x"};
+            static const char* keys[] = {"role",  "content", "type", "text",        "user_id",      "cache_control",
+                                         "x",     "id",      "name", "input",       "tool_use_id",  "input_schema",
+                                         "is_error", "disable_parallel_tool_use"};
             json o = json::object();
-            for (int i = pick(4); i > 0; --i) o[keys[pick(7)]] = random_value(rng, depth + 1);
+            for (int i = pick(4); i > 0; --i) o[keys[pick(int(std::size(keys)))]] = random_value(rng, depth + 1);
             return o;
         }
     }
@@ -374,9 +717,19 @@ json random_body(std::mt19937_64& rng) {
             json m = {{"role", random_value(rng, 2)}, {"content", random_value(rng, 1)}};
             if (rng() % 2) m["role"] = i % 2 ? "assistant" : "user";
             if (rng() % 2) m["content"] = json::array({{{"type", "text"}, {"text", "hello"}}});
+            if (rng() % 3 == 0)
+                m["content"] = json::array({rng() % 2 ? json{{"type", "tool_use"}, {"id", "toolu_1"}, {"name", "f"},
+                                                             {"input", random_value(rng, 1)}}
+                                                       : json{{"type", "tool_result"}, {"tool_use_id", "toolu_1"},
+                                                              {"content", random_value(rng, 1)}}});
             msgs.push_back(m);
         }
         body["messages"] = msgs;
+    }
+    if (rng() % 3 == 0) {
+        body["tools"] = json::array({{{"name", "f"}, {"input_schema", {{"type", "object"}}}}});
+        if (rng() % 2) body["tools"][0][rng() % 2 ? "input_schema" : "description"] = random_value(rng, 1);
+        if (rng() % 2) body["tool_choice"] = {{"type", random_value(rng, 2)}, {"name", random_value(rng, 2)}};
     }
     for (int i = int(rng() % 4); i > 0; --i) body[fields[rng() % n_fields]] = random_value(rng, 0);
     return body;
@@ -394,7 +747,7 @@ TEST(ServerAnthropic, FuzzNeverThrowsAnythingElse) {
             EXPECT_GE(r.gen.max_tokens, 0);
             EXPECT_LE(r.gen.stop.size(), kMaxStopSequences);
             EXPECT_FALSE(r.messages.empty());
-            EXPECT_EQ(r.messages.back().role, "user");
+            EXPECT_NE(r.messages.back().role, "assistant");
             EXPECT_TRUE(r.gen.sampling.temperature >= 0 && r.gen.sampling.temperature <= 1);
         } catch (const ApiError& e) {
             ++rejected;

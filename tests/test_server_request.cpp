@@ -203,7 +203,19 @@ TEST(ServerRequest, BadFieldsNameTheField) {
          "tool_choice"},
         {{{"messages", kUser}, {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}, {"tool_choice", "any"}},
          "tool_choice"},
-        {{{"messages", kUser}, {"response_format", {{"type", "json_object"}}}}, "response_format"},
+        {{{"messages", kUser}, {"response_format", {{"type", "xml"}}}}, "response_format"},
+        {{{"messages", kUser}, {"response_format", {{"type", "json_schema"}}}}, "response_format"},
+        {{{"messages", kUser},
+          {"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", {{"not", {{"type", "string"}}}}}}}}}},
+         "response_format"},
+        {{{"messages", kUser}, {"grammar", "root ::= \"a"}}, "grammar"},
+        {{{"messages", kUser}, {"grammar", 7}}, "grammar"},
+        {{{"messages", kUser}, {"grammar", "root ::= \"a\""}, {"response_format", {{"type", "json_object"}}}}, "grammar"},
+        {{{"messages", kUser}, {"grammar", "root ::= \"a\""},
+          {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}}, "grammar"},
+        {{{"messages", kUser}, {"chat_template_kwargs", "x"}}, "chat_template_kwargs"},
+        {{{"messages", kUser}, {"chat_template_kwargs", {{"messages", 1}}}}, "chat_template_kwargs"},
+        {{{"messages", kUser}, {"reasoning_format", "raw"}}, "reasoning_format"},
         {{{"messages", kUser}, {"logit_bias", {1, 2}}}, "logit_bias"},
         {{{"messages", kUser}, {"logit_bias", {{"abc", 1}}}}, "logit_bias"},
         {{{"messages", kUser}, {"logit_bias", {{"-3", 1}}}}, "logit_bias"},
@@ -283,6 +295,43 @@ TEST(ServerRequest, ReadmeListsThePolicy) {
     }
     EXPECT_EQ(names("No-op fields", "Refused at any value"), no_ops);
     EXPECT_EQ(names("Refused at any value", "Honoured at one value"), refused);
+}
+
+TEST(ServerRequest, ToolsGrammarsAndTemplateVariables) {
+    const std::string body = R"({"messages": [{"role": "user", "content": "hi"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "f", "arguments": "{\"z\": 1}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "name": "f", "content": "done"}],
+      "tools": [{"type": "function", "function": {"name": "f",
+          "parameters": {"type": "object", "properties": {"z": {"type": "integer"}, "a": {"type": "string"}}}}}],
+      "chat_template_kwargs": {"enable_thinking": false, "b": 1, "a": 2}, "reasoning_format": "none"})";
+    const CompletionRequest r = parse_request(Endpoint::Chat, body, RequestDefaults{});
+    ASSERT_EQ(r.messages.size(), 3u);
+    ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+    EXPECT_EQ(r.messages[1].tool_calls[0].arguments, "{\"z\": 1}");
+    EXPECT_EQ(r.messages[2].tool_call_id, "c1");
+    EXPECT_EQ(r.messages[2].name, "f");
+    EXPECT_EQ(r.tool_choice, "auto");   // the default with tools
+    // The client's key order is kept (templates print it; a schema's order is the answer's).
+    EXPECT_EQ(r.tools[0]["function"]["parameters"]["properties"].begin().key(), "z");
+    EXPECT_EQ(r.chat_template_kwargs.begin().key(), "enable_thinking");
+    EXPECT_FALSE(r.split_reasoning);
+    EXPECT_TRUE(r.grammar.empty());
+
+    const CompletionRequest none = parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}]})",
+                                                 RequestDefaults{});
+    EXPECT_EQ(none.tool_choice, "none");
+    EXPECT_TRUE(none.split_reasoning);
+    const CompletionRequest js = parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true,
+            "schema": {"type": "object", "properties": {"b": {"type": "boolean"}}, "required": ["b"]}}}})",
+                                               RequestDefaults{});
+    EXPECT_EQ(js.grammar_field, "response_format");
+    EXPECT_NE(js.grammar.find("root ::="), std::string::npos) << js.grammar;
+    const CompletionRequest g = parse_request(Endpoint::Completion, R"({"prompt": "x", "grammar": "root ::= \"yes\""})",
+                                              RequestDefaults{});
+    EXPECT_EQ(g.grammar, "root ::= \"yes\"");
+    EXPECT_EQ(g.grammar_field, "grammar");
 }
 
 TEST(ServerRequest, MalformedBodies) {

@@ -3,11 +3,16 @@
 // control tokens only where the template wrote them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <regex>
 #include <cmath>
 #include <cstring>
 
 #include "engine/chat_prompt.h"
+#include "engine/json_schema.h"
+#include "engine/tool_grammar.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/session.h"
 #include "models/synth/synth.h"
@@ -79,6 +84,47 @@ TEST_F(Fixture, ContentsStayTextWhateverFiltersTheyPassThrough) {
     EXPECT_EQ(tok.decode(std::span(q.tokens).subspan(1), true), q.text);
 }
 
+TEST_F(Fixture, ToolsRenderThroughTheTemplateOrTheGenericForm) {
+    const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(
+        R"([{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}])");
+    std::vector<ChatMessage> msgs{{"user", "hi"}};
+    ChatOptions with;
+    with.tools = tools;
+    // A template that renders tools gets them; its tool_use variant, when set, renders them instead.
+    ChatTemplate t = ChatTemplate::from_jinja(
+        "{% for m in messages %}A{{ m.content }}{% endfor %}{% if tools %}{{ tools[0].function.name }}{% endif %}", "t");
+    EXPECT_TRUE(t.supports_tools());
+    EXPECT_EQ(chat_prompt(tok, t, msgs, false, with).text, "Ahiget_time");
+    EXPECT_EQ(chat_prompt(tok, t, msgs, false).text, "Ahi");
+    t.set_tool_variant(ChatTemplate::from_jinja(
+        "{% for m in messages %}B{{ m.content }}{% endfor %}{% if tools %}{{ tools | length }}{{ tools[0].function.name }}{% endif %}",
+        "v"));
+    const ChatPrompt v = chat_prompt(tok, t, msgs, false, with);
+    EXPECT_EQ(v.text, "Bhi1get_time");
+    EXPECT_EQ(chat_prompt(tok, t, msgs, false).text, "Ahi");   // no tools: the main template
+    ChatOptions none = with;
+    none.tool_choice = "none";
+    EXPECT_EQ(chat_prompt(tok, t, msgs, false, none).text, "Ahi");
+    EXPECT_EQ(chat_prompt(tok, t, msgs, false, none).output.tools, tools::Format::None);
+
+    // The synthetic model's ChatML template renders no tools: the generic form,
+    // the tools described in the system message.
+    const ChatTemplate chatml = model_chat_template(model, {});
+    EXPECT_FALSE(chatml.supports_tools());
+    const ChatPrompt g = chat_prompt(tok, chatml, msgs, true, with);
+    EXPECT_EQ(g.output.tools, tools::Format::Generic);
+    EXPECT_NE(g.text.find("<|im_start|>system\n"), std::string::npos) << g.text;
+    EXPECT_NE(g.text.find("get_time"), std::string::npos) << g.text;
+    // Earlier calls and results in the generic form.
+    std::vector<ChatMessage> turns{{"user", "time?"}, {"assistant", ""}, {"tool", "12:00"}};
+    turns[1].tool_calls.push_back({"c1", "get_time", "{}"});
+    turns[2].tool_call_id = "c1";
+    const ChatPrompt h = chat_prompt(tok, chatml, turns, true, with);
+    EXPECT_NE(h.text.find("{\"tool_calls\":[{\"name\":\"get_time\",\"arguments\":{},\"id\":\"c1\"}]}"), std::string::npos)
+        << h.text;
+    EXPECT_NE(h.text.find("{\"tool_response\":{\"tool_call_id\":\"c1\",\"content\":\"12:00\"}}"), std::string::npos) << h.text;
+}
+
 TEST_F(Fixture, PrefillReusesTheCachedPrefixWithIdenticalLogits) {
     const auto a = tok.encode("The keeper climbed the stairs", true, false);
     auto b = a;
@@ -99,6 +145,88 @@ TEST_F(Fixture, PrefillReusesTheCachedPrefixWithIdenticalLogits) {
     // The same prompt again re-evaluates only its last token.
     s.prefill(b);
     EXPECT_EQ(s.generate(greedy(0), nullptr).timings.prompt_tokens, 1u);
+}
+
+// A token whose piece is three or more ASCII letters (the synthetic BPE
+// vocabulary has many).
+TokenId letters_token(const Tokenizer& tok) {
+    for (TokenId id = 0; id < tok.n_vocab(); ++id) {
+        const std::string p = tok.piece(id);
+        if (p.size() >= 3 && std::all_of(p.begin(), p.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)); }))
+            return id;
+    }
+    return -1;
+}
+
+TEST_F(Fixture, GrammarHoldsEveryAnswer) {
+    // Random weights at temperature 1 would write anything; under the grammar
+    // every answer is a complete match and ends at an end token.
+    const std::string gbnf = json_schema_to_gbnf(nlohmann::ordered_json::parse(R"({"type": "object",
+        "properties": {"colour": {"enum": ["red", "green"]}, "n": {"type": "integer", "minimum": 0, "maximum": 99},
+                       "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}, "maxItems": 2}},
+        "required": ["colour", "n", "tags"], "additionalProperties": false})"));
+    const auto prompt = tok.encode("The keeper climbed the", true, false);
+    int free_matches = 0;
+    for (uint64_t seed = 1; seed <= 8; ++seed) {
+        GenerateOptions o;
+        o.max_tokens = 300;
+        o.sampling.temperature = 1;
+        o.sampling.top_k = 0;
+        o.sampling.top_p = 1;
+        o.sampling.min_p = 0;
+        o.sampling.seed = seed;
+        Session s(backend, tok);
+        s.prefill(prompt);
+        GenerateOptions free_o = o;
+        free_o.max_tokens = 40;   // as long as a constrained answer
+        const Generation free = s.generate(free_o, nullptr);
+        grammar::Matcher control(grammar::Grammar::parse(gbnf));
+        free_matches += control.accept(free.text) && control.can_end();
+        o.grammar = make_constraint({gbnf, {}}, tools::Formats{});
+        s.prefill(prompt);
+        const Generation g = s.generate(o, nullptr);
+        grammar::Matcher m(grammar::Grammar::parse(gbnf));
+        EXPECT_TRUE(m.accept(g.text) && m.can_end()) << seed << ": " << g.text;
+        EXPECT_EQ(g.finish, FinishReason::Stop) << seed << ": " << g.text;
+        const nlohmann::json j = nlohmann::json::parse(g.text, nullptr, false);
+        ASSERT_TRUE(j.is_object()) << g.text;
+        EXPECT_TRUE(j["colour"] == "red" || j["colour"] == "green") << g.text;
+    }
+    EXPECT_EQ(free_matches, 0);   // control: without the grammar, no answer matches it
+}
+
+TEST_F(Fixture, LazyGrammarHoldsFromItsTrigger) {
+    // logit_bias forces one token at every step; the grammar, triggered by
+    // that token's text, then allows three digits and "!" after it, and the end.
+    const TokenId x = letters_token(tok);
+    ASSERT_GE(x, 0);
+    const std::string word = tok.piece(x);
+    GenerateOptions o;
+    o.max_tokens = 40;
+    o.sampling.temperature = 1;
+    o.sampling.seed = 7;
+    o.sampling.logit_bias = {{x, 100.0f}};
+    const auto prompt = tok.encode("The keeper climbed the", true, false);
+    Session s(backend, tok);
+    s.prefill(prompt);
+    const Generation control = s.generate(o, nullptr);
+    EXPECT_EQ(control.text.substr(0, 2 * word.size()), word + word);   // without the grammar: the forced token again
+
+    o.grammar = make_constraint({"root ::= \"" + word + "\" [0-9] [0-9] [0-9] \"!\"", {word}}, tools::Formats{});
+    s.prefill(prompt);
+    const Generation g = s.generate(o, nullptr);
+    EXPECT_EQ(g.finish, FinishReason::Stop) << g.text;
+    EXPECT_TRUE(std::regex_match(g.text, std::regex(word + "[0-9]{3}!"))) << g.text;
+
+    // Inside a reasoning block the trigger does not count: the answer opens
+    // one with the forced token's text, and never closes it.
+    GrammarConstraint lazy = *o.grammar;
+    lazy.reasoning_open = word;
+    lazy.reasoning_close = "</never>";
+    o.grammar = std::make_shared<const GrammarConstraint>(lazy);
+    s.prefill(prompt);
+    const Generation in_reasoning = s.generate(o, nullptr);
+    EXPECT_EQ(in_reasoning.text.substr(0, 2 * word.size()), word + word);
 }
 
 TEST_F(Fixture, GenerationStopsWhereItShould) {

@@ -5,3 +5,5 @@ ptxlm_gtest(test_tool_calls test_tool_calls.cpp LIBS ptxlm_tool_calls SANITIZE)
 add_test(NAME tool_calls_corpus_replay COMMAND tool_calls_replay ${PROJECT_SOURCE_DIR}/tests/corpus/tool_calls)
 set_tests_properties(tool_calls_corpus_replay PROPERTIES TIMEOUT 60 LABELS "unit;sanitize")
 add_dependencies(sanitize_tests tool_calls_replay)
+# Tool-call grammars (engine/tool_grammar.h) against the parsers, per format.
+ptxlm_gtest(test_tool_grammar test_tool_grammar.cpp LIBS ptxlm_engine SANITIZE)

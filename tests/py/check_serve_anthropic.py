@@ -11,6 +11,16 @@ requests as anthropic.BadRequestError in Anthropic's error shape; a wrong
 key in `x-api-key` or as Bearer (AuthenticationError), a missing one, the
 right one either way; max_tokens 0 (the prompt only); a client that
 drops its stream freeing the slot; and the server alive and unchanged after.
+
+Tool use, sampled at temperature 1 (random weights, so the tool-call grammar
+alone makes the calls valid): tool_choice {"type": "any"} gives stop_reason
+"tool_use" and tool_use blocks ("toolu_" ids) whose input validates
+(jsonschema) against the tool's input_schema; the same requests streamed
+(`client.messages.stream`) give the same names and inputs for the same seed;
+{"type": "tool"} calls the named tool, disable_parallel_tool_use one call
+only; the calls sent back with tool_result blocks (one an error) and
+tool_choice {"type": "none"} give a text answer; a tool_choice naming no
+tool and a tool_result answering no tool_use are 400s naming them.
 """
 import http.client
 import json
@@ -21,6 +31,7 @@ import time
 from pathlib import Path
 
 import anthropic
+import jsonschema
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_serve import Server, metric, synth  # noqa: E402
@@ -38,6 +49,18 @@ TURNS = [
     {"role": "assistant", "content": "He lived alone on the rock."},
     {"role": "user", "content": "What did he do at night?"},
 ]
+
+
+WEATHER_SCHEMA = {"type": "object",
+                  "properties": {"city": {"type": "string", "maxLength": 20},
+                                 "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                  "required": ["city", "unit"], "additionalProperties": False}
+TIME_SCHEMA = {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET", "PST"]}},
+               "required": ["zone"], "additionalProperties": False}
+TOOLS = [{"name": "get_weather", "description": "The weather in a city.", "input_schema": WEATHER_SCHEMA},
+         {"name": "get_time", "description": "The time in a zone.", "input_schema": TIME_SCHEMA}]
+SCHEMAS = {t["name"]: t["input_schema"] for t in TOOLS}
+WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 def client(s, key=KEY):
@@ -113,7 +136,7 @@ def check_stream(s, ref):
     status, events = raw_stream(s, {"model": "m", "max_tokens": 8, "temperature": 0, "system": SYSTEM,
                                     "messages": TURNS})
     names = [n for n, _ in events]
-    check(status == 200 and names[:3] == ["message_start", "content_block_start", "ping"]
+    check(status == 200 and names[:3] == ["message_start", "ping", "content_block_start"]
           and names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
           and set(names[3:-3]) == {"content_block_delta"}, f"event order: {names}")
     check(all(d.get("type") == n for n, d in events), f"event names and data types differ: {events}")
@@ -173,7 +196,10 @@ def check_errors(s):
     c = client(s)
     bad = [
         ("temperature above 1", {"extra_body": {"temperature": 1.5}}, "temperature"),
-        ("tools", {"tools": [{"name": "f", "input_schema": {"type": "object"}}]}, "tools"),
+        ("tool_choice naming no tool", {"tools": TOOLS, "tool_choice": {"type": "tool", "name": "get_moon"}},
+         "get_moon"),
+        ("tool_result answering no tool_use", {"messages": [*TURNS[:2], {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_nothing", "content": "22"}]}]}, "toolu_nothing"),
         ("thinking", {"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
         ("unknown field", {"extra_body": {"frequency_penalty": 1}}, "frequency_penalty"),
         ("image block", {"messages": [{"role": "user", "content": [{"type": "image", "source": {
@@ -194,6 +220,61 @@ def check_errors(s):
         body = json.loads(b)
         check(st == status and body.get("type") == "error" and body["error"]["type"] == "invalid_request_error"
               and body["error"]["message"], f"{what}: {st} {body}")
+
+
+def tool_uses(r):
+    return [(b.name, b.input) for b in r.content if b.type == "tool_use"]
+
+
+def valid_tool_use(r, names, what):
+    """stop_reason tool_use, only tool_use blocks, each with a toolu_ id, a name in names and a valid input."""
+    ok = check(r.stop_reason == "tool_use" and r.content and all(b.type == "tool_use" for b in r.content),
+               f"{what}: {r.stop_reason} {r.content}")
+    for b in r.content:
+        if b.type != "tool_use":
+            continue
+        ok &= check(b.id.startswith("toolu_") and len(b.id) == 30 and b.name in names, f"{what}: {b}")
+        try:
+            jsonschema.validate(b.input, SCHEMAS[b.name])
+        except (jsonschema.ValidationError, KeyError) as e:
+            ok = check(False, f"{what}: input {b.input!r} invalid for {b.name}: {e}")
+    return ok
+
+
+def check_tools(s):
+    c = client(s)
+    t0 = time.monotonic()
+
+    def ask(seed, **kw):
+        args = {"model": "m", "max_tokens": 300, "messages": WEATHER, "tools": TOOLS[:1],
+                "tool_choice": {"type": "any"}, "extra_body": {"temperature": 1, "seed": seed}, **kw}
+        return c.messages.create(**args), args
+
+    for seed in range(3):
+        r, args = ask(seed)
+        valid_tool_use(r, {"get_weather"}, f"tool_choice any seed {seed}")
+        with c.messages.stream(**args) as st:
+            final = st.get_final_message()
+        check(tool_uses(final) == tool_uses(r) and final.stop_reason == "tool_use",
+              f"streamed seed {seed}: {tool_uses(final)} ({final.stop_reason}) != {tool_uses(r)}")
+    r, _ = ask(4, tools=TOOLS, tool_choice={"type": "tool", "name": "get_time"})
+    valid_tool_use(r, {"get_time"}, "tool_choice get_time")
+    r, _ = ask(5, tools=TOOLS, tool_choice={"type": "any", "disable_parallel_tool_use": True})
+    if valid_tool_use(r, {"get_weather", "get_time"}, "disable_parallel_tool_use"):
+        check(len(r.content) == 1, f"disable_parallel_tool_use: {len(r.content)} calls")
+
+    # The round trip: the calls back as the assistant's turn, their results (one an error), no more tools.
+    first, _ = ask(6)
+    if check(tool_uses(first), f"round trip: no call to answer: {first}"):
+        # The blocks as the client returned them (their unset fields null when dumped).
+        conv = [*WEATHER, {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id, "content": "22 degrees",
+                                              "is_error": i > 0} for i, b in enumerate(first.content)]}]
+        a = c.messages.create(model="m", max_tokens=16, messages=conv, tools=TOOLS[:1],
+                              tool_choice={"type": "none"}, extra_body={"temperature": 1, "seed": 1})
+        check(a.stop_reason in ("end_turn", "max_tokens") and [b.type for b in a.content] == ["text"],
+              f"round trip: {a}")
+    print(f"tool use: {time.monotonic() - t0:.1f} s")
 
 
 def header_client(s, key):
@@ -246,6 +327,7 @@ def main():
         check_stream(s, ref)
         check_stops(s, ref)
         check_errors(s)
+        check_tools(s)
         check_auth(s)
         check_disconnect(s)
         # Alive, and the same answer as before.

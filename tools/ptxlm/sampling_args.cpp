@@ -2,9 +2,14 @@
 
 #include <random>
 
+#include <fstream>
+#include <sstream>
+
 #include <CLI/CLI.hpp>
 
 #include "engine/chat_prompt.h"
+#include "engine/json_schema.h"
+#include "engine/tool_grammar.h"
 
 namespace ptxlm::cli {
 
@@ -23,7 +28,21 @@ void add_sampling_options(CLI::App& app, SamplingArgs& a) {
     app.add_option("--seed", p.seed, "random seed (default: drawn at start and reported)")->each([&a](const std::string&) { a.seed_given = true; });
     app.add_option("--stop", a.stop, "stop before this text (repeatable)");
     app.add_flag("--ignore-eos", a.ignore_eos, "never stop at an end-of-generation token");
+    CLI::Option* g = app.add_option("--grammar-file", a.grammar_file, "the answer follows this GBNF grammar (llama.cpp's syntax)");
+    app.add_option("--json-schema", a.json_schema_file, "the answer is JSON valid under this JSON Schema file")->excludes(g);
 }
+
+namespace {
+
+std::string read_text(const std::string& flag, const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::invalid_argument(flag + " " + path + ": cannot open the file");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+}  // namespace
 
 GenerateOptions generate_options(SamplingArgs& a) {
     if (!a.seed_given) a.params.seed = std::random_device{}();
@@ -35,6 +54,29 @@ GenerateOptions generate_options(SamplingArgs& a) {
     o.sampling = a.params;
     o.stop = a.stop;
     o.ignore_eos = a.ignore_eos;
+    std::string gbnf;
+    std::string flag;
+    if (!a.grammar_file.empty()) {
+        flag = "--grammar-file " + a.grammar_file;
+        gbnf = read_text("--grammar-file", a.grammar_file);
+    } else if (!a.json_schema_file.empty()) {
+        flag = "--json-schema " + a.json_schema_file;
+        const nlohmann::ordered_json schema =
+            nlohmann::ordered_json::parse(read_text("--json-schema", a.json_schema_file), nullptr, false);
+        if (schema.is_discarded()) throw std::invalid_argument(flag + ": not valid JSON");
+        try {
+            gbnf = json_schema_to_gbnf(schema);
+        } catch (const SchemaError& e) {
+            throw std::invalid_argument(flag + ": " + e.what());
+        }
+    }
+    if (!flag.empty()) {
+        try {
+            o.grammar = make_constraint({gbnf, {}}, tools::Formats{});
+        } catch (const grammar::GrammarError& e) {
+            throw std::invalid_argument(flag + ": " + e.what());
+        }
+    }
     return o;
 }
 

@@ -18,10 +18,12 @@ struct SamplingArgs {
     int32_t n_predict = -1;
     std::vector<std::string> stop;
     bool ignore_eos = false;
+    std::string grammar_file, json_schema_file;
 };
 
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
-// --presence-penalty, --frequency-penalty, --seed, -n, --stop, --ignore-eos.
+// --presence-penalty, --frequency-penalty, --seed, -n, --stop, --ignore-eos,
+// --grammar-file, --json-schema.
 void add_sampling_options(CLI::App& app, SamplingArgs& args);
 
 // --chat-template NAME and --chat-template-file F (one or the other).
