@@ -176,9 +176,9 @@ nlohmann::ordered_json messages_json(std::span<const ChatMessage> msgs) {
     using oj = nlohmann::ordered_json;
     oj out = oj::array();
     for (const ChatMessage& m : msgs) {
-        oj j = {{"role", m.role}};
-        if (m.role == "assistant" && !m.tool_calls.empty() && m.content.empty()) j["content"] = nullptr;
-        else j["content"] = m.content;
+        // Content is always a string: templates that index or measure it
+        // (Mistral's) fail on null, and those that test it take "" as none.
+        oj j = {{"role", m.role}, {"content", m.content}};
         if (!m.tool_calls.empty()) {
             oj calls = oj::array();
             for (const ChatToolCall& c : m.tool_calls) {

@@ -57,9 +57,9 @@ struct TemplateChoice {
 jinja::Value chat_context(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                           bool add_generation_prompt, std::string_view bos, std::string_view eos,
                           const nlohmann::ordered_json& kwargs = nullptr);
-// Messages in Hugging Face's format: content (null for an assistant turn
-// that only calls tools), tool_calls with their arguments as objects,
-// tool_call_id and name on tool results.
+// Messages in Hugging Face's format: content (a string, empty for an
+// assistant turn that only calls tools), tool_calls with their arguments as
+// objects, tool_call_id and name on tool results.
 nlohmann::ordered_json messages_json(std::span<const ChatMessage> msgs);
 
 // What a conversation brings besides its messages.

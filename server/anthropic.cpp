@@ -508,7 +508,8 @@ json MessageBuilder::message(const std::string& text, const Event& done) const {
         if (!p.content.empty() || p.calls.empty()) content.push_back(text_block_json(p.content));
         // The parser checked that each call's arguments are a JSON object's text.
         for (const tools::ToolCall& c : p.calls)
-            content.push_back({{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", json::parse(c.arguments)}});
+            content.push_back(
+                {{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", json::parse(c.arguments)}});
         called = !p.calls.empty();
     }
     return {{"id", id_},
@@ -546,7 +547,8 @@ std::string MessageBuilder::stream_piece(Block kind, const std::string& text) {
         s += stop_block();
         open_ = kind;
         const json block = kind == Block::Text ? text_block_json("") : thinking_block_json("");
-        s += sse("content_block_start", {{"type", "content_block_start"}, {"index", blocks_++}, {"content_block", block}});
+        s += sse("content_block_start",
+                 {{"type", "content_block_start"}, {"index", blocks_++}, {"content_block", block}});
     }
     if (text.empty()) return s;
     const json delta = kind == Block::Text ? json{{"type", "text_delta"}, {"text", text}}

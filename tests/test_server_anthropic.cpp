@@ -473,10 +473,16 @@ std::vector<std::pair<std::string, json>> events_of(const std::string& text) {
     return out;
 }
 
+// A whole stream, its pieces in order (the builder keeps the open block's state).
+std::string stream_of(MessageBuilder& b, const std::vector<std::string>& pieces, const Event& done) {
+    std::string s = b.stream_start();
+    for (const std::string& p : pieces) s += b.stream_text(p);
+    return s + b.stream_end(done);
+}
+
 TEST(ServerAnthropic, StreamEvents) {
     MessageBuilder b("llama-tiny", 12);
-    auto all = events_of(b.stream_start() + b.stream_text("He") + b.stream_text("llo") +
-                         b.stream_end(done_event(FinishReason::Length)));
+    auto all = events_of(stream_of(b, {"He", "llo"}, done_event(FinishReason::Length)));
     std::vector<std::string> names;
     for (const auto& [name, data] : all) {
         names.push_back(name);
@@ -498,7 +504,7 @@ TEST(ServerAnthropic, StreamEvents) {
 
     // An answer with no text still has its (empty) text block, as the whole message has.
     MessageBuilder empty("llama-tiny", 12);
-    auto none = events_of(empty.stream_start() + empty.stream_end(done_event(FinishReason::Length)));
+    auto none = events_of(stream_of(empty, {}, done_event(FinishReason::Length)));
     ASSERT_EQ(none.size(), 6u);
     EXPECT_EQ(none[2].first, "content_block_start");
     EXPECT_EQ(none[3].second, json::parse(R"({"type":"content_block_stop","index":0})"));
@@ -591,14 +597,17 @@ json content_of_stream(const std::vector<std::pair<std::string, json>>& events) 
             EXPECT_EQ(data["index"], open);
             const json& d = data["delta"];
             json& block = content[size_t(open)];
-            if (d["type"] == "text_delta") block["text"] = block["text"].get<std::string>() + d["text"].get<std::string>();
-            else if (d["type"] == "thinking_delta")
-                block["thinking"] = block["thinking"].get<std::string>() + d["thinking"].get<std::string>();
+            const auto append = [&](const char* field, const json& piece) {
+                block[field] = block[field].get<std::string>() + piece.get<std::string>();
+            };
+            if (d["type"] == "text_delta") append("text", d["text"]);
+            else if (d["type"] == "thinking_delta") append("thinking", d["thinking"]);
             else if (d["type"] == "input_json_delta") inputs[size_t(open)] += d["partial_json"].get<std::string>();
             else ADD_FAILURE() << d.dump();
         } else if (name == "content_block_stop") {
             EXPECT_EQ(data["index"], open);
-            if (content[size_t(open)]["type"] == "tool_use") content[size_t(open)]["input"] = json::parse(inputs[size_t(open)]);
+            json& block = content[size_t(open)];
+            if (block["type"] == "tool_use") block["input"] = json::parse(inputs[size_t(open)]);
             open = -1;
         }
     }
@@ -636,8 +645,7 @@ TEST(ServerAnthropic, StreamWithToolUse) {
     // parallel_tool_calls false streams the first call only; cut short, max_tokens.
     MessageBuilder one("llama-tiny", 12);
     one.set_output(kHermesThink, false, 11);
-    const auto ev = events_of(one.stream_start() + one.stream_text(kAnswer) +
-                              one.stream_end(done_event(FinishReason::Length)));
+    const auto ev = events_of(stream_of(one, {kAnswer}, done_event(FinishReason::Length)));
     const json c = content_of_stream(ev);
     ASSERT_EQ(c.size(), 3u) << c.dump();
     EXPECT_EQ(c[2]["name"], "get_weather");

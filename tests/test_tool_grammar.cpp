@@ -4,6 +4,11 @@
 // function's schema are refused, and prefix_rules renames rules only.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "engine/chat_template.h"
 #include "engine/grammar.h"
 #include "engine/json_schema.h"
 #include "engine/tool_grammar.h"
@@ -130,6 +135,53 @@ TEST(ToolGrammar, PrefixRulesRenamesRulesOnly) {
     for (const char* s : {"itemab", "root,itemz", "root,root,root,root", "item", "root,root,root,root,root"})
         EXPECT_EQ(accepts(g, "root", s), accepts(p, "x-root", s)) << s;
     EXPECT_FALSE(accepts(p, "x-root", "x-root"));   // literals were not renamed
+}
+
+// Each real template of a family with a tool-call format renders an earlier
+// assistant call the way its models write one: the parser of the format the
+// template is detected as reads that rendering back as the call.
+TEST(ToolGrammar, TheParserReadsTheTemplatesOwnRenderingOfACall) {
+    const std::filesystem::path dir = std::filesystem::path(PTXLM_SOURCE_DIR) / "tests/data/jinja_templates";
+ const ojson tools = ojson::parse(R"([{"type": "function", "function": {"name": "get_weather",
+        "description": "The weather in a city.", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+    int checked = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+        std::ifstream in(entry.path());
+        const std::string src((std::istreambuf_iterator<char>(in)), {});
+        const tools::Formats f = tools::detect(src);
+        if (f.tools == tools::Format::None) continue;
+        const std::string name = entry.path().filename().string();
+        const ChatTemplate t = ChatTemplate::from_jinja(src, name);
+        std::vector<ChatMessage> msgs{{"user", "Weather in Paris?"}};
+        const std::string before = t.render_marked(msgs, true, "<s>", "</s>", {tools, nullptr}).text;
+        ChatMessage call("assistant", "");
+        call.tool_calls.push_back({"abcDEF123", "get_weather", R"({"city": "Paris"})"});
+        msgs.push_back(call);
+        std::string after;
+        try {
+            after = t.render_marked(msgs, false, "<s>", "</s>", {tools, nullptr}).text;
+        } catch (const std::invalid_argument& e) {
+            ADD_FAILURE() << name << ": " << e.what();
+            continue;
+        }
+        // The assistant's turn: what the conversation adds after the generation
+        // prompt (up to where they differ: a prompt may open a reasoning block).
+        size_t common = 0;
+        while (common < before.size() && common < after.size() && before[common] == after[common]) ++common;
+        if (common < before.size()) common = after.rfind('\n', common) + 1;   // "<think>" and "<tool_call>" share "<t"
+        EXPECT_GE(common + 16, before.size()) << name << "\n" << before << "\n---\n" << after;
+        std::string turn = after.substr(common);
+        for (const char* end : {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "</s>", "<|end|>"})
+            if (const size_t at = turn.rfind(end); at != std::string::npos) turn.resize(at);
+        tools::Formats read = f;
+        read.starts_in_reasoning = false;
+        const tools::Parsed p = tools::parse(read, turn, tools::id_source(f.tools, 1));
+        ASSERT_EQ(p.calls.size(), 1u) << name << " (" << tools::format_name(f.tools) << "): " << turn;
+        EXPECT_EQ(p.calls[0].name, "get_weather") << name;
+        EXPECT_EQ(ojson::parse(p.calls[0].arguments), ojson::parse(R"({"city": "Paris"})")) << name;
+        ++checked;
+    }
+    EXPECT_GE(checked, 10);
 }
 
 }  // namespace
