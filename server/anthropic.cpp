@@ -133,13 +133,6 @@ std::string text_content(const json& v, const std::string& at) {
 // Anthropic's limit on tool names; at most as many tools as the chat endpoint takes.
 constexpr size_t kMaxTools = 128;
 
-bool valid_tool_name(const std::string& n) {
-    if (n.empty() || n.size() > 64) return false;
-    for (const char c : n)
-        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
-    return true;
-}
-
 // tools: [{name, description?, input_schema, cache_control?}] (client tools; their `type` absent or
 // "custom") as the chat endpoint's [{type: "function", function: {name, description, parameters}}].
 // Returns the names, in order.
@@ -162,8 +155,7 @@ std::vector<std::string> parse_tools(const json& body, OrderedBody& ordered, Com
                                   "tool has no type or \"custom\"");
         only_keys(tool, {"type", "name", "description", "input_schema", "cache_control"}, at);
         const std::string name = string_field(tool, "name", at + ".name");
-        if (!valid_tool_name(name))
-            bad(at + ".name", "'" + at + ".name' must be 1 to 64 letters, digits, '_' or '-' (got \"" + name + "\")");
+        if (!valid_function_name(name)) bad(at + ".name", function_name_error(at + ".name", name));
         if (std::find(names.begin(), names.end(), name) != names.end())
             bad(at + ".name", "two tools are named '" + name + "'");
         names.push_back(name);
@@ -262,11 +254,11 @@ ChatMessage tool_result_block(const json& block, const std::string& at, const st
 // drops earlier turns' thinking too.
 std::vector<ChatMessage> message_content(const json& content, const std::string& at, const std::string& role,
                                          const ordered_json& sent, std::vector<ToolUse>& uses) {
-    ChatMessage turn{role, ""};
     if (content.is_string()) return {ChatMessage{role, content.get<std::string>()}};
     if (!content.is_array()) wrong_type(at, "a string or an array of content blocks", content);
+    ChatMessage turn{role, ""};
     std::vector<ChatMessage> out;
-    bool text = content.empty();
+    bool text = content.empty();   // whether the turn has text (an empty array: an empty turn)
     for (size_t j = 0; j < content.size(); ++j) {
         const json& block = content[j];
         const std::string bat = at + "[" + std::to_string(j) + "]";

@@ -219,12 +219,6 @@ void parse_messages(const json& body, CompletionRequest& r) {
 // OpenAI's limits: 128 functions, names of [a-zA-Z0-9_-]{1,64}.
 constexpr size_t kMaxTools = 128;
 
-bool valid_function_name(const std::string& n) {
-    if (n.empty() || n.size() > 64) return false;
-    for (const char c : n)
-        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
-    return true;
-}
 
 // tools: [{type: "function", function: {name, description?, parameters?, strict?}}], kept as sent
 // (`ordered`: the body with its key order, which templates and schemas keep).
@@ -247,9 +241,7 @@ void parse_tools(const json& body, const nlohmann::ordered_json& ordered, Comple
             if (!f) bad(at + ".function", "missing required parameter: '" + at + ".function'");
             if (!f->is_object()) wrong_type(at + ".function", "an object", *f);
             const std::string& name = string_field(*f, "name", at + ".function");
-            if (!valid_function_name(name))
-                bad(at + ".function.name", "'" + at + ".function.name' must be 1 to 64 letters, digits, '_' or '-' (got \"" +
-                                               name + "\")");
+            if (!valid_function_name(name)) bad(at + ".function.name", function_name_error(at + ".function.name", name));
             if (std::find(names.begin(), names.end(), name) != names.end())
                 bad(at + ".function.name", "two tools are named '" + name + "'");
             names.push_back(name);
@@ -556,6 +548,18 @@ CompletionRequest parse_object(Endpoint ep, const json& body, std::string_view t
 }
 
 }  // namespace
+
+bool valid_function_name(const std::string& n) {
+    if (n.empty() || n.size() > 64 || n == "auto" || n == "none" || n == "required") return false;
+    for (const char c : n)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
+    return true;
+}
+
+std::string function_name_error(const std::string& param, const std::string& name) {
+    return "'" + param + "' must be 1 to 64 letters, digits, '_' or '-', and not auto, none or required (got \"" +
+           name + "\")";
+}
 
 CompletionRequest parse_request(Endpoint ep, std::string_view body, const RequestDefaults& defaults) {
     const json j = fields::parse_body(body);

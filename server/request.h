@@ -103,6 +103,13 @@ struct CompletionRequest {
     std::string model;                        // as the client named it (reported as the loaded model)
 };
 
+// A tool's name as OpenAI and Anthropic allow it: 1 to 64 letters, digits,
+// '_' or '-'; and not "auto", "none" or "required", the words tool_choice
+// uses (a function of that name could not be chosen by name).
+bool valid_function_name(const std::string& name);
+// The 400 message for a name valid_function_name refuses, naming `param`.
+std::string function_name_error(const std::string& param, const std::string& name);
+
 // Parses and checks a request body. Throws ApiError only.
 CompletionRequest parse_request(Endpoint endpoint, std::string_view body, const RequestDefaults& defaults);
 

@@ -191,6 +191,7 @@ TEST(ServerRequest, BadFieldsNameTheField) {
         {{{"messages", kUser}, {"tools", "f"}}, "tools"},
         {{{"messages", kUser}, {"tools", {{{"type", "retrieval"}}}}}, "tools[0].type"},
         {{{"messages", kUser}, {"tools", {{{"type", "function"}, {"function", {{"name", "a b"}}}}}}}, "tools[0].function.name"},
+        {{{"messages", kUser}, {"tools", {{{"type", "function"}, {"function", {{"name", "required"}}}}}}}, "tools[0].function.name"},
         {{{"messages", kUser},
           {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}, {{"type", "function"}, {"function", {{"name", "f"}}}}}}},
          "tools[1].function.name"},
