@@ -153,7 +153,7 @@ private:
             cp = (cp << 6) | (b & 0x3F);
         }
         static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < kMin[n] || cp > kMaxCodePoint) fail("invalid UTF-8 in the grammar");
+        if (cp < kMin[n] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) fail("invalid UTF-8 in the grammar");
         pos_ += static_cast<size_t>(n);
         return cp;
     }
@@ -565,11 +565,17 @@ Fed feed(const Grammar::Class& c, uint32_t partial, uint8_t b, uint32_t& out) {
             out = k | ((len - 1) << 2) | kFull;
             return Fed::Partial;
         }
-        if (k == 0) return c.contains(base) ? Fed::Done : Fed::Dead;
+        if (k == 0) return c.contains(base) && !(base >= 0xD800 && base <= 0xDFFF) ? Fed::Done : Fed::Dead;
     }
     static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
     const uint32_t lo = base << (6 * k), hi = lo | ((1u << (6 * k)) - 1);
-    const uint32_t clo = std::max(lo, kMin[len]), chi = std::min(hi, kMaxCodePoint);
+    uint32_t clo = std::max(lo, kMin[len]), chi = std::min(hi, kMaxCodePoint);
+    // UTF-16 surrogates (U+D800..U+DFFF, only after the lead byte ED) are not
+    // characters: a range inside them is dead, one reaching them is cut below.
+    if (clo <= 0xDFFF && chi >= 0xD800) {
+        if (clo >= 0xD800) return Fed::Dead;
+        chi = 0xD7FF;
+    }
     if (clo > chi || !c.intersects(clo, chi)) return Fed::Dead;
     if (clo == lo && chi == hi && c.covers(lo, hi)) out = k | ((len - 1) << 2) | kFull;
     else out = k | ((len - 1) << 2) | (base << 5);

@@ -20,6 +20,11 @@ ptxlm_pytest(serve_anthropic check_serve_anthropic.py TIMEOUT 180)
 # llama.cpp server's utility endpoints (/tokenize, /detokenize, /apply-template,
 # /props) against `ptxlm tokenize` and the chat endpoint, and --cors-origin.
 ptxlm_pytest(serve_utils check_serve_utils.py TIMEOUT 120)
+# Structured output and tool calls through the official openai client: parse() with
+# Pydantic models at temperature 1 (50 seeds on the synthetic llama, 50 on SmolLM2),
+# json_object, GBNF, tools (required, named, parallel), streamed tool calls, a tool
+# round trip, and the 400s for bad schemas, grammars, tool_choice and tool_call_id.
+ptxlm_pytest(serve_structured check_serve_structured.py TIMEOUT 600)
 # The chat page in headless Chromium (Debian's chromium, which run.sh installs):
 # it streams SmolLM2's answer, and the page's DOM holds the API's text.
 ptxlm_pytest(serve_chat_page check_serve_page.py TIMEOUT 300)

@@ -8,17 +8,23 @@ under a grammar must still be valid:
   a str with max_length, an int in [0, 999], a list of Literals with
   max_length, a nested model with a bool): 50 seeds, all finish "stop" and the
   client's own validation gives an instance of the model;
-- response_format json_object: 10 seeds, the content is a JSON object;
+- response_format json_object: 10 seeds; an answer that finishes "stop" is a
+  JSON object, one cut by max_tokens (the grammar bounds no string) the
+  beginning of one, and at least 3 finish "stop";
 - llama-server's "grammar" (GBNF) field: 10 seeds, the content is "yes." or
-  "no.";
+  "no."; a negated character class lets no UTF-16 surrogate's 3-byte
+  encoding through even when logit_bias pushes its bytes (the answer is
+  valid UTF-8, one character and ".");
 - tools with tool_choice "required": 10 seeds, finish "tool_calls", content
   null, each call named get_weather with an id, its arguments JSON that
   validates (jsonschema) against the function's parameters; tool_choice
-  naming a second tool calls that one; parallel_tool_calls false gives
-  exactly one call;
+  naming a second tool calls that one; with logit_bias on "," some answers
+  hold several calls, and with parallel_tool_calls false every answer holds
+  exactly one;
 - the same requests streamed: delta.tool_calls put together by index (id and
   name from the first delta, arguments concatenated) give the non-streamed
-  answer's names and arguments for the same seed, finish "tool_calls";
+  answer's names and arguments for the same seed (several calls included),
+  with distinct ids, no content, finish "tool_calls";
 - a round trip: the assistant's tool calls sent back with a role "tool"
   answer and tool_choice "none" give a text answer (no tool_calls);
 - errors, 400 with the OpenAI error body naming the field: a JSON Schema with
@@ -36,13 +42,14 @@ import time
 from pathlib import Path
 from typing import Literal
 
+import gguf
 import jsonschema
 import openai
 from pydantic import BaseModel, Field
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from checks import check, failures, finish  # noqa: E402
-from check_serve import SMOL, Server, error_shape, synth  # noqa: E402
+from check_serve import SMOL, Server, error_shape, synth, tokenize  # noqa: E402
 
 
 class Flags(BaseModel):
@@ -169,6 +176,42 @@ def check_gbnf(c):
     print(f"grammar answers: {sorted(map(repr, got))}")
 
 
+def byte_chars():
+    """GPT-2's byte-level BPE: the character each byte is spelled with in the vocabulary."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + len(cs) - 188)
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def check_surrogates(s, model):
+    """A character class holds code points, and U+D800..U+DFFF are none (their 3-byte encodings ED A0..BF xx are
+    not UTF-8): logit_bias pushing the bytes ED AE 8F must not get them through a negated class."""
+    field = gguf.GGUFReader(str(model)).fields["tokenizer.ggml.tokens"]
+    ids = {bytes(field.parts[i]).decode(): k for k, i in enumerate(field.data)}
+    chars = byte_chars()
+    tok = {b: ids.get(chars[b]) for b in (0xED, 0xAE, 0x8F)}
+    if not check(None not in tok.values(), f"byte tokens of the synthetic vocabulary: {tok}"):
+        return
+    for g in ('root ::= [^"] "."', 'root ::= [^\\x00-\\x7F] "."'):
+        st, b = s.post("/v1/chat/completions", {
+            "messages": ASK, "grammar": g, "max_tokens": 8, "temperature": 0, "logprobs": True,
+            "logit_bias": {str(tok[0xED]): 100, str(tok[0xAE]): 100, str(tok[0x8F]): 50}})
+        ch = b["choices"][0] if st == 200 else {}
+        text = ch.get("message", {}).get("content") or ""
+        raw = b"".join(bytes(e["bytes"]) for e in (ch.get("logprobs") or {}).get("content", []))
+        try:
+            raw.decode("utf-8")
+            utf8 = True
+        except UnicodeDecodeError:
+            utf8 = False
+        check(st == 200 and ch.get("finish_reason") == "stop" and utf8 and len(text) == 2 and text.endswith(".")
+              and "\ufffd" not in text, f"grammar {g!r} let through bytes {list(raw)} (not UTF-8): content {text!r}")
+
+
 def calls_of(r):
     """[(name, arguments text)] of a non-streamed answer."""
     return [(t.function.name, t.function.arguments) for t in r.choices[0].message.tool_calls or []]
@@ -220,7 +263,7 @@ def streamed_calls(c, seed, **kw):
     return [(e["name"], e["arguments"]) for e in ordered], [e["id"] for e in ordered], finish_reason
 
 
-def check_tools(c):
+def check_tools(c, more):
     n_calls = []
     for seed in range(10):
         r = tool_request(c, seed)
@@ -233,17 +276,29 @@ def check_tools(c):
     for seed in range(5):
         r = tool_request(c, seed, tools=TOOLS, tool_choice=named)
         valid_calls(r, {"get_time"}, f"tool_choice get_time seed {seed}")
-    for seed in range(5):
-        r = tool_request(c, seed, tools=TOOLS, parallel_tool_calls=False)
-        if valid_calls(r, {"get_weather", "get_time"}, f"parallel_tool_calls false seed {seed}"):
-            check(len(r.choices[0].message.tool_calls) == 1,
-                  f"parallel_tool_calls false seed {seed}: {len(r.choices[0].message.tool_calls)} calls")
+    # logit_bias on "," (`more`) makes the answers hold several calls, unless parallel_tool_calls is false.
+    many = []
+    for seed in range(4):
+        r = tool_request(c, seed, tools=TOOLS, logit_bias=more)
+        if valid_calls(r, {"get_weather", "get_time"}, f"several calls seed {seed}"):
+            many.append(len(r.choices[0].message.tool_calls))
+    print(f"calls per answer with a bias on ',': {many}")
+    check(any(n > 1 for n in many), f"no answer with several calls: {many}")
+    for seed in range(4):
+        for bias in ({}, more):
+            r = tool_request(c, seed, tools=TOOLS, parallel_tool_calls=False, logit_bias=bias)
+            if valid_calls(r, {"get_weather", "get_time"}, f"parallel_tool_calls false seed {seed} bias {bias}"):
+                check(len(r.choices[0].message.tool_calls) == 1, f"parallel_tool_calls false seed {seed} bias {bias}: "
+                      f"{len(r.choices[0].message.tool_calls)} calls")
 
 
-def check_stream(c):
-    for seed, kw in [(s, {}) for s in range(5)] + [(7, {"tools": TOOLS, "parallel_tool_calls": False}),
-                                                   (8, {"tools": TOOLS, "tool_choice": {
-                                                       "type": "function", "function": {"name": "get_time"}}})]:
+def check_stream(c, more):
+    cases = [(s, {}) for s in range(5)] + [
+        (7, {"tools": TOOLS, "parallel_tool_calls": False}),
+        (8, {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_time"}}}),
+        (2, {"tools": TOOLS, "logit_bias": more}), (3, {"tools": TOOLS, "logit_bias": more}),
+        (2, {"tools": TOOLS, "logit_bias": more, "parallel_tool_calls": False})]
+    for seed, kw in cases:
         plain = tool_request(c, seed, **kw)
         got, ids, finish_reason = streamed_calls(c, seed, **kw)
         check(got == calls_of(plain) and finish_reason == plain.choices[0].finish_reason == "tool_calls",
@@ -326,7 +381,9 @@ def check_smollm2():
     if not SMOL.exists():
         print(f"skipped: {SMOL} is missing")
         return
-    s = Server(SMOL, "-t", "2", "-c", "2048")
+    # One thread: with -t 2 on a 2-core machine whose cores are busy (ctest -j, a build) each request took ~18 s
+    # instead of ~0.4 s.
+    s = Server(SMOL, "-t", "1", "-c", "2048")
     try:
         msgs = [{"role": "system", "content": "You answer in JSON."},
                 {"role": "user", "content": "Name a large city, its country and its population in millions."}]
@@ -340,14 +397,19 @@ def check_smollm2():
 
 def main():
     t0 = time.monotonic()
-    s = Server(synth("llama", "tiny"), "-t", "1", "-c", "1024")
+    model = synth("llama", "tiny")
+    s = Server(model, "-t", "1", "-c", "1024")
     try:
         c = s.client()
         parse_seeds(c, Thing, ASK, range(50), 400, "tiny Thing")
         check_json_object(c)
         check_gbnf(c)
-        check_tools(c)
-        check_stream(c)
+        check_surrogates(s, model)
+        comma = tokenize(model, ",")
+        check(len(comma) == 2, f"',' is not one token after BOS: {comma}")
+        more = {str(comma[-1]): 3}
+        check_tools(c, more)
+        check_stream(c, more)
         check_round_trip(c)
         check_errors(s)
     finally:
