@@ -117,6 +117,15 @@ void Generator::finish(FinishReason why, GenStep& st) {
     st.done = done_ = true;
 }
 
+bool Generator::grammar_allows(TokenId t) const {
+    const Tokenizer& tok = s_.tok_;
+    if (tok.is_eog(t)) return !opt_.ignore_eos && matcher_->can_end();
+    const std::string bytes = tok.piece(t);
+    if (bytes.empty()) return false;   // a control token: never allowed (as in the filter)
+    grammar::Matcher m = *matcher_;
+    return m.accept(bytes);
+}
+
 void Generator::follow_grammar(TokenId t) {
     const std::string bytes = s_.tok_.piece(t);
     if (matcher_) {
@@ -181,12 +190,28 @@ GenStep Generator::step() {
         work_.assign(s_.logits_.begin(), s_.logits_.end());
         if (opt_.ignore_eos)
             for (TokenId id : s_.eog_) work_[id] = -INFINITY;
+        t = -1;
         if (matcher_) {
             // Nothing can follow and the grammar cannot end here: no token is allowed.
             if (!matcher_->can_continue() && !matcher_->can_end()) { finish(FinishReason::Stop, st); return st; }
-            tok.grammar_filter().apply(*matcher_, work_);
+            // Where the sampler cuts nothing (greedy, or no top-k/top-p/min-p),
+            // drawing from all tokens and keeping an allowed draw is drawing
+            // from the allowed ones: the whole mask is needed only when the
+            // draw is refused (p(t) / p(allowed) either way).
+            const SamplerParams& sp = opt_.sampling;
+            if (sp.temperature <= 0 || (sp.top_k <= 0 && sp.top_p >= 1 && sp.min_p <= 0)) {
+                const TokenId draw = sampler_.sample(work_);
+                if (grammar_allows(draw)) {
+                    t = draw;
+                } else {
+                    work_.assign(s_.logits_.begin(), s_.logits_.end());
+                    if (opt_.ignore_eos)
+                        for (TokenId id : s_.eog_) work_[id] = -INFINITY;
+                }
+            }
+            if (t < 0) tok.grammar_filter().apply(*matcher_, work_);
         }
-        t = sampler_.sample(work_);
+        if (t < 0) t = sampler_.sample(work_);
     }
     if (top_logprobs_ >= 0) {
         st.logprob = float(double(s_.logits_[t]) - log_sum_exp(s_.logits_));

@@ -151,6 +151,8 @@ private:
     void finish(FinishReason why, GenStep& st);
     // After token t: the grammar's matcher advanced, or a trigger looked for.
     void follow_grammar(TokenId t);
+    // The grammar's filter would allow t now.
+    bool grammar_allows(TokenId t) const;
 
     Session& s_;
     GenerateOptions opt_;
