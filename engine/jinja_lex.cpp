@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "engine/jinja_ast.h"
+#include "engine/utf8.h"
 
 namespace ptxlm::jinja::detail {
 namespace {
@@ -250,23 +251,6 @@ private:
             if (errno == ERANGE) fail(line_, "integer literal out of range: " + t);
         }
         out_.push_back(std::move(tok));
-    }
-    static void append_utf8(std::string& out, uint32_t cp) {
-        if (cp < 0x80) {
-            out += char(cp);
-        } else if (cp < 0x800) {
-            out += char(0xC0 | (cp >> 6));
-            out += char(0x80 | (cp & 0x3F));
-        } else if (cp < 0x10000) {
-            out += char(0xE0 | (cp >> 12));
-            out += char(0x80 | ((cp >> 6) & 0x3F));
-            out += char(0x80 | (cp & 0x3F));
-        } else {
-            out += char(0xF0 | (cp >> 18));
-            out += char(0x80 | ((cp >> 12) & 0x3F));
-            out += char(0x80 | ((cp >> 6) & 0x3F));
-            out += char(0x80 | (cp & 0x3F));
-        }
     }
     // A string literal with Python's escapes (jinja2 decodes unicode-escape).
     void string(char quote) {

@@ -24,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/utf8.h"
+
 namespace ptxlm {
 namespace {
 
@@ -243,32 +245,13 @@ bool contains(const CharSet& s, uint32_t c) {
     return false;
 }
 
-std::string utf8(uint32_t c) {
-    std::string o;
-    if (c < 0x80) {
-        o += char(c);
-    } else if (c < 0x800) {
-        o += char(0xC0 | (c >> 6));
-        o += char(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-        o += char(0xE0 | (c >> 12));
-        o += char(0x80 | ((c >> 6) & 0x3F));
-        o += char(0x80 | (c & 0x3F));
-    } else {
-        o += char(0xF0 | (c >> 18));
-        o += char(0x80 | ((c >> 12) & 0x3F));
-        o += char(0x80 | ((c >> 6) & 0x3F));
-        o += char(0x80 | (c & 0x3F));
-    }
-    return o;
-}
 
 // One code point inside a GBNF class.
 std::string class_char(uint32_t c) {
     static const char* hex = "0123456789ABCDEF";
     if (c == '\\' || c == ']' || c == '[' || c == '^' || c == '-') return std::string("\\") + char(c);
     if (c < 0x20 || c == 0x7F) return std::string("\\x") + hex[c >> 4] + hex[c & 15];
-    if (c < 0x80 || c > 0xFFFF) return utf8(c);
+    if (c < 0x80 || c > 0xFFFF) return utf8_encode(c);
     std::string o = "\\u";
     for (int shift = 12; shift >= 0; shift -= 4) o += hex[(c >> shift) & 15];
     return o;
@@ -286,7 +269,7 @@ std::string charset_gbnf(const CharSet& s) {
     std::vector<std::string> alts;
     const CharSet raw = intersect(s, {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, kMaxCodePoint}});
     if (raw.size() == 1 && raw[0].first == raw[0].second) {
-        alts.push_back(lit(utf8(raw[0].first)));
+        alts.push_back(lit(utf8_encode(raw[0].first)));
     } else if (!raw.empty()) {
         if (raw.back().second == kMaxCodePoint)  // name what is left out: no high code points to write
             alts.push_back("[^\"\\\\\\x00-\\x1F" +

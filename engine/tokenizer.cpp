@@ -13,6 +13,7 @@
 
 #include "engine/grammar.h"
 #include "engine/hparams.h"
+#include "engine/utf8.h"
 
 namespace ptxlm {
 
@@ -27,20 +28,6 @@ bool renders_as_text(int32_t type) { return type == kUnknown || type == kControl
 
 // ---- byte-level BPE's byte <-> unicode map ---------------------------------
 
-std::string utf8_of(uint32_t cp) {
-    std::string s;
-    if (cp < 0x80) {
-        s += char(cp);
-    } else if (cp < 0x800) {
-        s += char(0xC0 | (cp >> 6));
-        s += char(0x80 | (cp & 0x3F));
-    } else {
-        s += char(0xE0 | (cp >> 12));
-        s += char(0x80 | ((cp >> 6) & 0x3F));
-        s += char(0x80 | (cp & 0x3F));
-    }
-    return s;
-}
 
 struct ByteMap {
     std::string to_unicode[256];                      // byte -> its printable character, as UTF-8
@@ -49,7 +36,7 @@ struct ByteMap {
         uint32_t n = 0;
         for (uint32_t b = 0; b < 256; ++b) {
             const bool self = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-            to_unicode[b] = utf8_of(self ? b : 0x100 + n++);
+            to_unicode[b] = utf8_encode(self ? b : 0x100 + n++);
             to_byte[to_unicode[b]] = uint8_t(b);
         }
     }
