@@ -11,13 +11,11 @@
 #include <string>
 
 #include "engine/grammar.h"
+#include "fuzz/finding.h"
 
 namespace {
 
-[[noreturn]] void finding(const std::string& what) {
-    std::fprintf(stderr, "FINDING: %s\n", what.c_str());
-    std::abort();
-}
+using ptxlm::fuzz::finding;
 
 }  // namespace
 

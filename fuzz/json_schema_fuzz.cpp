@@ -13,13 +13,11 @@
 
 #include "engine/grammar.h"
 #include "engine/json_schema.h"
+#include "fuzz/finding.h"
 
 namespace {
 
-[[noreturn]] void finding(const std::string& what) {
-    std::fprintf(stderr, "FINDING: %s\n", what.c_str());
-    std::abort();
-}
+using ptxlm::fuzz::finding;
 
 }  // namespace
 

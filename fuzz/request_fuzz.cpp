@@ -9,14 +9,12 @@
 #include <cstdlib>
 #include <string>
 
+#include "fuzz/finding.h"
 #include "server/request.h"
 
 namespace {
 
-[[noreturn]] void finding(const std::string& what) {
-    std::fprintf(stderr, "FINDING: %s\n", what.c_str());
-    std::abort();
-}
+using ptxlm::fuzz::finding;
 
 }  // namespace
 

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "engine/tokenizer.h"
+#include "fuzz/finding.h"
 #include "models/synth/synth.h"
 
 namespace {
@@ -34,10 +35,7 @@ struct Vocabs {
     }
 };
 
-[[noreturn]] void finding(const std::string& what) {
-    std::fprintf(stderr, "FINDING: %s\n", what.c_str());
-    std::abort();
-}
+using ptxlm::fuzz::finding;
 
 void exercise(const ptxlm::Tokenizer& t, std::string_view text, bool special, bool round_trip) {
     std::vector<ptxlm::TokenId> ids;

@@ -11,13 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/tool_calls.h"
+#include "fuzz/finding.h"
 
 namespace {
 
-[[noreturn]] void finding(const std::string& what) {
-    std::fprintf(stderr, "FINDING: %s\n", what.c_str());
-    std::abort();
-}
+using ptxlm::fuzz::finding;
 
 }  // namespace
 
