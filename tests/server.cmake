@@ -2,8 +2,9 @@
 # The request parser: every field's type and range, and a fuzz pass of random
 # and malformed bodies that may only ever raise the parser's ApiError.
 ptxlm_gtest(test_server_request test_server_request.cpp LIBS ptxlm_server_request TIMEOUT 120 SANITIZE)
-# Anthropic's /v1/messages (server/anthropic.h): the parser field by field, the
-# message, stream and error shapes, and the same fuzz pass.
+# Anthropic's /v1/messages (server/anthropic.h): the parser field by field (tools,
+# tool_choice, tool_use and tool_result blocks included), the message, stream and
+# error shapes, and the same fuzz pass.
 ptxlm_gtest(test_server_anthropic test_server_anthropic.cpp LIBS ptxlm_server_request TIMEOUT 120 SANITIZE)
 # The request corpus (tests/corpus/requests) through the fuzz entry.
 add_test(NAME request_corpus_replay COMMAND request_replay ${PROJECT_SOURCE_DIR}/tests/corpus/requests)
@@ -15,7 +16,8 @@ add_dependencies(sanitize_tests request_replay)
 ptxlm_pytest(serve check_serve.py TIMEOUT 300)
 # Anthropic's POST /v1/messages driven by the official anthropic client: greedy
 # answers equal to /v1/chat/completions, streaming events, stop sequences,
-# max_tokens, errors in Anthropic's shape, x-api-key, a dropped stream.
+# max_tokens, errors in Anthropic's shape, x-api-key, a dropped stream, and a
+# tool-use round trip (constrained calls whose input validates, streamed alike).
 ptxlm_pytest(serve_anthropic check_serve_anthropic.py TIMEOUT 180)
 # llama.cpp server's utility endpoints (/tokenize, /detokenize, /apply-template,
 # /props) against `ptxlm tokenize` and the chat endpoint, and --cors-origin.
