@@ -118,6 +118,21 @@ def check_apply_template(s, model):
     check(no_gen is not None and prompt.startswith(no_gen) and len(no_gen) < len(prompt),
           f"add_generation_prompt false: {no_gen!r}")
 
+    # With tools: the template here renders none, so they are described in a
+    # system message (the generic form), the prompt the chat endpoint evaluates.
+    tools = [{"type": "function", "function": {"name": "get_time", "description": "The time now.",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    with_tools = ok(s, "/apply-template", {"messages": user, "tools": tools}).get("prompt", "")
+    check(with_tools.startswith("<|im_start|>system\n") and "get_time" in with_tools and user[0]["content"] in with_tools,
+          f"prompt with tools {with_tools!r:.300}")
+    chat = ok(s, "/v1/chat/completions", {"messages": user, "tools": tools, "tool_choice": "none", "max_tokens": 1})
+    n = chat.get("usage", {}).get("prompt_tokens")
+    none = ok(s, "/apply-template", {"messages": user}).get("prompt", "")
+    check(n == len(toks(s, none, add_special=True)), f"tool_choice none: prompt_tokens {n}, the plain prompt's")
+    chat = ok(s, "/v1/chat/completions", {"messages": user, "tools": tools, "max_tokens": 1})
+    n = chat.get("usage", {}).get("prompt_tokens")
+    check(n == len(toks(s, with_tools, add_special=True)), f"with tools: prompt_tokens {n}, /apply-template's")
+
     # A conversation with a system turn and content parts: the lengths the chat endpoint reports.
     conv = [{"role": "developer", "content": "You are terse."},
             {"role": "user", "content": [{"type": "text", "text": "Name a sea"}, {"type": "text", "text": "bird."}]},
@@ -172,7 +187,7 @@ def check_errors(s, model):
         ("/apply-template", {"messages": []}, "messages"),
         ("/apply-template", {"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
         ("/apply-template", {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
-         "tools"),
+         "tools[0].function"),
         ("/apply-template", {"messages": [{"role": "user", "content": "x"}], "temperature": 0.5}, "temperature"),
         ("/apply-template", {"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": 1},
          "add_generation_prompt"),
