@@ -67,7 +67,11 @@ ChatPrompt chat_prompt(const Tokenizer& tok, const ChatTemplate& chosen, std::sp
     const bool use_tools = !options.tools.is_null() && options.tool_choice != "none";
     bool has_tool_turns = false;
     for (const ChatMessage& m : msgs) has_tool_turns = has_tool_turns || m.role == "tool" || !m.tool_calls.empty();
-    if (use_tools && tmpl.supports_tools() && (!has_tool_turns || tmpl.supports_tool_calls())) {
+    // The template's own tool rendering only where its answer format is one
+    // the parsers read (a template whose models write another format gets
+    // the generic form, which is read and constrained consistently).
+    const bool native = tmpl.supports_tools() && tmpl.formats().tools != tools::Format::None;
+    if (use_tools && native && (!has_tool_turns || tmpl.supports_tool_calls())) {
         extras.tools = options.tools;
     } else if (use_tools || (has_tool_turns && !tmpl.supports_tool_calls())) {
         // The template cannot say it: the generic form (tools described in

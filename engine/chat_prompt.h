@@ -44,7 +44,8 @@ struct ChatPrompt {
     tools::Formats output;
 };
 // With tools and a template that renders none (a family, or a Jinja
-// template without tools), the conversation is given in the generic form:
+// template without tools), or renders them for an answer format no parser
+// here reads (tools::detect gives None), the conversation is given in the generic form:
 // the tools and the JSON answer format described in the system message
 // (tools::generic_tools_prompt), earlier tool calls as that JSON, tool
 // results as user turns holding {"tool_response": ...}.

@@ -91,16 +91,27 @@ TEST_F(Fixture, ToolsRenderThroughTheTemplateOrTheGenericForm) {
     ChatOptions with;
     with.tools = tools;
     // A template that renders tools gets them; its tool_use variant, when set, renders them instead.
+    // (Both tell their models to answer in <tool_call> tags: the Hermes format.)
     ChatTemplate t = ChatTemplate::from_jinja(
-        "{% for m in messages %}A{{ m.content }}{% endfor %}{% if tools %}{{ tools[0].function.name }}{% endif %}", "t");
+        "{% for m in messages %}A{{ m.content }}{% endfor %}{% if tools %}{{ tools[0].function.name }}<tool_call>{\"name\"{% endif %}",
+        "t");
     EXPECT_TRUE(t.supports_tools());
-    EXPECT_EQ(chat_prompt(tok, t, msgs, false, with).text, "Ahiget_time");
+    EXPECT_EQ(chat_prompt(tok, t, msgs, false, with).text, "Ahiget_time<tool_call>{\"name\"");
+    EXPECT_EQ(chat_prompt(tok, t, msgs, false, with).output.tools, tools::Format::Hermes);
     EXPECT_EQ(chat_prompt(tok, t, msgs, false).text, "Ahi");
     t.set_tool_variant(ChatTemplate::from_jinja(
-        "{% for m in messages %}B{{ m.content }}{% endfor %}{% if tools %}{{ tools | length }}{{ tools[0].function.name }}{% endif %}",
+        "{% for m in messages %}B{{ m.content }}{% endfor %}{% if tools %}{{ tools | length }}{{ tools[0].function.name }}"
+        "<tool_call>{\"name\"{% endif %}",
         "v"));
     const ChatPrompt v = chat_prompt(tok, t, msgs, false, with);
-    EXPECT_EQ(v.text, "Bhi1get_time");
+    EXPECT_EQ(v.text, "Bhi1get_time<tool_call>{\"name\"");
+    // A template that renders tools for a format no parser reads: the generic form.
+    const ChatTemplate other = ChatTemplate::from_jinja(
+        "{% for m in messages %}{{ m.content }}{% endfor %}{% if tools %}<function={{ tools[0].function.name }}>{% endif %}", "o");
+    EXPECT_TRUE(other.supports_tools());
+    const ChatPrompt o = chat_prompt(tok, other, msgs, false, with);
+    EXPECT_EQ(o.output.tools, tools::Format::Generic);
+    EXPECT_EQ(o.text.find("<function="), std::string::npos) << o.text;
     EXPECT_EQ(chat_prompt(tok, t, msgs, false).text, "Ahi");   // no tools: the main template
     ChatOptions none = with;
     none.tool_choice = "none";
