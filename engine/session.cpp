@@ -187,9 +187,13 @@ GenStep Generator::step() {
     if (next_) {
         t = *next_;
     } else {
-        work_.assign(s_.logits_.begin(), s_.logits_.end());
-        if (opt_.ignore_eos)
-            for (TokenId id : s_.eog_) work_[id] = -INFINITY;
+        // The logits the sampler may change (ended tokens out with ignore_eos).
+        const auto fresh_work = [this] {
+            work_.assign(s_.logits_.begin(), s_.logits_.end());
+            if (opt_.ignore_eos)
+                for (TokenId id : s_.eog_) work_[id] = -INFINITY;
+        };
+        fresh_work();
         t = -1;
         if (matcher_) {
             // Nothing can follow and the grammar cannot end here: no token is allowed.
@@ -201,13 +205,8 @@ GenStep Generator::step() {
             const SamplerParams& sp = opt_.sampling;
             if (sp.temperature <= 0 || (sp.top_k <= 0 && sp.top_p >= 1 && sp.min_p <= 0)) {
                 const TokenId draw = sampler_.sample(work_);
-                if (grammar_allows(draw)) {
-                    t = draw;
-                } else {
-                    work_.assign(s_.logits_.begin(), s_.logits_.end());
-                    if (opt_.ignore_eos)
-                        for (TokenId id : s_.eog_) work_[id] = -INFINITY;
-                }
+                if (grammar_allows(draw)) t = draw;
+                else fresh_work();
             }
             if (t < 0) tok.grammar_filter().apply(*matcher_, work_);
         }
