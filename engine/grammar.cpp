@@ -100,6 +100,8 @@ private:
         bool repetition = false;   // generated for x* / x+ / x{m,}: may call itself in tail position
         std::string parent;        // generated rules: the user rule they came from
         size_t used_at = 0;
+        uint32_t chain = Grammar::kNoChain;   // x{m,n}'s rules R1..R(n-m): which chain, and k
+        uint32_t chain_k = 0;
     };
 
     // -- Text --
@@ -398,8 +400,14 @@ private:
             out.push_back({Op::Ref, r});
         } else if (hi > lo) {
             // R1 ::= x | "";  Rk ::= x R(k-1) | ""
+            const uint32_t chain = n_chains_++;
             uint32_t prev = new_rule({{item[0]}, {}});
-            for (uint32_t k = 2; k <= hi - lo; ++k) prev = new_rule({{item[0], {Op::Ref, prev}}, {}});
+            for (uint32_t k = 1;; ++k) {
+                rules_[prev].chain = chain;
+                rules_[prev].chain_k = k;
+                if (k == hi - lo) break;
+                prev = new_rule({{item[0], {Op::Ref, prev}}, {}});
+            }
             out.push_back({Op::Ref, prev});
         }
     }
@@ -526,6 +534,7 @@ private:
     uint64_t n_elems_ = 0;
     std::string cur_rule_;
     uint32_t generated_ = 0;
+    uint32_t n_chains_ = 0;
 };
 
 namespace {
@@ -687,6 +696,24 @@ std::shared_ptr<Grammar> Compiler::link(uint32_t root) {
     }
     g->root_ = root;
     g->serial_ = ++g_serial;
+    g->chains_.resize(n_chains_);
+    for (uint32_t r = 0; r < rules_.size(); ++r) {
+        const Rule& rule = rules_[r];
+        if (rule.chain == Grammar::kNoChain) continue;
+        auto& c = g->chains_[rule.chain];
+        if (c.size() < rule.chain_k) c.resize(rule.chain_k);
+        c[rule.chain_k - 1] = r;
+    }
+    if (n_chains_ > 0) {
+        g->elem_chain_.assign(g->elems_.size(), {Grammar::kNoChain, 0});
+        for (uint32_t r = 0; r < rules_.size(); ++r) {
+            if (rules_[r].chain == Grammar::kNoChain) continue;
+            const uint32_t e0 = g->alt_begin_[g->rule_alts_[r]];
+            const uint32_t e1 = g->rule_alts_[r + 1] < g->alt_begin_.size() ? g->alt_begin_[g->rule_alts_[r + 1]]
+                                                                          : static_cast<uint32_t>(g->elems_.size());
+            for (uint32_t e = e0; e < e1; ++e) g->elem_chain_[e] = {rules_[r].chain, rules_[r].chain_k};
+        }
+    }
     Expander ex(g->elems_, g->alt_begin_, g->rule_alts_);
     for (uint32_t a = g->rule_alts_[root]; a < g->rule_alts_[root + 1]; ++a) ex.expand({g->alt_begin_[a]});
     if (!ex.finish(g->initial_))
@@ -697,6 +724,54 @@ std::shared_ptr<Grammar> Compiler::link(uint32_t root) {
 
 std::shared_ptr<const Grammar> Grammar::parse(std::string_view gbnf, std::string_view root) {
     return Compiler(gbnf).run(root);
+}
+
+// Positions in a chain's rule R_k (k > c) move to the same offset in R_c.
+// R_k for k >= 2 all have the shape [x, Ref R(k-1), End] [End], so offsets
+// carry over; c >= 2 keeps R_1's other shape out of it.
+bool Grammar::clamp(std::span<const uint32_t> state, uint32_t c, std::vector<uint32_t>& out) const {
+    if (elem_chain_.empty() || c < 2) return false;
+    auto moves = [&](uint32_t e) { return elem_chain_[e].first != kNoChain && elem_chain_[e].second > c; };
+    bool any = false;
+    for (size_t i = 0; i < state.size() && !any; i += 2 + state[i])
+        for (size_t q = i + 2; q < i + 2 + state[i]; ++q) any = any || moves(state[q]);
+    if (!any) return false;
+    bool changed = false;
+    std::vector<std::vector<uint32_t>> recs;
+    for (size_t i = 0; i < state.size();) {
+        const size_t n = 2 + state[i];
+        std::vector<uint32_t> rec(state.begin() + static_cast<ptrdiff_t>(i), state.begin() + static_cast<ptrdiff_t>(i + n));
+        for (size_t q = 2; q < n; ++q) {
+            const auto [chain, k] = elem_chain_[rec[q]];
+            if (chain == kNoChain || k <= c) continue;
+            const uint32_t from = alt_begin_[rule_alts_[chains_[chain][k - 1]]];
+            const uint32_t to = alt_begin_[rule_alts_[chains_[chain][c - 1]]];
+            rec[q] = to + (rec[q] - from);
+            changed = true;
+        }
+        recs.push_back(std::move(rec));
+        i += n;
+    }
+    if (!changed) return false;
+    std::sort(recs.begin(), recs.end());
+    recs.erase(std::unique(recs.begin(), recs.end()), recs.end());
+    out.clear();
+    for (const auto& r : recs) out.insert(out.end(), r.begin(), r.end());
+    return true;
+}
+
+std::string literal(std::string_view bytes) {
+    static const char* hex = "0123456789ABCDEF";
+    std::string out = "\"";
+    for (unsigned char c : bytes) {
+        if (c == '"') out += "\\\"";
+        else if (c == '\\') out += "\\\\";
+        else if (c == '\n') out += "\\n";
+        else if (c == '\t') out += "\\t";
+        else if (c < 0x20 || c == 0x7F) out += std::string("\\x") + hex[c >> 4] + hex[c & 15];
+        else out += char(c);
+    }
+    return out + "\"";
 }
 
 // ---- Matcher ----

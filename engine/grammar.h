@@ -14,7 +14,9 @@
 //                walks a trie of the token byte strings with the matcher's
 //                state, pruning a subtree at the first rejected byte, and
 //                memoises the result per state (inside a JSON string the state
-//                repeats token after token).
+//                repeats token after token). The states its walks meet and
+//                their byte transitions are kept with the grammar, so a later
+//                walk over the same states costs one table load per trie node.
 //
 // Hostile grammars stop with GrammarError at parse (sizes are capped, left
 // recursion is refused); a Matcher step has bounded work: a byte whose
@@ -40,6 +42,10 @@ public:
     using std::invalid_argument::invalid_argument;
 };
 
+// A GBNF string literal matching exactly `bytes` (quotes, backslashes and
+// control characters escaped; other bytes, UTF-8 included, written raw).
+std::string literal(std::string_view bytes);
+
 // Limits on what a grammar may ask for.
 inline constexpr uint32_t kMaxRepeat = 10000;      // a bound in {m,n}
 inline constexpr uint32_t kMaxElements = 100000;   // compiled elements, repetitions expanded
@@ -58,6 +64,9 @@ struct Elem {
 class Grammar {   // compiled and immutable; share it through shared_ptr between generations and threads
 public:
     static std::shared_ptr<const Grammar> parse(std::string_view gbnf, std::string_view root = "root");
+    ~Grammar();
+    Grammar(const Grammar&) = delete;
+    Grammar& operator=(const Grammar&) = delete;
 
     // A code point set: sorted, disjoint, non-adjacent inclusive ranges.
     struct Class {
@@ -74,11 +83,23 @@ public:
     // Distinct for every parsed grammar in the process: a cache key.
     uint64_t serial() const { return serial_; }
 
+    // A bounded repetition x{m,n} compiles to a chain of rules R_k ::= x R_(k-1)
+    // | "", where k is how many more x may come, so each position in a
+    // `[^"]{0,40}` string is its own state. Two states that differ only in
+    // chains at k > c accept the same byte strings of up to c - 1 bytes (such
+    // a string needs at most c - 1 copies of x that are not empty, so the
+    // bound cannot bite). clamp() writes
+    // `state` with every such k lowered to c into `out` (canonical: sorted,
+    // deduplicated) and returns true, or returns false when nothing changes.
+    bool clamp(std::span<const uint32_t> state, uint32_t c, std::vector<uint32_t>& out) const;
+
 private:
     friend class Matcher;
     friend class Compiler;
     friend class TokenFilter;
-    Grammar() = default;
+    Grammar();
+    struct Transitions;   // grammar_filter.cpp
+
 
     std::vector<Elem> elems_;
     std::vector<Class> classes_;
@@ -88,6 +109,13 @@ private:
     uint32_t root_ = 0;
     uint64_t serial_ = 0;
     std::vector<uint32_t> initial_;                // the Matcher's start state (see Matcher::state_)
+    static constexpr uint32_t kNoChain = UINT32_MAX;
+    std::vector<std::vector<uint32_t>> chains_;    // chain -> its rules R_1, R_2, ...
+    std::vector<std::pair<uint32_t, uint32_t>> elem_chain_;   // element -> (chain, k), or kNoChain; empty without chains
+    // The token filter's memo of states and byte transitions: a cache that
+    // never changes what the grammar accepts, so it is written through the
+    // pointer of a const Grammar, under its own lock.
+    std::unique_ptr<Transitions> transitions_;
 };
 
 class Matcher {   // the state of one generation over a grammar; cheap to copy
@@ -123,12 +151,16 @@ private:
 // and generation; thread-safe.
 class TokenFilter {
 public:
-    TokenFilter(std::vector<std::string> token_bytes, std::vector<int32_t> end_tokens);
+    // split: see split(); 0 chooses it from the vocabulary.
+    TokenFilter(std::vector<std::string> token_bytes, std::vector<int32_t> end_tokens, uint32_t split = 0);
     ~TokenFilter();
     TokenFilter(const TokenFilter&) = delete;
     TokenFilter& operator=(const TokenFilter&) = delete;
 
     size_t n_tokens() const { return n_tokens_; }
+    // Tokens of up to split() bytes share memo entries across the positions
+    // of bounded repetitions (Grammar::clamp); longer ones are walked per state.
+    uint32_t split() const { return split_; }
     // Bit i set: token i may come next. End tokens are allowed exactly when m.can_end().
     void allowed(const Matcher& m, std::vector<uint64_t>& bits) const;
     // logits[i] = -infinity for every token not allowed.
@@ -143,11 +175,13 @@ public:
 private:
     struct Trie;
     struct Cache;
-    void compute(const Matcher& m, std::vector<uint64_t>& bits) const;
+    void part(const Trie& t, char tag, const Grammar& g, std::span<const uint32_t> state,
+              std::vector<uint64_t>& bits, bool& first, bool& missed) const;
 
     size_t n_tokens_ = 0;
     std::vector<int32_t> end_tokens_;
-    std::unique_ptr<Trie> trie_;
+    uint32_t split_ = 0;
+    std::unique_ptr<Trie> short_, long_;
     std::unique_ptr<Cache> cache_;
 };
 

@@ -1,4 +1,7 @@
-// JSON Schema to GBNF (see json_schema.h for what the grammar writes).
+// JSON Schema to GBNF (see json_schema.h for what the grammar writes): the
+// converter that walks a schema and names one rule per subschema. The GBNF
+// building blocks and the digit-by-digit number ranges are in
+// json_schema_gbnf.cpp, the 'pattern' translator in json_schema_pattern.cpp.
 //
 // Supported keywords:
 //   type (a name or a list), enum, const, anyOf, oneOf (as anyOf), allOf with
@@ -7,9 +10,9 @@
 //   objects: properties, required, additionalProperties (true, false, schema);
 //   arrays: items (a schema or a boolean), prefixItems, minItems, maxItems,
 //   uniqueItems false; strings: minLength, maxLength, pattern (see
-//   RegexToGbnf), format date, time, date-time, uuid; numbers and integers:
-//   minimum, maximum, exclusiveMinimum, exclusiveMaximum (for a "number" only
-//   whole bounds), written digit by digit.
+//   json_schema_pattern.cpp), format date, time, date-time, uuid; numbers and
+//   integers: minimum, maximum, exclusiveMinimum, exclusiveMaximum (for a
+//   "number" only whole bounds), written digit by digit.
 // Annotations are ignored (kAnnotations); $defs/definitions are read only
 // through $ref. Everything else is a SchemaError naming the keyword.
 #include "engine/json_schema.h"
@@ -24,18 +27,16 @@
 #include <utility>
 #include <vector>
 
-#include "engine/utf8.h"
+#include "engine/json_schema_gbnf.h"
+#include "engine/json_schema_pattern.h"
 
 namespace ptxlm {
 namespace {
 
+using namespace json_schema_detail;
 using ojson = nlohmann::ordered_json;
 
-// Why these limits: the grammar engine expands {m,n} into rules, so counts
-// are capped where a schema could make it build millions; nesting is capped
-// so a hostile schema cannot exhaust the stack.
-constexpr int64_t kMaxRepeat = 10000;
-constexpr int kMaxDepth = 100;
+// The longest rule name rule_name() makes (it keeps the end of a longer hint).
 constexpr size_t kMaxRuleName = 48;
 
 const std::set<std::string_view> kAnnotations = {"title",      "description", "default",  "examples",
@@ -48,10 +49,6 @@ const std::set<std::string_view> kArrayKeys = {"items", "prefixItems", "minItems
 const std::set<std::string_view> kOtherKeys = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref"};
 // Read through $ref only.
 const std::set<std::string_view> kContainers = {"$defs", "definitions"};
-
-std::string where(const std::string& path) { return " at " + (path.empty() ? std::string("/") : path); }
-
-[[noreturn]] void fail(const std::string& what, const std::string& path) { throw SchemaError(what + where(path)); }
 
 // A JSON pointer token (RFC 6901: ~ as ~0, / as ~1).
 std::string pointer_token(std::string_view key) {
@@ -66,502 +63,6 @@ std::string pointer_token(std::string_view key) {
 
 std::string child(const std::string& path, std::string_view key) { return path + "/" + pointer_token(key); }
 std::string child(const std::string& path, size_t i) { return path + "/" + std::to_string(i); }
-
-// A GBNF string literal matching exactly `bytes` (UTF-8 is written raw).
-std::string lit(std::string_view bytes) {
-    static const char* hex = "0123456789ABCDEF";
-    std::string out = "\"";
-    for (unsigned char c : bytes) {
-        if (c == '"') out += "\\\"";
-        else if (c == '\\') out += "\\\\";
-        else if (c == '\n') out += "\\n";
-        else if (c == '\t') out += "\\t";
-        else if (c < 0x20 || c == 0x7F) out += std::string("\\x") + hex[c >> 4] + hex[c & 15];
-        else out += char(c);
-    }
-    return out + "\"";
-}
-
-// `x` repeated lo..hi times (hi < 0: unbounded); x must be an atom.
-std::string repeat(const std::string& x, int64_t lo, int64_t hi) {
-    if (hi == 0) return "\"\"";
-    if (lo == 1 && hi == 1) return x;
-    if (lo == 0 && hi < 0) return x + "*";
-    if (lo == 1 && hi < 0) return x + "+";
-    if (lo == 0 && hi == 1) return x + "?";
-    if (hi < 0) return x + "{" + std::to_string(lo) + ",}";
-    if (lo == hi) return x + "{" + std::to_string(lo) + "}";
-    return x + "{" + std::to_string(lo) + "," + std::to_string(hi) + "}";
-}
-
-std::string alternatives(const std::vector<std::string>& alts) {
-    if (alts.size() == 1) return alts[0];
-    std::string out = "(";
-    for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : " ") + alts[i];
-    return out + " )";
-}
-
-// ---- Integer ranges, digit by digit ----------------------------------------
-
-std::string digit_class(char a, char b) {
-    if (a == b) return lit(std::string(1, a));
-    if (a == '0' && b == '9') return "[0-9]";
-    return std::string("[") + a + "-" + b + "]";
-}
-
-// The decimal strings of one length n >= 1 in [lo, hi], lo <= hi.
-std::string same_length_range(std::string_view lo, std::string_view hi) {
-    const size_t n = lo.size();
-    if (lo == hi) return lit(lo);
-    if (lo[0] == hi[0]) return lit(lo.substr(0, 1)) + " " + same_length_range(lo.substr(1), hi.substr(1));
-    const std::string_view lo_rest = lo.substr(1), hi_rest = hi.substr(1);
-    const bool lo_rest_min = lo_rest.find_first_not_of('0') == std::string_view::npos;
-    const bool hi_rest_max = hi_rest.find_first_not_of('9') == std::string_view::npos;
-    const std::string any_rest = n > 1 ? " " + repeat("[0-9]", int64_t(n - 1), int64_t(n - 1)) : "";
-    std::vector<std::string> alts;
-    if (!lo_rest_min) alts.push_back(lit(lo.substr(0, 1)) + " " + same_length_range(lo_rest, std::string(n - 1, '9')));
-    const char a = char(lo[0] + (lo_rest_min ? 0 : 1)), b = char(hi[0] - (hi_rest_max ? 0 : 1));
-    if (a <= b) alts.push_back(digit_class(a, b) + any_rest);
-    if (!hi_rest_max) alts.push_back(lit(hi.substr(0, 1)) + " " + same_length_range(std::string(n - 1, '0'), hi_rest));
-    return alternatives(alts);
-}
-
-uint64_t pow10(size_t n) {
-    uint64_t p = 1;
-    while (n--) p *= 10;
-    return p;
-}
-
-// Decimal integers (no sign, no leading zeros) in [a, b]; b absent: [a, inf).
-std::string magnitude_range(uint64_t a, std::optional<uint64_t> b) {
-    const size_t la = std::to_string(a).size();
-    const size_t lb = b ? std::to_string(*b).size() : la;
-    std::vector<std::string> alts;
-    for (size_t len = la; len <= lb; ++len) {
-        const uint64_t lo = len == la ? a : pow10(len - 1);
-        const uint64_t hi = (b && len == lb) ? *b : pow10(len) - 1;  // len <= 19 here: no overflow
-        alts.push_back(same_length_range(std::to_string(lo), std::to_string(hi)));
-    }
-    if (!b) alts.push_back("[1-9] " + repeat("[0-9]", int64_t(la), -1));
-    return alternatives(alts);
-}
-
-uint64_t magnitude(int64_t v) { return v < 0 ? uint64_t(-(v + 1)) + 1 : uint64_t(v); }
-
-// Integers in [lo, hi] (absent: unbounded), never "-0".
-std::string integer_range(std::optional<int64_t> lo, std::optional<int64_t> hi) {
-    std::vector<std::string> alts;
-    if (!lo || *lo < 0) {  // negative part: magnitudes [max(1, -hi), -lo]
-        const uint64_t a = (hi && *hi < 0) ? magnitude(*hi) : 1;
-        alts.push_back("\"-\" " + magnitude_range(a, lo ? std::optional<uint64_t>(magnitude(*lo)) : std::nullopt));
-    }
-    if (!hi || *hi >= 0) {
-        const uint64_t a = (lo && *lo > 0) ? uint64_t(*lo) : 0;
-        alts.push_back(magnitude_range(a, hi ? std::optional<uint64_t>(uint64_t(*hi)) : std::nullopt));
-    }
-    return alternatives(alts);
-}
-
-// Non-negative reals m with a < m < b (or <=, per the flags) and whole a, b,
-// written as integer part and optional fraction; empty when none fits.
-std::vector<std::string> real_magnitude(uint64_t a, bool a_excl, std::optional<uint64_t> b, bool b_excl) {
-    const std::string any_frac = " ( \".\" [0-9]+ )?", zero_frac = " ( \".\" \"0\"+ )?",
-                      nonzero_frac = " \".\" [0-9]* [1-9] [0-9]*";
-    std::vector<std::string> alts;
-    if (b && a == *b) {
-        if (!a_excl && !b_excl) alts.push_back(magnitude_range(a, a) + zero_frac);
-        return alts;
-    }
-    const uint64_t start = a_excl ? a + 1 : a;
-    if (!b || start + 1 <= *b) alts.push_back(magnitude_range(start, b ? std::optional<uint64_t>(*b - 1) : b) + any_frac);
-    if (a_excl) alts.push_back(magnitude_range(a, a) + nonzero_frac);
-    if (b && !b_excl) alts.push_back(magnitude_range(*b, *b) + zero_frac);
-    return alts;
-}
-
-struct Bound {
-    int64_t value;
-    bool exclusive;
-};
-
-// Reals between whole bounds, without an exponent; empty when none fits.
-std::vector<std::string> real_range(std::optional<Bound> lo, std::optional<Bound> hi) {
-    std::vector<std::string> alts;
-    if (!lo || lo->value < 0) {  // x < 0: magnitudes in (-hi or 0, -lo]
-        const bool hi_neg = hi && hi->value < 0;
-        auto parts = real_magnitude(hi_neg ? magnitude(hi->value) : 0, hi_neg ? hi->exclusive : true,
-                                    lo ? std::optional<uint64_t>(magnitude(lo->value)) : std::nullopt,
-                                    lo && lo->exclusive);
-        for (auto& p : parts) alts.push_back("\"-\" " + p);
-    }
-    if (!hi || hi->value > 0 || (hi->value == 0 && !hi->exclusive)) {
-        const bool lo_pos = lo && lo->value >= 0;
-        auto parts = real_magnitude(lo_pos ? uint64_t(lo->value) : 0, lo_pos && lo->exclusive,
-                                    hi ? std::optional<uint64_t>(uint64_t(hi->value)) : std::nullopt,
-                                    hi && hi->exclusive);
-        alts.insert(alts.end(), parts.begin(), parts.end());
-    }
-    return alts;
-}
-
-// ---- Character sets and the pattern subset ----------------------------------
-
-// Code points as sorted, disjoint, non-adjacent closed ranges.
-using CharSet = std::vector<std::pair<uint32_t, uint32_t>>;
-constexpr uint32_t kMaxCodePoint = 0x10FFFF;
-
-CharSet normalized(CharSet s) {
-    std::sort(s.begin(), s.end());
-    CharSet out;
-    for (const auto& r : s) {
-        if (!out.empty() && r.first <= out.back().second + 1) out.back().second = std::max(out.back().second, r.second);
-        else out.push_back(r);
-    }
-    return out;
-}
-
-CharSet complement(const CharSet& s) {
-    CharSet out;
-    uint32_t next = 0;
-    for (const auto& [a, b] : s) {
-        if (a > next) out.push_back({next, a - 1});
-        next = b + 1;
-    }
-    if (next <= kMaxCodePoint) out.push_back({next, kMaxCodePoint});
-    return out;
-}
-
-CharSet intersect(const CharSet& x, const CharSet& y) {
-    CharSet out;
-    for (const auto& [a, b] : x)
-        for (const auto& [c, d] : y)
-            if (std::max(a, c) <= std::min(b, d)) out.push_back({std::max(a, c), std::min(b, d)});
-    return normalized(out);
-}
-
-bool contains(const CharSet& s, uint32_t c) {
-    for (const auto& [a, b] : s)
-        if (a <= c && c <= b) return true;
-    return false;
-}
-
-
-// One code point inside a GBNF class.
-std::string class_char(uint32_t c) {
-    static const char* hex = "0123456789ABCDEF";
-    if (c == '\\' || c == ']' || c == '[' || c == '^' || c == '-') return std::string("\\") + char(c);
-    if (c < 0x20 || c == 0x7F) return std::string("\\x") + hex[c >> 4] + hex[c & 15];
-    if (c < 0x80 || c > 0xFFFF) return utf8_encode(c);
-    std::string o = "\\u";
-    for (int shift = 12; shift >= 0; shift -= 4) o += hex[(c >> shift) & 15];
-    return o;
-}
-
-std::string class_ranges(const CharSet& s) {
-    std::string o;
-    for (const auto& [a, b] : s) o += a == b ? class_char(a) : class_char(a) + "-" + class_char(b);
-    return o;
-}
-
-// The JSON spellings of the characters in `s`, one spelling each: raw where
-// JSON allows, else \" \\ \b \f \n \r \t or \u00XX.
-std::string charset_gbnf(const CharSet& s) {
-    std::vector<std::string> alts;
-    const CharSet raw = intersect(s, {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, kMaxCodePoint}});
-    if (raw.size() == 1 && raw[0].first == raw[0].second) {
-        alts.push_back(lit(utf8_encode(raw[0].first)));
-    } else if (!raw.empty()) {
-        if (raw.back().second == kMaxCodePoint)  // name what is left out: no high code points to write
-            alts.push_back("[^\"\\\\\\x00-\\x1F" +
-                           class_ranges(intersect(complement(raw), {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, kMaxCodePoint}})) + "]");
-        else
-            alts.push_back("[" + class_ranges(raw) + "]");
-    }
-    if (contains(s, '"')) alts.push_back(lit("\\\""));
-    if (contains(s, '\\')) alts.push_back(lit("\\\\"));
-    static const std::pair<uint32_t, char> kShort[] = {{8, 'b'}, {12, 'f'}, {10, 'n'}, {13, 'r'}, {9, 't'}};
-    for (const auto& [c, e] : kShort)
-        if (contains(s, c)) alts.push_back(lit(std::string("\\") + e));
-    std::string low[2];  // \u00XX for the other control characters, by the high digit X
-    for (uint32_t c = 0; c < 0x20; ++c) {
-        if (!contains(s, c) || c == 8 || c == 9 || c == 10 || c == 12 || c == 13) continue;
-        const char d = "0123456789abcdef"[c & 15];
-        low[c >> 4] += d;
-        if (d >= 'a') low[c >> 4] += char(d - 'a' + 'A');
-    }
-    for (int h = 0; h < 2; ++h)
-        if (!low[h].empty()) alts.push_back(lit(std::string("\\u00") + char('0' + h)) + " [" + low[h] + "]");
-    if (alts.empty()) return "";
-    return alternatives(alts);
-}
-
-// A regex (ECMA-262 syntax, the practical subset) to the GBNF of the JSON
-// string bodies it matches, anywhere in the string unless anchored.
-// Supported: literals, escapes \d \D \w \W \s \S \t \n \r \f \v \0 \xHH
-// \uHHHH and escaped punctuation, classes [...] [^...] with ranges, '.',
-// groups ( ) (?: ), '|', * + ? {m} {m,} {m,n} (lazy forms too), and ^ $ at the
-// start and end of a top-level alternative. Refused by name: backreferences,
-// lookaround, named groups, \b \B, \p, and anchors elsewhere.
-class RegexToGbnf {
-public:
-    RegexToGbnf(std::string p, std::string path) : p_(std::move(p)), path_(std::move(path)) {}
-
-    // `any_char` is the rule for unconstrained characters around an unanchored match.
-    std::string convert(const std::string& any_char) {
-        std::vector<std::string> alts;
-        for (;;) {
-            bool start = false, end = false;
-            if (peek('^')) {
-                ++i_;
-                start = true;
-            }
-            std::string seq = sequence(true, end);
-            std::string a = (start ? "" : any_char + "* ") + seq + (end ? "" : " " + any_char + "*");
-            alts.push_back(a);
-            if (i_ >= p_.size()) break;
-            if (p_[i_] == ')') error("unbalanced ')'");
-            ++i_;  // '|'
-        }
-        return alternatives(alts);
-    }
-
-private:
-    std::string p_;
-    std::string path_;
-    size_t i_ = 0;
-    int depth_ = 0;
-
-    [[noreturn]] void error(const std::string& what) {
-        fail("'pattern' " + what + " (at offset " + std::to_string(i_) + ") is unsupported", path_);
-    }
-    bool peek(char c) const { return i_ < p_.size() && p_[i_] == c; }
-
-    std::string alternation() {
-        std::vector<std::string> alts;
-        for (;;) {
-            bool end = false;
-            alts.push_back(sequence(false, end));
-            if (!peek('|')) break;
-            ++i_;
-        }
-        return alternatives(alts);
-    }
-
-    // Atoms until '|', ')' or the end; `top`: a '$' may end it (sets `end`).
-    std::string sequence(bool top, bool& end) {
-        std::vector<std::string> items;
-        while (i_ < p_.size() && p_[i_] != '|' && p_[i_] != ')') {
-            if (p_[i_] == '$') {
-                const bool last = i_ + 1 == p_.size() || p_[i_ + 1] == '|';
-                if (!top || !last) error("anchor '$' not at the end");
-                ++i_;
-                end = true;
-                break;
-            }
-            if (p_[i_] == '^') error("anchor '^' not at the start");
-            std::string a = atom();
-            items.push_back(quantified(a));
-        }
-        if (items.empty()) return "\"\"";
-        // Adjacent plain literals merge into one ("x" "." "c" -> "x.c").
-        auto plain = [](const std::string& x) {
-            if (x.size() < 2 || x.front() != '"' || x.back() != '"') return false;
-            for (size_t k = 1; k + 1 < x.size(); ++k) {
-                if (x[k] == '\\') ++k;
-                else if (x[k] == '"') return false;
-            }
-            return true;
-        };
-        std::vector<std::string> merged;
-        for (auto& it : items) {
-            if (!merged.empty() && plain(merged.back()) && plain(it)) merged.back() = merged.back().substr(0, merged.back().size() - 1) + it.substr(1);
-            else merged.push_back(std::move(it));
-        }
-        items = std::move(merged);
-        std::string out;
-        for (const auto& it : items) out += (out.empty() ? "" : " ") + it;
-        return items.size() == 1 ? out : "( " + out + " )";
-    }
-
-    std::optional<int64_t> number() {
-        size_t j = i_;
-        int64_t v = 0;
-        while (j < p_.size() && p_[j] >= '0' && p_[j] <= '9' && v <= kMaxRepeat) v = v * 10 + (p_[j++] - '0');
-        if (j == i_) return std::nullopt;
-        if (v > kMaxRepeat) error("count above " + std::to_string(kMaxRepeat));
-        i_ = j;
-        return v;
-    }
-
-    // {m}, {m,}, {m,n} at i_ (on '{'); nullopt (i_ unchanged) when it is a literal '{'.
-    std::optional<std::pair<int64_t, int64_t>> braces() {
-        const size_t save = i_;
-        ++i_;
-        auto m = number();
-        if (!m) {
-            i_ = save;
-            return std::nullopt;
-        }
-        int64_t n = *m;
-        if (peek(',')) {
-            ++i_;
-            auto hi = number();
-            n = hi ? *hi : -1;
-        }
-        if (!peek('}')) {
-            i_ = save;
-            return std::nullopt;
-        }
-        ++i_;
-        if (n >= 0 && n < *m) error("repetition {m,n} with n < m");
-        return std::pair{*m, n};
-    }
-
-    std::string quantified(const std::string& a) {
-        std::optional<std::pair<int64_t, int64_t>> q;
-        if (peek('*')) q = std::pair<int64_t, int64_t>{0, -1};
-        else if (peek('+')) q = std::pair<int64_t, int64_t>{1, -1};
-        else if (peek('?')) q = std::pair<int64_t, int64_t>{0, 1};
-        if (q) ++i_;
-        else if (peek('{')) q = braces();
-        if (!q) return a;
-        if (peek('?')) ++i_;  // lazy: the same strings
-        if (peek('*') || peek('+') || peek('?') || (peek('{') && braces())) error("repeated quantifier");
-        return repeat(a, q->first, q->second);
-    }
-
-    uint32_t hex_digits(size_t n) {
-        if (i_ + n > p_.size()) error("short \\x or \\u escape");
-        uint32_t v = 0;
-        for (size_t k = 0; k < n; ++k) {
-            const char c = p_[i_ + k];
-            const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-            if (d < 0) error("bad hex escape");
-            v = v * 16 + uint32_t(d);
-        }
-        i_ += n;
-        return v;
-    }
-
-    uint32_t code_point() {
-        const unsigned char c = p_[i_];
-        const int n = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
-        if (n == 0 || i_ + n > p_.size()) error("invalid UTF-8");
-        uint32_t v = n == 1 ? c : n == 2 ? c & 0x1F : n == 3 ? c & 0x0F : c & 0x07;
-        for (int k = 1; k < n; ++k) v = (v << 6) | (uint32_t(p_[i_ + k]) & 0x3F);
-        i_ += n;
-        return v;
-    }
-
-    // After a '\\': the set an escape stands for. `in_class`: \b is backspace.
-    CharSet escape(bool in_class) {
-        if (i_ >= p_.size()) error("trailing '\\'");
-        const char c = p_[i_++];
-        static const CharSet digit = {{'0', '9'}}, word = normalized({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}});
-        static const CharSet space = normalized({{9, 13}, {' ', ' '}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
-                                                 {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F},
-                                                 {0x3000, 0x3000}, {0xFEFF, 0xFEFF}});
-        switch (c) {
-        case 'd': return digit;
-        case 'D': return complement(digit);
-        case 'w': return word;
-        case 'W': return complement(word);
-        case 's': return space;
-        case 'S': return complement(space);
-        case 't': return {{9, 9}};
-        case 'n': return {{10, 10}};
-        case 'v': return {{11, 11}};
-        case 'f': return {{12, 12}};
-        case 'r': return {{13, 13}};
-        case 'x': { const uint32_t v = hex_digits(2); return {{v, v}}; }
-        case 'u': { const uint32_t v = hex_digits(4); return {{v, v}}; }
-        case '0':
-            if (peek('0') || (i_ < p_.size() && p_[i_] >= '1' && p_[i_] <= '9')) error("octal escape");
-            return {{0, 0}};
-        case 'b':
-            if (in_class) return {{8, 8}};
-            error("word boundary '\\b'");
-        default: break;
-        }
-        --i_;
-        if (c >= '1' && c <= '9') error("backreference '\\" + std::string(1, c) + "'");
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) error("escape '\\" + std::string(1, c) + "'");
-        const uint32_t v = code_point();
-        return {{v, v}};
-    }
-
-    CharSet char_class() {  // after '['
-        bool negate = false;
-        if (peek('^')) {
-            negate = true;
-            ++i_;
-        }
-        if (peek(']')) error("empty class '[]'");
-        CharSet set;
-        while (!peek(']')) {
-            if (i_ >= p_.size()) error("unterminated class '['");
-            auto one = [&]() -> CharSet {
-                if (peek('\\')) {
-                    ++i_;
-                    return escape(true);
-                }
-                if (peek('[') && i_ + 1 < p_.size() && p_[i_ + 1] == ':') error("POSIX class '[:'");
-                const uint32_t v = code_point();
-                return {{v, v}};
-            };
-            CharSet lo = one();
-            if (peek('-') && i_ + 1 < p_.size() && p_[i_ + 1] != ']') {
-                ++i_;
-                CharSet hi = one();
-                if (lo.size() != 1 || hi.size() != 1 || lo[0].first != lo[0].second || hi[0].first != hi[0].second)
-                    error("class range with a class escape");
-                if (hi[0].first < lo[0].first) error("class range out of order");
-                set.push_back({lo[0].first, hi[0].first});
-            } else {
-                set.insert(set.end(), lo.begin(), lo.end());
-            }
-        }
-        ++i_;
-        set = normalized(set);
-        return negate ? complement(set) : set;
-    }
-
-    std::string atom() {
-        const char c = p_[i_];
-        if (c == '(') {
-            ++i_;
-            if (peek('?')) {
-                if (i_ + 1 < p_.size() && p_[i_ + 1] == ':') i_ += 2;
-                else error("group '(?' (lookaround or named group)");
-            }
-            if (++depth_ > kMaxDepth) error("nesting deeper than " + std::to_string(kMaxDepth));
-            std::string inner = alternation();
-            --depth_;
-            if (!peek(')')) error("unbalanced '('");
-            ++i_;
-            // A quantifier may follow: the group must stay one atom ("a"* is not).
-            return inner.front() == '(' && inner.back() == ')' ? inner : "( " + inner + " )";
-        }
-        if (c == '*' || c == '+' || c == '?') error("nothing to repeat before '" + std::string(1, c) + "'");
-        CharSet set;
-        if (c == '[') {
-            ++i_;
-            set = char_class();
-        } else if (c == '.') {
-            ++i_;
-            set = complement({{'\n', '\n'}});
-        } else if (c == '\\') {
-            ++i_;
-            set = escape(false);
-        } else {
-            const uint32_t v = code_point();
-            set = {{v, v}};
-        }
-        std::string g = charset_gbnf(set);
-        if (g.empty()) error("class that matches nothing");
-        return g;
-    }
-};
 
 // ---- The converter ----------------------------------------------------------
 
@@ -901,8 +402,8 @@ private:
             for (const char* k : {"minLength", "maxLength"})
                 if (s.contains(k)) fail(std::string("'") + k + "' together with 'pattern' is unsupported", path);
             if (!s["pattern"].is_string()) fail("'pattern' must be a string", child(path, "pattern"));
-            RegexToGbnf re(s["pattern"].get<std::string>(), child(path, "pattern"));
-            const std::string body = re.convert(prim("char"));
+            const std::string body =
+                pattern_to_gbnf(s["pattern"].get<std::string>(), child(path, "pattern"), prim("char"));
             return add_rule(hint, quote + " " + body + " " + quote);
         }
         if (!min && !max) return prim("string");

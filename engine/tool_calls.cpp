@@ -1,5 +1,6 @@
 // Tool-call and reasoning parsers: one step function (Machine::step) that both parse() and StreamParser
-// drive; see engine/tool_calls.h for the formats and the streaming contract.
+// drive; see engine/tool_calls.h for the formats and the streaming contract. Where a call's JSON ends,
+// and whether more text could still complete it, is the scanner's to say (engine/json_scan.h).
 #include "engine/tool_calls.h"
 
 #include <nlohmann/json.hpp>
@@ -8,8 +9,21 @@
 #include <optional>
 #include <utility>
 
+#include "engine/json_scan.h"
+
 namespace ptxlm::tools {
 namespace {
+
+using detail::decode_string;
+using detail::elements_of;
+using detail::is_ws;
+using detail::Member;
+using detail::members_of;
+using detail::Scan;
+using detail::scan_json;
+using detail::Scanned;
+using detail::skip_ws;
+using detail::Span;
 
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr std::string_view kHermesOpen = "<tool_call>";
@@ -18,17 +32,10 @@ constexpr std::string_view kMistralCalls = "[TOOL_CALLS]";
 constexpr std::string_view kMistralArgs = "[ARGS]";
 constexpr std::string_view kMistralCallId = "[CALL_ID]";
 constexpr std::string_view kFence = "```";
-// Deeper JSON is refused (as text), so that the recursive scanner's stack stays small.
-constexpr int kMaxJsonDepth = 256;
 
-bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 bool is_alnum(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 bool is_name_char(char c) { return is_alnum(c) || c == '_' || c == '-' || c == '.' || c == ':'; }
 
-size_t skip_ws(std::string_view s, size_t p) {
-    while (p < s.size() && is_ws(s[p])) ++p;
-    return p;
-}
 // The start of the whitespace run that ends at e (e when s[e-1] is not whitespace), not before b.
 size_t trailing_ws(std::string_view s, size_t b, size_t e) {
     while (e > b && is_ws(s[e - 1])) --e;
@@ -44,230 +51,6 @@ size_t partial_suffix(std::string_view s, std::string_view tag) {
 bool is_partial(std::string_view s, size_t p, std::string_view tag) {
     std::string_view rest = s.substr(p);
     return rest.size() < tag.size() && tag.substr(0, rest.size()) == rest;
-}
-
-// --- A strict JSON scanner (RFC 8259, UTF-8 checked as nlohmann checks it) that tells a complete value
-// from a prefix of one: Incomplete only when the text runs out, so Invalid and Ok(end) never change as
-// text is appended. That is what lets a stream decide early.
-enum class Scan { Ok, Incomplete, Invalid };
-
-Scan scan_value(std::string_view s, size_t& p, int depth);
-
-Scan scan_literal(std::string_view s, size_t& p, std::string_view lit) {
-    for (char c : lit) {
-        if (p == s.size()) return Scan::Incomplete;
-        if (s[p] != c) return Scan::Invalid;
-        ++p;
-    }
-    return Scan::Ok;
-}
-
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-
-// A number never ends at the end of the text: more digits could follow.
-Scan scan_number(std::string_view s, size_t& p) {
-    const size_t n = s.size();
-    if (s[p] == '-') ++p;
-    if (p == n) return Scan::Incomplete;
-    if (s[p] == '0') {
-        ++p;
-    } else if (s[p] >= '1' && s[p] <= '9') {
-        while (p < n && is_digit(s[p])) ++p;
-    } else {
-        return Scan::Invalid;
-    }
-    if (p == n) return Scan::Incomplete;
-    if (s[p] == '.') {
-        if (++p == n) return Scan::Incomplete;
-        if (!is_digit(s[p])) return Scan::Invalid;
-        while (p < n && is_digit(s[p])) ++p;
-        if (p == n) return Scan::Incomplete;
-    }
-    if (s[p] == 'e' || s[p] == 'E') {
-        if (++p == n) return Scan::Incomplete;
-        if (s[p] == '+' || s[p] == '-') ++p;
-        if (p == n) return Scan::Incomplete;
-        if (!is_digit(s[p])) return Scan::Invalid;
-        while (p < n && is_digit(s[p])) ++p;
-        if (p == n) return Scan::Incomplete;
-    }
-    return Scan::Ok;
-}
-
-// Four hex digits of a \u escape.
-Scan scan_hex4(std::string_view s, size_t& p, unsigned& cp) {
-    cp = 0;
-    for (int i = 0; i < 4; ++i, ++p) {
-        if (p == s.size()) return Scan::Incomplete;
-        char c = s[p];
-        unsigned d = is_digit(c) ? unsigned(c - '0') : (c >= 'a' && c <= 'f') ? unsigned(c - 'a' + 10)
-                   : (c >= 'A' && c <= 'F') ? unsigned(c - 'A' + 10) : 16u;
-        if (d == 16) return Scan::Invalid;
-        cp = cp * 16 + d;
-    }
-    return Scan::Ok;
-}
-
-Scan scan_string(std::string_view s, size_t& p) {
-    const size_t n = s.size();
-    ++p;   // the opening quote
-    while (true) {
-        if (p == n) return Scan::Incomplete;
-        const auto c = static_cast<unsigned char>(s[p]);
-        if (c == '"') {
-            ++p;
-            return Scan::Ok;
-        }
-        if (c < 0x20) return Scan::Invalid;
-        if (c == '\\') {
-            if (++p == n) return Scan::Incomplete;
-            const char e = s[p];
-            if (std::string_view("\"\\/bfnrt").find(e) != std::string_view::npos) {
-                ++p;
-                continue;
-            }
-            if (e != 'u') return Scan::Invalid;
-            ++p;
-            unsigned cp = 0;
-            if (Scan r = scan_hex4(s, p, cp); r != Scan::Ok) return r;
-            if (cp >= 0xDC00 && cp <= 0xDFFF) return Scan::Invalid;   // a lone low surrogate
-            if (cp >= 0xD800 && cp <= 0xDBFF) {                      // needs its low half
-                if (Scan r = scan_literal(s, p, "\\u"); r != Scan::Ok) return r;
-                if (Scan r = scan_hex4(s, p, cp); r != Scan::Ok) return r;
-                if (cp < 0xDC00 || cp > 0xDFFF) return Scan::Invalid;
-            }
-            continue;
-        }
-        if (c < 0x80) {
-            ++p;
-            continue;
-        }
-        // UTF-8: the range of the second byte depends on the first (no overlongs, no surrogates).
-        int more = 0;
-        unsigned lo = 0x80, hi = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) more = 1;
-        else if (c == 0xE0) more = 2, lo = 0xA0;
-        else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) more = 2;
-        else if (c == 0xED) more = 2, hi = 0x9F;
-        else if (c == 0xF0) more = 3, lo = 0x90;
-        else if (c >= 0xF1 && c <= 0xF3) more = 3;
-        else if (c == 0xF4) more = 3, hi = 0x8F;
-        else return Scan::Invalid;
-        ++p;
-        for (int k = 0; k < more; ++k, ++p) {
-            if (p == n) return Scan::Incomplete;
-            const auto b = static_cast<unsigned char>(s[p]);
-            if (b < (k == 0 ? lo : 0x80u) || b > (k == 0 ? hi : 0xBFu)) return Scan::Invalid;
-        }
-    }
-}
-
-// The members of an object or the elements of an array, after the opening bracket.
-Scan scan_container(std::string_view s, size_t& p, int depth, bool object) {
-    const char close = object ? '}' : ']';
-    const size_t n = s.size();
-    ++p;
-    p = skip_ws(s, p);
-    if (p == n) return Scan::Incomplete;
-    if (s[p] == close) {
-        ++p;
-        return Scan::Ok;
-    }
-    while (true) {
-        if (object) {
-            if (s[p] != '"') return Scan::Invalid;
-            if (Scan r = scan_string(s, p); r != Scan::Ok) return r;
-            p = skip_ws(s, p);
-            if (p == n) return Scan::Incomplete;
-            if (s[p] != ':') return Scan::Invalid;
-            p = skip_ws(s, p + 1);
-        }
-        if (Scan r = scan_value(s, p, depth + 1); r != Scan::Ok) return r;
-        p = skip_ws(s, p);
-        if (p == n) return Scan::Incomplete;
-        if (s[p] == close) {
-            ++p;
-            return Scan::Ok;
-        }
-        if (s[p] != ',') return Scan::Invalid;
-        p = skip_ws(s, p + 1);
-        if (p == n) return Scan::Incomplete;
-    }
-}
-
-Scan scan_value(std::string_view s, size_t& p, int depth) {
-    if (depth > kMaxJsonDepth) return Scan::Invalid;
-    if (p == s.size()) return Scan::Incomplete;
-    switch (s[p]) {
-        case '{': return scan_container(s, p, depth, true);
-        case '[': return scan_container(s, p, depth, false);
-        case '"': return scan_string(s, p);
-        case 't': return scan_literal(s, p, "true");
-        case 'f': return scan_literal(s, p, "false");
-        case 'n': return scan_literal(s, p, "null");
-        default: return s[p] == '-' || is_digit(s[p]) ? scan_number(s, p) : Scan::Invalid;
-    }
-}
-
-struct Scanned {
-    Scan status;
-    size_t end;   // with Ok: one past the value
-};
-Scanned scan_json(std::string_view s, size_t p) {
-    Scan r = scan_value(s, p, 0);
-    return {r, p};
-}
-
-// --- Reading a scanned (valid) value's parts.
-std::optional<std::string> decode_string(std::string_view token) {
-    try {
-        auto j = nlohmann::json::parse(token);
-        if (j.is_string()) return j.get<std::string>();
-    } catch (const nlohmann::json::exception&) {
-    }
-    return std::nullopt;
-}
-
-struct Span {
-    size_t b, e;
-};
-struct Member {
-    std::string key;
-    Span value;
-};
-// The members of the valid object at s[b].
-std::vector<Member> members_of(std::string_view s, size_t b) {
-    std::vector<Member> out;
-    size_t p = skip_ws(s, b + 1);
-    if (s[p] == '}') return out;
-    while (true) {
-        size_t kb = p;
-        scan_string(s, p);
-        Member m{decode_string(s.substr(kb, p - kb)).value_or(""), {0, 0}};
-        p = skip_ws(s, skip_ws(s, p) + 1);   // past ':'
-        m.value.b = p;
-        scan_value(s, p, 1);
-        m.value.e = p;
-        out.push_back(std::move(m));
-        p = skip_ws(s, p);
-        if (s[p] != ',') return out;
-        p = skip_ws(s, p + 1);
-    }
-}
-// The elements of the valid array at s[b].
-std::vector<Span> elements_of(std::string_view s, size_t b) {
-    std::vector<Span> out;
-    size_t p = skip_ws(s, b + 1);
-    if (s[p] == ']') return out;
-    while (true) {
-        Span e{p, 0};
-        scan_value(s, p, 1);
-        e.e = p;
-        out.push_back(e);
-        p = skip_ws(s, p);
-        if (s[p] != ',') return out;
-        p = skip_ws(s, p + 1);
-    }
 }
 
 bool is_json_object(std::string_view text) {

@@ -13,17 +13,6 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-// A GBNF string literal of s.
-std::string lit(std::string_view s) {
-    std::string out = "\"";
-    for (const char c : s) {
-        if (c == '"' || c == '\\') out += '\\';
-        if (c == '\n') out += "\\n";
-        else out += c;
-    }
-    return out + "\"";
-}
-
 bool name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'; }
 
 // "t<i>-": the prefix of tools[i]'s argument rules (built in steps: GCC 12
@@ -123,21 +112,21 @@ GrammarText tool_call_grammar(tools::Format f, const ojson& tools, std::string_v
         std::string call;
         switch (f) {
             case tools::Format::Hermes:
-                call = lit("<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": ") + " " + args + " " + lit("}\n</tool_call>");
+                call = grammar::literal("<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": ") + " " + args + " " + grammar::literal("}\n</tool_call>");
                 break;
             case tools::Format::Llama3:
-                call = lit("{\"name\": \"" + name + "\", \"parameters\": ") + " " + args + " " + lit("}");
+                call = grammar::literal("{\"name\": \"" + name + "\", \"parameters\": ") + " " + args + " " + grammar::literal("}");
                 break;
             case tools::Format::MistralJson:
-                call = lit("{\"name\": \"" + name + "\", \"arguments\": ") + " " + args + " " + lit(", \"id\": \"") +
-                       " [a-zA-Z0-9]{9} " + lit("\"}");
+                call = grammar::literal("{\"name\": \"" + name + "\", \"arguments\": ") + " " + args + " " + grammar::literal(", \"id\": \"") +
+                       " [a-zA-Z0-9]{9} " + grammar::literal("\"}");
                 break;
             case tools::Format::MistralArgs:
-                call = lit("[TOOL_CALLS]" + name + "[ARGS]") + " " + args;
+                call = grammar::literal("[TOOL_CALLS]" + name + "[ARGS]") + " " + args;
                 break;
             case tools::Format::Generic:
             case tools::Format::None:
-                call = lit("{\"name\": \"" + name + "\", \"arguments\": ") + " " + args + " " + lit("}");
+                call = grammar::literal("{\"name\": \"" + name + "\", \"arguments\": ") + " " + args + " " + grammar::literal("}");
                 break;
         }
         alternatives += (alternatives.empty() ? "" : " | ") + std::string("( ") + call + " )";
@@ -192,7 +181,7 @@ std::shared_ptr<const GrammarConstraint> make_constraint(const GrammarText& g, c
         // The prompt opened a reasoning block and the whole answer follows the
         // grammar: the answer closes the block first, so that its reader
         // finds the rest outside it.
-        c->grammar = compile_grammar(prefix_rules(g.gbnf, "a-") + "root ::= " + lit(c->reasoning_close + "\n\n") + " a-root\n");
+        c->grammar = compile_grammar(prefix_rules(g.gbnf, "a-") + "root ::= " + grammar::literal(c->reasoning_close + "\n\n") + " a-root\n");
     } else {
         c->grammar = compile_grammar(g.gbnf);
         c->in_reasoning = output.starts_in_reasoning;

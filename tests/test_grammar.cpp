@@ -336,16 +336,27 @@ term ::= factor ("*" factor)*
 factor ::= [0-9]+ | "(" expr ")"
 )g";
 const char* kUnicode = R"(root ::= ([a-z ] | [\u00e9] | "\u20ac" | "\U0001F600")* "!"?)";
+// Bounded repetitions (Grammar::clamp's chains) of a class, a group with
+// escapes and a rule, with lower bounds, nested.
+const char* kBounded = R"(root ::= "{" (str ("," " "? str){0,3})? "}" [0-9]{2,9}
+str ::= "\"" ([^"\\] | "\\" ["\\nt]){0,12} "\""
+)";
 
 }  // namespace
 
 TEST(TokenFilter, MatchesBruteForce) {
     const auto vocab = small_vocab();
     const int32_t end_id = static_cast<int32_t>(vocab.size() - 1);
-    TokenFilter f(vocab, {end_id});
     std::mt19937 rng(1234);
     int states = 0, partial_states = 0, end_states = 0;
-    for (const char* src : {kJsonish, kArith, kUnicode}) {
+    // The split chosen from the vocabulary, and one that sends most tokens
+    // to the long trie and clamps bounded repetitions at 4.
+    for (uint32_t split : {0u, 3u})
+    for (const char* src : {kJsonish, kArith, kUnicode, kBounded}) {
+        TokenFilter f(vocab, {end_id}, split);
+        if (split) {
+            ASSERT_EQ(f.split(), split);
+        }
         auto g = Grammar::parse(src);
         for (int gen = 0; gen < 30; ++gen) {
             Matcher m(g);
@@ -370,9 +381,50 @@ TEST(TokenFilter, MatchesBruteForce) {
     EXPECT_GT(states, 200);
     EXPECT_GT(partial_states, 3);   // states in the middle of a code point were checked
     EXPECT_GT(end_states, 10);
-    const auto stats = f.cache_stats();
-    EXPECT_GT(stats.hits, 0u);
-    EXPECT_GT(stats.misses, 0u);
+}
+
+// A bounded-repetition state clamped to c accepts what the exact state
+// accepts for every string of up to c - 1 bytes (what the token filter's
+// short trie relies on), and the clamp has teeth: a longer string tells them apart.
+TEST(Grammar, ClampKeepsShortStrings) {
+    auto g = Grammar::parse(R"(root ::= "a" ([b-c] | "\\" "c"){0,20} "!")");
+    auto accepts = [&](std::span<const uint32_t> from, const std::string& s) {
+        std::vector<uint32_t> cur(from.begin(), from.end()), next;
+        for (char ch : s) {
+            if (!Matcher::step(*g, cur, static_cast<uint8_t>(ch), next)) return false;
+            cur.swap(next);
+        }
+        return true;
+    };
+    Matcher m(g);
+    ASSERT_TRUE(m.accept("ab\\"));   // inside the group: the escape's second half is pending
+    for (uint32_t c : {2u, 4u}) {
+        Matcher at = m;
+        std::vector<uint32_t> clamped, again;
+        ASSERT_TRUE(g->clamp(at.state(), c, clamped)) << c;
+        EXPECT_NE(std::vector<uint32_t>(at.state().begin(), at.state().end()), clamped);
+        EXPECT_FALSE(g->clamp(clamped, c, again));   // already canonical
+        std::vector<std::string> strs = {""};
+        bool differs = false;
+        for (size_t len = 1; len <= c + 3; ++len) {
+            std::vector<std::string> longer;
+            for (const std::string& p : strs)
+                for (char ch : {'b', 'c', '\\', '!'}) longer.push_back(p + ch);
+            strs.swap(longer);
+            for (const std::string& s : strs) {
+                const bool exact = accepts(at.state(), s), cl = accepts(clamped, s);
+                if (len <= c - 1) {
+                    ASSERT_EQ(exact, cl) << "c " << c << " string " << s;
+                }
+                differs = differs || exact != cl;
+            }
+        }
+        EXPECT_TRUE(differs) << c;
+    }
+    // Nothing to clamp: positions at k <= c, and grammars without bounds.
+    std::vector<uint32_t> out;
+    EXPECT_FALSE(g->clamp(m.state(), 40, out));
+    EXPECT_FALSE(Grammar::parse(kArith)->clamp(Matcher(Grammar::parse(kArith)).state(), 2, out));
 }
 
 TEST(TokenFilter, NegativeControlAndApply) {
