@@ -119,7 +119,14 @@ bool Value::operator==(const Value& o) const {
         case Type::String: return as_string() == o.as_string();
         case Type::List: {
             const List &a = as_list(), &b = o.as_list();
+            if (seq_kind() != o.seq_kind()) return false;   // (1, 2) != [1, 2]
+            if (seq_kind() == Seq::Values) return &a == &b;   // dict_values compare by identity
             if (a.size() != b.size()) return false;
+            if (is_dict_view()) {   // keys and items views compare as sets
+                for (const Value& x : a)
+                    if (std::find(b.begin(), b.end(), x) == b.end()) return false;
+                return true;
+            }
             for (size_t i = 0; i < a.size(); ++i)
                 if (!(a[i] == b[i])) return false;
             return true;
@@ -177,13 +184,43 @@ std::string float_repr(double d) {
     return sign + mant + e;
 }
 
-std::string string_repr(const std::string& s) {
+namespace {
+// Python's str.isprintable() is false for these non-ASCII code points, which
+// repr() writes as escapes: C1 controls, non-ASCII spaces, line and paragraph
+// separators, the format characters (Unicode 14, Python 3.11's) and private
+// use. (Python also escapes unassigned code points, which would need the
+// Unicode tables: those print as they are here.)
+bool py_unprintable(uint32_t cp) {
+    return (cp >= 0x80 && cp <= 0xA0) || cp == 0xAD || (cp >= 0x600 && cp <= 0x605) || cp == 0x61C || cp == 0x6DD ||
+           cp == 0x70F || cp == 0x890 || cp == 0x891 || cp == 0x8E2 || cp == 0x1680 || cp == 0x180E ||
+           (cp >= 0x2000 && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202F) || (cp >= 0x205F && cp <= 0x206F) || cp == 0x3000 ||
+           (cp >= 0xD800 && cp <= 0xF8FF) || cp == 0xFEFF || (cp >= 0xFFF9 && cp <= 0xFFFB) || cp == 0xFFFE || cp == 0xFFFF ||
+           cp == 0x110BD || cp == 0x110CD || (cp >= 0x13430 && cp <= 0x13438) || (cp >= 0x1BCA0 && cp <= 0x1BCA3) ||
+           (cp >= 0x1D173 && cp <= 0x1D17A) || (cp >= 0xE0000 && cp <= 0xE00FF) || cp >= 0xF0000;
+}
+}  // namespace
+
+std::string string_repr(const std::string& s, bool ascii) {
     const bool has_single = s.find('\'') != std::string::npos, has_double = s.find('"') != std::string::npos;
     const char q = has_single && !has_double ? '"' : '\'';
     std::string out(1, q);
-    for (const char c : s) {
+    for (size_t i = 0; i < s.size(); ++i) {
+        const char c = s[i];
         const unsigned char u = static_cast<unsigned char>(c);
-        if (c == q || c == '\\') {
+        if (u >= 0x80) {
+            uint32_t cp;
+            const size_t n = utf8_decode(s, i, cp);
+            if (!ascii && !py_unprintable(cp)) {
+                out.append(s, i, n);
+            } else {
+                char b[16];
+                if (cp < 0x100) std::snprintf(b, sizeof b, "\\x%02x", unsigned(cp));
+                else if (cp < 0x10000) std::snprintf(b, sizeof b, "\\u%04x", unsigned(cp));
+                else std::snprintf(b, sizeof b, "\\U%08x", unsigned(cp));
+                out += b;
+            }
+            i += n - 1;
+        } else if (c == q || c == '\\') {
             out += '\\';
             out += c;
         } else if (c == '\n') {
@@ -268,6 +305,7 @@ void json_dump(std::string& out, const Value& v, const JsonStyle& st, int level)
         case Value::Type::String: json_string(out, v.as_string(), st.ensure_ascii); return;
         case Value::Type::List:
         case Value::Type::Dict: {
+            if (v.is_dict_view()) throw Error(std::string("Object of type ") + type_name(v) + " is not JSON serializable");
             const bool is_list = v.is_list();
             if (!is_list && v.as_dict().is_namespace) throw Error("Object of type Namespace is not JSON serializable");
             const size_t n = is_list ? v.as_list().size() : v.as_dict().items.size();
@@ -321,6 +359,11 @@ void json_dump(std::string& out, const Value& v, const JsonStyle& st, int level)
 
 }  // namespace detail
 
+std::string Value::undefined_message() const {
+    const Undefined& u = std::get<Undefined>(v_);
+    return u.hint.empty() ? "'" + u.name + "' is undefined" : u.hint;
+}
+
 std::string Value::str() const {
     switch (type()) {
         case Type::Undefined: return "";
@@ -333,7 +376,7 @@ std::string Value::str() const {
             if (as_dict().is_namespace) return "<Namespace " + repr() + ">";
             return repr();
         case Type::List: return repr();
-        case Type::Function: return "<function " + as_function().name + ">";
+        case Type::Function: return as_function().repr.empty() ? "<function " + as_function().name + ">" : as_function().repr;
         case Type::Generator: return "<generator object>";
     }
     return "";
@@ -344,9 +387,15 @@ std::string Value::repr() const {
         case Type::Undefined: return "Undefined";
         case Type::String: return detail::string_repr(as_string());
         case Type::List: {
-            std::string s = "[";
-            for (size_t i = 0; i < as_list().size(); ++i) s += (i ? ", " : "") + as_list()[i].repr();
-            return s + "]";
+            // [1, 'a'], (1, 'a'), (1,) and dict_items([('a', 1)]).
+            const Seq kind = seq_kind();
+            const List& l = as_list();
+            std::string s = kind == Seq::Tuple ? "(" : "[";
+            for (size_t i = 0; i < l.size(); ++i) s += (i ? ", " : "") + l[i].repr();
+            if (kind == Seq::Tuple) return s + (l.size() == 1 ? ",)" : ")");
+            s += "]";
+            if (is_dict_view()) return std::string(detail::type_name(*this)) + "(" + s + ")";
+            return s;
         }
         case Type::Dict: {
             std::string s = "{";

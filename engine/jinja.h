@@ -10,8 +10,9 @@
 // ranges, so that the caller can read control tokens only where the template
 // wrote them (engine/chat_prompt.cpp). The marks follow the operations that
 // keep bytes as they are (+, ~, output, join, strip, slicing, macros, block
-// sets); any other operation returns unmarked text, which errs on the side of
-// data.
+// sets, a recursive loop's loop(items), the format string and the plain %s
+// fields of %); any other operation returns unmarked text (the repr of a list
+// or a tuple, a number that % formats), which errs on the side of data.
 // A render is bounded: loops, output size and recursion depth have limits
 // (see Limits) and stop with jinja::Error instead of hanging or crashing.
 #pragma once
@@ -63,6 +64,11 @@ public:
     // Generator: what jinja2's map/select/selectattr/... return: iterable,
     // always true, neither a list nor JSON.
     enum class Type { Undefined, None, Bool, Int, Float, String, List, Dict, Function, Generator };
+    // The Python sequence a List value is (is_list() holds for each): a
+    // tuple prints as (1, 2), and differs from a list in ==, + and <; a dict
+    // view (d.keys(), d.values(), d.items()) prints as dict_keys([...]), is
+    // not subscriptable and not JSON. Each keeps its kind when copied.
+    enum class Seq : uint8_t { List, Tuple, Keys, Values, Items };
 
     Value() : v_(Undefined{}) {}                       // undefined
     Value(std::nullptr_t) : v_(nullptr) {}             // none
@@ -77,7 +83,20 @@ public:
     Value(std::shared_ptr<List> l) : v_(std::move(l)) {}
     Value(std::shared_ptr<Dict> d) : v_(std::move(d)) {}
     Value(std::shared_ptr<const Function> f) : v_(std::move(f)) {}
-    static Value undefined(std::string name) { Value v; v.v_ = Undefined{std::move(name)}; return v; }
+    static Value undefined(std::string name) { Value v; v.v_ = Undefined{std::move(name), {}}; return v; }
+    // An undefined whose use fails with `hint` rather than "'name' is
+    // undefined" (jinja2's "No caller defined", an unsafe attribute, ...).
+    static Value undefined(std::string name, std::string hint) {
+        Value v;
+        v.v_ = Undefined{std::move(name), std::move(hint)};
+        return v;
+    }
+    static Value tuple(List l) { return sequence(Seq::Tuple, std::move(l)); }
+    static Value sequence(Seq kind, List l) {
+        Value v(std::move(l));
+        v.seq_ = kind;
+        return v;
+    }
     static Value dict();                               // an empty dict
     // A string marked safe (|safe, |escape): jinja2's Markup, which escapes
     // the plain string it is added to with +.
@@ -111,6 +130,9 @@ public:
     bool is_function() const { return type() == Type::Function; }
     bool is_generator() const { return type() == Type::Generator; }
     bool is_markup() const { return markup_ && is_string(); }
+    Seq seq_kind() const { return is_list() ? seq_ : Seq::List; }
+    bool is_tuple() const { return seq_kind() == Seq::Tuple; }
+    bool is_dict_view() const { return seq_kind() >= Seq::Keys; }
 
     bool as_bool() const { return std::get<bool>(v_); }
     int64_t as_int() const { return std::get<int64_t>(v_); }
@@ -122,6 +144,8 @@ public:
     const std::shared_ptr<Dict>& dict_ptr() const { return std::get<std::shared_ptr<Dict>>(v_); }
     const Function& as_function() const { return *std::get<std::shared_ptr<const Function>>(v_); }
     const std::string& undefined_name() const { return std::get<Undefined>(v_).name; }
+    // What using this undefined value fails with ("'x' is undefined").
+    std::string undefined_message() const;
     const List& generator_items() const { return *std::get<Generator>(v_).items; }
     // The bytes of a string the template wrote; null when none.
     const Spans* code_spans() const { return code_.get(); }
@@ -138,6 +162,7 @@ public:
 private:
     struct Undefined {
         std::string name;   // what was looked up, for the error message
+        std::string hint;   // the error message, when not the usual one
     };
     struct Generator {
         std::shared_ptr<List> items;
@@ -147,6 +172,7 @@ private:
                  std::shared_ptr<Dict>, std::shared_ptr<const Function>, Generator>
         v_;
     bool markup_ = false;
+    Seq seq_ = Seq::List;
     std::shared_ptr<const Spans> code_;
 };
 
@@ -170,10 +196,12 @@ struct Args {
 
 namespace detail { class Renderer; }
 
-// A callable: a builtin or a macro.
+// A callable: a builtin, a macro or a for loop's `loop`.
 struct Function {
     std::string name;
     std::function<Value(detail::Renderer&, Args&)> call;
+    std::string repr;               // what str() gives, when not "<function name>"
+    std::shared_ptr<Dict> attrs;    // its attributes (loop.index, macro.name); null: none
 };
 
 // JSON to Value: objects keep their key order as nlohmann stores it, so pass

@@ -24,14 +24,14 @@ struct Expr {
     enum class Kind {
         Literal,     // value
         Name,        // name
-        List,        // args (also tuples)
+        List,        // args; a tuple when `tuple`
         Dict,        // kwargs' values with keys in args (key expressions)
         Attr,        // a.name
         Subscript,   // a[b]
         Slice,       // a[b:c:d], each optional (null)
-        Call,        // a(args, kwargs)
-        Filter,      // a|name(args, kwargs); a is null in {% filter %}
-        Test,        // a is [not] name(args)
+        Call,        // a(args, kwargs, *b, **c); b and c may be null
+        Filter,      // a|name(args, kwargs, *b, **c); a is null in {% filter %}
+        Test,        // a is [not] name(args, kwargs, *b, **c)
         Unary,       // name: "-", "+", "not"; a
         Binary,      // name: the operator; a, b ("and", "or", "in", "notin", "~", "+", ...)
         Compare,     // a, then ops: args[i] compared with ops[i]
@@ -46,6 +46,7 @@ struct Expr {
     std::vector<std::pair<std::string, ExprPtr>> kwargs;
     std::vector<std::string> ops;
     bool negated = false;
+    bool tuple = false;   // List: (a, b) rather than [a, b]
 };
 
 struct Param {
@@ -58,12 +59,15 @@ struct Stmt {
         Text,        // text
         Output,      // {{ expr }}
         If,          // branches (expr, body); else_body
-        For,         // targets in expr [if cond] body [else else_body]
+        For,         // targets in expr [if cond] [recursive] body [else else_body]
         Set,         // targets = expr, or ns_attr: targets[0].name = expr
         SetBlock,    // targets[0] = rendered body (|filter via expr with a null operand)
         Macro,       // name(params) body
         CallBlock,   // expr (a Call) with caller(params) = body
         FilterBlock, // expr (Filter chain over a null operand) applied to body
+        With,        // body in a scope of params (name = expression, each given)
+        Block,       // {% block text [scoped] %}: body, rendered in place (no inheritance)
+        NeedsLoader, // include, import, from, extends: fails with `text` when run
         Break,
         Continue,
     };
@@ -75,6 +79,13 @@ struct Stmt {
     std::vector<std::pair<ExprPtr, Body>> branches;
     Body body, else_body;
     std::vector<Param> params;
+    bool recursive = false;   // For: `loop(items)` renders the loop over items, a level deeper
+    bool scoped = false;      // Block: sees the variables around it (else only the top level's)
+    bool required = false;    // Block: `required`, which fails when rendered without a child template
+    // Macro, CallBlock: what the body reads of the names jinja2 gives a macro
+    // only when its body mentions them: caller (the {% call %} block),
+    // varargs (extra positional arguments) and kwargs (extra keywords).
+    bool uses_caller = false, catch_varargs = false, catch_kwargs = false;
 };
 
 // A string being built, with the byte ranges the template wrote (Spans).
@@ -94,7 +105,7 @@ struct MarkedText {
 
 // Value helpers shared by jinja.cpp and jinja_render.cpp.
 std::string float_repr(double d);                  // Python's repr(float)
-std::string string_repr(const std::string& s);     // Python's repr(str)
+std::string string_repr(const std::string& s, bool ascii = false);   // Python's repr(str); ascii(str) when ascii
 // One UTF-8 sequence at s[i]: its length (1 for a stray byte) and code point.
 size_t utf8_decode(const std::string& s, size_t i, uint32_t& cp);
 // Python's str.isspace() for one code point.
@@ -152,6 +163,10 @@ using ScopePtr = std::shared_ptr<Scope>;
 
 enum class Flow { Normal, Break, Continue };
 
+// A name no template can write: the body text a {% filter %} block (or a
+// filtered block set) filters.
+inline constexpr const char* kBodyKey = "\x01" "body";
+
 // One render: the tree walk, its limits and the builtins.
 class Renderer {
 public:
@@ -190,9 +205,21 @@ private:
     int call_depth_ = 0;
     int eval_depth_ = 0;
     friend struct CallDepth;
-    Value call_macro(const Stmt& m, const std::weak_ptr<Scope>& def_scope, Args& args);
+    // A macro's call (or a call block's caller, `name` "caller"), bound as jinja2's Macro.__call__ binds it.
+    Value call_macro(const Stmt& m, const std::string& name, const std::weak_ptr<Scope>& def_scope, Args& args);
     void assign(const Stmt& s, const ScopePtr& scope, Value v);
-    Flow exec_for(const Stmt& s, const ScopePtr& scope, MarkedText& out);
+    // A for loop over seq at depth (1; deeper for a recursive loop's loop(items)).
+    void run_loop(const Stmt& s, const ScopePtr& scope, const Value& seq, int64_t depth, MarkedText& out);
+};
+
+// One level of evaluation (an expression or a body): the parser bounds the
+// template's nesting, this bounds nesting across macro calls.
+struct EvalDepth {
+    int& d;
+    EvalDepth(int& d_, const Renderer& r) : d(d_) {
+        if (++d > 4 * r.opt.limits.max_nesting + 4 * r.opt.limits.max_call_depth) r.fail("render stopped: evaluation nests too deeply");
+    }
+    ~EvalDepth() { --d; }
 };
 
 const char* type_name(const Value& v);
@@ -211,5 +238,10 @@ List py_split(const std::string& s, const std::optional<std::string>& sep, int64
 bool less_than(Renderer& r, const Value& a, const Value& b);
 // Python's binary operators (+ - * / // % ** ~) on two values.
 Value binary_op(Renderer& r, const std::string& op, const Value& a, const Value& b);
+// Python's printf-style `fmt % args` (jinja_format.cpp): args a tuple of
+// values, a mapping for %(name)s, or one value.
+Value percent_format(Renderer& r, const Value& fmt, const Value& args);
+// Python's hash() would accept v (a dict key, `x in dict`).
+bool hashable(const Value& v);
 
 }  // namespace ptxlm::jinja::detail

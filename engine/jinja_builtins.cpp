@@ -230,7 +230,7 @@ List py_split(const std::string& s, const std::optional<std::string>& sep, int64
 
 Value Renderer::item(const Value& obj, const Value& key) {
     switch (obj.type()) {
-        case Value::Type::Undefined: fail("'" + obj.undefined_name() + "' is undefined");
+        case Value::Type::Undefined: fail(obj.undefined_message());
         case Value::Type::Dict:
             if (key.is_string()) {
                 if (const Value* v = obj.as_dict().find(key.as_string())) return *v;
@@ -239,6 +239,8 @@ Value Renderer::item(const Value& obj, const Value& key) {
             if (const Value* v = obj.as_dict().find_key(key)) return *v;
             return Value::undefined(key.str());
         case Value::Type::List:
+            // A dict view is not subscriptable: jinja2's getitem falls back to undefined.
+            if (obj.is_dict_view()) return Value::undefined(key.str());
             if (key.is_int() || key.is_bool()) {
                 const int64_t n = int64_t(obj.as_list().size());
                 int64_t i = key.is_int() ? key.as_int() : key.as_bool();
@@ -260,14 +262,21 @@ Value Renderer::item(const Value& obj, const Value& key) {
             if (key.is_string()) return attr(obj, key.as_string());
             return Value::undefined(key.str());
         case Value::Type::Generator: fail("'generator' object is not subscriptable");
+        case Value::Type::Function:   // loop['index']: jinja2 falls back to the attribute
+            if (key.is_string()) return attr(obj, key.as_string());
+            return Value::undefined(key.str());
         default: return Value::undefined(key.str());
     }
 }
 
 Value Renderer::attr(const Value& obj, const std::string& name) {
-    auto unsafe = [&]() -> Value { fail("access to attribute '" + name + "' of '" + type_name(obj) + "' object is unsafe"); };
+    // The sandbox's answer to a method that modifies its object: an undefined
+    // value that fails when used (printed, it is empty).
+    auto unsafe = [&]() -> Value {
+        return Value::undefined(name, "access to attribute '" + name + "' of '" + type_name(obj) + "' object is unsafe");
+    };
     switch (obj.type()) {
-        case Value::Type::Undefined: fail("'" + obj.undefined_name() + "' is undefined");
+        case Value::Type::Undefined: fail(obj.undefined_message());
         case Value::Type::Dict: {
             const Dict& d = obj.as_dict();
             if (d.is_namespace) {
@@ -275,23 +284,24 @@ Value Renderer::attr(const Value& obj, const std::string& name) {
                 return Value::undefined(name);
             }
             const auto dp = obj.dict_ptr();
+            // Views, as Python's: dict_items([('a', 1)]) of (key, value) tuples.
             if (name == "items")
                 return fn("items", [dp](Renderer&, Args&) {
                     List l;
-                    for (const auto& [k, v] : dp->items) l.emplace_back(List{k, v});
-                    return Value(std::move(l));
+                    for (const auto& [k, v] : dp->items) l.push_back(Value::tuple({k, v}));
+                    return Value::sequence(Value::Seq::Items, std::move(l));
                 });
             if (name == "keys")
                 return fn("keys", [dp](Renderer&, Args&) {
                     List l;
                     for (const auto& [k, v] : dp->items) l.emplace_back(k);
-                    return Value(std::move(l));
+                    return Value::sequence(Value::Seq::Keys, std::move(l));
                 });
             if (name == "values")
                 return fn("values", [dp](Renderer&, Args&) {
                     List l;
                     for (const auto& [k, v] : dp->items) l.push_back(v);
-                    return Value(std::move(l));
+                    return Value::sequence(Value::Seq::Values, std::move(l));
                 });
             if (name == "get")
                 return fn("get", [dp](Renderer& r, Args& a) {
@@ -308,8 +318,9 @@ Value Renderer::attr(const Value& obj, const std::string& name) {
             return Value::undefined(name);
         }
         case Value::Type::List: {
-            if (name == "append" || name == "extend" || name == "insert" || name == "pop" || name == "remove" ||
-                name == "sort" || name == "reverse" || name == "clear")
+            if (obj.is_dict_view()) return Value::undefined(name);
+            if (!obj.is_tuple() && (name == "append" || name == "extend" || name == "insert" || name == "pop" ||
+                                    name == "remove" || name == "sort" || name == "reverse" || name == "clear"))
                 return unsafe();
             const List l = obj.as_list();
             if (name == "index")
@@ -327,6 +338,10 @@ Value Renderer::attr(const Value& obj, const std::string& name) {
             return Value::undefined(name);
         }
         case Value::Type::String: break;
+        case Value::Type::Function:
+            if (const auto& at = obj.as_function().attrs)
+                if (const Value* v = at->find(name)) return *v;
+            return Value::undefined(name);
         default: return Value::undefined(name);
     }
     const std::string s = obj.as_string();
@@ -337,7 +352,7 @@ Value Renderer::attr(const Value& obj, const std::string& name) {
         f = [s, starts](Renderer& r, Args& a) {
             const Value* p = arg(a, 0, "prefix");
             if (!p) r.fail("startswith/endswith takes 1 argument");
-            List options = p->is_list() ? p->as_list() : List{*p};
+            List options = p->is_tuple() ? p->as_list() : List{*p};   // a tuple of prefixes, not a list
             for (const Value& o : options) {
                 const std::string& t = want_string(r, o, "startswith/endswith");
                 if (t.size() <= s.size() && (starts ? s.compare(0, t.size(), t) == 0 : s.compare(s.size() - t.size(), t.size(), t) == 0))

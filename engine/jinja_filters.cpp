@@ -94,7 +94,8 @@ bool Renderer::test(const std::string& name, const Value& v, Args& a) {
     if (name == "float") return v.is_float();
     if (name == "mapping") return v.is_dict() && !v.as_dict().is_namespace;
     if (name == "iterable") return v.is_list() || v.is_generator() || v.is_string() || (v.is_dict() && !v.as_dict().is_namespace) || v.is_undefined();
-    if (name == "sequence") return v.is_undefined() || v.is_list() || v.is_string() || (v.is_dict() && !v.as_dict().is_namespace);
+    if (name == "sequence")   // len() and [] both: a dict view has no []
+        return v.is_undefined() || (v.is_list() && !v.is_dict_view()) || v.is_string() || (v.is_dict() && !v.as_dict().is_namespace);
     if (name == "callable") return v.is_function();
     if (name == "lower" || name == "upper") {   // str.islower()/isupper(): some cased letter, none of the other case
         bool cased = false;   // of str(value), as jinja2 tests it
@@ -393,7 +394,7 @@ Value Renderer::filter(const std::string& name, const Value& v, Args& a) {
         List l;
         if (name == "dictsort") {
             if (!v.is_dict()) fail("dictsort: expected a mapping");
-            for (const auto& [k, x] : v.as_dict().items) l.emplace_back(List{k, x});
+            for (const auto& [k, x] : v.as_dict().items) l.push_back(Value::tuple({k, x}));
         } else {
             l = seq();
         }
@@ -459,6 +460,15 @@ Value Renderer::filter(const std::string& name, const Value& v, Args& a) {
         } catch (const Error& e) {
             return Value::generator({}, e.what());
         }
+    }
+    if (name == "format") {   // value % args (or % kwargs as a dict)
+        if (!a.pos.empty() && !a.kw.empty()) fail("format: can't handle positional and keyword arguments at the same time");
+        Value args = Value::tuple(a.pos);
+        if (!a.kw.empty()) {
+            args = Value::dict();
+            for (const auto& [k, x] : a.kw) args.as_dict().set(Value(k), x);
+        }
+        return percent_format(*this, v.is_string() ? v : Value(v.str()), args);
     }
     if (name == "center") {
         const Value* w = arg(a, 0, "width");

@@ -1,6 +1,7 @@
 // Jinja parser: tokens (jinja_lex.cpp) to the syntax tree, by recursive
 // descent with jinja2's operator precedence. Nesting is bounded
 // (Limits::max_nesting) so that no template can exhaust the stack.
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 
@@ -10,6 +11,128 @@ namespace ptxlm::jinja::detail {
 namespace {
 
 [[noreturn]] void fail(int line, const std::string& msg) { throw Error("line " + std::to_string(line) + ": " + msg); }
+
+// jinja2's find_undeclared: which of `names` a macro body reads before
+// anything assigns them, visiting the nodes in jinja2's order (a for loop's
+// target, a set's target or a nested macro's parameter of that name hides it
+// from what follows). Nested macros and call blocks count, as in jinja2.
+struct Undeclared {
+    std::vector<std::string> names, found;
+
+    void name(const std::string& n, bool load) {
+        auto it = std::find(names.begin(), names.end(), n);
+        if (it == names.end()) return;
+        if (load) {
+            if (std::find(found.begin(), found.end(), n) == found.end()) found.push_back(n);
+        } else {
+            names.erase(it);
+        }
+    }
+    bool has(const char* n) const { return std::find(found.begin(), found.end(), n) != found.end(); }
+
+    void expr(const ExprPtr& e) {
+        if (!e) return;
+        if (e->kind == Expr::Kind::Name) name(e->name, true);
+        // Fields in jinja2's order: the operand (a; a conditional's test), then the rest.
+        expr(e->a);
+        if (e->kind == Expr::Kind::Dict) {
+            for (size_t i = 0; i < e->args.size(); ++i) {
+                expr(e->args[i]);
+                expr(e->kwargs[i].second);
+            }
+            return;
+        }
+        if (e->kind == Expr::Kind::Call || e->kind == Expr::Kind::Filter || e->kind == Expr::Kind::Test) {
+            for (const auto& x : e->args) expr(x);
+            for (const auto& [k, x] : e->kwargs) expr(x);
+            expr(e->b);
+            expr(e->c);
+            return;
+        }
+        expr(e->b);
+        expr(e->c);
+        for (const auto& x : e->args) expr(x);
+        for (const auto& [k, x] : e->kwargs) expr(x);
+    }
+    void params(const std::vector<Param>& ps) {
+        for (const Param& p : ps) name(p.name, false);
+        for (const Param& p : ps) expr(p.default_value);
+    }
+    void body(const Body& b) {
+        for (const StmtPtr& st : b) stmt(*st);
+    }
+    void stmt(const Stmt& st) {
+        switch (st.kind) {
+            case Stmt::Kind::Text:
+            case Stmt::Kind::Break:
+            case Stmt::Kind::Continue:
+            case Stmt::Kind::Block:          // jinja2 does not look into blocks
+            case Stmt::Kind::NeedsLoader: return;
+            case Stmt::Kind::Output: expr(st.expr); return;
+            case Stmt::Kind::If:
+                for (const auto& [c, b] : st.branches) {
+                    expr(c);
+                    body(b);
+                }
+                body(st.else_body);
+                return;
+            case Stmt::Kind::For:
+                for (const auto& t : st.targets) name(t, false);
+                expr(st.expr);
+                body(st.body);
+                body(st.else_body);
+                expr(st.cond);
+                return;
+            case Stmt::Kind::Set:
+                if (st.text.empty())   // `set ns.x` assigns no name
+                    for (const auto& t : st.targets) name(t, false);
+                expr(st.expr);
+                return;
+            case Stmt::Kind::SetBlock:
+                name(st.targets[0], false);
+                expr(st.expr);
+                body(st.body);
+                return;
+            case Stmt::Kind::Macro:
+                params(st.params);
+                body(st.body);
+                return;
+            case Stmt::Kind::CallBlock:
+                expr(st.expr);
+                params(st.params);
+                body(st.body);
+                return;
+            case Stmt::Kind::FilterBlock:
+                body(st.body);
+                expr(st.expr);
+                return;
+            case Stmt::Kind::With:
+                for (const Param& p : st.params) name(p.name, false);
+                for (const Param& p : st.params) expr(p.default_value);
+                body(st.body);
+                return;
+        }
+    }
+};
+
+// A macro's or a call block's special names, as jinja2's compiler decides
+// them (macro_body): each only when the body reads it and no parameter has
+// its name; a `caller` parameter needs a default.
+void special_names(Stmt& s) {
+    Undeclared u;
+    u.names = {"caller", "kwargs", "varargs"};
+    u.body(s.body);
+    auto param = [&](const char* n) -> const Param* {
+        for (const Param& p : s.params)
+            if (p.name == n) return &p;
+        return nullptr;
+    };
+    if (u.has("caller") && param("caller") && !param("caller")->default_value)
+        fail(s.line, "When defining macros or call blocks the special \"caller\" argument must be omitted or be given a default.");
+    s.uses_caller = u.has("caller") && !param("caller");
+    s.catch_kwargs = u.has("kwargs") && !param("kwargs");
+    s.catch_varargs = u.has("varargs") && !param("varargs");
+}
 
 class Parser {
 public:
@@ -26,6 +149,7 @@ private:
     size_t i_ = 0;
     const Limits& limits_;
     int depth_ = 0;
+    std::vector<std::string> blocks_;   // the block names so far: each may be defined once
 
     struct Depth {
         Parser& p;
@@ -157,7 +281,7 @@ private:
             if (!skip_name("in")) fail(cur().line, "expected 'in' in for loop, got " + describe(cur()));
             s->expr = parse_tuple(/*no_condexpr=*/true);
             if (skip_name("if")) s->cond = parse_expression();
-            if (skip_name("recursive")) fail(line, "recursive for loops are not supported");
+            s->recursive = skip_name("recursive");
             expect_block_end();
             s->body = parse_body({"endfor", "else"}, end);
             if (end == "else") {
@@ -193,6 +317,7 @@ private:
             expect_block_end();
             s->body = parse_body({"endmacro"}, end);
             if (cur().kind == Token::Kind::Name && cur().text == s->text) ++i_;
+            special_names(*s);
         } else if (kw == "call") {
             s->kind = Stmt::Kind::CallBlock;
             if (is_op("(")) parse_params(s->params);
@@ -200,11 +325,61 @@ private:
             if (s->expr->kind != Expr::Kind::Call) fail(line, "expected a call after 'call'");
             expect_block_end();
             s->body = parse_body({"endcall"}, end);
+            special_names(*s);
         } else if (kw == "filter") {
             s->kind = Stmt::Kind::FilterBlock;
             s->expr = parse_filters(nullptr, /*first_without_bar=*/true);
             expect_block_end();
             s->body = parse_body({"endfilter"}, end);
+        } else if (kw == "with") {   // {% with a = 1, b = x %}: a scope with those names
+            s->kind = Stmt::Kind::With;
+            while (cur().kind != Token::Kind::BlockEnd) {
+                if (!s->params.empty()) expect_op(",");
+                Param p;
+                p.name = expect_name();
+                expect_op("=");
+                p.default_value = parse_expression();
+                s->params.push_back(std::move(p));
+            }
+            expect_block_end();
+            s->body = parse_body({"endwith"}, end);
+        } else if (kw == "include" || kw == "import" || kw == "from" || kw == "extends") {
+            // Parsed as jinja2 parses them; running one fails as in jinja2, whose
+            // environment in apply_chat_template has no loader to read templates.
+            s->kind = Stmt::Kind::NeedsLoader;
+            s->text = "'" + kw + "' is not supported: a chat template cannot load other templates";
+            parse_expression();
+            if (kw == "include" && is_name("ignore") && peek().kind == Token::Kind::Name && peek().text == "missing") i_ += 2;
+            if (kw == "import") {
+                if (!skip_name("as")) fail(cur().line, "expected 'as' in import, got " + describe(cur()));
+                expect_name();
+            }
+            if (kw == "from") {
+                if (!skip_name("import")) fail(cur().line, "expected 'import', got " + describe(cur()));
+                do {
+                    if ((is_name("with") || is_name("without")) && peek().kind == Token::Kind::Name && peek().text == "context") break;
+                    expect_name();
+                    if (skip_name("as")) expect_name();
+                } while (skip_op(","));
+            }
+            if (kw != "extends" && (is_name("with") || is_name("without")) && peek().kind == Token::Kind::Name &&
+                peek().text == "context")
+                i_ += 2;
+        } else if (kw == "block") {   // rendered where it stands: a chat template has no inheritance
+            s->kind = Stmt::Kind::Block;
+            s->text = expect_name();
+            for (const auto& b : blocks_)
+                if (b == s->text) fail(line, "block '" + s->text + "' defined twice");
+            blocks_.push_back(s->text);
+            s->scoped = skip_name("scoped");
+            s->required = skip_name("required");
+            expect_block_end();
+            s->body = parse_body({"endblock"}, end);
+            if (cur().kind == Token::Kind::Name && cur().text == s->text) ++i_;
+            if (s->required)
+                for (const StmtPtr& b : s->body)
+                    if (b->kind != Stmt::Kind::Text || b->text.find_first_not_of(" \t\r\n") != std::string::npos)
+                        fail(line, "Required blocks can only contain comments or whitespace");
         } else if (kw == "break" || kw == "continue") {
             s->kind = kw == "break" ? Stmt::Kind::Break : Stmt::Kind::Continue;
         } else if (kw == "generation") {
@@ -228,7 +403,10 @@ private:
             if (skip_op(")")) break;
             Param p;
             p.name = expect_name();
+            for (const Param& q : params)
+                if (q.name == p.name) fail(cur().line, "duplicate argument '" + p.name + "' in the definition");
             if (skip_op("=")) p.default_value = parse_expression();
+            else if (!params.empty() && params.back().default_value) fail(cur().line, "non-default argument follows default argument");
             params.push_back(std::move(p));
         }
     }
@@ -239,6 +417,7 @@ private:
         ExprPtr first = no_condexpr ? parse_or() : parse_expression();
         if (!is_op(",")) return first;
         auto t = node(Expr::Kind::List, line);
+        t->tuple = true;
         t->args.push_back(first);
         while (skip_op(",")) {
             if (cur().kind == Token::Kind::VarEnd || cur().kind == Token::Kind::BlockEnd || is_op(")")) break;
@@ -401,7 +580,11 @@ private:
         }
         if (is_op("(")) {
             ++i_;
-            if (skip_op(")")) return node(Expr::Kind::List, t.line);
+            if (skip_op(")")) {   // ()
+                auto e = node(Expr::Kind::List, t.line);
+                e->tuple = true;
+                return e;
+            }
             ExprPtr e = parse_tuple();
             expect_op(")");
             return e;
@@ -494,12 +677,24 @@ private:
             if (!first) expect_op(",");
             first = false;
             if (skip_op(")")) break;
-            if (cur().kind == Token::Kind::Name && peek().kind == Token::Kind::Op && peek().text == "=") {
+            // As jinja2: positional, *args, keywords, **kwargs, in that order.
+            const int line = cur().line;
+            if (skip_op("*")) {
+                if (c.b || c.c) fail(line, "invalid syntax for function call expression");
+                c.b = parse_expression();
+            } else if (skip_op("**")) {
+                if (c.c) fail(line, "invalid syntax for function call expression");
+                c.c = parse_expression();
+            } else if (cur().kind == Token::Kind::Name && peek().kind == Token::Kind::Op && peek().text == "=") {
+                if (c.c) fail(line, "invalid syntax for function call expression");
                 std::string k = next().text;
                 ++i_;
+                for (const auto& [name, _] : c.kwargs)
+                    if (name == k) fail(line, "keyword argument repeated: " + k);
                 c.kwargs.emplace_back(std::move(k), parse_expression());
             } else {
-                if (!c.kwargs.empty()) fail(cur().line, "positional argument after keyword argument");
+                if (!c.kwargs.empty()) fail(line, "positional argument after keyword argument");
+                if (c.b || c.c) fail(line, "invalid syntax for function call expression");
                 c.args.push_back(parse_expression());
             }
         }

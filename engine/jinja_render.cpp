@@ -1,19 +1,11 @@
-// The Jinja tree walk: expressions with Python's semantics, statements with
-// jinja2's scoping (a for loop's iteration and a macro call are scopes, an
-// if is not), and the limits that stop a runaway render.
+// The Jinja tree walk's expressions, with Python's semantics, and the limits
+// that stop a runaway render (the statements: jinja_stmt.cpp).
 #include <cmath>
 
 #include "engine/jinja_ast.h"
 
 namespace ptxlm::jinja {
 namespace detail {
-
-namespace {
-// Names no template can write: the caller of a {% call %} block passed to
-// the macro, the body text a {% filter %} block filters.
-constexpr const char* kCallerKey = "\x01" "caller";
-constexpr const char* kBodyKey = "\x01" "body";
-}  // namespace
 
 void Renderer::fail(const std::string& msg) const { throw Error("line " + std::to_string(line) + ": " + msg); }
 
@@ -42,15 +34,6 @@ struct CallDepth {
 
 namespace {
 
-struct EvalDepth {
-    int& d;
-    EvalDepth(int& d_, const Renderer& r) : d(d_) {
-        // The parser bounds nesting; this bounds nesting across macro calls.
-        if (++d > 4 * r.opt.limits.max_nesting + 4 * r.opt.limits.max_call_depth) r.fail("render stopped: evaluation nests too deeply");
-    }
-    ~EvalDepth() { --d; }
-};
-
 bool is_numeric(const Value& v) { return v.is_int() || v.is_float() || v.is_bool(); }
 int64_t to_i(const Value& v) { return v.is_bool() ? int64_t(v.as_bool()) : v.as_int(); }
 bool both_int(const Value& a, const Value& b) { return (a.is_int() || a.is_bool()) && (b.is_int() || b.is_bool()); }
@@ -65,7 +48,15 @@ const char* type_name(const Value& v) {
         case Value::Type::Int: return "int";
         case Value::Type::Float: return "float";
         case Value::Type::String: return "str";
-        case Value::Type::List: return "list";
+        case Value::Type::List:
+            switch (v.seq_kind()) {
+                case Value::Seq::List: return "list";
+                case Value::Seq::Tuple: return "tuple";
+                case Value::Seq::Keys: return "dict_keys";
+                case Value::Seq::Values: return "dict_values";
+                case Value::Seq::Items: return "dict_items";
+            }
+            return "list";
         case Value::Type::Dict: return v.as_dict().is_namespace ? "Namespace" : "dict";
         case Value::Type::Function: return "function";
         case Value::Type::Generator: return "generator";
@@ -114,15 +105,15 @@ bool less_than(Renderer& r, const Value& a, const Value& b) {
         return a.as_number() < b.as_number();
     }
     if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();
-    if (a.is_list() && b.is_list()) {
+    if (a.is_list() && b.is_list() && a.seq_kind() == b.seq_kind() && !a.is_dict_view()) {   // list < tuple fails
         const List &x = a.as_list(), &y = b.as_list();
         for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
             if (!(x[i] == y[i])) return less_than(r, x[i], y[i]);
         }
         return x.size() < y.size();
     }
-    if (a.is_undefined()) r.fail("'" + a.undefined_name() + "' is undefined");
-    if (b.is_undefined()) r.fail("'" + b.undefined_name() + "' is undefined");
+    if (a.is_undefined()) r.fail(a.undefined_message());
+    if (b.is_undefined()) r.fail(b.undefined_message());
     r.fail(std::string("'<' not supported between instances of '") + type_name(a) + "' and '" + type_name(b) + "'");
 }
 
@@ -154,11 +145,30 @@ Args Renderer::eval_args(const Expr& e, const ScopePtr& scope) {
     Args args;
     for (const auto& a : e.args) args.pos.push_back(eval(*a, scope));
     for (const auto& [k, a] : e.kwargs) args.kw.emplace_back(k, eval(*a, scope));
+    if (e.b) {   // f(*xs): the items of xs follow the positional arguments
+        const Value xs = eval(*e.b, scope);
+        line = e.line;
+        if (xs.is_none() || xs.is_bool() || xs.is_number() || xs.is_function())
+            fail(std::string("Value after * must be an iterable, not ") + type_name(xs));
+        for (Value& v : iterate(xs)) args.pos.push_back(std::move(v));
+    }
+    if (e.c) {   // f(**d): d's items are keyword arguments
+        const Value d = eval(*e.c, scope);
+        line = e.line;
+        if (!d.is_dict() || d.as_dict().is_namespace) fail(std::string("argument after ** must be a mapping, not ") + type_name(d));
+        for (const auto& [k, v] : d.as_dict().items) {
+            if (!k.is_string()) fail("keywords must be strings");
+            for (const auto& [name, _] : args.kw)
+                if (name == k.as_string()) fail("got multiple values for keyword argument '" + name + "'");
+            args.kw.emplace_back(k.as_string(), v);
+        }
+    }
+    check_items(args.pos.size());
     return args;
 }
 
 Value Renderer::call(const Value& f, Args& args) {
-    if (f.is_undefined()) fail("'" + f.undefined_name() + "' is undefined");
+    if (f.is_undefined()) fail(f.undefined_message());
     if (!f.is_function()) fail(std::string("'") + type_name(f) + "' object is not callable");
     step();
     CallDepth d(*this);
@@ -170,8 +180,8 @@ Value Renderer::call(const Value& f, Args& args) {
 
 Value binary_op(Renderer& r, const std::string& op, const Value& a, const Value& b) {
     auto undefined_check = [&] {
-        if (a.is_undefined()) r.fail("'" + a.undefined_name() + "' is undefined");
-        if (b.is_undefined()) r.fail("'" + b.undefined_name() + "' is undefined");
+        if (a.is_undefined()) r.fail(a.undefined_message());
+        if (b.is_undefined()) r.fail(b.undefined_message());
     };
     auto unsupported = [&]() {
         undefined_check();
@@ -251,16 +261,20 @@ Value binary_op(Renderer& r, const std::string& op, const Value& a, const Value&
             m.append(b);
             return m.take();
         }
-        if (a.is_list() && b.is_list()) {
+        if (a.is_list() && b.is_list() && !a.is_dict_view() && !b.is_dict_view()) {
+            if (a.seq_kind() != b.seq_kind())
+                r.fail(std::string("can only concatenate ") + type_name(a) + " (not \"" + type_name(b) + "\") to " + type_name(a));
             List l = a.as_list();
             r.check_items(l.size() + b.as_list().size());
             r.step(int64_t(l.size() + b.as_list().size()) / 16 + 1);
             l.insert(l.end(), b.as_list().begin(), b.as_list().end());
-            return Value(std::move(l));
+            return Value::sequence(a.seq_kind(), std::move(l));
         }
     }
+    if (op == "%" && a.is_string()) return percent_format(r, a, b);   // "%s" % x
     const bool a_int = a.is_int() || a.is_bool(), b_int = b.is_int() || b.is_bool();
-    if (op == "*" && (a_int || b_int) && (a.is_string() || b.is_string() || a.is_list() || b.is_list())) {
+    const auto repeatable = [](const Value& v) { return v.is_string() || (v.is_list() && !v.is_dict_view()); };
+    if (op == "*" && (a_int || b_int) && (repeatable(a) || repeatable(b))) {
         const Value& seq = a_int ? b : a;
         const int64_t n = std::max<int64_t>(0, to_i(a_int ? a : b));
         if (seq.is_string()) {
@@ -276,10 +290,19 @@ Value binary_op(Renderer& r, const std::string& op, const Value& a, const Value&
         r.step(int64_t(len * size_t(n)) / 16);
         List l;
         for (int64_t i = 0; i < n; ++i) l.insert(l.end(), seq.as_list().begin(), seq.as_list().end());
-        return Value(std::move(l));
+        return Value::sequence(seq.seq_kind(), std::move(l));
     }
     unsupported();
     return Value();
+}
+
+bool hashable(const Value& v) {
+    if (v.is_dict()) return v.as_dict().is_namespace;   // a Namespace hashes by identity
+    if (!v.is_list()) return true;
+    if (!v.is_tuple()) return false;
+    for (const Value& x : v.as_list())
+        if (!hashable(x)) return false;
+    return true;
 }
 
 namespace {
@@ -294,7 +317,7 @@ bool contains(Renderer& r, const Value& item, const Value& seq) {
                 if (v == item) return true;
             return false;
         case Value::Type::Dict:
-            if (item.is_list() || item.is_dict()) r.fail(std::string("unhashable type: '") + type_name(item) + "'");
+            if (!hashable(item)) r.fail(std::string("unhashable type: '") + type_name(item) + "'");
             return seq.as_dict().find_key(item) != nullptr;
         case Value::Type::Undefined: return false;
         case Value::Type::Generator:
@@ -355,13 +378,13 @@ Value Renderer::eval(const Expr& e, const ScopePtr& scope) {
         case Expr::Kind::List: {
             List l;
             for (const auto& a : e.args) l.push_back(eval(*a, scope));
-            return Value(std::move(l));
+            return e.tuple ? Value::tuple(std::move(l)) : Value(std::move(l));
         }
         case Expr::Kind::Dict: {
             auto d = std::make_shared<Dict>();
             for (size_t i = 0; i < e.args.size(); ++i) {
                 Value k = eval(*e.args[i], scope);
-                if (k.is_list() || k.is_dict() || k.is_undefined()) fail(std::string("unhashable type: '") + type_name(k) + "'");
+                if (!hashable(k) || k.is_undefined()) fail(std::string("unhashable type: '") + type_name(k) + "'");
                 d->set(std::move(k), eval(*e.kwargs[i].second, scope));
             }
             return Value(std::move(d));
@@ -383,12 +406,13 @@ Value Renderer::eval(const Expr& e, const ScopePtr& scope) {
             const Value c = e.c ? eval(*e.c, scope) : Value(nullptr);
             const Value st = e.args.empty() ? Value(nullptr) : eval(*e.args[0], scope);
             line = e.line;
-            if (obj.is_undefined()) fail("'" + obj.undefined_name() + "' is undefined");
+            if (obj.is_undefined()) fail(obj.undefined_message());
+            if (obj.is_dict_view()) fail(std::string("'") + type_name(obj) + "' object is not subscriptable");
             if (obj.is_list()) {
                 const List& src = obj.as_list();
                 List out;
                 for (int64_t i : slice_indices(*this, int64_t(src.size()), b, c, st)) out.push_back(src[size_t(i)]);
-                return Value(std::move(out));
+                return Value::sequence(obj.seq_kind(), std::move(out));   // a tuple's slice is a tuple
             }
             if (obj.is_string()) {
                 const std::string& str = obj.as_string();
@@ -436,7 +460,7 @@ Value Renderer::eval(const Expr& e, const ScopePtr& scope) {
                 return Value(-to_i(v));
             }
             if (v.is_float()) return Value(e.name == "-" ? -v.as_float() : v.as_float());
-            if (v.is_undefined()) fail("'" + v.undefined_name() + "' is undefined");
+            if (v.is_undefined()) fail(v.undefined_message());
             fail("bad operand type for unary " + e.name + ": '" + type_name(v) + "'");
         }
         case Expr::Kind::Binary: {
@@ -471,252 +495,5 @@ Value Renderer::eval(const Expr& e, const ScopePtr& scope) {
     fail("unknown expression");
 }
 
-void Renderer::assign(const Stmt& s, const ScopePtr& scope, Value v) {
-    if (!s.text.empty()) {   // set ns.attr
-        const Value* ns = scope->find(s.targets[0]);
-        if (!ns || !ns->is_dict() || !ns->as_dict().is_namespace) fail("cannot assign attribute on non-namespace object");
-        ns->as_dict().set(s.text, std::move(v));
-        return;
-    }
-    if (s.targets.size() == 1) {
-        scope->set(s.targets[0], std::move(v));
-        return;
-    }
-    List items = iterate(v);
-    if (items.size() != s.targets.size())
-        fail("cannot unpack " + std::to_string(items.size()) + " values into " + std::to_string(s.targets.size()));
-    for (size_t i = 0; i < items.size(); ++i) scope->set(s.targets[i], items[i]);
-}
-
-namespace {
-// loop.cycle(a, b, ...): the argument at this iteration's index, round robin.
-Value cycle(int64_t index) {
-    auto f = std::make_shared<Function>();
-    f->name = "cycle";
-    f->call = [index](Renderer& r, Args& a) {
-        if (a.pos.empty()) r.fail("no items for cycling given");
-        return a.pos[size_t(index % int64_t(a.pos.size()))];
-    };
-    return Value(std::shared_ptr<const Function>(std::move(f)));
-}
-}  // namespace
-
-Flow Renderer::exec_for(const Stmt& s, const ScopePtr& scope, MarkedText& out) {
-    List items = iterate(eval(*s.expr, scope));
-    line = s.line;
-    auto bind = [&](const ScopePtr& it, const Value& v) {
-        if (s.targets.size() == 1) {
-            it->set(s.targets[0], v);
-            return;
-        }
-        List parts = iterate(v);
-        if (parts.size() != s.targets.size())
-            fail("cannot unpack " + std::to_string(parts.size()) + " values into " + std::to_string(s.targets.size()));
-        for (size_t i = 0; i < parts.size(); ++i) it->set(s.targets[i], parts[i]);
-    };
-    if (s.cond) {   // `for x in xs if c`: filtered first, so loop.* count only what passes
-        List kept;
-        for (const Value& v : items) {
-            step();
-            auto it = std::make_shared<Scope>();
-            it->parent = scope;
-            bind(it, v);
-            if (eval(*s.cond, it).truthy()) kept.push_back(v);
-        }
-        items = std::move(kept);
-    }
-    const int64_t n = int64_t(items.size());
-    for (int64_t i = 0; i < n; ++i) {
-        step();
-        auto it = std::make_shared<Scope>();
-        it->parent = scope;
-        auto loop = std::make_shared<Dict>();
-        loop->items = {{"index", Value(i + 1)},
-                       {"index0", Value(i)},
-                       {"revindex", Value(n - i)},
-                       {"revindex0", Value(n - i - 1)},
-                       {"first", Value(i == 0)},
-                       {"last", Value(i == n - 1)},
-                       {"length", Value(n)},
-                       {"depth", Value(1)},
-                       {"depth0", Value(0)},
-                       {"previtem", i > 0 ? items[size_t(i - 1)] : Value::undefined("previtem")},
-                       {"nextitem", i + 1 < n ? items[size_t(i + 1)] : Value::undefined("nextitem")},
-                       {"cycle", cycle(i)}};
-        it->vars.emplace_back("loop", Value(std::move(loop)));
-        bind(it, items[size_t(i)]);
-        if (exec(s.body, it, out) == Flow::Break) break;
-    }
-    if (n == 0 && !s.else_body.empty()) {
-        auto it = std::make_shared<Scope>();
-        it->parent = scope;
-        exec(s.else_body, it, out);
-    }
-    return Flow::Normal;
-}
-
-Value Renderer::call_macro(const Stmt& m, const std::weak_ptr<Scope>& def_scope, Args& args) {
-    auto scope = std::make_shared<Scope>();
-    scope->parent = def_scope.lock();
-    if (!scope->parent) fail("macro '" + m.text + "' called after its scope ended");
-    if (args.pos.size() > m.params.size())
-        fail("macro '" + m.text + "' takes not more than " + std::to_string(m.params.size()) + " argument(s)");
-    for (size_t i = 0; i < m.params.size(); ++i) {
-        const Param& p = m.params[i];
-        Value v;
-        bool have = false;
-        if (i < args.pos.size()) {
-            v = args.pos[i];
-            have = true;
-        }
-        for (auto& [k, a] : args.kw) {
-            if (k == p.name) {
-                if (have) fail("macro '" + m.text + "' got multiple values for argument '" + p.name + "'");
-                v = a;
-                have = true;
-            }
-        }
-        if (!have) v = p.default_value ? eval(*p.default_value, scope) : Value::undefined(p.name);
-        scope->set(p.name, std::move(v));
-    }
-    for (auto& [k, a] : args.kw) {
-        if (k == kCallerKey) {
-            scope->set("caller", a);
-            continue;
-        }
-        bool known = false;
-        for (const Param& p : m.params) known = known || p.name == k;
-        if (!known) fail("macro '" + m.text + "' takes no keyword argument '" + k + "'");
-    }
-    MarkedText out;
-    exec(m.body, scope, out);
-    return out.take();
-}
-
-Flow Renderer::exec(const Body& body, const ScopePtr& scope, MarkedText& out) {
-    EvalDepth depth(eval_depth_, *this);
-    for (const StmtPtr& sp : body) {
-        const Stmt& s = *sp;
-        line = s.line;
-        switch (s.kind) {
-            case Stmt::Kind::Text:
-                check_size(out.text.size() + s.text.size());
-                out.append_code(s.text);
-                break;
-            case Stmt::Kind::Output: {
-                const Value v = eval(*s.expr, scope);
-                if (v.is_string()) check_size(out.text.size() + v.as_string().size());
-                out.append(v);
-                check_size(out.text.size());
-                break;
-            }
-            case Stmt::Kind::If: {
-                const Body* taken = &s.else_body;
-                for (const auto& [cond, b] : s.branches) {
-                    if (eval(*cond, scope).truthy()) {
-                        taken = &b;
-                        break;
-                    }
-                }
-                if (const Flow f = exec(*taken, scope, out); f != Flow::Normal) return f;   // break/continue
-                break;
-            }
-            case Stmt::Kind::For: exec_for(s, scope, out); break;
-            case Stmt::Kind::Set: assign(s, scope, eval(*s.expr, scope)); break;
-            case Stmt::Kind::SetBlock: {
-                MarkedText text;
-                exec(s.body, scope, text);
-                Value v = text.take();
-                if (s.expr) {
-                    auto fs = std::make_shared<Scope>();
-                    fs->parent = scope;
-                    fs->vars.emplace_back(kBodyKey, v);
-                    v = eval(*s.expr, fs);
-                }
-                scope->set(s.targets[0], std::move(v));
-                break;
-            }
-            case Stmt::Kind::Macro: {
-                std::weak_ptr<Scope> def = scope;
-                auto f = std::make_shared<Function>();
-                f->name = s.text;
-                f->call = [sp, def](Renderer& r, Args& a) { return r.call_macro(*sp, def, a); };
-                scope->set(s.text, Value(std::shared_ptr<const Function>(std::move(f))));
-                break;
-            }
-            case Stmt::Kind::CallBlock: {
-                std::weak_ptr<Scope> def = scope;
-                auto caller = std::make_shared<Function>();
-                caller->name = "caller";
-                caller->call = [sp, def](Renderer& r, Args& a) {
-                    Stmt m = *sp;   // caller(params) renders the call block's body
-                    m.text = "caller";
-                    return r.call_macro(m, def, a);
-                };
-                const Expr& c = *s.expr;
-                Value f = eval(*c.a, scope);
-                if (!f.is_function()) fail("'call' needs a macro");
-                Args args = eval_args(c, scope);
-                args.kw.emplace_back(kCallerKey, Value(std::shared_ptr<const Function>(std::move(caller))));
-                out.append(call(f, args));
-                check_size(out.text.size());
-                break;
-            }
-            case Stmt::Kind::FilterBlock: {
-                MarkedText text;
-                exec(s.body, scope, text);
-                auto fs = std::make_shared<Scope>();
-                fs->parent = scope;
-                fs->vars.emplace_back(kBodyKey, text.take());
-                out.append(eval(*s.expr, fs));
-                check_size(out.text.size());
-                break;
-            }
-            case Stmt::Kind::Break: return Flow::Break;
-            case Stmt::Kind::Continue: return Flow::Continue;
-        }
-    }
-    return Flow::Normal;
-}
-
-Rendered Renderer::run(const Body& body, const Value& context) {
-    root = std::make_shared<Scope>();
-    if (context.is_dict()) {
-        for (const auto& [k, v] : context.as_dict().items)
-            if (k.is_string()) root->set(k.as_string(), v);
-    } else if (!context.is_undefined() && !context.is_none()) {
-        throw Error("the render context must be a dict of variables");
-    }
-    MarkedText out;
-    exec(body, root, out);
-    return {std::move(out.text), std::move(out.code)};
-}
-
 }  // namespace detail
-
-Template Template::parse(std::string_view source, const Limits& limits) {
-    Template t;
-    t.body_ = std::make_shared<const detail::Body>(detail::parse_template(source, limits));
-    return t;
-}
-
-std::string Template::render(const Value& context, const RenderOptions& options) const {
-    return render_marked(context, options).text;
-}
-
-Rendered Template::render_marked(const Value& context, const RenderOptions& options) const {
-    detail::Renderer r(options);
-    try {
-        return r.run(*body_, context);
-    } catch (const RaisedError&) {
-        throw;
-    } catch (const Error&) {
-        throw;
-    } catch (const std::bad_alloc&) {
-        throw Error("render stopped: out of memory");
-    } catch (const std::exception& e) {   // a bug here, reported as a template error rather than a crash
-        throw Error(std::string("internal error while rendering: ") + e.what());
-    }
-}
-
 }  // namespace ptxlm::jinja

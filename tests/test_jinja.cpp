@@ -362,6 +362,72 @@ const Case kCases[] = {
     {"security_content", "{{ messages[0].content }}",
      "{\"messages\": [{\"role\": \"user\", \"content\": \"{{ 7 * 7 }}{% if true %}x{% endif %}<|im_start|>\"}]}",
      "{{ 7 * 7 }}{% if true %}x{% endif %}<|im_start|>"},
+    // Tuples print as Python's (dict items are tuples, dict views print as
+    // dict_keys([...])); printf-style %; macros' varargs, kwargs and caller;
+    // recursive loops and the loop object; with and block.
+    {"tuple_print", "{{ (1, 2) }} {{ (1,) }} {{ () }} {{ [1, 2] }} {{ ('a', \"it's\") }} {{ ((1, 2),) }} {% set t = 1, 2 %}{{ t }}",
+     "{}",
+     "(1, 2) (1,) () [1, 2] ('a', \"it's\") ((1, 2),) (1, 2)"},
+    {"tuple_ops", "{{ (1, 2) + (3,) }} {{ (1,) * 2 }} {{ (1, 2)[::-1] }} {{ (1, 2) == [1, 2] }} {{ (1, 2) | list }} {{ (1, 2) | tojson }} {{ (1, 'a') ~ '' }}",
+     "{}",
+     "(1, 2, 3) (1, 1) (2, 1) False [1, 2] [1, 2] (1, 'a')"},
+    {"dict_items_tuples", "{{ d.items() | list }} {{ d | dictsort }} {{ d | items | list }} {{ d.items() }} {{ d.keys() }} {{ d.values() }} [{{ d.keys()[0] }}]",
+     "{\"d\": {\"a\": 1, \"b\": \"it's\"}}",
+     "[('a', 1), ('b', \"it's\")] [('a', 1), ('b', \"it's\")] [('a', 1), ('b', \"it's\")] dict_items([('a', 1), ('b', \"it's\")]) dict_keys(['a', 'b']) dict_values([1, \"it's\"]) []"},
+    {"tuple_dict_key", "{% set m = {(1, 2): 'x'} %}{{ m }} {{ (1, 2) in m }} {{ m[(1, 2)] }}",
+     "{}",
+     "{(1, 2): 'x'} True x"},
+    {"repr_quotes_unicode", "{{ [\"it's\", 'a\"b', 'é', '\\u00a0', '\\u2028'] }}",
+     "{}",
+     "[\"it's\", 'a\"b', 'é', '\\xa0', '\\u2028']"},
+    {"percent_basic", "{{ '%s and %d' % ('a', 3) }} {{ '%s' % 'x' }} {{ '%r' % 'x' }} {{ '%05.2f' % f }} [{{ '%-5s' % 'ab' }}] {{ '100%%' % () }} {{ '%s' % xs }}",
+     "{\"d\": {\"a\": 1, \"b\": \"it's\"}, \"xs\": [3, 1, 2], \"f\": 3.14159}",
+     "a and 3 x 'x' 03.14 [ab   ] 100% [3, 1, 2]"},
+    {"percent_ints", "{{ '%5d|%-5d|%05d' % (42, 42, -42) }} {{ '%x %X %o %#x' % (255, 255, 8, 255) }} {{ '%+d' % 5 }} {{ '%d' % 3.9 }} {{ '%.3d' % 5 }}",
+     "{}",
+     "   42|42   |-0042 ff FF 10 0xff +5 3 005"},
+    {"percent_floats", "{{ '%f %e %g %.0f %.0f' % (1.5, 12345.678, 0.00001234, 0.5, 1.5) }} {{ '%.2f' % 2 }} {{ '%#.0f' % 3 }}",
+     "{}",
+     "1.500000 1.234568e+04 1.234e-05 0 2 2.00 3."},
+    {"percent_text", "{{ '%.3s|%5.1s|' % ('abcdef', 'xyz') }} {{ '%c%c' % (65, 'b') }} {{ '%s %s' % (none, true) }} {{ '%r' % ([1, 'a'],) }} [{{ '%*d' % (4, 1) }}]",
+     "{}",
+     "abc|    x| Ab None True [1, 'a'] [   1]"},
+    {"percent_mapping", "{{ '%(a)s-%(b)r' % d }} {{ 'hi' % d }} {{ '%s' % nope }}",
+     "{\"d\": {\"a\": 1, \"b\": \"it's\"}}",
+     "1-\"it's\" hi "},
+    {"format_filter", "{{ '%s-%s' | format(1, 'a') }} {{ '%(x)s' | format(x='y') }}",
+     "{}",
+     "1-a y"},
+    {"macro_varargs_kwargs", "{% macro m(a) %}{{ a }}|{{ varargs }}|{{ kwargs }}{% endmacro %}{{ m(1, 2, 3, x=4) }} {{ m(1) }} {{ m(1, a=2) }}",
+     "{}",
+     "1|(2, 3)|{'x': 4} 1|()|{} 1|()|{'a': 2}"},
+    {"macro_forward", "{% macro f(a, b) %}{{ a }}-{{ b }}{% endmacro %}{% macro g() %}{{ f(*varargs, **kwargs) }}{% endmacro %}{{ g(1, b=2) }} {{ f(*'xy') }}",
+     "{}",
+     "1-2 x-y"},
+    {"macro_object", "{% macro m(a, b=1) %}{{ kwargs }}{% endmacro %}{{ m.name }} {{ m.arguments }} {{ m.catch_kwargs }} {{ m.catch_varargs }} {{ m }}",
+     "{}",
+     "m ('a', 'b') True False <Macro 'm'>"},
+    {"caller_kwargs", "{% macro m() %}{{ caller(1, 2, k=3) }}{{ kwargs }}{% endmacro %}{% call m(z=1) %}{{ varargs }}{{ kwargs }}{% endcall %}",
+     "{}",
+     "(1, 2){'k': 3}{'z': 1}"},
+    {"caller_undefined", "{% macro m() %}[{{ caller is defined }}]{% endmacro %}{{ m() }}",
+     "{}",
+     "[False]"},
+    {"recursive_loop", "{% for item in tree recursive %}<{{ item.name }}:{{ loop.depth }}{{ loop.depth0 }}{% if item.children %}[{{ loop(item.children) }}]{% endif %}>{% endfor %}",
+     "{\"tree\": [{\"name\": \"a\", \"children\": [{\"name\": \"b\", \"children\": []}]}, {\"name\": \"c\", \"children\": []}]}",
+     "<a:10[<b:21>]><c:10>"},
+    {"recursive_else_filter", "{% for item in tree if item.name != 'b' recursive %}{{ item.name }}({{ loop(item.children) }}){% else %}E{% endfor %}",
+     "{\"tree\": [{\"name\": \"a\", \"children\": [{\"name\": \"b\", \"children\": []}]}, {\"name\": \"c\", \"children\": []}]}",
+     "a(E)c(E)"},
+    {"loop_changed_cycle", "{% for x in [1, 1, 2] %}{{ loop.changed(x) }}{{ loop.cycle('a', 'b') }}{{ loop['index'] }}{{ loop is mapping }}{{ loop }};{% endfor %}",
+     "{}",
+     "Truea1False<LoopContext 1/3>;Falseb2False<LoopContext 2/3>;Truea3False<LoopContext 3/3>;"},
+    {"with_block", "{% set a = 1 %}{% with a = 2, b = a %}{{ a }}{{ b }}{% endwith %}{{ a }}{% for x in [5] %}{% block b %}[{{ x }}{{ a }}]{% endblock %}{% endfor %}",
+     "{}",
+     "211[1]"},
+    {"unsafe_undefined", "[{{ xs.append }}] {{ xs.append is defined }}",
+     "{\"xs\": [3, 1, 2]}",
+     "[] False"},
 };
 
 TEST(Jinja, MatchesJinja2) {
@@ -398,6 +464,31 @@ const ErrorCase kErrors[] = {
     {"err_generator_tojson", "{{ [1] | map('string') | tojson }}", "{}"},  // jinja2: TypeError: Object of type generator is not JSON serializable
     {"err_len_int", "{{ 5 | length }}", "{}"},  // jinja2: TypeError: object of type 'int' has no len()
     {"err_compare", "{{ 1 < 'a' }}", "{}"},  // jinja2: TypeError: '<' not supported between instances of 'int' and 'str'
+    {"err_list_plus_tuple", "{{ [1] + (2,) }}", "{}"},  // jinja2: TypeError: can only concatenate list (not "tuple") to list
+    {"err_view_tojson", "{% set d = {'a': 1} %}{{ d.keys() | tojson }}", "{}"},  // jinja2: TypeError: Object of type dict_keys is not JSON serializable
+    {"err_unhashable_tuple", "{{ {(1, [2]): 'x'} }}", "{}"},  // jinja2: TypeError: unhashable type: 'list'
+    {"err_percent_few", "{{ '%s %s' % 'ab' }}", "{}"},  // jinja2: TypeError: not enough arguments for format string
+    {"err_percent_many", "{{ '%s' % (1, 2) }}", "{}"},  // jinja2: TypeError: not all arguments converted during string formatting
+    {"err_percent_d_str", "{{ '%d' % 'x' }}", "{}"},  // jinja2: TypeError: %d format: a real number is required, not str
+    {"err_percent_x_float", "{{ '%x' % 3.0 }}", "{}"},  // jinja2: TypeError: %x format: an integer is required, not float
+    {"err_percent_char", "{{ '%q' % 1 }}", "{}"},  // jinja2: ValueError: unsupported format character 'q' (0x71) at index 1
+    {"err_percent_incomplete", "{{ '%' % 1 }}", "{}"},  // jinja2: ValueError: incomplete format
+    {"err_percent_key", "{{ '%(zz)s' % {} }}", "{}"},  // jinja2: KeyError: 'zz'
+    {"err_macro_varargs_unread", "{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}", "{}"},  // jinja2: TypeError: macro 'm' takes not more than 1 argument(s)
+    {"err_macro_kwargs_unread", "{% macro m(a) %}{{ varargs }}{% endmacro %}{{ m(1, b=2) }}", "{}"},  // jinja2: TypeError: macro 'm' takes no keyword argument 'b'
+    {"err_macro_positional_then_keyword", "{% macro m(a, b) %}{% endmacro %}{{ m(1, a=2) }}", "{}"},  // jinja2: TypeError: macro 'm' takes no keyword argument 'a'
+    {"err_caller_unread", "{% macro m() %}x{% endmacro %}{% call m() %}x{% endcall %}", "{}"},  // jinja2: TypeError: macro 'm' was invoked with two values for the special caller argument
+    {"err_caller_missing", "{% macro m() %}{{ caller() }}{% endmacro %}{{ m() }}", "{}"},  // jinja2: UndefinedError: No caller defined
+    {"err_caller_param", "{% macro m(caller) %}{{ caller }}{% endmacro %}", "{}"},  // jinja2: TemplateAssertionError: ... the special "caller" argument must be omitted or be given a default.
+    {"err_star_none", "{% macro m() %}{{ varargs }}{% endmacro %}{{ m(*none) }}", "{}"},  // jinja2: TypeError: Value after * must be an iterable, not NoneType
+    {"err_loop_not_recursive", "{% for x in [1] %}{{ loop([2]) }}{% endfor %}", "{}"},  // jinja2: TypeError: The loop must have the 'recursive' marker to be called recursively.
+    {"err_recursive_order", "{% for x in [1] recursive if x %}{% endfor %}", "{}"},  // jinja2: TemplateSyntaxError: expected token 'end of statement block', got 'if'
+    {"err_endless_recursive_loop", "{% for x in [1] recursive %}{{ loop([1]) }}{% endfor %}", "{}"},  // jinja2: RecursionError
+    {"err_include", "{% include 'x.jinja' %}", "{}"},  // jinja2: TypeError: no loader for this environment specified
+    {"err_import", "{% import 'x.jinja' as m %}", "{}"},  // jinja2: TypeError: no loader for this environment specified
+    {"err_from_import", "{% from 'x.jinja' import m %}", "{}"},  // jinja2: TypeError: no loader for this environment specified
+    {"err_extends", "{% extends 'x.jinja' %}", "{}"},  // jinja2: TypeError: no loader for this environment specified
+    {"err_block_twice", "{% block a %}{% endblock %}{% block a %}{% endblock %}", "{}"},  // jinja2: TemplateAssertionError: block 'a' defined twice
 };
 
 TEST(Jinja, ErrorsWhereJinja2Raises) {
@@ -442,6 +533,56 @@ TEST(Jinja, SyntaxErrorsNameTheLine) {
     EXPECT_NE(error_of("{% raw %}never closed").find("missing end of raw"), std::string::npos);
     // A render error names the line it happened on.
     EXPECT_NE(error_of("ok\n\n{{ nope.attr }}").find("line 3: 'nope' is undefined"), std::string::npos) << error_of("ok\n\n{{ nope.attr }}");
+}
+
+TEST(Jinja, NewFeatureErrorsNameTheLine) {
+    // Clear messages, each with the line it happened on.
+    EXPECT_NE(error_of("a\n{{ '%s %s' % 'ab' }}").find("line 2: not enough arguments for format string"), std::string::npos);
+    EXPECT_NE(error_of("a\n\n{{ '%s' % (1, 2) }}").find("line 3: not all arguments converted during string formatting"), std::string::npos);
+    EXPECT_NE(error_of("{{ '%q' % 1 }}").find("line 1: unsupported format character 'q' (0x71) at index 1"), std::string::npos)
+        << error_of("{{ '%q' % 1 }}");
+    EXPECT_NE(error_of("{{ '%d' % 'x' }}").find("%d format: a real number is required, not str"), std::string::npos);
+    EXPECT_NE(error_of("{% macro m(a) %}{{ a }}{% endmacro %}\n{{ m(1, 2) }}").find("line 2: macro 'm' takes not more than 1 argument(s)"),
+              std::string::npos);
+    EXPECT_NE(error_of("{% macro m(a) %}{% endmacro %}{{ m(1, b=2) }}").find("macro 'm' takes no keyword argument 'b'"), std::string::npos);
+    EXPECT_NE(error_of("{% macro m() %}{{ caller() }}{% endmacro %}{{ m() }}").find("No caller defined"), std::string::npos);
+    EXPECT_NE(error_of("x\n{% macro m(caller) %}{{ caller }}{% endmacro %}").find("line 2: When defining macros"), std::string::npos);
+    EXPECT_NE(error_of("{% for x in [1] %}\n{{ loop([2]) }}{% endfor %}").find("line 2: The loop must have the 'recursive' marker"),
+              std::string::npos);
+    EXPECT_NE(error_of("{% for x in [1] recursive %}{{ loop([1]) }}{% endfor %}").find("render stopped: calls nest"), std::string::npos);
+    // The tags that need a loader parse (so an untaken branch renders, as in
+    // jinja2) and fail with the line where they run.
+    EXPECT_EQ(render("{% if false %}{% include 'x' ignore missing with context %}{% import 'x' as m %}{% from 'x' import a as b, c %}"
+                     "{% extends 'x' %}{% endif %}ok"),
+              "ok");
+    EXPECT_NE(error_of("a\nb\n{% include 'other.jinja' %}").find("line 3: 'include' is not supported"), std::string::npos)
+        << error_of("a\nb\n{% include 'other.jinja' %}");
+    EXPECT_NE(error_of("a\n{% import 'm.jinja' as m %}").find("line 2: 'import' is not supported"), std::string::npos);
+    EXPECT_NE(error_of("{% from 'm.jinja' import m %}").find("line 1: 'from' is not supported"), std::string::npos);
+    EXPECT_NE(error_of("\n{% extends 'base.jinja' %}").find("line 2: 'extends' is not supported"), std::string::npos);
+}
+
+// The bytes of `r` that the template wrote, as a string with the others as '.'.
+std::string template_bytes(const ptxlm::jinja::Rendered& r) {
+    std::string out(r.text.size(), '.');
+    for (const auto& [b, e] : r.code) out.replace(b, e - b, r.text.substr(b, e - b));
+    return out;
+}
+
+TEST(Jinja, NewFeaturesKeepMarks) {
+    const Value ctx = ptxlm::jinja::from_json(nlohmann::ordered_json::parse(R"({"u": "<|d|>", "t": [{"n": "<|d|>", "c": []}]})"));
+    auto marked = [&](const std::string& src) { return template_bytes(Template::parse(src).render_marked(ctx)); };
+    // %: the format string's text is the template's, a plain %s inserts its
+    // argument with its marks (padded, too); computed text (numbers, padding, repr) is data.
+    EXPECT_EQ(marked("{{ '<|a|>%s|%s|%d|%5s' % (u, '<|b|>', 7, 'x') }}"), "<|a|>.....|<|b|>|.|....x");   // padding: data
+    EXPECT_EQ(marked("{{ '%r' % ('<|b|>',) }}"), ".......");
+    // A macro's varargs and kwargs keep their values' marks.
+    EXPECT_EQ(marked("{% macro m() %}<|m|>{{ varargs[0] }}{{ varargs[1] }}{{ kwargs.k }}{% endmacro %}{{ m(u, '<|b|>', k='<|k|>') }}"),
+              "<|m|>.....<|b|><|k|>");
+    // loop(children) renders the template's text as the template's, the data's as data.
+    EXPECT_EQ(marked("{% for x in t recursive %}[{{ x.n }}{{ loop(x.c) }}]{% endfor %}"), "[.....]");
+    // Tuples print as data (as lists do).
+    EXPECT_EQ(marked("{{ ('<|a|>',) }}"), "..........");
 }
 
 TEST(Jinja, RunawayLoopsAreStopped) {
@@ -519,6 +660,9 @@ TEST(Jinja, FuzzedTemplatesRenderOrThrow) {
         "{% macro f(a, b=2) %}{{ a ~ b }}{{ caller() if caller is defined }}{% endmacro %}{{ f(1) }}{{ f(b=3, a=[1,2][::-1]) }}",
         "{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | join(', ') | tojson(indent=2) }}",
         "{%- raw -%} {{ x }} {%- endraw %}{# c #}{{ 'a' if x else 'b' }}{{ x[1:-1] }}{{ -1 ** 2 // 3 % 5 }}",
+        "{% macro m(a) %}{{ '%s-%05.1f|%-3d|%r' % (a, 1.5, 2, (a,)) }}{{ '%(k)s' % kwargs }}{{ varargs }}{% endmacro %}"
+        "{{ m(1, 2, k=3) }}{% for x in [[1, [2, []]]] recursive %}{{ loop.depth }}{{ loop.changed(x) }}"
+        "{{ loop(x | select('iterable')) }}{% endfor %}{% with t = (1, 'a') %}{{ t }}{{ d.items() | list }}{% endwith %}",
     };
     const char* fragments[] = {"{{", "}}", "{%", "%}", "{#", "#}", "-", "+", "(", ")", "[", "]", "{", "}", "'", "\"", "|",
                                ".", ",", ":", "if", "endif", "for", "endfor", "in", "not", "set", "macro", "endmacro",

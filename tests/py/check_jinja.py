@@ -27,6 +27,12 @@ every control-token-like string (<|x|>, <x>, </x>, [X], <｜x｜>) that no data
 string holds lies wholly in template text, and the control token inside a
 user's message stays data wherever the message is written.
 
+Then the feature cases (FEATURE_CASES below: small templates written for
+this check, one construct each — tuples and Python's repr, % formatting,
+macro varargs/kwargs/caller, recursive loops, the loop object, with, and
+the tags that need a loader) are rendered both ways over one context with
+the same comparison and the same check of the marks.
+
 Templates listed in EXPECTED_FAIL (with the reason) may differ; any other
 difference fails the check, and so does an expected failure that now passes
 (remove it from the list).
@@ -186,8 +192,9 @@ def data_strings(ctx):
         elif isinstance(x, list):
             for v in x:
                 walk(v)
-    walk(ctx["messages"])
-    walk(ctx["tools"])
+    for k, v in ctx.items():   # everything but the template's own BOS/EOS text
+        if k not in ("bos_token", "eos_token"):
+            walk(v)
     return out
 
 
@@ -308,9 +315,197 @@ def whitespace_fuzz(env, n=800):
     print(f"{len(jobs) - bad}/{len(jobs)} random whitespace-control renderings identical")
 
 
+# The context of the feature cases: messages (data, with a control token in
+# a user's text) and other values the templates take apart.
+FEATURE_CONTEXT = {
+    "messages": [{"role": "user", "content": "Hi <|im_start|> there"}, {"role": "assistant", "content": "it's \"ok\""}],
+    "tools": None, "add_generation_prompt": True, "bos_token": "<s>", "eos_token": "</s>",
+    "d": {"a": 1, "b": "it's", "c": [1.5, None, True]},
+    "xs": [3, 1, 2],
+    "tree": [{"name": "a", "children": [{"name": "b", "children": [{"name": "c", "children": []}]}]},
+             {"name": "d", "children": []}],
+    "n": 42, "f": 3.14159, "s": "héllo", "u": "\u00a0\u2028\x85\u200b\ue000é🎉\x7f\u00ad",
+}
+
+# (name, template): each rendered over FEATURE_CONTEXT by both.
+FEATURE_CASES = [
+    # Tuples and Python's repr inside containers; tojson still gives arrays.
+    ("tuple", "{{ (1, 2) }} {{ (1,) }} {{ () }} {{ [1, 2] }} {{ ((1, 2),) }} {{ [(1,), ()] }} {{ (none, true, 1.5) }}"),
+    ("tuple-bare", "{% set t = 1, 'a' %}{{ t }} {{ t | length }} {{ t[1] }} {{ t[:1] }} {{ t[::-1] }} {{ t | list }}"),
+    ("tuple-ops", "{{ (1, 2) + (3,) }} {{ (1,) * 3 }} {{ 2 * ('a',) }} {{ (1, 2) == [1, 2] }} {{ (1, 2) == (1, 2) }}"
+                  " {{ (1, 2) != [1, 2] }} {{ (1, 2) < (1, 3) }} {{ (1, 2) in [(1, 2)] }} {{ [1, 2] in [(1, 2)] }}"),
+    ("tuple-list-add", "{{ [1] + (2,) }}"),
+    ("tuple-list-lt", "{{ [(1, 2), [1, 3]] | max }}"),
+    ("tuple-filters", "{{ (3, 1, 2) | sort }} {{ (1, 2) | join('-') }} {{ (1, 2) | first }} {{ (1, 2) | last }}"
+                      " {{ (2, 1) | reverse | list }} {{ (1, 1) | unique | list }} {{ (1, 2) | string }} {{ (1, 2) | sum }}"
+                      " {{ (1,) is sequence }} {{ (1,) is mapping }} {{ (1, 2).count(1) }} {{ (1, 2).index(2) }}"),
+    ("tuple-tojson", "{{ (1, 'a') | tojson }} {{ {'k': (1, (2,))} | tojson }} {{ d.items() | list | tojson }}"),
+    ("tuple-dict-key", "{% set m = {(1, 2): 'x'} %}{{ m }} {{ (1, 2) in m }} {{ m[(1, 2)] }}"),
+    ("tuple-unhashable", "{{ {(1, [2]): 'x'} }}"),
+    ("dict-items", "{{ d.items() | list }} {{ d | items | list }} {{ d | dictsort }} {{ d | dictsort | first }}"
+                   " {{ d.items() | first }} {{ d.items() | map('last') | list }}"),
+    ("dict-views", "{{ d.items() }} {{ d.keys() }} {{ d.values() }} {{ d.keys() | list }} {{ d.keys() | length }}"
+                   " {{ 'a' in d.keys() }} {{ ('a', 1) in d.items() }} [{{ d.keys()[0] }}] {{ d.keys() is sequence }}"
+                   " {{ d.keys() == ['a', 'b', 'c'] }} {{ d.keys() == d.keys() }} {{ d.values() == d.values() }}"),
+    ("dict-view-tojson", "{{ d.keys() | tojson }}"),
+    ("dict-view-slice", "{{ d.items()[1:] }}"),
+    ("repr-strings", "{{ ['a', \"it's\", 'say \"hi\"', 'both \\' and \"', 'tab\\t', 'nl\\n', 'back\\\\slash'] }}"
+                     " {{ {'k': s} }} {{ (s, n, f) }} {{ messages | map(attribute='content') | list }}"),
+    ("repr-unicode", "{{ [u] }} {{ u | list }}"),
+    ("undefined-attr-unsafe", "[{{ xs.append }}] {{ xs.append is defined }} [{{ (1, 2).append }}]"),
+    ("unsafe-call", "{{ xs.append(1) }}"),
+    # Python's % formatting.
+    ("percent", "{{ '%s and %d' % ('a', 3) }} {{ '%s' % 'x' }} {{ '%r' % 'x' }} {{ '%r' % (\"it's\",) }} {{ '%05.2f' % f }}"
+                " [{{ '%-5s' % 'ab' }}] [{{ '%5s' % 'ab' }}] {{ '100%%' % () }} {{ '%s' % xs }} {{ '%s' % ((1, 2),) }}"),
+    ("percent-ints", "{{ '%d|%i|%u' % (n, -n, true) }} {{ '%5d|%-5d|%05d' % (42, 42, -42) }} {{ '%+d % d' % (5, 5) }}"
+                     " {{ '%x %X %o' % (255, 255, 8) }} {{ '%#x %#X %#o' % (255, 255, 8) }} {{ '%.3d|%#.3x|%08.3d' % (5, 5, -5) }}"
+                     " {{ '%d' % 3.9 }} {{ '%d' % -3.9 }} {{ '%d' % 1e30 }} {{ '%x' % -255 }} {{ '%-05d|' % 3 }} {{ '%ld' % 3 }}"),
+    ("percent-floats", "{{ '%f %e %g %E %G' % (1.5, 12345.678, 0.00001234, 1e20, 1e-20) }} {{ '%.2f' % 2 }}"
+                       " {{ '%.0f %.0f %.0f' % (0.5, 1.5, 2.5) }} {{ '%.1f %.1f' % (0.25, 0.35) }} {{ '%g %g %g' % (100000, 1000000, 1e16) }}"
+                       " {{ '%#g %#.0f %.3g' % (1.0, 3.0, 1234.5) }} [{{ '%10.4f' % -f }}] {{ '%+.2e' % 12345.0 }} {{ '%-08.2f|' % -1.5 }}"
+                       " {{ '%.20f' % 0.1 }} {{ '%e' % 0 }}"),
+    ("percent-text", "{{ '%.3s|%5.1s|%-4r|' % ('abcdef', 'xyz', 'a') }} [{{ '%5s' % s }}] {{ '%.2s' % s }} {{ '%c%c%c' % (65, 'b', 233) }}"
+                     " {{ '%s %s %s' % (none, true, 1.0) }} {{ '%r' % ([1, 'a'],) }} {{ '%a' % (s,) }} {{ '%05s|' % 'ab' }}"),
+    ("percent-star", "[{{ '%*d' % (5, 3) }}] [{{ '%-*d' % (4, 1) }}] [{{ '%*d' % (-4, 1) }}] {{ '%.*f' % (1, f) }}"),
+    ("percent-mapping", "{{ '%(a)s-%(b)r' % d }} {{ '%(a)05d' % d }} {{ '%s' % d }} {{ '%s %(a)s' % d }} {{ 'hi' % d }} {{ 'hi' % xs }}"),
+    ("percent-undefined", "[{{ '%s' % nope }}] [{{ 'x' % nope }}] {{ '%r' % (nope,) }}"),
+    ("percent-data", "{% for m in messages %}{{ '<|im_start|>%s\n%s<|im_end|>\n' % (m.role, m.content) }}{% endfor %}"),
+    ("percent-filter", "{{ '%s-%s' | format(1, 'a') }} {{ '%(x)s' | format(x='y') }} {{ 5 | format }}"),
+    ("percent-filter-mixed", "{{ '%s' | format(1, x=2) }}"),
+    ("percent-markup", "{{ ('<%s>' | safe) % '<b>' }} {{ '%s' % ('<b>' | safe) }} {{ ('%r' | safe) % '<' }}"),
+    ("percent-err-missing", "{{ '%s %s' % 'ab' }}"),
+    ("percent-err-extra", "{{ '%s' % (1, 2) }}"),
+    ("percent-err-extra-scalar", "{{ 'hi' % 5 }}"),
+    ("percent-err-type-d", "{{ '%d' % 'x' }}"),
+    ("percent-err-type-x", "{{ '%x' % 3.0 }}"),
+    ("percent-err-type-f", "{{ '%f' % 'x' }}"),
+    ("percent-err-char", "{{ '%q' % 1 }}"),
+    ("percent-err-incomplete", "{{ '%' % 1 }}"),
+    ("percent-err-key", "{{ '%(zz)s' % d }}"),
+    ("percent-err-mapping", "{{ '%(a)s' % 5 }}"),
+    ("percent-err-undefined", "{{ '%d' % nope }}"),
+    ("percent-err-c", "{{ '%c' % 'ab' }}"),
+    ("percent-err-star", "{{ '%*s' % ('a', 'b') }}"),
+    ("percent-number-operand", "{{ 7 % 3 }} {{ -7 % 3 }} {{ 7.5 % 2 }}"),
+    ("percent-int-str", "{{ 5 % 'x' }}"),
+    # Macros: varargs, kwargs and caller, only where the body reads them.
+    ("macro-varargs", "{% macro m(a) %}{{ a }}|{{ varargs }}|{{ kwargs }}{% endmacro %}{{ m(1, 2, 3, x=4, y='s') }} {{ m(1) }}"
+                      " {{ m(1, (2, 3)) }}"),
+    ("macro-varargs-loop", "{% macro m() %}{% for v in varargs %}{{ v }};{% endfor %}{% for k, v in kwargs.items() %}{{ k }}={{ v }};"
+                           "{% endfor %}{{ varargs | length }}{{ kwargs | tojson }}{% endmacro %}{{ m(1, 'x', k='v') }}"),
+    ("macro-kwargs-bound", "{% macro m(a, b=2) %}{{ a }}{{ b }}{{ kwargs }}{% endmacro %}{{ m(1, a=2) }} {{ m(1, b=3, c=4) }} {{ m(b=5, a=6) }}"),
+    ("macro-too-many", "{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}"),
+    ("macro-stray-keyword", "{% macro m(a) %}{{ a }}{{ varargs }}{% endmacro %}{{ m(1, b=2) }}"),
+    ("macro-kwargs-no-varargs", "{% macro m(a) %}{{ a }}{{ kwargs }}{% endmacro %}{{ m(1, 2) }}"),
+    ("macro-positional-and-keyword", "{% macro m(a, b) %}{{ a }}{{ b }}{% endmacro %}{{ m(1, a=2) }}"),
+    ("macro-varargs-param", "{% macro m(varargs) %}{{ varargs }}{% endmacro %}{{ m(1) }}{{ m(1, 2) }}"),
+    ("macro-varargs-set-first", "{% macro m() %}{% set varargs = 5 %}{{ varargs }}{% endmacro %}{{ m() }}{{ m(1) }}"),
+    ("macro-varargs-nested", "{% macro outer() %}{% macro inner() %}{{ varargs }}{% endmacro %}{{ inner(1) }}{% endmacro %}"
+                             "{{ outer(2) }}"),
+    ("macro-defaults", "{% macro m(a, b=a + 1, c='<|c|>') %}{{ a }}{{ b }}{{ c }}{% endmacro %}{{ m(1) }} {{ m(1, c=none) }}"
+                       "{% macro k(a) %}[{{ a }}]{{ a is defined }}{% endmacro %}{{ k() }}"),
+    ("macro-missing-parameter", "{% macro k(a) %}{{ a + 1 }}{% endmacro %}{{ k() }}"),
+    ("macro-forward", "{% macro f(a, b) %}{{ a }}-{{ b }}{% endmacro %}{% macro g() %}{{ f(*varargs, **kwargs) }}{% endmacro %}"
+                      "{{ g(1, b=2) }} {{ g(*[3, 4]) }} {{ g(**{'a': 5, 'b': 6}) }} {{ f(*'xy') }}"),
+    ("macro-duplicate-param", "{% macro m(a, a) %}{% endmacro %}"),
+    ("macro-default-order", "{% macro m(a=1, b) %}{% endmacro %}"),
+    ("macro-star-none", "{% macro m() %}{{ varargs }}{% endmacro %}{{ m(1, *none) }}"),
+    ("macro-star-star-list", "{% macro m() %}{{ kwargs }}{% endmacro %}{{ m(**[1]) }}"),
+    ("macro-star-star-dup", "{% macro m() %}{{ kwargs }}{% endmacro %}{{ m(a=1, **{'a': 2}) }}"),
+    ("macro-object", "{% macro m(a, b=1) %}{{ varargs }}{% endmacro %}{{ m.name }} {{ m.arguments }} {{ m.catch_varargs }}"
+                     " {{ m.catch_kwargs }} {{ m.caller }} {{ m }}"),
+    ("macro-data", "{% macro turn(role) %}<|im_start|>{{ role }}\n{{ varargs | join('') }}<|im_end|>{% endmacro %}"
+                   "{% for m in messages %}{{ turn(m.role, m.content, '!') }}{% endfor %}"),
+    ("caller", "{% macro wrap(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro %}{% call wrap('b') %}<|x|>{{ messages[0].content }}"
+               "{% endcall %}"),
+    ("caller-args", "{% macro each(xs) %}{% for x in xs %}{{ caller(x, loop.index, k=1) }}{% endfor %}{% endmacro %}"
+                    "{% call(item, i) each(['a', 'b']) %}{{ i }}={{ item }}{{ kwargs }};{% endcall %}"),
+    ("caller-varargs", "{% macro m() %}{{ caller(1, 2) }}{% endmacro %}{% call(a) m() %}{{ a }}{{ varargs }}{% endcall %}"),
+    ("caller-kwargs", "{% macro m() %}{{ caller() }}{{ kwargs }}{% endmacro %}{% call m(z=1) %}in{% endcall %}"),
+    ("caller-in-kwargs", "{% macro m() %}{{ kwargs }}{% endmacro %}{% call m() %}x{% endcall %}"),
+    ("caller-unused", "{% macro m() %}x{% endmacro %}{% call m() %}x{% endcall %}"),
+    ("caller-undefined", "{% macro m() %}[{{ caller is defined }}]{% endmacro %}{{ m() }}"),
+    ("caller-missing", "{% macro m() %}{{ caller() }}{% endmacro %}{{ m() }}"),
+    ("caller-param-no-default", "{% macro m(caller) %}{{ caller }}{% endmacro %}{{ m(5) }}"),
+    ("caller-param-default", "{% macro m(caller=none) %}[{{ caller }}]{% endmacro %}{{ m() }}{{ m(5) }}"
+                             "{% call m() %}x{% endcall %}"),
+    ("caller-too-many", "{% macro m() %}{{ caller(1, 2) }}{% endmacro %}{% call(a) m() %}{{ a }}{% endcall %}"),
+    # Recursive loops and the loop object.
+    ("recursive", "{% for item in tree recursive %}<{{ item.name }}:{{ loop.depth }}{{ loop.depth0 }}{{ loop.index }}/{{ loop.length }}"
+                  "{% if item.children %}[{{ loop(item.children) }}]{% endif %}>{% endfor %}"),
+    ("recursive-else", "{% for item in tree recursive %}{{ item.name }}({{ loop(item.children) }}){% else %}E{% endfor %}"),
+    ("recursive-filter", "{% for item in tree if item.name != 'b' recursive %}{{ item.name }}{{ loop(item.children) }}{% endfor %}"),
+    ("recursive-index", "{% for item in tree recursive %}{{ loop.index }}{{ item.name }}{{ loop(item.children) }}{{ loop.index }}"
+                        "{{ loop.first }}{% endfor %}"),
+    ("recursive-depth-limit", "{% for x in tree recursive %}{{ x.name }}{% if loop.depth < 2 %}{{ loop(x.children) }}{% endif %}"
+                              "{% endfor %}"),
+    ("recursive-nested", "{% for x in tree recursive %}{% set outer = loop %}{% for c in x.children %}{{ loop.depth }}"
+                         "{{ outer(c.children) }}{% endfor %}{{ x.name }}{% endfor %}"),
+    ("recursive-break", "{% for x in tree recursive %}{{ x.name }}{{ loop(x.children) }}{% if x.name == 'b' %}{% break %}{% endif %}"
+                        "{% endfor %}"),
+    ("recursive-unpack", "{% for a, b in [(1, [(2, [(3, [])])])] recursive %}{{ a }}{{ loop(b) }}{% endfor %}"),
+    ("recursive-length", "{% for x in tree recursive %}{{ loop(x.children) | length }}{% endfor %}"),
+    ("recursive-marks", "{% for m in [messages] recursive %}{% for x in m %}<|t|>{{ x.content }}{% endfor %}{% endfor %}"),
+    ("recursive-none", "{% for x in [1] recursive %}{{ loop(none) }}{% endfor %}"),
+    ("recursive-no-args", "{% for x in [1] recursive %}{{ loop() }}{% endfor %}"),
+    ("not-recursive", "{% for x in [1] %}{{ loop([2]) }}{% endfor %}"),
+    ("recursive-wrong-order", "{% for x in tree recursive if x %}{{ x }}{% endfor %}"),
+    ("loop-object", "{% for x in xs %}{{ loop.cycle('a', 'b') }}{{ loop.previtem }}{{ loop.nextitem }}{{ loop.changed(x > 1) }}"
+                    "{{ loop['index'] }}{{ loop is callable }}{{ loop is mapping }}{{ loop }};{% endfor %}"),
+    ("loop-changed", "{% for x in [1, 1, 2, 3, 3] %}{{ loop.changed(x) }},{% endfor %} {% for x in [1, 1, 2] %}"
+                     "{{ loop.changed() }}{{ loop.changed(x, 1) }},{% endfor %}"),
+    ("loop-previtem-undefined", "{% for x in xs %}[{{ loop.previtem is defined }}{{ loop.nextitem is defined }}]{% endfor %}"),
+    ("loop-cycle-empty", "{% for x in xs %}{{ loop.cycle() }}{% endfor %}"),
+    # with, and what needs a loader.
+    ("with", "{% set a = 1 %}{% with a = 2, b = a %}{{ a }}{{ b }}{% set c = 3 %}{% endwith %}{{ a }}[{{ c }}]"
+             "{% for x in xs %}{% with y = x * 2 %}{% if y > 4 %}{% break %}{% endif %}{{ y }}{% endwith %}{% endfor %}"),
+    ("block", "{% set y = 1 %}{% for x in xs %}{% block b %}[{{ x }}{{ y }}{{ xs }}]{% set z = 2 %}{% endblock %}{% endfor %}[{{ z }}]"
+              "{% for x in xs %}{% block c scoped %}[{{ x }}]{% endblock c %}{% endfor %}{% block d %}{% block e %}in{% endblock %}"
+              "out{{ y }}{% endblock %}{% set y = 2 %}{% macro m(q) %}{% block f %}[{{ q }}]{% endblock %}{% endmacro %}{{ m(1) }}"),
+    ("block-twice", "{% block a %}1{% endblock %}{% block a %}2{% endblock %}"),
+    ("block-required", "{% block a required %}\n  {# nothing #}\n{% endblock %}"),
+    ("block-required-body", "{% block a required %}x{% endblock %}"),
+    ("loader-tags-not-run", "{% if false %}{% include 'x' ignore missing with context %}{% import 'x' as m without context %}"
+                            "{% from 'x' import a as b, c with context %}{% extends 'x' %}{% endif %}ok"),
+    ("include-syntax", "{% include %}"),
+    ("include", "a\n{% include 'other.jinja' %}"),
+    ("import", "{% import 'macros.jinja' as m %}"),
+    ("from-import", "{% from 'macros.jinja' import m %}"),
+    ("extends", "{% extends 'base.jinja' %}"),
+]
+
+
+def feature_cases(env):
+    """FEATURE_CASES by both, with the marks checked on each of ours that renders."""
+    jobs, want = [], []
+    for name, src in FEATURE_CASES:
+        try:
+            want.append(jinja2_render(env.from_string(src), FEATURE_CONTEXT))
+        except Exception as e:  # noqa: BLE001 - jinja2 refuses the template (a Python SyntaxError too)
+            want.append({"error": f"compile: {type(e).__name__}: {e}", "raised": False})
+        jobs.append({"template": src, "context": FEATURE_CONTEXT, "chat": True})
+    p = subprocess.run([RENDER, "--batch"], input=json.dumps({"jobs": jobs}), capture_output=True, text=True, timeout=120)
+    if not check(p.returncode == 0, f"jinja_render failed ({p.returncode}): {p.stdout[-2000:]} {p.stderr[-2000:]}"):
+        return
+    bad = 0
+    for (name, src), w, g in zip(FEATURE_CASES, want, json.loads(p.stdout)["results"]):
+        if "text" in g:
+            errors = mark_errors(g["text"], g["code"], FEATURE_CONTEXT)
+            check(not errors, f"feature case {name}: the marks of template text are wrong: " + "; ".join(errors[:3]))
+        if not same(w, g):
+            bad += 1
+            print(f"feature case {name}: {src!r}\n  jinja2: {str(w)[:600]!r}\n  ptxlm:  {str(g)[:600]!r}")
+        elif VERBOSE:
+            print(f"feature case {name}: {str(w)[:200]!r}")
+    check(bad == 0, f"{bad} of {len(FEATURE_CASES)} feature cases render differently")
+    fails = sum(1 for w in want if "text" not in w)
+    print(f"{len(FEATURE_CASES) - bad}/{len(FEATURE_CASES)} feature cases identical ({fails} where both raise)")
+
+
 def main():
     env = environment()
     whitespace_fuzz(env)
+    feature_cases(env)
     files = sources()
     cases = list(contexts())
     want, jobs = {}, []
