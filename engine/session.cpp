@@ -98,8 +98,12 @@ Generator::Generator(Session& session, const GenerateOptions& opt, const std::at
                    !opt_.grammar && !s_.backend_.queues_evals();
     if (opt_.grammar) {
         if (!opt_.grammar->grammar) throw std::invalid_argument("a grammar constraint without a grammar");
-        if (opt_.grammar->triggers.empty()) matcher_.emplace(opt_.grammar->grammar);
-        in_reasoning_ = opt_.grammar->in_reasoning;
+        const GrammarConstraint& gc = *opt_.grammar;
+        in_reasoning_ = gc.in_reasoning;
+        if (gc.triggers.empty()) {
+            if (gc.opening && !in_reasoning_) matcher_.emplace(gc.opening), opening_ = true;
+            else if (!in_reasoning_ || !gc.after_reasoning) matcher_.emplace(gc.grammar), in_reasoning_ = false;
+        }
     }
     t0_ = std::chrono::steady_clock::now();
 }
@@ -128,13 +132,30 @@ bool Generator::grammar_allows(TokenId t) const {
 
 void Generator::follow_grammar(TokenId t) {
     const std::string bytes = s_.tok_.piece(t);
+    const GrammarConstraint& gc = *opt_.grammar;
     if (matcher_) {
         // The filter allowed t, so the matcher takes it.
         if (!matcher_->accept(bytes)) throw std::logic_error("the grammar refused a token its filter allowed");
-        return;
+        if (!opening_) return;
+        // The first bytes: the reasoning block's opening tag, or the grammar's text.
+        raw_ += bytes;
+        const size_t b = raw_.find_first_not_of(" \t\r\n");
+        if (b == std::string::npos) return;
+        if (raw_.compare(b, gc.reasoning_open.size(), gc.reasoning_open) == 0) {
+            matcher_.reset();   // free text until the block closes
+            opening_ = false;
+            opening_checked_ = true;
+            in_reasoning_ = true;
+            search_from_ = b + gc.reasoning_open.size();
+        } else {
+            // Past the point where the tag could come: the opening grammar's
+            // other branch, the grammar's text, goes on alone.
+            if (gc.reasoning_open.compare(0, raw_.size() - b, raw_, b) != 0) opening_ = false;
+            return;
+        }
+    } else {
+        raw_ += bytes;
     }
-    const GrammarConstraint& gc = *opt_.grammar;
-    raw_ += bytes;
     if (!opening_checked_ && !gc.reasoning_open.empty()) {
         // Does the answer open a reasoning block (after leading whitespace)?
         const size_t b = raw_.find_first_not_of(" \t\r\n");
@@ -156,6 +177,15 @@ void Generator::follow_grammar(TokenId t) {
         }
         in_reasoning_ = false;
         search_from_ = close + gc.reasoning_close.size();
+        if (gc.triggers.empty()) {
+            // The whole rest follows the grammar, from the bytes after the tag
+            // (a token that went on past it in text the grammar refuses: from
+            // the next token).
+            grammar::Matcher m(gc.after_reasoning ? gc.after_reasoning : gc.grammar);
+            grammar::Matcher rest = m;
+            matcher_ = rest.accept(std::string_view(raw_).substr(search_from_)) ? std::move(rest) : std::move(m);
+            return;
+        }
     }
     size_t longest = 0;
     for (const std::string& trig : gc.triggers) longest = std::max(longest, trig.size());
@@ -190,7 +220,10 @@ GenStep Generator::step() {
         // The logits the sampler may change (ended tokens out with ignore_eos).
         const auto fresh_work = [this] {
             work_.assign(s_.logits_.begin(), s_.logits_.end());
-            if (opt_.ignore_eos)
+            // A grammar for the whole answer waits for the reasoning block to
+            // close: the answer cannot end inside it.
+            const bool no_end = opt_.ignore_eos || (opt_.grammar && !matcher_ && opt_.grammar->triggers.empty());
+            if (no_end)
                 for (TokenId id : s_.eog_) work_[id] = -INFINITY;
         };
         fresh_work();

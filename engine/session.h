@@ -48,6 +48,12 @@ struct GrammarConstraint {
     std::vector<std::string> triggers;
     std::string reasoning_open, reasoning_close;
     bool in_reasoning = false;
+    // Without triggers and with a reasoning format, the model may reason
+    // before the grammar's text: `after_reasoning` (whitespace, then
+    // `grammar`) holds from the closing tag on; `opening` holds the first
+    // bytes when the prompt did not open the block (the opening tag, or
+    // `grammar`'s text). An end token cannot end the answer inside the block.
+    std::shared_ptr<const grammar::Grammar> after_reasoning, opening;
 };
 
 struct GenerateOptions {
@@ -178,6 +184,7 @@ private:
     size_t search_from_ = 0;
     bool in_reasoning_ = false;
     bool opening_checked_ = false;   // whether the answer opens a reasoning block is known
+    bool opening_ = false;           // matcher_ follows GrammarConstraint::opening: the tag is still possible
 };
 
 }  // namespace ptxlm

@@ -171,22 +171,35 @@ GrammarText tool_call_grammar(tools::Format f, const ojson& tools, std::string_v
 }
 
 std::shared_ptr<const GrammarConstraint> make_constraint(const GrammarText& g, const tools::Formats& output) {
-    auto c = std::make_shared<GrammarConstraint>();
     switch (output.reasoning) {
-        case tools::Reasoning::ThinkTags: c->reasoning_open = "<think>"; c->reasoning_close = "</think>"; break;
-        case tools::Reasoning::MistralThink: c->reasoning_open = "[THINK]"; c->reasoning_close = "[/THINK]"; break;
+        case tools::Reasoning::ThinkTags: return make_constraint(g, "<think>", "</think>", output.starts_in_reasoning);
+        case tools::Reasoning::MistralThink: return make_constraint(g, "[THINK]", "[/THINK]", output.starts_in_reasoning);
         case tools::Reasoning::None: break;
     }
-    if (g.triggers.empty() && output.starts_in_reasoning && !c->reasoning_close.empty()) {
-        // The prompt opened a reasoning block and the whole answer follows the
-        // grammar: the answer closes the block first, so that its reader
-        // finds the rest outside it.
-        c->grammar = compile_grammar(prefix_rules(g.gbnf, "a-") + "root ::= " + grammar::literal(c->reasoning_close + "\n\n") + " a-root\n");
-    } else {
-        c->grammar = compile_grammar(g.gbnf);
-        c->in_reasoning = output.starts_in_reasoning;
-    }
+    return make_constraint(g, "", "", false);
+}
+
+std::shared_ptr<const GrammarConstraint> make_constraint(const GrammarText& g, const std::string& open,
+                                                         const std::string& close, bool starts_in) {
+    auto c = std::make_shared<GrammarConstraint>();
+    c->grammar = compile_grammar(g.gbnf);
     c->triggers = g.triggers;
+    if (close.empty()) return c;
+    c->reasoning_open = open;
+    c->reasoning_close = close;
+    c->in_reasoning = starts_in;
+    if (g.triggers.empty()) {
+        // The whole answer follows the grammar once a reasoning block is
+        // over: a little whitespace after its closing tag, then the grammar's
+        // text. When the prompt did not open the block, the answer's first
+        // bytes are either the opening tag (whatever follows it in that
+        // token) or the grammar's text.
+        std::string rules = prefix_rules(g.gbnf, "a-");
+        if (!rules.empty() && rules.back() != '\n') rules += '\n';
+        c->after_reasoning = compile_grammar(rules + "root ::= [ \t\r\n]{0,4} a-root\n");
+        if (!starts_in && !open.empty())
+            c->opening = compile_grammar(rules + "root ::= [ \t\r\n]{0,4} " + grammar::literal(open) + " .{0,64} | a-root\n");
+    }
     return c;
 }
 

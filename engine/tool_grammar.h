@@ -47,7 +47,12 @@ std::string json_object_grammar();
 std::string prefix_rules(std::string_view gbnf, std::string_view prefix);
 
 // A GrammarConstraint from grammar text (throws grammar::GrammarError), its
-// triggers, and the reasoning block of `output` (triggers count after it).
+// triggers, and the reasoning block of `output`: triggers count after it, and
+// a grammar for the whole answer holds after it (the model may think first).
 std::shared_ptr<const GrammarConstraint> make_constraint(const GrammarText& g, const tools::Formats& output);
+// The same with the reasoning block's tags spelled out (empty: none);
+// `starts_in`: the prompt opened the block.
+std::shared_ptr<const GrammarConstraint> make_constraint(const GrammarText& g, const std::string& open,
+                                                         const std::string& close, bool starts_in);
 
 }  // namespace ptxlm

@@ -242,6 +242,52 @@ TEST_F(Fixture, LazyGrammarHoldsFromItsTrigger) {
     EXPECT_EQ(in_reasoning.text.substr(0, 2 * word.size()), word + word);
 }
 
+TEST_F(Fixture, WholeAnswerGrammarWaitsForTheReasoningBlock) {
+    // logit_bias forces one token; its text serves as the reasoning block's
+    // tags. A grammar for the whole answer (three digits and "!") holds once
+    // the block is over, so the model may think first.
+    const TokenId x = letters_token(tok);
+    ASSERT_GE(x, 0);
+    const std::string word = tok.piece(x);
+    TokenId eos = -1;
+    for (TokenId id = 0; id < tok.n_vocab() && eos < 0; ++id)
+        if (tok.is_eog(id)) eos = id;
+    ASSERT_GE(eos, 0);
+    const std::string gbnf = "root ::= [0-9] [0-9] [0-9] \"!\"";
+    GenerateOptions o;
+    o.max_tokens = 40;
+    o.sampling.temperature = 1;
+    o.sampling.seed = 7;
+    o.sampling.logit_bias = {{x, 100.0f}};
+    const auto prompt = tok.encode("The keeper climbed the", true, false);
+    Session s(backend, tok);
+    auto run = [&](std::shared_ptr<const GrammarConstraint> c) {
+        o.grammar = std::move(c);
+        s.prefill(prompt);
+        return s.generate(o, nullptr);
+    };
+    // Control: no reasoning format, the digits from the first token.
+    Generation g = run(make_constraint({gbnf, {}}, "", "", false));
+    EXPECT_TRUE(std::regex_match(g.text, std::regex("[0-9]{3}!"))) << g.text;
+    // The answer opens the block (the forced token) and closes it (again): then the digits.
+    g = run(make_constraint({gbnf, {}}, word, word, false));
+    EXPECT_EQ(g.finish, FinishReason::Stop) << g.text;
+    EXPECT_TRUE(std::regex_match(g.text, std::regex(word + word + "\\s{0,4}[0-9]{3}!"))) << g.text;
+    // The prompt opened it: the first forced token closes it.
+    g = run(make_constraint({gbnf, {}}, word, word, true));
+    EXPECT_TRUE(std::regex_match(g.text, std::regex(word + "\\s{0,4}[0-9]{3}!"))) << g.text;
+    // Inside the block an end token cannot end the answer: pushed towards
+    // one, it runs to max_tokens; a lazy grammar (a trigger) lets it end at once.
+    o.sampling.logit_bias = {{eos, 100.0f}};
+    o.max_tokens = 6;
+    g = run(make_constraint({gbnf, {}}, "<never>", "</never>", true));
+    EXPECT_EQ(g.finish, FinishReason::Length) << g.text;
+    EXPECT_EQ(g.tokens.size(), 6u);
+    g = run(make_constraint({gbnf, {"!"}}, "<never>", "</never>", true));
+    EXPECT_EQ(g.finish, FinishReason::Stop) << g.text;
+    EXPECT_TRUE(g.tokens.empty()) << g.text;
+}
+
 TEST_F(Fixture, GenerationStopsWhereItShould) {
     Session s(backend, tok);
     const auto prompt = tok.encode("The keeper climbed the", true, false);
