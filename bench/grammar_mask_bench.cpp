@@ -108,8 +108,8 @@ int main(int argc, char** argv) {
         auto t0 = Clock::now();
         TokenFilter filter(v.bytes, v.end);
         const double build_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-        std::printf("%s: %zu tokens, %zu end tokens, filter build %.1f ms\n", path.c_str(), v.bytes.size(),
-                    v.end.size(), build_ms);
+        std::printf("%s: %zu tokens, %zu end tokens, filter build %.1f ms, short tokens up to %u bytes\n", path.c_str(),
+                    v.bytes.size(), v.end.size(), build_ms, filter.split());
         {
             // A request with a schema never seen: converted, parsed, first step.
             const auto c0 = Clock::now();

@@ -67,7 +67,7 @@ TokenFilter::TokenFilter(std::vector<std::string> token_bytes, std::vector<int32
     // shared by every position of a bounded string more than split_ + 1 from
     // its bound; the rest go to the long trie, memoised by exact state. The
     // split is the shortest length whose long trie has at most 1/16 of the
-    // nodes (SmolLM2: ~14 bytes; Gemma 3: ~24).
+    // nodes (SmolLM2: 14 bytes; Gemma 3: 25).
     std::vector<size_t> hist;   // nodes by the length of the longest token through them
     {
         std::vector<uint32_t> longest;   // along the path, from the root down
