@@ -102,26 +102,43 @@ int32_t Sampler::sample(std::span<float> logits) {
     // top-p read, and a deterministic one.
     auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
 
-    // top-k.
+    // top-k (k tokens: sorted, cheap).
+    bool sorted = false;
     if (p_.top_k > 0 && size_t(p_.top_k) < cand_.size()) {
         std::nth_element(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
         cand_.resize(size_t(p_.top_k));
+        std::sort(cand_.begin(), cand_.end(), by_logit);
+        sorted = true;
     }
-    // The softmax normaliser at temperature 1 over the remaining candidates:
-    // top-p and min-p cut on these probabilities (llama.cpp cuts before
-    // scaling by the temperature).
-    double z = 0;
-    for (const auto& c : cand_) z += std::exp(double(c.first) - mx);
-    // min-p keeps p_i >= min_p * p_max, i.e. l_i >= l_max + log(min_p). A
-    // token below that never survives, whatever top-p keeps, so it can leave
-    // before the sort (z above still counts it, as top-p must); with top-k
-    // off this spares sorting the whole vocabulary.
+    // min-p keeps p_i >= min_p * p_max, i.e. l_i >= l_max + log(min_p); it
+    // cuts after top-p (llama.cpp's order), but a token below that line never
+    // survives whatever top-p keeps, so it can leave first, as long as top-p's
+    // probabilities still count it.
     const float min_p_cut = p_.min_p > 0.0f ? mx + std::log(p_.min_p) : -INFINITY;
-    if (p_.min_p > 0.0f) std::erase_if(cand_, [&](const auto& c) { return c.first < min_p_cut; });
-    std::sort(cand_.begin(), cand_.end(), by_logit);
-
-    // top-p: the smallest prefix whose probability reaches top_p.
+    auto min_p = [&] {
+        if (p_.min_p > 0.0f) std::erase_if(cand_, [&](const auto& c) { return c.first < min_p_cut; });
+    };
     if (p_.top_p < 1.0f) {
+        // top-p: the smallest prefix (in logit order) whose probability at
+        // temperature 1 over the candidates so far reaches top_p.
+        double z = 0;
+        for (const auto& c : cand_) z += std::exp(double(c.first) - mx);
+        min_p();
+        if (!sorted) {
+            // Sort only a head that holds that prefix: the candidates within
+            // `width` of the maximum, widened until their mass reaches top_p
+            // (every candidate outside ranks below every one inside).
+            for (float width = 8.0f;; width *= 2) {
+                const auto mid = std::partition(cand_.begin(), cand_.end(), [&](const auto& c) { return c.first >= mx - width; });
+                double mass = 0;
+                for (auto it = cand_.begin(); it != mid; ++it) mass += std::exp(double(it->first) - mx) / z;
+                if (mid == cand_.end() || mass >= double(p_.top_p) + 1e-9) {
+                    cand_.erase(mid, cand_.end());
+                    break;
+                }
+            }
+            std::sort(cand_.begin(), cand_.end(), by_logit);
+        }
         double cum = 0;
         for (size_t i = 0; i < cand_.size(); ++i) {
             cum += std::exp(double(cand_[i].first) - mx) / z;
@@ -130,14 +147,25 @@ int32_t Sampler::sample(std::span<float> logits) {
                 break;
             }
         }
+    } else {
+        min_p();
     }
-    // (min-p is already applied: its survivors are a prefix of the sorted list.)
+    // Without top-k and top-p nothing is sorted: the candidates stay in id
+    // order, as fixed an order for the draw as any.
 
     // Temperature, then one draw from the renormalised distribution.
     weights_.resize(cand_.size());
-    for (size_t i = 0; i < cand_.size(); ++i) weights_[i] = std::exp(double(cand_[i].first - mx) / p_.temperature);
-    std::discrete_distribution<size_t> dist(weights_.begin(), weights_.end());
-    return cand_[dist(rng_)].second;
+    double total = 0;
+    for (size_t i = 0; i < cand_.size(); ++i) total += weights_[i] = std::exp(double(cand_[i].first - mx) / p_.temperature);
+    const double u = std::uniform_real_distribution<double>(0.0, total)(rng_);
+    double cum = 0;
+    size_t last = 0;
+    for (size_t i = 0; i < cand_.size(); ++i) {
+        if (weights_[i] <= 0) continue;
+        last = i;
+        if ((cum += weights_[i]) > u) return cand_[i].second;
+    }
+    return cand_[last].second;   // u rounded up to the total
 }
 
 std::vector<std::pair<int32_t, float>> Sampler::top_logprobs(std::span<const float> logits, int n) {

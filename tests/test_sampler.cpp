@@ -180,12 +180,16 @@ std::map<int, double> reference_chain(const std::vector<float>& l, SamplerParams
 TEST(Sampler, MatchesThePlainChainOnAWideVocabulary) {
     // With top-k off the sampler drops min-p losers before sorting; the
     // survivors and their frequencies must be those of the plain chain.
+    // A wide spread (amplitude 12) puts most of the vocabulary more than 8
+    // below the maximum, where top-p's sorted head is widened step by step.
     const int32_t n = 3000;
     std::vector<float> l(n);
-    for (int32_t i = 0; i < n; ++i) l[i] = 2.5f * std::sin(0.37f * float(i)) + 0.01f * float(i % 13);
+    for (float amplitude : {2.5f, 12.0f}) {
+    for (int32_t i = 0; i < n; ++i) l[i] = amplitude * std::sin(0.37f * float(i)) + 0.01f * float(i % 13);
     for (int32_t top_k : {0, 50}) {
+        if (amplitude > 3 && top_k > 0) continue;   // top-k sorts its k: nothing to widen
         for (float min_p : {0.0f, 0.3f, 0.7f}) {
-            for (float top_p : {1.0f, 0.2f, 0.05f}) {
+            for (float top_p : {1.0f, 0.2f, amplitude > 3 ? 0.9999f : 0.05f}) {
                 SamplerParams p = plain(0.8f);
                 p.top_k = top_k;
                 p.min_p = min_p;
@@ -202,6 +206,24 @@ TEST(Sampler, MatchesThePlainChainOnAWideVocabulary) {
             }
         }
     }
+    }
+}
+
+TEST(Sampler, TopPReachesPastTheTokensNearTheMaximum) {
+    // One token at 0 and 10000 at -8.5: the one holds p0 = 1 / (1 + 10000
+    // e^-8.5) = 0.33, so top-p 0.5 keeps it and the first ~2540 of the others
+    // (ties: lowest id first), and draws it with p0 / 0.5. A sampler that
+    // sorted only the tokens within 8 of the maximum would draw it every time.
+    std::vector<float> l(10001, -8.5f);
+    l[0] = 0.0f;
+    SamplerParams p = plain(1.0f);
+    p.top_p = 0.5f;
+    const double p0 = 1.0 / (1.0 + 10000.0 * std::exp(-8.5));
+    const int kept = int((0.5 - p0) / (p0 * std::exp(-8.5))) + 1;
+    const std::map<int, double> f = draw(p, l, 2000);
+    EXPECT_NEAR(f.count(0) ? f.at(0) : 0.0, p0 / 0.5, 0.04);
+    EXPECT_GT(f.size(), 300u);
+    EXPECT_LE(f.rbegin()->first, kept);
 }
 
 TEST(Sampler, ExcludedTokensAreNeverDrawn) {
