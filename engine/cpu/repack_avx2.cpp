@@ -10,6 +10,7 @@
 // summed in int16 and widened twice per block. Q8_0 goes through the sign
 // trick, |w| <= 128 against x with w's sign: 32512 per pair, widened at
 // once.
+#include <cstdlib>
 #include <immintrin.h>
 
 #include "engine/cpu/repack.h"
@@ -44,6 +45,20 @@ inline __m256i offset_sum(const int8_t* qs) {
 // Σ(c − Offset)·q, the input's Σq once per block for the 8 rows); with one,
 // m · s is added per block. Code pairs reach 2·31·127 = 7874, so four of
 // them (two words) are summed in int16, then widened.
+// Software prefetch, `kPrefetch` bytes ahead of the block in use, on the
+// first pass over a row group (later passes of the same group, for more
+// inputs, find it in cache). Decode reads each group once, and the hardware
+// prefetchers alone left a core short of what it can read: SmolLM2 tg128 on
+// a Zen 3 VM +16% on one core, +9% on two; gemma-3 +3-8% (docs/benchmarks.md).
+// PTXLM_CPU_PREFETCH=BYTES sets the distance, 0 turns it off (A/B runs).
+const uint64_t kPrefetch = [] {
+    const char* e = std::getenv("PTXLM_CPU_PREFETCH");
+    return e ? std::strtoull(e, nullptr, 10) : uint64_t(2048);
+}();
+inline void prefetch_block(const uint8_t* g, uint64_t bytes) {
+    for (uint64_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetch + o), _MM_HINT_T0);
+}
+
 template <bool HasMin, bool Fifth>
 struct Nibbles8 {
     static constexpr int kOffset = Fifth ? 16 : 8;
@@ -72,7 +87,7 @@ struct Nibbles8 {
         }
     }
     template <int NX>
-    static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride) {
+    static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
         const BlockQ8x32* y[NX];
         __m256 acc[NX], accm[NX];
         for (int k = 0; k < NX; ++k) {
@@ -81,6 +96,7 @@ struct Nibbles8 {
         }
         const __m256i ones = _mm256_set1_epi16(1);
         for (uint64_t b = 0; b < n / 32; ++b, g += kBlock) {
+            if (pf) prefetch_block(g, kBlock);
             const __m256i qh = Fifth ? loadu(g + kQh) : _mm256_setzero_si256();
             __m256i s16a[NX], s16b[NX];
             for (int k = 0; k < NX; ++k) s16a[k] = s16b[k] = _mm256_setzero_si256();
@@ -105,7 +121,7 @@ struct Nibbles8 {
 struct Q8_0x8 {
     static constexpr uint64_t kBlock = 272;
     template <int NX>
-    static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride) {
+    static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
         const BlockQ8x32* y[NX];
         __m256 acc[NX];
         for (int k = 0; k < NX; ++k) {
@@ -114,6 +130,7 @@ struct Q8_0x8 {
         }
         const __m256i ones = _mm256_set1_epi16(1);
         for (uint64_t b = 0; b < n / 32; ++b, g += kBlock) {
+            if (pf) prefetch_block(g, kBlock);
             __m256i s32[NX];
             for (int k = 0; k < NX; ++k) s32[k] = _mm256_setzero_si256();
             for (int c = 0; c < 8; ++c) {
@@ -136,17 +153,18 @@ struct Q8_0x8 {
 // Inputs in passes of W (the registers hold W sets of accumulators), the
 // leftover ones in one smaller pass.
 template <class K, int M>
-void run_rest(int m, const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride) {
+void run_rest(int m, const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
     if constexpr (M > 0) {
-        if (m == M) return K::template run<M>(g, xs, n, out, out_stride);
-        run_rest<K, M - 1>(m, g, xs, n, out, out_stride);
+        if (m == M) return K::template run<M>(g, xs, n, out, out_stride, pf);
+        run_rest<K, M - 1>(m, g, xs, n, out, out_stride, pf);
     }
 }
 template <class K, int W>
 void run_group(const uint8_t* g, const void* const* xs, int n_x, uint64_t n, float* out, uint64_t out_stride) {
+    const bool pf = kPrefetch > 0;
     int k = 0;
-    for (; k + W <= n_x; k += W) K::template run<W>(g, xs + k, n, out + k * out_stride, out_stride);
-    run_rest<K, W - 1>(n_x - k, g, xs + k, n, out + k * out_stride, out_stride);
+    for (; k + W <= n_x; k += W) K::template run<W>(g, xs + k, n, out + k * out_stride, out_stride, pf && k == 0);
+    run_rest<K, W - 1>(n_x - k, g, xs + k, n, out + k * out_stride, out_stride, pf && k == 0);
 }
 
 constexpr int kWidth = 4;
