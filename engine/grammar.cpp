@@ -740,7 +740,8 @@ bool Grammar::clamp(std::span<const uint32_t> state, uint32_t c, std::vector<uin
     std::vector<std::vector<uint32_t>> recs;
     for (size_t i = 0; i < state.size();) {
         const size_t n = 2 + state[i];
-        std::vector<uint32_t> rec(state.begin() + static_cast<ptrdiff_t>(i), state.begin() + static_cast<ptrdiff_t>(i + n));
+        std::vector<uint32_t> rec(state.begin() + static_cast<ptrdiff_t>(i),
+                                  state.begin() + static_cast<ptrdiff_t>(i + n));
         for (size_t q = 2; q < n; ++q) {
             const auto [chain, k] = elem_chain_[rec[q]];
             if (chain == kNoChain || k <= c) continue;

@@ -2,8 +2,9 @@
 //
 // The vocabulary's byte strings form a trie stored in depth-first preorder
 // (flat arrays: one linear scan, and a rejected subtree is skipped with one
-// jump); short and long tokens have a trie each (see the constructor). A walk carries the matcher's state down the trie; the states met
-// are interned into a DFA kept with the grammar, whose transitions are
+// jump); short and long tokens have a trie each (see the constructor). A
+// walk carries the matcher's state down the trie; the states met are
+// interned into a DFA kept with the grammar, whose transitions are
 // computed once per (state, byte), so a byte costs one table load after the
 // first time (inside a JSON string almost every byte maps the string state to
 // itself). The allowed set of each (grammar, state) is memoised in a bounded,

@@ -129,7 +129,8 @@ int32_t Sampler::sample(std::span<float> logits) {
             // `width` of the maximum, widened until their mass reaches top_p
             // (every candidate outside ranks below every one inside).
             for (float width = 8.0f;; width *= 2) {
-                const auto mid = std::partition(cand_.begin(), cand_.end(), [&](const auto& c) { return c.first >= mx - width; });
+                const auto mid = std::partition(cand_.begin(), cand_.end(),
+                                                [&](const auto& c) { return c.first >= mx - width; });
                 double mass = 0;
                 for (auto it = cand_.begin(); it != mid; ++it) mass += std::exp(double(it->first) - mx) / z;
                 if (mid == cand_.end() || mass >= double(p_.top_p) + 1e-9) {
@@ -156,7 +157,8 @@ int32_t Sampler::sample(std::span<float> logits) {
     // Temperature, then one draw from the renormalised distribution.
     weights_.resize(cand_.size());
     double total = 0;
-    for (size_t i = 0; i < cand_.size(); ++i) total += weights_[i] = std::exp(double(cand_[i].first - mx) / p_.temperature);
+    for (size_t i = 0; i < cand_.size(); ++i)
+        total += weights_[i] = std::exp(double(cand_[i].first - mx) / p_.temperature);
     const double u = std::uniform_real_distribution<double>(0.0, total)(rng_);
     double cum = 0;
     size_t last = 0;
