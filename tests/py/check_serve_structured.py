@@ -10,7 +10,8 @@ under a grammar must still be valid:
   client's own validation gives an instance of the model;
 - response_format json_object: 10 seeds; an answer that finishes "stop" is a
   JSON object, one cut by max_tokens (the grammar bounds no string) the
-  beginning of one, and at least 3 finish "stop";
+  beginning of one; 5 more seeds with logit_bias on '"' and '}' all finish
+  "stop" (the grammar still decides where those fit);
 - llama-server's "grammar" (GBNF) field: 10 seeds, the content is "yes." or
   "no."; a negated character class lets no UTF-16 surrogate's 3-byte
   encoding through even when logit_bias pushes its bytes (the answer is
@@ -140,28 +141,32 @@ def json_prefix(text):
     return False
 
 
-def check_json_object(c):
+def check_json_object(c, push):
     """The json_object grammar bounds no string, so random weights may run into max_tokens inside one: a "stop"
-    answer is a JSON object, a "length" answer the beginning of one."""
-    finishes = []
-    for seed in range(10):
-        r = c.chat.completions.create(model="x", messages=ASK, response_format={"type": "json_object"},
-                                      temperature=1, max_tokens=400, seed=seed)
-        ch = r.choices[0]
-        finishes.append(ch.finish_reason)
-        text = ch.message.content or ""
-        try:
-            value = json.loads(text)
-        except ValueError:
-            value = None
-        if ch.finish_reason == "stop":
-            check(isinstance(value, dict), f"json_object seed {seed}: not a JSON object: {text!r}")
-        else:
-            check(ch.finish_reason == "length" and text.lstrip().startswith("{") and json_prefix(text),
-                  f"json_object seed {seed}: finish {ch.finish_reason}, not the beginning of a JSON object: "
-                  f"{text!r}")
-    print(f"json_object finish reasons: {finishes}")
-    check(finishes.count("stop") >= 3, f"json_object: too few answers ended: {finishes}")
+    answer is a JSON object, a "length" answer the beginning of one. With `push` (logit_bias on '"' and '}', which
+    the grammar allows only where they fit) strings and objects close soon, and every answer ends by itself."""
+    for bias, seeds in (({}, range(10)), (push, range(10, 15))):
+        finishes = []
+        for seed in seeds:
+            r = c.chat.completions.create(model="x", messages=ASK, response_format={"type": "json_object"},
+                                          temperature=1, max_tokens=400, seed=seed, logit_bias=bias)
+            ch = r.choices[0]
+            finishes.append(ch.finish_reason)
+            text = ch.message.content or ""
+            try:
+                value = json.loads(text)
+            except ValueError:
+                value = None
+            if ch.finish_reason == "stop":
+                check(isinstance(value, dict), f"json_object seed {seed}: not a JSON object: {text!r}")
+            else:
+                check(ch.finish_reason == "length" and text.lstrip().startswith("{") and json_prefix(text),
+                      f"json_object seed {seed}: finish {ch.finish_reason}, not the beginning of a JSON object: "
+                      f"{text!r}")
+        print(f"json_object finish reasons (bias {bias}): {finishes}")
+        if bias:
+            check(finishes.count("stop") == len(finishes), f"json_object with {bias}: not every answer ended: "
+                  f"{finishes}")
 
 
 def check_gbnf(c):
@@ -402,7 +407,9 @@ def main():
     try:
         c = s.client()
         parse_seeds(c, Thing, ASK, range(50), 400, "tiny Thing")
-        check_json_object(c)
+        quote, close = tokenize(model, '"'), tokenize(model, "}")
+        check(len(quote) == 2 and len(close) == 2, f"'\"' and '}}' are not one token each after BOS: {quote} {close}")
+        check_json_object(c, {str(quote[-1]): 5, str(close[-1]): 5})
         check_gbnf(c)
         check_surrogates(s, model)
         comma = tokenize(model, ",")
