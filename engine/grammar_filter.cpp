@@ -1,4 +1,5 @@
-// TokenFilter: which tokens a Matcher allows next (grammar.h).
+// TokenFilter: which tokens a Matcher allows next (grammar.h), and the two
+// pieces of Grammar only it uses: clamp() and the transition memo.
 //
 // The vocabulary's byte strings form a trie stored in depth-first preorder
 // (flat arrays: one linear scan, and a rejected subtree is skipped with one
@@ -176,6 +177,41 @@ struct Grammar::Transitions {
         bytes = 0;
     }
 };
+
+// Positions in a chain's rule R_k (k > c) move to the same offset in R_c.
+// R_k for k >= 2 all have the shape [x, Ref R(k-1), End] [End], so offsets
+// carry over; c >= 2 keeps R_1's other shape out of it.
+bool Grammar::clamp(std::span<const uint32_t> state, uint32_t c, std::vector<uint32_t>& out) const {
+    if (elem_chain_.empty() || c < 2) return false;
+    auto moves = [&](uint32_t e) { return elem_chain_[e].first != kNoChain && elem_chain_[e].second > c; };
+    bool any = false;
+    for (size_t i = 0; i < state.size() && !any; i += 2 + state[i])
+        for (size_t q = i + 2; q < i + 2 + state[i]; ++q) any = any || moves(state[q]);
+    if (!any) return false;
+    bool changed = false;
+    std::vector<std::vector<uint32_t>> recs;
+    for (size_t i = 0; i < state.size();) {
+        const size_t n = 2 + state[i];
+        std::vector<uint32_t> rec(state.begin() + static_cast<ptrdiff_t>(i),
+                                  state.begin() + static_cast<ptrdiff_t>(i + n));
+        for (size_t q = 2; q < n; ++q) {
+            const auto [chain, k] = elem_chain_[rec[q]];
+            if (chain == kNoChain || k <= c) continue;
+            const uint32_t from = alt_begin_[rule_alts_[chains_[chain][k - 1]]];
+            const uint32_t to = alt_begin_[rule_alts_[chains_[chain][c - 1]]];
+            rec[q] = to + (rec[q] - from);
+            changed = true;
+        }
+        recs.push_back(std::move(rec));
+        i += n;
+    }
+    if (!changed) return false;
+    std::sort(recs.begin(), recs.end());
+    recs.erase(std::unique(recs.begin(), recs.end()), recs.end());
+    out.clear();
+    for (const auto& r : recs) out.insert(out.end(), r.begin(), r.end());
+    return true;
+}
 
 Grammar::Grammar() : transitions_(std::make_unique<Transitions>()) {}
 Grammar::~Grammar() = default;
