@@ -9,6 +9,8 @@
 //   - a wrong score scale or a shifted window is caught (the test can fail);
 //   - K/V in shuffled pages (the KV pool's page tables) give the contiguous
 //     cache's bits; a page table with two pages swapped does not;
+//   - several sequences in one call give each the bits of its own call; a
+//     page table pointing at another sequence's page does not;
 //   - exp, SiLU·u and GELU·u stay within a few ulp of the libm formulas,
 //     including array tails and extreme inputs.
 #include <gtest/gtest.h>
@@ -264,6 +266,64 @@ TEST(CpuAttention, PagedCacheGivesTheContiguousBits) {
                 attn.run(pool, a, isa);
                 EXPECT_NE(0, std::memcmp(flat.data(), paged.data(), flat.size() * 4));
             }
+}
+
+// Several sequences of one layer in one call (a batch step's decode tokens
+// and prompt chunks): their pages in one shared storage, at different
+// depths (one token deep in several chunks, a chunk of 5 prompt tokens, a
+// single first token), on every Isa, f16 and f32, with windows: each
+// sequence's output is the bits of its own call. Negative control: one
+// sequence's table pointing at another's page changes its output and only
+// its output.
+TEST(CpuAttention, SequencesTogetherGiveTheirOwnBits) {
+    constexpr uint32_t kShift = 4, kPage = 1u << kShift;
+    for (Isa isa : cpu::runnable_isas())
+        for (const Shape& s : kShapes) {
+            SCOPED_TRACE(name(s, isa));
+            const Problem prs[] = {Problem(s, 300, 1, 11), Problem(s, 40, 5, 12), Problem(s, 0, 1, 13),
+                                   Problem(s, 131, 2, 14)};
+            constexpr uint32_t kSeqs = std::size(prs);
+            // Sequence i's page p is storage page p·kSeqs + i.
+            std::vector<std::vector<uint32_t>> tables(kSeqs);
+            uint32_t n_pages = 0;
+            for (uint32_t i = 0; i < kSeqs; ++i) {
+                for (uint32_t p = 0; p * kPage < prs[i].n_pos; ++p) tables[i].push_back(p * kSeqs + i);
+                n_pages = std::max(n_pages, tables[i].back() + 1);
+            }
+            const uint64_t row_bytes = prs[0].k_bytes.size() / prs[0].n_pos;
+            std::vector<uint8_t> k_store(uint64_t(n_pages) * kPage * row_bytes), v_store(k_store.size());
+            for (uint32_t i = 0; i < kSeqs; ++i)
+                for (uint32_t j = 0; j < prs[i].n_pos; ++j) {
+                    const uint64_t at = cpu::kv_row(tables[i].data(), kShift, j) * row_bytes;
+                    std::memcpy(k_store.data() + at, prs[i].k_bytes.data() + j * row_bytes, row_bytes);
+                    std::memcpy(v_store.data() + at, prs[i].v_bytes.data() + j * row_bytes, row_bytes);
+                }
+            std::vector<std::vector<float>> alone(kSeqs), together(kSeqs);
+            std::vector<cpu::AttentionArgs> args(kSeqs);
+            cpu::ThreadPool pool(2);
+            cpu::Attention attn;
+            for (uint32_t i = 0; i < kSeqs; ++i) {
+                alone[i].resize(prs[i].q.size());
+                together[i].resize(prs[i].q.size());
+                args[i] = prs[i].args(together[i].data(), 0.1f);
+                args[i].k_cache = k_store.data();
+                args[i].v_cache = v_store.data();
+                args[i].pages = tables[i].data();
+                args[i].page_shift = kShift;
+                cpu::AttentionArgs a = args[i];
+                a.out = alone[i].data();
+                attn.run(pool, a, isa);
+            }
+            attn.run(pool, args, isa);
+            for (uint32_t i = 0; i < kSeqs; ++i)
+                EXPECT_EQ(0, std::memcmp(alone[i].data(), together[i].data(), alone[i].size() * 4)) << "sequence " << i;
+            // Sequence 0's last page (inside every window) is sequence 1's.
+            tables[0].back() = tables[1][0];
+            attn.run(pool, args, isa);
+            EXPECT_NE(0, std::memcmp(alone[0].data(), together[0].data(), alone[0].size() * 4));
+            for (uint32_t i = 1; i < kSeqs; ++i)
+                EXPECT_EQ(0, std::memcmp(alone[i].data(), together[i].data(), alone[i].size() * 4)) << "sequence " << i;
+        }
 }
 
 double ulps(float got, double want) {

@@ -133,24 +133,43 @@ uint32_t first_visible(uint32_t p, uint32_t window) { return window && p + 1 > w
 
 }  // namespace
 
-void Attention::run(ThreadPool& pool, const AttentionArgs& a, Isa isa) {
+void Attention::run(ThreadPool& pool, const AttentionArgs& a, Isa isa) { run(pool, std::span(&a, 1), isa); }
+
+void Attention::run(ThreadPool& pool, std::span<const AttentionArgs> seqs, Isa isa) {
+    if (seqs.empty()) return;
     // The partials of every task of a call are kept until the merge: a batch
     // deep in a long context runs in waves of tokens, so they stay under
-    // kMaxPartialFloats (a token's result does not depend on its wave).
+    // kMaxPartialFloats (a token's result does not depend on its wave, nor
+    // on the sequences it runs beside).
     constexpr uint64_t kMaxPartialFloats = uint64_t(4) << 20;   // 16 MiB
-    const uint64_t per_token = (uint64_t(a.pos + a.n - 1) / kAttnChunk + 1) * a.n_head * (2 + uint64_t(a.head_dim));
-    if (a.n > 1 && a.n * per_token > kMaxPartialFloats) {
-        const uint32_t wave = static_cast<uint32_t>(std::max<uint64_t>(1, kMaxPartialFloats / per_token));
+    const auto per_token = [](const AttentionArgs& a) {
+        return (uint64_t(a.pos + a.n - 1) / kAttnChunk + 1) * a.n_head * (2 + uint64_t(a.head_dim));
+    };
+    uint64_t partials = 0;
+    for (const AttentionArgs& a : seqs) partials += a.n * per_token(a);
+    if (partials > kMaxPartialFloats && seqs.size() > 1) {
+        for (const AttentionArgs& a : seqs) run(pool, std::span(&a, 1), isa);
+        return;
+    }
+    const AttentionArgs& a = seqs[0];
+    if (a.n > 1 && partials > kMaxPartialFloats) {
+        const uint32_t wave = static_cast<uint32_t>(std::max<uint64_t>(1, kMaxPartialFloats / per_token(a)));
         for (uint32_t t0 = 0; t0 < a.n; t0 += wave) {
             AttentionArgs b = a;
             b.q += t0 * a.ldq;
             b.out += t0 * a.ldo;
             b.pos += t0;
             b.n = std::min(wave, a.n - t0);
-            run(pool, b, isa);
+            run(pool, std::span(&b, 1), isa);
         }
         return;
     }
+    // What the sequences share: one layer's shapes and cache.
+    for (const AttentionArgs& o : seqs)
+        if (o.n_head != a.n_head || o.n_head_kv != a.n_head_kv || o.head_dim != a.head_dim || o.kv_dim != a.kv_dim ||
+            o.kv != a.kv || o.k_cache != a.k_cache || o.v_cache != a.v_cache || o.window != a.window ||
+            o.page_shift != a.page_shift || o.scale != a.scale)
+            throw std::invalid_argument("attention: the sequences of one call differ in more than q, out, pos, n and pages");
     if (a.pages && a.page_shift > 16)
         throw std::invalid_argument("attention: pages of 2^" + std::to_string(a.page_shift) + " positions (at most 65536)");
     const RowOps ops = row_ops(isa);
@@ -159,19 +178,25 @@ void Attention::run(ThreadPool& pool, const AttentionArgs& a, Isa isa) {
     const ChunkOps simd = chunk_ops(isa, hd);
     const uint64_t rec = 2 + uint64_t(hd);   // a partial: max, sum, outputs
 
-    // Tasks in (token, KV head, chunk) order: the chunks of one (token, KV
-    // head) are consecutive, which the merge relies on.
+    // Tasks in (sequence, token, KV head, chunk) order: the chunks of one
+    // (sequence, token, KV head) are consecutive, which the merge relies on.
+    // rows_[r] = (sequence, token) of the r-th token of the call.
     tasks_.clear();
-    std::vector<uint32_t>& first = first_;   // the first task of each (token, KV head), and the end
-    first.resize(uint64_t(a.n) * a.n_head_kv + 1);
-    for (uint32_t t = 0; t < a.n; ++t) {
-        const uint32_t p = a.pos + t, c0 = first_visible(p, a.window) / kAttnChunk, c1 = p / kAttnChunk;
-        for (uint32_t g = 0; g < a.n_head_kv; ++g) {
-            first[uint64_t(t) * a.n_head_kv + g] = static_cast<uint32_t>(tasks_.size());
-            for (uint32_t c = c0; c <= c1; ++c) tasks_.push_back({t, g, c});
+    rows_.clear();
+    std::vector<uint32_t>& first = first_;   // the first task of each (row, KV head), and the end
+    first.clear();
+    for (uint32_t si = 0; si < seqs.size(); ++si) {
+        const AttentionArgs& sa = seqs[si];
+        for (uint32_t t = 0; t < sa.n; ++t) {
+            const uint32_t p = sa.pos + t, c0 = first_visible(p, a.window) / kAttnChunk, c1 = p / kAttnChunk;
+            rows_.push_back({si, t});
+            for (uint32_t g = 0; g < a.n_head_kv; ++g) {
+                first.push_back(static_cast<uint32_t>(tasks_.size()));
+                for (uint32_t c = c0; c <= c1; ++c) tasks_.push_back({si, t, g, c});
+            }
         }
     }
-    first.back() = static_cast<uint32_t>(tasks_.size());
+    first.push_back(static_cast<uint32_t>(tasks_.size()));
     if (partial_.size() < tasks_.size() * group * rec) partial_.resize(tasks_.size() * group * rec);
     const uint64_t stride = uint64_t(group) * kAttnChunk + hd;   // per thread: scores, one converted row
     if (scratch_.size() < stride * pool.size()) scratch_.resize(stride * pool.size());
@@ -179,18 +204,19 @@ void Attention::run(ThreadPool& pool, const AttentionArgs& a, Isa isa) {
     pool.parallel_for(tasks_.size(), 1, [&](uint64_t tb, uint64_t te, int thread) {
         float* sc = scratch_.data() + stride * thread;
         float* buf = sc + uint64_t(group) * kAttnChunk;
-        const auto row = [&](const uint8_t* cache, uint32_t j, uint32_t g) -> const float* {
-            const uint64_t i = kv_row(a.pages, a.page_shift, j) * a.kv_dim + uint64_t(g) * hd;
+        const auto row = [&](const uint32_t* pages, const uint8_t* cache, uint32_t j, uint32_t g) -> const float* {
+            const uint64_t i = kv_row(pages, a.page_shift, j) * a.kv_dim + uint64_t(g) * hd;
             if (a.kv == KvType::F32) return reinterpret_cast<const float*>(cache) + i;
             ops.to_f32(reinterpret_cast<const uint16_t*>(cache) + i, buf, hd);
             return buf;
         };
         for (uint64_t ti = tb; ti < te; ++ti) {
             const Task task = tasks_[ti];
-            const uint32_t p = a.pos + task.t;
+            const AttentionArgs& sa = seqs[task.s];
+            const uint32_t p = sa.pos + task.t;
             const uint32_t j0 = std::max(first_visible(p, a.window), task.chunk * kAttnChunk);
             const uint32_t j1 = std::min(p + 1, (task.chunk + 1) * kAttnChunk);
-            const float* q = a.q + task.t * a.ldq + uint64_t(task.g) * group * hd;
+            const float* q = sa.q + task.t * sa.ldq + uint64_t(task.g) * group * hd;
             float* part = partial_.data() + ti * group * rec;
             AttnChunk c;
             if (simd.scores) {
@@ -200,7 +226,7 @@ void Attention::run(ThreadPool& pool, const AttentionArgs& a, Isa isa) {
                 c.f16 = a.kv == KvType::F16;
                 c.kv_dim = a.kv_dim;
                 c.offset = uint64_t(task.g) * hd;
-                c.pages = a.pages;
+                c.pages = sa.pages;
                 c.page_shift = a.page_shift;
                 c.j0 = j0;
                 c.j1 = j1;
@@ -213,7 +239,7 @@ void Attention::run(ThreadPool& pool, const AttentionArgs& a, Isa isa) {
                 simd.scores(c);
             } else {
                 for (uint32_t j = j0; j < j1; ++j) {
-                    const float* k = row(a.k_cache, j, task.g);
+                    const float* k = row(sa.pages, a.k_cache, j, task.g);
                     for (uint32_t h = 0; h < group; ++h)
                         sc[h * kAttnChunk + (j - j0)] = ops.dot(q + h * hd, k, hd) * a.scale;
                 }
@@ -235,22 +261,25 @@ void Attention::run(ThreadPool& pool, const AttentionArgs& a, Isa isa) {
             }
             for (uint32_t h = 0; h < group; ++h) std::fill(part + h * rec + 2, part + (h + 1) * rec, 0.0f);
             for (uint32_t j = j0; j < j1; ++j) {
-                const float* v = row(a.v_cache, j, task.g);
+                const float* v = row(sa.pages, a.v_cache, j, task.g);
                 for (uint32_t h = 0; h < group; ++h) ops.axpy(part + h * rec + 2, sc[h * kAttnChunk + (j - j0)], v, hd);
             }
         }
     });
 
     // Merge each head's chunks, in chunk order.
-    pool.parallel_for(uint64_t(a.n) * a.n_head, 16, [&](uint64_t b, uint64_t e, int) {
+    pool.parallel_for(rows_.size() * a.n_head, 16, [&](uint64_t b, uint64_t e, int) {
         for (uint64_t i = b; i < e; ++i) {
-            const uint32_t t = static_cast<uint32_t>(i / a.n_head), h = static_cast<uint32_t>(i % a.n_head);
+            const uint64_t r = i / a.n_head;
+            const uint32_t h = static_cast<uint32_t>(i % a.n_head);
             const uint32_t g = h / group, hh = h % group;
-            const uint64_t tg = uint64_t(t) * a.n_head_kv + g;
+            const uint64_t tg = r * a.n_head_kv + g;
+            const AttentionArgs& sa = seqs[rows_[r].s];
+            const uint32_t t = rows_[r].t;
             const float* part0 = partial_.data() + hh * rec;
             float mx = -INFINITY;
             for (uint32_t ti = first[tg]; ti < first[tg + 1]; ++ti) mx = std::max(mx, part0[ti * group * rec]);
-            float* out = a.out + t * a.ldo + uint64_t(h) * hd;
+            float* out = sa.out + t * sa.ldo + uint64_t(h) * hd;
             std::fill(out, out + hd, 0.0f);
             float sum = 0;
             for (uint32_t ti = first[tg]; ti < first[tg + 1]; ++ti) {

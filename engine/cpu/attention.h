@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "engine/backend.h"
@@ -87,10 +88,16 @@ void attn_accumulate_avx512(const AttnChunk& a);
 class Attention {
 public:
     void run(ThreadPool& pool, const AttentionArgs& a, Isa isa);
+    // Several sequences of one layer in one pass over the pool (they differ
+    // only in q, out, pos, n and pages): each token's result is the same
+    // bit for bit as in a call of its own.
+    void run(ThreadPool& pool, std::span<const AttentionArgs> seqs, Isa isa);
 
 private:
-    struct Task { uint32_t t, g, chunk; };
+    struct Task { uint32_t s, t, g, chunk; };
+    struct Row { uint32_t s, t; };
     std::vector<Task> tasks_;
+    std::vector<Row> rows_;
     std::vector<uint32_t> first_;
     std::vector<float> partial_;   // per (token, head, chunk): max, sum, head_dim outputs
     std::vector<float> scratch_;   // per thread: scores and converted rows

@@ -282,6 +282,30 @@ inline const float* cache_row(const uint8_t* cache, KvType kv, uint64_t i, uint3
 
 }  // namespace
 
+AttentionArgs CpuBackend::attention_args(uint32_t il, uint32_t row0, const SeqStep& s) {
+    const LayerDesc& d = m_.layers[il];
+    const Layer& l = layers_[il];
+    AttentionArgs a;
+    a.q = q_.data() + row0 * q_w_;
+    a.ldq = q_w_;
+    a.out = att_.data() + row0 * q_w_;
+    a.ldo = q_w_;
+    a.k_cache = l.k_cache.data();
+    a.v_cache = l.v_cache.data();
+    a.kv = kv_;
+    a.kv_dim = m_.kv_dim(il);
+    a.n_head = d.n_head;
+    a.n_head_kv = d.n_head_kv;
+    a.head_dim = m_.head_dim;
+    a.scale = m_.attn_scale;
+    a.pos = s.pos;
+    a.n = static_cast<uint32_t>(s.tokens.size());
+    a.window = d.sliding ? m_.hp.sliding_window : 0;
+    a.pages = s.pages.data();
+    a.page_shift = page_shift_;
+    return a;
+}
+
 void CpuBackend::attention(uint32_t il, uint32_t row0, const SeqStep& s) {
     const uint32_t pos = s.pos, n = static_cast<uint32_t>(s.tokens.size());
     const uint32_t* pages = s.pages.data();
@@ -290,27 +314,6 @@ void CpuBackend::attention(uint32_t il, uint32_t row0, const SeqStep& s) {
     const uint32_t hd = m_.head_dim, group = d.n_head / d.n_head_kv;
     const uint64_t kv_dim = m_.kv_dim(il);
     const uint32_t window = m_.hp.sliding_window;
-    if (arith_.path == CpuPath::Quantized) {
-        AttentionArgs a;
-        a.q = q_.data() + row0 * q_w_;
-        a.ldq = q_w_;
-        a.out = att_.data() + row0 * q_w_;
-        a.ldo = q_w_;
-        a.k_cache = l.k_cache.data();
-        a.v_cache = l.v_cache.data();
-        a.kv = kv_;
-        a.kv_dim = kv_dim;
-        a.n_head = d.n_head;
-        a.n_head_kv = d.n_head_kv;
-        a.head_dim = hd;
-        a.scale = m_.attn_scale;
-        a.pos = pos;
-        a.n = n;
-        a.window = d.sliding ? window : 0;
-        a.pages = pages;
-        a.page_shift = page_shift_;
-        return fast_attention_.run(*pool_, a, arith_.isa);
-    }
     // The reference: one task per (token, head); token t of the batch sits at position pos + t
     // and sees the positions up to its own (the causal mask).
     pool_->parallel_for(uint64_t(n) * d.n_head, 1, [&](uint64_t tb, uint64_t te, int thread) {
@@ -456,11 +459,16 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
             store_row(l.v_cache.data(), kv_, rows[t].kv_row, v, kv_dim);
         });
 
+        // The quantized path's attention takes every sequence in one pass
+        // over the pool; the reference runs them one by one.
+        attn_args_.clear();
         for (uint32_t row0 = 0; const SeqStep& s : batch) {
             if (s.tokens.empty()) continue;
-            attention(il, row0, s);
+            if (fast) attn_args_.push_back(attention_args(il, row0, s));
+            else attention(il, row0, s);
             row0 += static_cast<uint32_t>(s.tokens.size());
         }
+        if (fast) fast_attention_.run(*pool_, attn_args_, arith_.isa);
         matmul(*pool_, {job(d.wo, l.packs[3], o_.data(), E)}, att_.data(), n, q_w_, arith_);
         each_token([&](uint32_t t) {
             float* o = &o_[t * E];

@@ -100,6 +100,9 @@ public:
 private:
     struct Layer;
     void attention(uint32_t il, uint32_t row0, const SeqStep& s);
+    // The quantized path's attention arguments for sequence s of a step,
+    // whose tokens sit at rows row0.. of the activations.
+    AttentionArgs attention_args(uint32_t il, uint32_t row0, const SeqStep& s);
     // The matrices packed for arith_.isa where it has packed kernels
     // (repack.h), on the quantized path only (the reference path reads the
     // file's layout); called whenever the path or the Isa changes, and a
@@ -128,6 +131,7 @@ private:
     std::shared_ptr<ThreadPool> pool_;
     std::vector<Layer> layers_;
     Attention fast_attention_;   // the quantized path's; the reference path's is attention()
+    std::vector<AttentionArgs> attn_args_;   // a step's sequences, for fast_attention_
     std::vector<float> output_norm_;
     // Activations of up to kMaxBatch tokens, row t of each at t × its width.
     std::vector<float> x_, xn_, q_, k_, v_, att_, o_, g_, u_, scores_, rows_;

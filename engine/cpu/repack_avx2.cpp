@@ -4,12 +4,12 @@
 // instead of 8 horizontal sums, and the 8 rows' f16 scales become floats in
 // one vcvtph2ps.
 //
-// Saturation: vpmaddubsw adds two u8·s8 products in int16. The 4- and
-// 5-bit codes are at most 31 against |x| <= 127: 7874 per pair, and the 4
-// pairs of a lane over two words add to at most 31496 < 32767, so they are
-// summed in int16 and widened twice per block. Q8_0 goes through the sign
-// trick, |w| <= 128 against x with w's sign: 32512 per pair, widened at
-// once.
+// Saturation: vpmaddubsw adds two u8·s8 products in int16. 4-bit codes
+// are at most 15 against |x| <= 127: 3810 per pair, and the 8 pairs of a
+// lane over a block's four words add to at most 30480 < 32767, so they are
+// summed in int16 and widened once per block; 5-bit codes (31: 7874 per
+// pair) are widened every two words. Q8_0 goes through the sign trick,
+// |w| <= 128 against x with w's sign: 32512 per pair, widened at once.
 #include <cstdlib>
 #include <immintrin.h>
 
@@ -27,6 +27,12 @@ inline __m256i bcast4(const int8_t* p) {
     return _mm256_set1_epi32(v);
 }
 
+// An empty asm that claims to change v: GCC may not move additions across
+// it. Without it, GCC regroups a block's integer sums into a tree whose
+// products are all computed first, and with four inputs their partial sums
+// (32 registers) spill to the stack.
+inline void keep_in_register(__m256i& v) { asm volatile("" : "+x"(v)); }
+
 // Offset·Σq of an input block in every lane (Q4_0: 8, Q5_0: 16).
 template <int Offset>
 inline __m256i offset_sum(const int8_t* qs) {
@@ -43,8 +49,7 @@ inline __m256i offset_sum(const int8_t* qs) {
 // 176 or 192 bytes. Codes c = nibble (| fifth bit · 16): 0..15 or 0..31.
 // Without a min the offset comes off as Offset·Σq (the same integer as
 // Σ(c − Offset)·q, the input's Σq once per block for the 8 rows); with one,
-// m · s is added per block. Code pairs reach 2·31·127 = 7874, so four of
-// them (two words) are summed in int16, then widened.
+// m · s is added per block.
 // Software prefetch, `kPrefetch` bytes ahead of the block in use, on the
 // first pass over a row group (later passes of the same group, for more
 // inputs, find it in cache). Decode reads each group once, and the hardware
@@ -84,36 +89,61 @@ struct Nibbles8 {
             const __m256i plo = _mm256_maddubs_epi16(lo, bcast4(y[k][b].qs + 4 * C));
             const __m256i phi = _mm256_maddubs_epi16(hi, bcast4(y[k][b].qs + 16 + 4 * C));
             s16[k] = _mm256_add_epi16(s16[k], _mm256_add_epi16(plo, phi));
+            keep_in_register(s16[k]);
         }
     }
+    // Words [C0, C0 + 2) of block b into s16 (zeroed first), then widened
+    // into isum (set when First, else added).
+    template <int C0, int NX, bool First>
+    static void two_words(const uint8_t* g, __m256i qh, const BlockQ8x32* const* y, uint64_t b, __m256i* isum) {
+        __m256i s16[NX];
+        for (int k = 0; k < NX; ++k) s16[k] = _mm256_setzero_si256();
+        word<C0, NX>(g, qh, y, b, s16);
+        word<C0 + 1, NX>(g, qh, y, b, s16);
+        const __m256i ones = _mm256_set1_epi16(1);
+        for (int k = 0; k < NX; ++k) {
+            const __m256i w = _mm256_madd_epi16(s16[k], ones);
+            isum[k] = First ? w : _mm256_add_epi32(isum[k], w);
+            keep_in_register(isum[k]);
+        }
+    }
+    // One int32 accumulator and one float accumulator per input, so that
+    // NX = 4 fits the 16 registers (the min term goes into the same float
+    // accumulator, a second FMA on it).
     template <int NX>
     static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
         const BlockQ8x32* y[NX];
-        __m256 acc[NX], accm[NX];
+        __m256 acc[NX];
         for (int k = 0; k < NX; ++k) {
             y[k] = static_cast<const BlockQ8x32*>(xs[k]);
-            acc[k] = accm[k] = _mm256_setzero_ps();
+            acc[k] = _mm256_setzero_ps();
         }
-        const __m256i ones = _mm256_set1_epi16(1);
         for (uint64_t b = 0; b < n / 32; ++b, g += kBlock) {
             if (pf) prefetch_block(g, kBlock);
             const __m256i qh = Fifth ? loadu(g + kQh) : _mm256_setzero_si256();
-            __m256i s16a[NX], s16b[NX];
-            for (int k = 0; k < NX; ++k) s16a[k] = s16b[k] = _mm256_setzero_si256();
-            word<0, NX>(g, qh, y, b, s16a);
-            word<1, NX>(g, qh, y, b, s16a);
-            word<2, NX>(g, qh, y, b, s16b);
-            word<3, NX>(g, qh, y, b, s16b);
+            __m256i isum[NX];
+            if constexpr (Fifth) {
+                // 5-bit codes: two words (4 code pairs) per int16 sum.
+                two_words<0, NX, true>(g, qh, y, b, isum);
+                two_words<2, NX, false>(g, qh, y, b, isum);
+            } else {
+                // 4-bit codes: 8 pairs of 2·15·127 = 30480 fit an int16.
+                __m256i s16[NX];
+                for (int k = 0; k < NX; ++k) s16[k] = _mm256_setzero_si256();
+                word<0, NX>(g, qh, y, b, s16);
+                word<1, NX>(g, qh, y, b, s16);
+                word<2, NX>(g, qh, y, b, s16);
+                word<3, NX>(g, qh, y, b, s16);
+                for (int k = 0; k < NX; ++k) isum[k] = _mm256_madd_epi16(s16[k], _mm256_set1_epi16(1));
+            }
             const __m256 d = f16x8(g);
             for (int k = 0; k < NX; ++k) {
-                __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(s16a[k], ones), _mm256_madd_epi16(s16b[k], ones));
-                if constexpr (!HasMin) isum = _mm256_sub_epi32(isum, offset_sum<kOffset>(y[k][b].qs));
-                acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y[k][b].d)), _mm256_cvtepi32_ps(isum), acc[k]);
-                if constexpr (HasMin) accm[k] = _mm256_fmadd_ps(f16x8(g + 16), _mm256_set1_ps(y[k][b].s), accm[k]);
+                if constexpr (!HasMin) isum[k] = _mm256_sub_epi32(isum[k], offset_sum<kOffset>(y[k][b].qs));
+                acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y[k][b].d)), _mm256_cvtepi32_ps(isum[k]), acc[k]);
+                if constexpr (HasMin) acc[k] = _mm256_fmadd_ps(f16x8(g + 16), _mm256_set1_ps(y[k][b].s), acc[k]);
             }
         }
-        for (int k = 0; k < NX; ++k)
-            _mm256_storeu_ps(out + k * out_stride, HasMin ? _mm256_add_ps(acc[k], accm[k]) : acc[k]);
+        for (int k = 0; k < NX; ++k) _mm256_storeu_ps(out + k * out_stride, acc[k]);
     }
 };
 
@@ -139,6 +169,7 @@ struct Q8_0x8 {
                 for (int k = 0; k < NX; ++k) {
                     const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(y[k][b].qs + 4 * c), w));
                     s32[k] = _mm256_add_epi32(s32[k], _mm256_madd_epi16(p, ones));
+                    keep_in_register(s32[k]);
                 }
             }
             const __m256 d = f16x8(g);
