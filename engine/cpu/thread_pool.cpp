@@ -55,8 +55,12 @@ void ThreadPool::worker(int index) {
         }
         seen = g;
         if (stop_.load()) return;
-        work(index);
-        busy_.fetch_sub(1, std::memory_order_acq_rel);
+        // Join job g unless its caller has closed it: either the caller's
+        // check of active_ sees this increment (and waits for it), or this
+        // load sees the job closed (and the worker stays out of it).
+        active_.fetch_add(1, std::memory_order_seq_cst);
+        if (open_.load(std::memory_order_seq_cst) == g) work(index);
+        active_.fetch_sub(1, std::memory_order_release);
     }
 }
 
@@ -71,11 +75,16 @@ void ThreadPool::parallel_for(uint64_t n, uint64_t grain, const RangeFn& fn) {
     n_ = n;
     chunk_ = grain;
     next_.store(0, std::memory_order_relaxed);
-    busy_.store(n_threads_ - 1, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
+    const uint64_t g = generation_.load(std::memory_order_relaxed) + 1;
+    open_.store(g, std::memory_order_relaxed);
+    generation_.store(g, std::memory_order_release);
     generation_.notify_all();
     work(0);
-    while (busy_.load(std::memory_order_acquire) != 0) {
+    // Every chunk is taken. Close the job, then wait only for the workers
+    // inside it: one that has not woken yet (descheduled on a loaded
+    // machine) is not waited for, and finds the job closed when it runs.
+    open_.store(0, std::memory_order_seq_cst);
+    while (active_.load(std::memory_order_seq_cst) != 0) {
 #if defined(__x86_64__)
         __builtin_ia32_pause();
 #endif

@@ -2,8 +2,11 @@
 // takes part in every job, so a pool of N threads starts N - 1 workers. Jobs
 // are split into chunks taken from a shared counter, each a share of what is
 // left (guided scheduling: large first, small last, at least the grain);
-// parallel_for returns once every chunk is done. Workers spin briefly before sleeping, since decode posts
-// hundreds of short jobs per token.
+// parallel_for returns once every chunk is done; it waits for the workers
+// that joined the job, never for one that has not woken yet (on a loaded
+// machine a worker may sit descheduled for a whole time slice: its share is
+// taken by whoever runs). Workers spin briefly before sleeping, since decode
+// posts hundreds of short jobs per token.
 #pragma once
 
 #include <atomic>
@@ -42,7 +45,8 @@ private:
     const RangeFn* fn_ = nullptr;
     uint64_t n_ = 0, chunk_ = 1;   // chunk_: the smallest take (the grain)
     std::atomic<uint64_t> next_{0};
-    std::atomic<int> busy_{0};            // workers still inside the current job
+    std::atomic<int> active_{0};          // workers inside (or entering) the current job
+    std::atomic<uint64_t> open_{0};       // the generation of the job workers may join; 0: none
     std::atomic<uint64_t> generation_{0}; // bumped to start a job
     std::atomic<bool> stop_{false};
 };
