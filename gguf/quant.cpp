@@ -1,8 +1,11 @@
-// The type table and the dequantizers of the 32-element block types and the
-// plain float types. Every dequantizer evaluates an element with the same
-// float operations, in the same order, as ggml's reference C code:
+// The type table and the dequantizers of the 32-element block types, the
+// non-linear 4-bit types and the plain float types. Every dequantizer
+// evaluates an element with the same float operations, in the same order, as
+// ggml's reference C code:
 //   Q4_0/Q5_0/Q8_0:  y = float(q - offset) * d
 //   Q4_1/Q5_1:       y = float(q) * d + m
+//   IQ4_NL:          y = d * float(kIQ4Values[q])
+//   IQ4_XS:          dl = d * float(ls - 32), y = dl * float(kIQ4Values[q])
 // (a float product is commutative, so gguf-py's d * q is the same number).
 #include <cstring>
 
@@ -26,22 +29,22 @@ constexpr TypeTraits kTypes[] = {
     // ggml has no reference dequantizer for Q8_1 (it only feeds dot products);
     // ours is the obvious y = d * q, s being d * sum(q) and unused.
     {GgmlType::Q8_1, "Q8_1", 32, sizeof(BlockQ8_1), dequantize_row_q8_1, nullptr},
-    {GgmlType::Q2_K, "Q2_K", QK_K, sizeof(BlockQ2_K), dequantize_row_q2_k, nullptr},
-    {GgmlType::Q3_K, "Q3_K", QK_K, sizeof(BlockQ3_K), dequantize_row_q3_k, nullptr},
+    {GgmlType::Q2_K, "Q2_K", QK_K, sizeof(BlockQ2_K), dequantize_row_q2_k, quantize_row_q2_k},
+    {GgmlType::Q3_K, "Q3_K", QK_K, sizeof(BlockQ3_K), dequantize_row_q3_k, quantize_row_q3_k},
     {GgmlType::Q4_K, "Q4_K", QK_K, sizeof(BlockQ4_K), dequantize_row_q4_k, quantize_row_q4_k},
     {GgmlType::Q5_K, "Q5_K", QK_K, sizeof(BlockQ5_K), dequantize_row_q5_k, quantize_row_q5_k},
     {GgmlType::Q6_K, "Q6_K", QK_K, sizeof(BlockQ6_K), dequantize_row_q6_k, quantize_row_q6_k},
     {GgmlType::Q8_K, "Q8_K", QK_K, sizeof(BlockQ8_K), dequantize_row_q8_k, quantize_row_q8_k},
+    {GgmlType::IQ4_NL, "IQ4_NL", 32, sizeof(BlockIQ4_NL), dequantize_row_iq4_nl, quantize_row_iq4_nl},
+    {GgmlType::IQ4_XS, "IQ4_XS", QK_K, sizeof(BlockIQ4_XS), dequantize_row_iq4_xs, quantize_row_iq4_xs},
     {GgmlType::BF16, "BF16", 1, 2, dequantize_row_bf16, quantize_row_bf16},
     // Storage only: sizes as ggml defines them, no numerics here (yet).
     {GgmlType::IQ2_XXS, "IQ2_XXS", QK_K, 66, nullptr, nullptr},
     {GgmlType::IQ2_XS, "IQ2_XS", QK_K, 74, nullptr, nullptr},
     {GgmlType::IQ3_XXS, "IQ3_XXS", QK_K, 98, nullptr, nullptr},
     {GgmlType::IQ1_S, "IQ1_S", QK_K, 50, nullptr, nullptr},
-    {GgmlType::IQ4_NL, "IQ4_NL", 32, 18, nullptr, nullptr},
     {GgmlType::IQ3_S, "IQ3_S", QK_K, 110, nullptr, nullptr},
     {GgmlType::IQ2_S, "IQ2_S", QK_K, 82, nullptr, nullptr},
-    {GgmlType::IQ4_XS, "IQ4_XS", QK_K, 136, nullptr, nullptr},
     {GgmlType::I8, "I8", 1, 1, nullptr, nullptr},
     {GgmlType::I16, "I16", 1, 2, nullptr, nullptr},
     {GgmlType::I32, "I32", 1, 4, nullptr, nullptr},
@@ -193,6 +196,32 @@ void dequantize_row_q8_1(const void* src, float* dst, int64_t n) {
     for (int64_t b = 0; b < n / 32; ++b, dst += 32) {
         const float d = f16_to_f32(x[b].d);
         for (int j = 0; j < 32; ++j) dst[j] = float(x[b].qs[j]) * d;
+    }
+}
+
+void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n) {
+    const auto* x = static_cast<const BlockIQ4_NL*>(src);
+    for (int64_t b = 0; b < n / 32; ++b, dst += 32) {
+        const float d = f16_to_f32(x[b].d);
+        for (int j = 0; j < 16; ++j) {
+            dst[j] = d * float(kIQ4Values[x[b].qs[j] & 0xF]);
+            dst[j + 16] = d * float(kIQ4Values[x[b].qs[j] >> 4]);
+        }
+    }
+}
+
+void dequantize_row_iq4_xs(const void* src, float* dst, int64_t n) {
+    const auto* x = static_cast<const BlockIQ4_XS*>(src);
+    for (int64_t b = 0; b < n / QK_K; ++b) {
+        const float d = f16_to_f32(x[b].d);
+        for (int ib = 0; ib < 8; ++ib, dst += 32) {
+            const float dl = d * float(iq4_xs_scale(x[b], ib) - 32);
+            const uint8_t* qs = x[b].qs + 16 * ib;
+            for (int j = 0; j < 16; ++j) {
+                dst[j] = dl * float(kIQ4Values[qs[j] & 0xF]);
+                dst[j + 16] = dl * float(kIQ4Values[qs[j] >> 4]);
+            }
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "gguf/f16.h"
 #include "gguf/quant.h"
 
 namespace ptxlm::gguf::detail {
@@ -25,6 +26,8 @@ void dequantize_row_q4_k(const void* src, float* dst, int64_t n);
 void dequantize_row_q5_k(const void* src, float* dst, int64_t n);
 void dequantize_row_q6_k(const void* src, float* dst, int64_t n);
 void dequantize_row_q8_k(const void* src, float* dst, int64_t n);
+void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n);   // quant.cpp
+void dequantize_row_iq4_xs(const void* src, float* dst, int64_t n);
 
 // Quantizers (quantize.cpp). Deterministic: same input, same bytes.
 void quantize_row_f32(const float* src, void* dst, int64_t n);
@@ -39,6 +42,24 @@ void quantize_row_q4_k(const float* src, void* dst, int64_t n);
 void quantize_row_q5_k(const float* src, void* dst, int64_t n);
 void quantize_row_q6_k(const float* src, void* dst, int64_t n);
 void quantize_row_q8_k(const float* src, void* dst, int64_t n);
+void quantize_row_q2_k(const float* src, void* dst, int64_t n);
+void quantize_row_q3_k(const float* src, void* dst, int64_t n);
+void quantize_row_iq4_nl(const float* src, void* dst, int64_t n);   // quantize_iq4.cpp
+void quantize_row_iq4_xs(const float* src, void* dst, int64_t n);
+
+// The value a dequantizer sees for a scale stored as f16.
+inline float f16_round(float v) { return f16_to_f32(f32_to_f16(v)); }
+
+// round(v) clamped to [lo, hi], for any finite or infinite v. Clamping first
+// keeps the float->int conversion defined; +0.5 and truncation of a
+// non-negative value round half up.
+inline int round_clamp(float v, int lo, int hi) {
+    float t = v - float(lo) + 0.5f;
+    if (!(t > 0.f)) return lo;   // also NaN
+    if (t > float(hi - lo) + 0.5f) return hi;
+    const int r = int(t) + lo;
+    return r > hi ? hi : r;
+}
 
 // Q4_K/Q5_K pack 8 six-bit scales and 8 six-bit mins into 12 bytes.
 inline void k_scale_min_get(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {

@@ -39,19 +39,13 @@ void dequantize_row_q2_k(const void* src, float* y, int64_t n) {
 
 // Q3_K {hmask[32]; qs[64]; scales[12]; d}: as Q2_K for the low 2 bits; the
 // third bit of element 32k + l of half h is hmask[l] bit 4h + k, and a CLEAR
-// bit subtracts 4. Scale s (0..15), 6 bits: low nibble of scales[s] (s < 8) or
-// high nibble of scales[s - 8]; top 2 bits at scales[8 + s % 4] >> 2*(s / 4).
+// bit subtracts 4. Scales: q3_k_scale (quant.h).
 void dequantize_row_q3_k(const void* src, float* y, int64_t n) {
     const auto* x = static_cast<const BlockQ3_K*>(src);
     for (int64_t b = 0; b < n / QK_K; ++b) {
         const float d = f16_to_f32(x[b].d);
-        const uint8_t* s = x[b].scales;
         int scale[16];
-        for (int k = 0; k < 16; ++k) {
-            const int lo = k < 8 ? (s[k] & 0xF) : (s[k - 8] >> 4);
-            const int hi = (s[8 + k % 4] >> (2 * (k / 4))) & 3;
-            scale[k] = (lo | hi << 4) - 32;
-        }
+        for (int k = 0; k < 16; ++k) scale[k] = q3_k_scale(x[b].scales, k);
         const uint8_t* q = x[b].qs;
         int is = 0;
         for (int half = 0; half < 2; ++half, q += 32) {

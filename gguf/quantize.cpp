@@ -9,11 +9,14 @@
 //  * Q4_0, Q5_0: that rule is the first candidate of a small search over the
 //    block scale (least-squares refit per candidate, the rounded f16 scale
 //    scored); the best by squared error wins, so never worse than the rule.
-//  * Q4_K, Q5_K, Q6_K: per sub-block a scale (and min) search with
-//    least-squares refits, then the 6/8-bit sub-block scales are quantized
-//    against the super-block d (and dmin), d/dmin are refit by least squares
-//    over the whole super-block, and the elements are re-quantized against
-//    the scales a dequantizer will actually see.
+//  * Q2_K, Q3_K, Q4_K, Q5_K, Q6_K: per sub-block a scale (and min) search
+//    with least-squares refits, then the 4/6/8-bit sub-block scales are
+//    quantized against the super-block d (and dmin), d/dmin are refit by
+//    least squares over the whole super-block, and the elements are
+//    re-quantized against the scales a dequantizer will actually see. Q2_K
+//    shares Q4_K's asymmetric fit (16 sub-blocks of 16, 4-bit scales and
+//    mins), Q3_K Q6_K's symmetric one (codes -4..3, 6-bit signed scales).
+// (IQ4_NL and IQ4_XS: quantize_iq4.cpp.)
 #include <cmath>
 #include <cstring>
 
@@ -23,20 +26,6 @@
 
 namespace ptxlm::gguf::detail {
 namespace {
-
-// The value a dequantizer sees for a scale stored as f16.
-float f16_round(float v) { return f16_to_f32(f32_to_f16(v)); }
-
-// round(v) clamped to [lo, hi], for any finite or infinite v. Clamping first
-// keeps the float->int conversion defined; +0.5 and truncation of a
-// non-negative value round half up.
-inline int round_clamp(float v, int lo, int hi) {
-    float t = v - float(lo) + 0.5f;
-    if (!(t > 0.f)) return lo;   // also NaN
-    if (t > float(hi - lo) + 0.5f) return hi;
-    const int r = int(t) + lo;
-    return r > hi ? hi : r;
-}
 
 // Signed value with the largest magnitude (the first one on ties), as ggml's
 // reference rules pick it.
@@ -197,16 +186,18 @@ ScaleMin fit_scale_min(const float* x, int n, int qmax) {
     return best;
 }
 
-// x[0..n) ≈ scale * q with q in [-32, 31] (either sign of scale). The extreme
-// is mapped to a few levels near -32 and +31; each grid's q gets the LS scale.
-float fit_scale_sym6(const float* x, int n) {
+// x[0..n) ≈ scale * q with q in [-half, half - 1] (either sign of scale).
+// The extreme is mapped to a few levels near -half and half - 1; each grid's
+// q gets the LS scale.
+float fit_scale_sym(const float* x, int n, int half) {
     const float max = signed_absmax(x, n);
     if (max == 0.f) return 0.f;
-    float best = max / -32.f, best_score = -1.f;
+    const float h = float(half);
+    float best = max / -h, best_score = -1.f;
     auto try_grid = [&](float iscale) {
         float sxq = 0.f, sqq = 0.f;
         for (int i = 0; i < n; ++i) {
-            const float q = float(round_clamp(x[i] * iscale, -32, 31));
+            const float q = float(round_clamp(x[i] * iscale, -half, half - 1));
             sxq += x[i] * q;
             sqq += q * q;
         }
@@ -214,31 +205,37 @@ float fit_scale_sym6(const float* x, int n) {
         const float score = sxq * sxq / sqq;   // error = sum x^2 - score at the LS scale
         if (score > best_score) { best_score = score; best = sxq / sqq; }
     };
-    static constexpr float kLevels[] = {-32.f, -31.5f, -31.f, -30.5f, -30.f, -29.f, -32.5f, 31.f, 30.5f, 30.f};
-    for (float level : kLevels) try_grid(level / max);
+    const float levels[] = {-h, -h + 0.5f, -h + 1.f, -h + 1.5f, -h + 2.f, -h + 3.f, -h - 0.5f,
+                            h - 1.f, h - 1.5f, h - 2.f};
+    for (float level : levels) try_grid(level / max);
     if (best != 0.f) try_grid(1.0f / best);
     return best;
 }
 
-// ---- Q4_K / Q5_K ----------------------------------------------------------
+// ---- Q2_K / Q4_K / Q5_K ------------------------------------------------------
 
-// Integer codes of one Q4_K/Q5_K super-block before packing.
+// An asymmetric k-quant: nsub sub-blocks of `sub` elements, codes 0..qmax,
+// unsigned sub-block scales and mins 0..smax (y = d·sc·q − dmin·m).
+struct KAsymShape { int nsub, sub, qmax, smax; };
+constexpr KAsymShape kQ2K{16, 16, 3, 15}, kQ4K{8, 32, 15, 63}, kQ5K{8, 32, 31, 63};
+
+// Integer codes of one super-block before packing.
 struct KAsymCodes {
     uint16_t d, dmin;
-    uint8_t sc[8], m[8];
+    uint8_t sc[16], m[16];
     uint8_t q[QK_K];
 };
 
 // Re-quantizes every element against the scales a dequantizer computes
 // (d * sc - in float, as dequantize_row_q4_k does) and returns the error.
-float k_asym_assign(const float* x, int qmax, KAsymCodes& c) {
+float k_asym_assign(const float* x, const KAsymShape& sh, KAsymCodes& c) {
     const float d = f16_to_f32(c.d), dmin = f16_to_f32(c.dmin);
     float err = 0.f;
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < sh.nsub; ++j) {
         const float s = d * float(c.sc[j]), m = dmin * float(c.m[j]);
         const float inv = s > 0.f ? 1.0f / s : 0.f;
-        for (int i = 32 * j; i < 32 * j + 32; ++i) {
-            const int q = s > 0.f ? round_clamp((x[i] + m) * inv, 0, qmax) : 0;
+        for (int i = sh.sub * j; i < sh.sub * (j + 1); ++i) {
+            const int q = s > 0.f ? round_clamp((x[i] + m) * inv, 0, sh.qmax) : 0;
             c.q[i] = uint8_t(q);
             const float e = x[i] - (s * float(q) - m);
             err += e * e;
@@ -247,28 +244,28 @@ float k_asym_assign(const float* x, int qmax, KAsymCodes& c) {
     return err;
 }
 
-void quantize_superblock_asym(const float* x, int qmax, KAsymCodes& c) {
-    ScaleMin fit[8];
+void quantize_superblock_asym(const float* x, const KAsymShape& sh, KAsymCodes& c) {
+    ScaleMin fit[16];
     float max_scale = 0.f, max_min = 0.f;
-    for (int j = 0; j < 8; ++j) {
-        fit[j] = fit_scale_min(x + 32 * j, 32, qmax);
+    for (int j = 0; j < sh.nsub; ++j) {
+        fit[j] = fit_scale_min(x + sh.sub * j, sh.sub, sh.qmax);
         max_scale = std::fmax(max_scale, fit[j].scale);
         max_min = std::fmax(max_min, fit[j].min);
     }
-    c.d = f32_to_f16(max_scale / 63.f);
-    c.dmin = f32_to_f16(max_min / 63.f);
+    c.d = f32_to_f16(max_scale / float(sh.smax));
+    c.dmin = f32_to_f16(max_min / float(sh.smax));
     const float d = f16_to_f32(c.d), dmin = f16_to_f32(c.dmin);
-    for (int j = 0; j < 8; ++j) {
-        c.sc[j] = uint8_t(d > 0.f ? round_clamp(fit[j].scale / d, 0, 63) : 0);
-        c.m[j] = uint8_t(dmin > 0.f ? round_clamp(fit[j].min / dmin, 0, 63) : 0);
+    for (int j = 0; j < sh.nsub; ++j) {
+        c.sc[j] = uint8_t(d > 0.f ? round_clamp(fit[j].scale / d, 0, sh.smax) : 0);
+        c.m[j] = uint8_t(dmin > 0.f ? round_clamp(fit[j].min / dmin, 0, sh.smax) : 0);
     }
-    float err = k_asym_assign(x, qmax, c);
+    float err = k_asym_assign(x, sh, c);
 
     // Refit (d, dmin) by least squares over the super-block with the integer
     // codes fixed: x ≈ d * a - dmin * b, a = sc*q, b = m.
     double saa = 0, sab = 0, sbb = 0, sxa = 0, sxb = 0;
     for (int i = 0; i < QK_K; ++i) {
-        const double a = double(c.sc[i / 32]) * c.q[i], b = c.m[i / 32];
+        const double a = double(c.sc[i / sh.sub]) * c.q[i], b = c.m[i / sh.sub];
         saa += a * a; sab += a * b; sbb += b * b;
         sxa += x[i] * a; sxb += x[i] * b;
     }
@@ -280,27 +277,32 @@ void quantize_superblock_asym(const float* x, int qmax, KAsymCodes& c) {
         if (nd > 0 && nm >= 0) {
             t.d = f32_to_f16(float(nd));
             t.dmin = f32_to_f16(float(nm));
-            if (k_asym_assign(x, qmax, t) < err) c = t;
+            if (k_asym_assign(x, sh, t) < err) c = t;
         }
     }
 }
 
-// ---- Q6_K -------------------------------------------------------------
+// ---- Q3_K / Q6_K -------------------------------------------------------------
 
-struct KSym6Codes {
+// A symmetric k-quant: 16 sub-blocks of 16, codes -half..half-1, signed
+// sub-block scales -shalf..shalf-1 (y = (d·sc)·q).
+struct KSymShape { int half, shalf; };
+constexpr KSymShape kQ3K{4, 32}, kQ6K{32, 128};
+
+struct KSymCodes {
     uint16_t d;
     int8_t sc[16];
-    int8_t q[QK_K];   // -32..31
+    int8_t q[QK_K];
 };
 
-float k_sym6_assign(const float* x, KSym6Codes& c) {
+float k_sym_assign(const float* x, const KSymShape& sh, KSymCodes& c) {
     const float d = f16_to_f32(c.d);
     float err = 0.f;
     for (int j = 0; j < 16; ++j) {
         const float s = d * float(c.sc[j]);   // the dequantizer's (d * sc)
         const float inv = s != 0.f ? 1.0f / s : 0.f;
         for (int i = 16 * j; i < 16 * j + 16; ++i) {
-            const int q = s != 0.f ? round_clamp(x[i] * inv, -32, 31) : 0;
+            const int q = s != 0.f ? round_clamp(x[i] * inv, -sh.half, sh.half - 1) : 0;
             c.q[i] = int8_t(q);
             const float e = x[i] - s * float(q);
             err += e * e;
@@ -309,18 +311,20 @@ float k_sym6_assign(const float* x, KSym6Codes& c) {
     return err;
 }
 
-void quantize_superblock_sym6(const float* x, KSym6Codes& c) {
+void quantize_superblock_sym(const float* x, const KSymShape& sh, KSymCodes& c) {
     float scale[16], max = 0.f, amax = 0.f;
     for (int j = 0; j < 16; ++j) {
-        scale[j] = fit_scale_sym6(x + 16 * j, 16);
+        scale[j] = fit_scale_sym(x + 16 * j, 16, sh.half);
         if (std::fabs(scale[j]) > amax) { amax = std::fabs(scale[j]); max = scale[j]; }
     }
-    // The largest scale lands on -128, so the others span [-128, 128]; a
-    // +128 clamps to 127, a 0.8% loss on that one sub-block only.
-    c.d = f32_to_f16(max != 0.f ? max / -128.f : 0.f);   // an all-zero block stores +0
+    // The largest scale lands on -shalf, so the others span [-shalf, shalf];
+    // a +shalf clamps to shalf - 1 (a 0.8% loss on that one sub-block for
+    // Q6_K, 3% for Q3_K).
+    c.d = f32_to_f16(max != 0.f ? max / -float(sh.shalf) : 0.f);   // an all-zero block stores +0
     const float d = f16_to_f32(c.d);
-    for (int j = 0; j < 16; ++j) c.sc[j] = int8_t(d != 0.f ? round_clamp(scale[j] / d, -128, 127) : 0);
-    const float err = k_sym6_assign(x, c);
+    for (int j = 0; j < 16; ++j)
+        c.sc[j] = int8_t(d != 0.f ? round_clamp(scale[j] / d, -sh.shalf, sh.shalf - 1) : 0);
+    const float err = k_sym_assign(x, sh, c);
 
     double saa = 0, sxa = 0;
     for (int i = 0; i < QK_K; ++i) {
@@ -329,9 +333,9 @@ void quantize_superblock_sym6(const float* x, KSym6Codes& c) {
         sxa += x[i] * a;
     }
     if (saa > 0) {
-        KSym6Codes t = c;
+        KSymCodes t = c;
         t.d = f32_to_f16(float(sxa / saa));
-        if (k_sym6_assign(x, t) < err) c = t;
+        if (k_sym_assign(x, sh, t) < err) c = t;
     }
 }
 
@@ -414,7 +418,7 @@ void quantize_row_q4_k(const float* src, void* dst, int64_t n) {
     auto* y = static_cast<BlockQ4_K*>(dst);
     KAsymCodes c;
     for (int64_t b = 0; b < n / QK_K; ++b, src += QK_K) {
-        quantize_superblock_asym(src, 15, c);
+        quantize_superblock_asym(src, kQ4K, c);
         y[b].d = c.d;
         y[b].dmin = c.dmin;
         k_scale_min_set(c.sc, c.m, y[b].scales);
@@ -428,7 +432,7 @@ void quantize_row_q5_k(const float* src, void* dst, int64_t n) {
     auto* y = static_cast<BlockQ5_K*>(dst);
     KAsymCodes c;
     for (int64_t b = 0; b < n / QK_K; ++b, src += QK_K) {
-        quantize_superblock_asym(src, 31, c);
+        quantize_superblock_asym(src, kQ5K, c);
         y[b].d = c.d;
         y[b].dmin = c.dmin;
         k_scale_min_set(c.sc, c.m, y[b].scales);
@@ -445,9 +449,9 @@ void quantize_row_q5_k(const float* src, void* dst, int64_t n) {
 
 void quantize_row_q6_k(const float* src, void* dst, int64_t n) {
     auto* y = static_cast<BlockQ6_K*>(dst);
-    KSym6Codes c;
+    KSymCodes c;
     for (int64_t b = 0; b < n / QK_K; ++b, src += QK_K) {
-        quantize_superblock_sym6(src, c);
+        quantize_superblock_sym(src, kQ6K, c);
         y[b].d = c.d;
         std::memcpy(y[b].scales, c.sc, 16);
         for (int h = 0; h < 2; ++h) {
@@ -460,6 +464,47 @@ void quantize_row_q6_k(const float* src, void* dst, int64_t n) {
                 ql[l + 32] = uint8_t((q2 & 0xF) | (q4 & 0xF) << 4);
                 qh[l] = uint8_t((q1 >> 4) | (q2 >> 4) << 2 | (q3 >> 4) << 4 | (q4 >> 4) << 6);
             }
+        }
+    }
+}
+
+// Q2_K: sub-block j (elements 16j..16j+16) keeps scale | min << 4 in
+// scales[j]; element 128h + 32k + i is bits 2k..2k+1 of qs[32h + i].
+void quantize_row_q2_k(const float* src, void* dst, int64_t n) {
+    auto* y = static_cast<BlockQ2_K*>(dst);
+    KAsymCodes c;
+    for (int64_t b = 0; b < n / QK_K; ++b, src += QK_K) {
+        quantize_superblock_asym(src, kQ2K, c);
+        y[b].d = c.d;
+        y[b].dmin = c.dmin;
+        for (int j = 0; j < 16; ++j) y[b].scales[j] = uint8_t(c.sc[j] | c.m[j] << 4);
+        std::memset(y[b].qs, 0, sizeof y[b].qs);
+        for (int i = 0; i < QK_K; ++i) y[b].qs[32 * (i / 128) + i % 32] |= uint8_t(c.q[i] << (2 * ((i % 128) / 32)));
+    }
+}
+
+// Q3_K: code u = q + 4 (0..7); its low 2 bits as Q2_K's, its bit 2 at bit
+// 4h + k of hmask[i] (element 128h + 32k + i). Scale j as 6 bits sc + 32:
+// low nibble in scales[j] (j < 8) or the high nibble of scales[j - 8], top 2
+// bits at bits 2·(j / 4) of scales[8 + j % 4].
+void quantize_row_q3_k(const float* src, void* dst, int64_t n) {
+    auto* y = static_cast<BlockQ3_K*>(dst);
+    KSymCodes c;
+    for (int64_t b = 0; b < n / QK_K; ++b, src += QK_K) {
+        quantize_superblock_sym(src, kQ3K, c);
+        y[b].d = c.d;
+        std::memset(y[b].scales, 0, sizeof y[b].scales);
+        for (int j = 0; j < 16; ++j) {
+            const int u = c.sc[j] + 32;
+            y[b].scales[j % 8] |= uint8_t((u & 0xF) << (4 * (j / 8)));
+            y[b].scales[8 + j % 4] |= uint8_t((u >> 4) << (2 * (j / 4)));
+        }
+        std::memset(y[b].qs, 0, sizeof y[b].qs);
+        std::memset(y[b].hmask, 0, sizeof y[b].hmask);
+        for (int i = 0; i < QK_K; ++i) {
+            const int u = c.q[i] + 4, h = i / 128, k = (i % 128) / 32, l = i % 32;
+            y[b].qs[32 * h + l] |= uint8_t((u & 3) << (2 * k));
+            y[b].hmask[l] |= uint8_t((u >> 2) << (4 * h + k));
         }
     }
 }

@@ -32,25 +32,32 @@ using gguf::GgmlType;
 
 namespace {
 
-const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
-                           GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,   GgmlType::Q5_1,
+                           GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K,   GgmlType::Q6_K,
+                           GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
 
 // Offsets of the f16 scale fields in a block (d, and m/dmin where present).
 std::vector<size_t> f16_fields(GgmlType t) {
     switch (t) {
         case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
         case GgmlType::Q6_K: return {offsetof(gguf::BlockQ6_K, d)};
-        default: return {0};
+        case GgmlType::Q2_K: return {offsetof(gguf::BlockQ2_K, d), offsetof(gguf::BlockQ2_K, dmin)};
+        case GgmlType::Q3_K: return {offsetof(gguf::BlockQ3_K, d)};
+        default: return {0};   // Q4_0 Q5_0 Q8_0 IQ4_NL IQ4_XS
     }
 }
 
 // A byte of block 0 that scales part of the row, and a bit of it to flip:
 // the exponent of d (32-element types), sub-block 0's 6-bit scale (Q4_K,
-// Q5_K), group 0's int8 scale (Q6_K).
+// Q5_K, Q3_K, IQ4_XS), group 0's int8 scale (Q6_K), group 0's 4-bit scale
+// (Q2_K).
 std::pair<size_t, uint8_t> scale_byte(GgmlType t) {
     switch (t) {
         case GgmlType::Q4_K: case GgmlType::Q5_K: return {offsetof(gguf::BlockQ4_K, scales), 0x08};
         case GgmlType::Q6_K: return {offsetof(gguf::BlockQ6_K, scales), 0x10};
+        case GgmlType::Q2_K: return {offsetof(gguf::BlockQ2_K, scales), 0x08};
+        case GgmlType::Q3_K: return {offsetof(gguf::BlockQ3_K, scales), 0x08};
+        case GgmlType::IQ4_XS: return {offsetof(gguf::BlockIQ4_XS, scales_l), 0x08};
         default: return {1, 0x04};   // high byte of f16 d: lowest exponent bit
     }
 }
@@ -257,7 +264,20 @@ TEST(QDot, MultiInputMatchesSingleInputBitForBit) {
             }
         }
     }
-    EXPECT_EQ(cpu::qdot_multi_fn(Isa::Scalar, GgmlType::Q3_K), nullptr);
+    EXPECT_EQ(cpu::qdot_multi_fn(Isa::Scalar, GgmlType::BF16), nullptr);
+}
+
+// IQ4_NL, IQ4_XS, Q2_K and Q3_K have no AVX-512 kernels (none could be run
+// here): both AVX-512 Isas dispatch to the AVX2 kernels, single and multi
+// input (qdot_fn only reads the tables, so this holds on any CPU).
+TEST(QDot, Avx512UsesTheAvx2KernelsForTheNewTypes) {
+    for (GgmlType t : {GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::Q2_K, GgmlType::Q3_K}) {
+        for (Isa isa : {Isa::Avx512, Isa::Avx512Vnni}) {
+            EXPECT_EQ(cpu::qdot_fn(isa, t), cpu::qdot_fn(Isa::Avx2, t)) << gguf::type_traits(t).name;
+            EXPECT_EQ(cpu::qdot_multi_fn(isa, t), cpu::qdot_multi_fn(Isa::Avx2, t)) << gguf::type_traits(t).name;
+        }
+        EXPECT_NE(cpu::qdot_fn(Isa::Avx2, t), cpu::qdot_fn(Isa::Scalar, t));
+    }
 }
 
 // Corrupting one scale byte must change every kernel's result (and the
@@ -342,8 +362,8 @@ TEST(QDot, QuantizeInputChecksAndReusesStorage) {
     EXPECT_THROW(cpu::quantize_input(x.data(), 288, GgmlType::Q4_K, q), std::invalid_argument);
     EXPECT_THROW(cpu::quantize_input(x.data(), 256, GgmlType::F16, q), std::invalid_argument);
     EXPECT_FALSE(cpu::has_qdot(GgmlType::F32));
-    EXPECT_FALSE(cpu::has_qdot(GgmlType::Q2_K));
-    EXPECT_EQ(cpu::qdot_fn(Isa::Scalar, GgmlType::Q3_K), nullptr);
+    EXPECT_FALSE(cpu::has_qdot(GgmlType::IQ2_XXS));   // known to the container only
+    EXPECT_EQ(cpu::qdot_fn(Isa::Scalar, GgmlType::F16), nullptr);
     // qdot() refuses an input quantized for another layout or length.
     cpu::quantize_input(x.data(), 256, GgmlType::Q8_0, q);
     std::vector<uint8_t> row(256 / 256 * sizeof(gguf::BlockQ4_K));

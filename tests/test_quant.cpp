@@ -25,6 +25,7 @@ constexpr GgmlType kAllTypes[] = {
     GgmlType::F32,  GgmlType::F16,  GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
     GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q2_K, GgmlType::Q3_K,
     GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_K, GgmlType::BF16,
+    GgmlType::IQ4_NL, GgmlType::IQ4_XS,
 };
 
 // ---- deterministic data (independent of the standard library's distributions)
@@ -112,6 +113,7 @@ TEST(QuantTable, BlockSizesMatchTheStructs) {
         {GgmlType::Q2_K, 256, sizeof(BlockQ2_K)}, {GgmlType::Q3_K, 256, sizeof(BlockQ3_K)},
         {GgmlType::Q4_K, 256, sizeof(BlockQ4_K)}, {GgmlType::Q5_K, 256, sizeof(BlockQ5_K)},
         {GgmlType::Q6_K, 256, sizeof(BlockQ6_K)}, {GgmlType::Q8_K, 256, sizeof(BlockQ8_K)},
+        {GgmlType::IQ4_NL, 32, sizeof(BlockIQ4_NL)}, {GgmlType::IQ4_XS, 256, sizeof(BlockIQ4_XS)},
     };
     for (const Want& w : want) {
         const TypeTraits& t = type_traits(w.type);
@@ -122,7 +124,7 @@ TEST(QuantTable, BlockSizesMatchTheStructs) {
 
 TEST(QuantTable, StorageOnlyTypesAreKnownWithoutNumerics) {
     // Readable and inspectable, but nothing may pretend to decode them.
-    for (GgmlType type : {GgmlType::IQ2_XXS, GgmlType::IQ4_XS, GgmlType::IQ1_M, GgmlType::I32, GgmlType::F64,
+    for (GgmlType type : {GgmlType::IQ2_XXS, GgmlType::IQ3_S, GgmlType::IQ1_M, GgmlType::I32, GgmlType::F64,
                           GgmlType::TQ2_0, GgmlType::MXFP4}) {
         const TypeTraits* t = find_type(uint32_t(type));
         ASSERT_NE(t, nullptr) << uint32_t(type);
@@ -337,6 +339,19 @@ float expected_element(GgmlType t, const uint8_t* p, int i) {
         const float dl = h2f(p + 108) * float(sc6 - 32);
         return dl * float(low - (high ? 0 : 4));
     }
+    case GgmlType::IQ4_NL: {   // {d; qs[16]}, codes as Q4_0's into the table
+        const int q = i < 16 ? (p[2 + i] & 15) : (p[2 + i - 16] >> 4);
+        return h2f(p) * float(kIQ4Values[q]);
+    }
+    case GgmlType::IQ4_XS: {   // {d; scales_h (u16); scales_l[4]; qs[128]}
+        const int j = i / 32, l = i % 32;
+        const int scales_h = p[2] | p[3] << 8;
+        const int ls = ((p[4 + j / 2] >> (4 * (j % 2))) & 15) | (((scales_h >> (2 * j)) & 3) << 4);
+        const uint8_t* qs = p + 8 + 16 * j;
+        const int q = l < 16 ? (qs[l] & 15) : (qs[l - 16] >> 4);
+        const float dl = h2f(p) * float(ls - 32);
+        return dl * float(kIQ4Values[q]);
+    }
     default: return NAN;
     }
 }
@@ -345,6 +360,7 @@ float expected_element(GgmlType t, const uint8_t* p, int i) {
 std::vector<int> f16_fields(GgmlType t) {
     switch (t) {
     case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: return {0};
+    case GgmlType::IQ4_NL: case GgmlType::IQ4_XS: return {0};
     case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q8_1: return {0, 2};
     case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
     case GgmlType::Q6_K: return {208};
@@ -357,7 +373,8 @@ std::vector<int> f16_fields(GgmlType t) {
 TEST(Dequantize, RandomBlocksMatchTheLayoutBitForBit) {
     const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                               GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q2_K, GgmlType::Q3_K,
-                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_K};
+                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_K,
+                              GgmlType::IQ4_NL, GgmlType::IQ4_XS};
     Rng r(7);
     for (GgmlType type : types) {
         const TypeTraits& t = type_traits(type);
@@ -492,6 +509,7 @@ TEST(Dequantize, PlainFloatTypes) {
 constexpr GgmlType kQuantizable[] = {
     GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
     GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_K,
+    GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS,
 };
 
 TEST(Quantize, TableHasTheQuantizers) {
@@ -508,6 +526,8 @@ TEST(Quantize, TableHasTheQuantizers) {
 //   Q4_0 .0828/.0598/.0828  Q4_1 .0782/.0607/.0782  Q5_0 .0405/.0285/.0405
 //   Q5_1 .0379/.0294/.0379  Q8_0 .00535/.00377/.00535  Q4_K .0710/.0546/.0710
 //   Q5_K .0356/.0272/.0356  Q6_K .0167/.0125/.0167  Q8_K .0069/.0039/.0069
+//   Q2_K .2684/.2218/.2681  Q3_K .1444/.1184/.1440
+//   IQ4_NL .0739/.0625/.0740  IQ4_XS .0742/.0627/.0743
 struct ErrorBound { GgmlType type; double gaussian, uniform; };
 constexpr ErrorBound kErrorBounds[] = {
     {GgmlType::F16, 2.9e-4, 2.9e-4},   {GgmlType::BF16, 2.3e-3, 2.3e-3},
@@ -516,6 +536,8 @@ constexpr ErrorBound kErrorBounds[] = {
     {GgmlType::Q8_0, 0.0062, 0.0044},  {GgmlType::Q4_K, 0.080, 0.063},
     {GgmlType::Q5_K, 0.041, 0.031},    {GgmlType::Q6_K, 0.0192, 0.0144},
     {GgmlType::Q8_K, 0.0080, 0.0045},
+    {GgmlType::Q2_K, 0.31, 0.255},     {GgmlType::Q3_K, 0.166, 0.136},
+    {GgmlType::IQ4_NL, 0.085, 0.072},  {GgmlType::IQ4_XS, 0.085, 0.072},
 };
 
 TEST(Quantize, RelativeRmsErrorBounds) {
@@ -585,6 +607,14 @@ TEST(Quantize, ValuesOnTheGridRoundTripExactly) {
         xk[256 * b + 5] = -128.f * d;
     }
     check(GgmlType::Q8_K, xk);
+    // IQ4_NL: table values times an f16 d, with a -127 (the table's far end,
+    // which the scale search maps the extreme onto first) in every block.
+    for (int b = 0; b < nb; ++b) {
+        const float d = f16_to_f32(r.f16_scale());
+        for (int i = 0; i < 32; ++i) x[32 * b + i] = d * float(kIQ4Values[r.u32() % 16]);
+        x[32 * b + r.u32() % 32] = d * -127.f;
+    }
+    check(GgmlType::IQ4_NL, x);
     // F16/BF16: every finite value of the format.
     std::vector<float> h, bf;
     for (uint32_t v = 0; v < 65536; ++v) {
@@ -595,11 +625,13 @@ TEST(Quantize, ValuesOnTheGridRoundTripExactly) {
     check(GgmlType::BF16, bf);
 }
 
-// k-quants have no exact grid to hit (sub-block scales are fit, then rounded
-// to 6/8 bits); their output re-quantized must stay close to itself.
+// k-quants and IQ4_XS have no exact grid to hit (sub-block scales are fit,
+// then rounded to 4/6/8 bits); their output re-quantized must stay close to
+// itself.
 TEST(Quantize, KQuantsAreNearlyIdempotent) {
     const std::vector<float> x = gaussian(5, 256 * 256);
-    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    for (GgmlType t : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                       GgmlType::IQ4_XS}) {
         const std::vector<float> y1 = dequantize(t, quantize(t, x));
         const std::vector<float> y2 = dequantize(t, quantize(t, y1));
         const double first = rel_rms(x, y1), again = rel_rms(y1, y2);

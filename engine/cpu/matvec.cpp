@@ -39,8 +39,10 @@ void round_like_llamacpp(gguf::GgmlType t, const float* x, float* out, uint64_t 
         case GgmlType::F16: via = GgmlType::F16; break;
         case GgmlType::BF16: via = GgmlType::BF16; break;
         case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+        case GgmlType::IQ4_XS:
             via = GgmlType::Q8_K; break;
-        default: via = GgmlType::Q8_0; break;   // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (Q8_1 rounds the same way)
+        // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL (Q8_1 rounds the same way)
+        default: via = GgmlType::Q8_0; break;
     }
     const gguf::TypeTraits& tt = gguf::type_traits(via);
     std::vector<uint8_t> q(n / tt.block_elems * tt.block_bytes);
@@ -185,7 +187,8 @@ void matmul_quantized(ThreadPool& pool, const MatVec* js, size_t n_jobs, const f
 void matmul(ThreadPool& pool, std::initializer_list<MatVec> jobs, const float* x, uint64_t n_in, uint64_t ldx,
             const Arithmetic& arith) {
     if (arith.path == CpuPath::Reference) return matmul_reference(pool, jobs.begin(), jobs.size(), x, n_in, ldx, arith.rounding);
-    // Jobs of types without quantized dot products take the reference arithmetic.
+    // Jobs of types without quantized dot products (F32, F16, BF16) take the
+    // reference arithmetic.
     MatVec fast[8], slow[8];
     size_t n_fast = 0, n_slow = 0;
     for (const MatVec& j : jobs) {

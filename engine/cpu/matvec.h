@@ -6,9 +6,10 @@
 //   takes the same path;
 // - the quantized path (the default for users): the input is quantized once
 //   per product to 8-bit blocks and each row goes through an integer dot
-//   product on its packed weights (qdot.h), on the best SIMD the CPU has.
-//   Types without one (F32, F16, BF16, Q2_K, Q3_K) take the reference
-//   arithmetic.
+//   product on its packed weights (qdot.h), on the best SIMD the CPU has:
+//   Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL (8-bit input blocks of 32), Q2_K Q3_K
+//   Q4_K Q5_K Q6_K IQ4_XS (blocks of 256). Types without one (F32, F16,
+//   BF16) take the reference arithmetic.
 // Either way a batch of inputs shares each row, and the arithmetic per (row,
 // input) is the same as for one input, so batched and token-by-token
 // evaluation give bit-identical results.
@@ -33,8 +34,8 @@ void dequantize_row(const Weight& w, uint64_t r, float* out);
 
 // How inputs are rounded before the products. Exact keeps float32.
 // LikeLlamaCpp rounds them as llama.cpp's CPU backend does before its dot
-// products (8-bit blocks of 32 for the 32-element types, of 256 for the
-// k-quants, f16 for F16 weights), which separates arithmetic differences from
+// products (8-bit blocks of 32 for the 32-element types and IQ4_NL, of 256
+// for the k-quants and IQ4_XS, f16 for F16 weights), which separates arithmetic differences from
 // real defects when comparing with llama.cpp's logits. A diagnostic, never the
 // default.
 enum class InputRounding { Exact, LikeLlamaCpp };

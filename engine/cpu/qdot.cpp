@@ -80,8 +80,10 @@ Isa best_isa() { return runnable_isas().back(); }
 QuantizedInput::Layout qdot_layout(GgmlType t) {
     switch (t) {
         case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0:
+        case GgmlType::IQ4_NL:
             return QuantizedInput::Layout::Block32;
-        case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+        case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+        case GgmlType::IQ4_XS:
             return QuantizedInput::Layout::Block256;
         default: return QuantizedInput::Layout::None;
     }
@@ -297,6 +299,11 @@ using gguf::BlockQ8_0;
 using gguf::BlockQ4_K;
 using gguf::BlockQ5_K;
 using gguf::BlockQ6_K;
+using gguf::BlockQ2_K;
+using gguf::BlockQ3_K;
+using gguf::BlockIQ4_NL;
+using gguf::BlockIQ4_XS;
+using gguf::kIQ4Values;
 
 float dot_q4_0(const void* row, const void* x, uint64_t n) {
     const auto* w = static_cast<const BlockQ4_0*>(row);
@@ -457,6 +464,87 @@ float dot_q6_k(const void* row, const void* x, uint64_t n) {
     return sum;
 }
 
+// IQ4_NL / IQ4_XS: a 32-element block's codes index kIQ4Values (-127..113),
+// laid out as Q4_0's; Σ v·x in int.
+int iq4_block_sum(const uint8_t qs[16], const int8_t* xq) {
+    int isum = 0;
+    for (int j = 0; j < 16; ++j) isum += kIQ4Values[qs[j] & 0xF] * xq[j] + kIQ4Values[qs[j] >> 4] * xq[j + 16];
+    return isum;
+}
+
+float dot_iq4_nl(const void* row, const void* x, uint64_t n) {
+    const auto* w = static_cast<const BlockIQ4_NL*>(row);
+    const auto* y = static_cast<const BlockQ8x32*>(x);
+    float sum = 0.f;
+    for (uint64_t b = 0; b < n / 32; ++b) sum += f16_to_f32(w[b].d) * y[b].d * float(iq4_block_sum(w[b].qs, y[b].qs));
+    return sum;
+}
+
+// IQ4_XS: Σ_ib (ls_ib − 32)·Σ(v·x) over the 8 sub-blocks, |·| < 2^31
+// (8 · 32 · 32 · 127 · 127), scaled once per super-block.
+float dot_iq4_xs(const void* row, const void* x, uint64_t n) {
+    const auto* w = static_cast<const BlockIQ4_XS*>(row);
+    const auto* y = static_cast<const BlockQ8x256*>(x);
+    float sum = 0.f;
+    for (uint64_t b = 0; b < n / 256; ++b) {
+        int isum = 0;
+        for (int ib = 0; ib < 8; ++ib)
+            isum += (gguf::iq4_xs_scale(w[b], ib) - 32) * iq4_block_sum(w[b].qs + 16 * ib, y[b].qs + 32 * ib);
+        sum += f16_to_f32(w[b].d) * y[b].d * float(isum);
+    }
+    return sum;
+}
+
+// Q2_K / Q3_K: element 128h + 32k + l (l = 0..31) is the 2-bit field k of
+// qs[32h + l], in group g = 8h + 2k + l/16 of 16 (bsums[g]). Q2_K: Σ_g
+// sc_g·Σ(q·x) − Σ_g m_g·bsums[g] (scale sc_g = low nibble of scales[g], min
+// m_g = high nibble), each scaled by d or dmin once per super-block. Q3_K:
+// codes u = q + 4 in 0..7 (bit 2 is bit 4h + k of hmask[l]), Σ_g
+// s_g·(Σ(u·x) − 4·bsums[g]) with the signed 6-bit multipliers s_g.
+template <class Code>
+void k_low_group_sums(const uint8_t* qs, const int8_t* xq, Code code, int gs[16]) {
+    for (int g = 0; g < 16; ++g) gs[g] = 0;
+    for (int h = 0; h < 2; ++h)
+        for (int k = 0; k < 4; ++k)
+            for (int l = 0; l < 32; ++l) {
+                const int i = 128 * h + 32 * k + l;
+                gs[i / 16] += code(h, k, l, (qs[32 * h + l] >> (2 * k)) & 3) * xq[i];
+            }
+}
+
+float dot_q2_k(const void* row, const void* x, uint64_t n) {
+    const auto* w = static_cast<const BlockQ2_K*>(row);
+    const auto* y = static_cast<const BlockQ8x256*>(x);
+    float sum = 0.f;
+    for (uint64_t b = 0; b < n / 256; ++b) {
+        int gs[16];
+        k_low_group_sums(w[b].qs, y[b].qs, [](int, int, int, int q) { return q; }, gs);
+        int isum = 0, msum = 0;
+        for (int g = 0; g < 16; ++g) {
+            isum += (w[b].scales[g] & 0xF) * gs[g];
+            msum += (w[b].scales[g] >> 4) * y[b].bsums[g];
+        }
+        sum += f16_to_f32(w[b].d) * y[b].d * float(isum) - f16_to_f32(w[b].dmin) * y[b].d * float(msum);
+    }
+    return sum;
+}
+
+float dot_q3_k(const void* row, const void* x, uint64_t n) {
+    const auto* w = static_cast<const BlockQ3_K*>(row);
+    const auto* y = static_cast<const BlockQ8x256*>(x);
+    float sum = 0.f;
+    for (uint64_t b = 0; b < n / 256; ++b) {
+        const uint8_t* hm = w[b].hmask;
+        int gs[16];
+        k_low_group_sums(w[b].qs, y[b].qs,
+                         [hm](int h, int k, int l, int q) { return q | ((hm[l] >> (4 * h + k)) & 1) << 2; }, gs);
+        int isum = 0;
+        for (int g = 0; g < 16; ++g) isum += gguf::q3_k_scale(w[b].scales, g) * (gs[g] - 4 * y[b].bsums[g]);
+        sum += f16_to_f32(w[b].d) * y[b].d * float(isum);
+    }
+    return sum;
+}
+
 // Scalar code gains nothing from sharing the unpacking: one product at a time.
 template <QDotFn Dot>
 void dot_multi(const QDotBatch& a) {
@@ -469,11 +557,12 @@ void dot_multi(const QDotBatch& a) {
 }  // namespace
 
 namespace detail {
-const QDotFn kQDotScalar[kQDotSlots] = {dot_q4_0, dot_q4_1, dot_q5_0, dot_q5_1, dot_q8_0,
-                                        dot_q4_k, dot_q5_k, dot_q6_k};
+const QDotFn kQDotScalar[kQDotSlots] = {dot_q4_0, dot_q4_1, dot_q5_0,  dot_q5_1,  dot_q8_0, dot_q4_k,
+                                        dot_q5_k, dot_q6_k, dot_iq4_nl, dot_iq4_xs, dot_q2_k, dot_q3_k};
 const QDotMultiFn kQDotMultiScalar[kQDotSlots] = {
-    dot_multi<dot_q4_0>, dot_multi<dot_q4_1>, dot_multi<dot_q5_0>, dot_multi<dot_q5_1>,
-    dot_multi<dot_q8_0>, dot_multi<dot_q4_k>, dot_multi<dot_q5_k>, dot_multi<dot_q6_k>,
+    dot_multi<dot_q4_0>,   dot_multi<dot_q4_1>,   dot_multi<dot_q5_0>, dot_multi<dot_q5_1>,
+    dot_multi<dot_q8_0>,   dot_multi<dot_q4_k>,   dot_multi<dot_q5_k>, dot_multi<dot_q6_k>,
+    dot_multi<dot_iq4_nl>, dot_multi<dot_iq4_xs>, dot_multi<dot_q2_k>, dot_multi<dot_q3_k>,
 };
 }  // namespace detail
 
@@ -491,6 +580,10 @@ int qdot_slot(GgmlType t) {
         case GgmlType::Q4_K: return detail::kQ4_K;
         case GgmlType::Q5_K: return detail::kQ5_K;
         case GgmlType::Q6_K: return detail::kQ6_K;
+        case GgmlType::IQ4_NL: return detail::kIQ4_NL;
+        case GgmlType::IQ4_XS: return detail::kIQ4_XS;
+        case GgmlType::Q2_K: return detail::kQ2_K;
+        case GgmlType::Q3_K: return detail::kQ3_K;
         default: return -1;
     }
 }

@@ -4,23 +4,25 @@
 // weights (llama.cpp's scheme); floats enter once per block.
 //
 // Activation layouts (QuantizedInput), chosen by the weight type:
-//   Block32  for Q4_0 Q4_1 Q5_0 Q5_1 Q8_0: per 32 values, int8 qs in
+//   Block32  for Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL: per 32 values, int8 qs in
 //            [-127, 127] (never -128, so the SIMD kernels may negate them for
 //            the sign trick), float d = amax / 127, and s = d · Σqs, which
 //            applies the offset m of Q4_1/Q5_1 as m · s.
-//   Block256 for Q4_K Q5_K Q6_K (like ggml's Q8_K): per 256 values, int8
-//            qs in [-127, 127], float d = amax / 127, and int16 bsums (Σ of
-//            each 16 qs), which apply the mins of Q4_K/Q5_K and the -32
-//            offset of Q6_K.
+//   Block256 for Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS (like ggml's Q8_K): per
+//            256 values, int8 qs in [-127, 127], float d = amax / 127, and
+//            int16 bsums (Σ of each 16 qs), which apply the mins of
+//            Q2_K/Q4_K/Q5_K and the -4 and -32 offsets of Q3_K and Q6_K.
 // A value is x ≈ d · q, rounded to nearest. Scales stay float (ggml keeps
 // f16 for Q8_0's d; tried, it lands further from llama.cpp's logits).
 //
 // Kernels exist per Isa; the scalar ones define the arithmetic, the SIMD ones
 // compute the same integer sums per block and differ only in the order of the
-// float additions. Callers fetch a QDotFn once (qdot_fn) and call it per row,
-// or, for a batch of inputs, a QDotMultiFn (qdot_multi_fn) per row or row
-// pair and group of inputs: it unpacks the weights once for the group and
-// gives the QDotFn's results bit for bit.
+// float additions. (IQ4_NL, IQ4_XS, Q2_K and Q3_K have scalar and AVX2
+// kernels only; the AVX-512 Isas run the AVX2 ones.) Callers fetch a QDotFn
+// once (qdot_fn) and call it per row, or, for a batch of inputs, a
+// QDotMultiFn (qdot_multi_fn) per row or row pair and group of inputs: it
+// unpacks the weights once for the group and gives the QDotFn's results bit
+// for bit.
 #pragma once
 
 #include <cstdint>
@@ -81,7 +83,7 @@ struct QuantizedInput {
 };
 
 // True for the weight types with quantized dot products (Q4_0 Q4_1 Q5_0 Q5_1
-// Q8_0 Q4_K Q5_K Q6_K).
+// Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS).
 bool has_qdot(gguf::GgmlType weight_type);
 // The activation layout weights of this type need (None without qdot).
 QuantizedInput::Layout qdot_layout(gguf::GgmlType weight_type);
@@ -136,7 +138,7 @@ namespace detail {
 
 // Two tables per Isa (single and multi input), indexed by QDotSlot; defined
 // in qdot.cpp, qdot_avx2.cpp and qdot_avx512.cpp.
-enum QDotSlot { kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kQDotSlots };
+enum QDotSlot { kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kIQ4_NL, kIQ4_XS, kQ2_K, kQ3_K, kQDotSlots };
 // The slot of a type, -1 for types without qdot.
 int qdot_slot(gguf::GgmlType t);
 extern const QDotFn kQDotScalar[kQDotSlots];
@@ -147,6 +149,19 @@ extern const QDotMultiFn kQDotMultiScalar[kQDotSlots];
 extern const QDotMultiFn kQDotMultiAvx2[kQDotSlots];
 extern const QDotMultiFn kQDotMultiAvx512[kQDotSlots];
 extern const QDotMultiFn kQDotMultiAvx512Vnni[kQDotSlots];
+
+// The AVX2 kernels (qdot_avx2.cpp) of the slots that have no AVX-512 ones
+// (IQ4_NL, IQ4_XS, Q2_K, Q3_K): the AVX-512 tables point at these, since no
+// AVX-512 machine is at hand to test 512-bit kernels and every AVX-512 CPU
+// runs AVX2 code.
+float qdot_avx2_iq4_nl(const void* row, const void* x, uint64_t n);
+float qdot_avx2_iq4_xs(const void* row, const void* x, uint64_t n);
+float qdot_avx2_q2_k(const void* row, const void* x, uint64_t n);
+float qdot_avx2_q3_k(const void* row, const void* x, uint64_t n);
+void qdot_multi_avx2_iq4_nl(const QDotBatch& batch);
+void qdot_multi_avx2_iq4_xs(const QDotBatch& batch);
+void qdot_multi_avx2_q2_k(const QDotBatch& batch);
+void qdot_multi_avx2_q3_k(const QDotBatch& batch);
 
 // static: each file keeps its own copy, built with its own ISA flags (see
 // QDotFn).

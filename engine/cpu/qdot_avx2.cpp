@@ -8,9 +8,15 @@
 //
 // Saturation: vpmaddubsw adds two u8·s8 products in int16. The weights are
 // fed unsigned (at most 63, Q6_K; Q4_0/Q5_0 as codes 0..31 and the offset
-// 8 or 16) or, for Q8_0, as |w| <= 128 against x in [-127, 127]; 2·128·127
-// and 2·63·128 stay below 32767.
+// 8 or 16; Q2_K/Q3_K codes 0..3 and 0..7) or, for Q8_0 and the IQ4 table
+// values, as |w| <= 128 against x in [-127, 127]; 2·128·127 and 2·63·128
+// stay below 32767.
+//
+// IQ4_NL and IQ4_XS look their non-linear values up with vpshufb: the 16
+// table entries sit in each 128-bit lane and the nibbles index them.
 #include <immintrin.h>
+
+#include <type_traits>
 
 #include "engine/cpu/qdot.h"
 
@@ -25,6 +31,10 @@ using gguf::BlockQ8_0;
 using gguf::BlockQ4_K;
 using gguf::BlockQ5_K;
 using gguf::BlockQ6_K;
+using gguf::BlockQ2_K;
+using gguf::BlockQ3_K;
+using gguf::BlockIQ4_NL;
+using gguf::BlockIQ4_XS;
 
 inline float f16(uint16_t h) { return _cvtsh_ss(h); }
 // a·b + c rounded once. Written out because the compiler contracts a·b + c
@@ -74,6 +84,15 @@ inline __m256i bits_to_0x10(const uint8_t* qh) {
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(0x10));
 }
 
+// 32 IQ4 codes (16 packed bytes, Q4_0's layout) as their table values.
+inline __m256i iq4_values(const uint8_t* qs) {
+    const __m256i table = _mm256_broadcastsi128_si256(loadu128(gguf::kIQ4Values));
+    return _mm256_shuffle_epi8(table, nibbles(qs));
+}
+
+struct UnpackIQ4_NL {
+    __m256i operator()(const BlockIQ4_NL& b) const { return iq4_values(b.qs); }
+};
 struct UnpackQ4_1 {
     __m256i operator()(const BlockQ4_1& b) const { return nibbles(b.qs); }
 };
@@ -296,6 +315,110 @@ struct DotQ6K {
     }
 };
 
+// IQ4_XS: per 32-element sub-block the table values (signed: the sign
+// trick), their int16 pair sums times ls − 32 by vpmaddwd, int32 lanes summed
+// over the super-block; one FMA per super-block.
+struct DotIQ4XS {
+    template <int NR, int NX>
+    static void run(const void* row, uint64_t, const void* const* xs, uint64_t n, float* out, uint64_t out_stride) {
+        static_assert(NR == 1);
+        const auto* w = static_cast<const BlockIQ4_XS*>(row);
+        const BlockQ8x256* y[NX];
+        __m256 acc[NX];
+        for (int k = 0; k < NX; ++k) {
+            y[k] = static_cast<const BlockQ8x256*>(xs[k]);
+            acc[k] = _mm256_setzero_ps();
+        }
+        for (uint64_t b = 0; b < n / 256; ++b) {
+            __m256i isum[NX];
+            for (int k = 0; k < NX; ++k) isum[k] = _mm256_setzero_si256();
+            for (int ib = 0; ib < 8; ++ib) {
+                const __m256i v = iq4_values(w[b].qs + 16 * ib), av = _mm256_sign_epi8(v, v);
+                const __m256i s = _mm256_set1_epi16(int16_t(gguf::iq4_xs_scale(w[b], ib) - 32));
+                for (int k = 0; k < NX; ++k) {
+                    const __m256i xv = _mm256_sign_epi8(loadu(y[k][b].qs + 32 * ib), v);
+                    isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(_mm256_maddubs_epi16(av, xv), s));
+                }
+            }
+            const float dw = f16(w[b].d);
+            for (int k = 0; k < NX; ++k)
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y[k][b].d), _mm256_cvtepi32_ps(isum[k]), acc[k]);
+        }
+        for (int k = 0; k < NX; ++k) out[k * out_stride] = hsum(acc[k]);
+    }
+};
+
+// Q2_K (Q3 false) and Q3_K, per 128-element half: 32 bytes of qs hold the
+// 2-bit fields j = 0..3 of elements 32j + l; field j's 32 codes cover groups
+// 2j (maddubs lanes 0..7) and 2j+1 (lanes 8..15), as Q6_K's quads. Q3_K's
+// third bit is bit 4h + j of hmask[l] (codes 0..7; the −4 is applied as
+// Σ_g s_g·4·bsums[g]); Q2_K's mins as Σ_g m_g·bsums[g], scaled by dmin.
+template <bool Q3>
+struct DotKLow {
+    using Block = std::conditional_t<Q3, BlockQ3_K, BlockQ2_K>;
+    template <int NR, int NX>
+    static void run(const void* row, uint64_t, const void* const* xs, uint64_t n, float* out, uint64_t out_stride) {
+        static_assert(NR == 1);
+        const auto* w = static_cast<const Block*>(row);
+        const BlockQ8x256* y[NX];
+        __m256 acc[NX];
+        [[maybe_unused]] __m256 accm[NX];
+        for (int k = 0; k < NX; ++k) {
+            y[k] = static_cast<const BlockQ8x256*>(xs[k]);
+            acc[k] = accm[k] = _mm256_setzero_ps();
+        }
+        const __m256i m2 = _mm256_set1_epi8(3);
+        for (uint64_t b = 0; b < n / 256; ++b) {
+            int8_t sc[16];   // per group of 16: Q2_K's 4-bit scale, Q3_K's signed multiplier
+            for (int g = 0; g < 16; ++g)
+                sc[g] = int8_t(Q3 ? gguf::q3_k_scale(w[b].scales, g) : w[b].scales[g] & 0xF);
+            [[maybe_unused]] __m256i hm{};
+            if constexpr (Q3) hm = loadu(w[b].hmask);
+            __m256i isum[NX];
+            for (int k = 0; k < NX; ++k) isum[k] = _mm256_setzero_si256();
+            for (int h = 0; h < 2; ++h) {
+                const __m256i q = loadu(w[b].qs + 32 * h);
+                for (int j = 0; j < 4; ++j) {
+                    __m256i codes = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m2);
+                    if constexpr (Q3) {
+                        const __m256i bit = _mm256_set1_epi8(char(1 << (4 * h + j)));
+                        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+                        codes = _mm256_or_si256(codes, _mm256_and_si256(set, _mm256_set1_epi8(4)));
+                    }
+                    const int g = 8 * h + 2 * j;
+                    const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
+                    for (int k = 0; k < NX; ++k) {
+                        const __m256i p = _mm256_maddubs_epi16(codes, loadu(y[k][b].qs + 128 * h + 32 * j));
+                        isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(p, s));
+                    }
+                }
+            }
+            const float dw = f16(w[b].d);
+            if constexpr (Q3) {
+                const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(sc));
+                for (int k = 0; k < NX; ++k) {
+                    const __m256i off = _mm256_madd_epi16(loadu(y[k][b].bsums), sc16);
+                    isum[k] = _mm256_sub_epi32(isum[k], _mm256_slli_epi32(off, 2));
+                    acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y[k][b].d), _mm256_cvtepi32_ps(isum[k]), acc[k]);
+                }
+            } else {
+                const __m256i m16 =
+                    _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(loadu128(w[b].scales), 4), _mm_set1_epi8(0x0F)));
+                const float dmin = f16(w[b].dmin);
+                for (int k = 0; k < NX; ++k) {
+                    const __m256i msum = _mm256_madd_epi16(loadu(y[k][b].bsums), m16);
+                    acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y[k][b].d), _mm256_cvtepi32_ps(isum[k]), acc[k]);
+                    accm[k] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * y[k][b].d), _mm256_cvtepi32_ps(msum), accm[k]);
+                }
+            }
+        }
+        for (int k = 0; k < NX; ++k) {
+            if constexpr (Q3) out[k * out_stride] = hsum(acc[k]);
+            else out[k * out_stride] = hsum(acc[k]) - hsum(accm[k]);
+        }
+    }
+};
+
 // Inputs per pass: 16 ymm registers hold the unpacked blocks, the constants
 // and NR·NX accumulator sets (two chains each for the 32-element types).
 // Measured on pp64 (Zen 4, PTXLM_CPU_ISA=avx2, one thread), one row per pass:
@@ -316,19 +439,34 @@ using K5_1 = Dot32<BlockQ5_1, UnpackQ5_1, false>;
 using K8_0 = Dot32<BlockQ8_0, UnpackQ8_0, true>;
 using K4K = DotK45<BlockQ4_K, false>;
 using K5K = DotK45<BlockQ5_K, true>;
+using KIQ4NL = Dot32<BlockIQ4_NL, UnpackIQ4_NL, true>;   // widths as Q8_0's (not measured)
+using KQ2K = DotKLow<false>;
+using KQ3K = DotKLow<true>;
 
 }  // namespace
 
 namespace detail {
+// Named, so that the AVX-512 tables (qdot_avx512.cpp) can hold them too.
+float qdot_avx2_iq4_nl(const void* row, const void* x, uint64_t n) { return run_single<KIQ4NL>(row, x, n); }
+float qdot_avx2_iq4_xs(const void* row, const void* x, uint64_t n) { return run_single<DotIQ4XS>(row, x, n); }
+float qdot_avx2_q2_k(const void* row, const void* x, uint64_t n) { return run_single<KQ2K>(row, x, n); }
+float qdot_avx2_q3_k(const void* row, const void* x, uint64_t n) { return run_single<KQ3K>(row, x, n); }
+void qdot_multi_avx2_iq4_nl(const QDotBatch& a) { run_multi<KIQ4NL, kWidthSigned32, kWidth32Pair>(a); }
+void qdot_multi_avx2_iq4_xs(const QDotBatch& a) { run_multi<DotIQ4XS, kWidthK>(a); }
+void qdot_multi_avx2_q2_k(const QDotBatch& a) { run_multi<KQ2K, kWidthK>(a); }
+void qdot_multi_avx2_q3_k(const QDotBatch& a) { run_multi<KQ3K, kWidthK>(a); }
+
 const QDotFn kQDotAvx2[kQDotSlots] = {
     run_single<K4_0>, run_single<K4_1>, run_single<K5_0>, run_single<K5_1>,
     run_single<K8_0>, run_single<K4K>,  run_single<K5K>,  run_single<DotQ6K>,
+    qdot_avx2_iq4_nl, qdot_avx2_iq4_xs, qdot_avx2_q2_k,   qdot_avx2_q3_k,
 };
 const QDotMultiFn kQDotMultiAvx2[kQDotSlots] = {
     run_multi<K4_0, kWidthOffset32, kWidthOffset32Pair>, run_multi<K4_1, kWidthUnsigned32, kWidth32Pair>,
     run_multi<K5_0, kWidthOffset32, kWidthOffset32Pair>, run_multi<K5_1, kWidthUnsigned32, kWidth32Pair>,
     run_multi<K8_0, kWidthSigned32, kWidth32Pair>,   run_multi<K4K, kWidthK>,
     run_multi<K5K, kWidthK>,                         run_multi<DotQ6K, kWidthK>,
+    qdot_multi_avx2_iq4_nl, qdot_multi_avx2_iq4_xs, qdot_multi_avx2_q2_k, qdot_multi_avx2_q3_k,
 };
 }  // namespace detail
 

@@ -318,26 +318,35 @@ using K5K = DotK45<BlockQ5_K, true>;
 
 }  // namespace
 
+// IQ4_NL, IQ4_XS, Q2_K and Q3_K have no AVX-512 kernels: no AVX-512 machine
+// was at hand to test them, so both AVX-512 Isas run the AVX2 kernels
+// (qdot_avx2.cpp, built with AVX2 flags only; every AVX-512 CPU runs them).
 namespace detail {
 const QDotFn kQDotAvx512[kQDotSlots] = {
     run_single<K4_0<false>>, run_single<K4_1<false>>, run_single<K5_0<false>>, run_single<K5_1<false>>,
     run_single<K8_0<false>>, run_single<K4K>,         run_single<K5K>,         run_single<DotQ6K>,
+    qdot_avx2_iq4_nl,        qdot_avx2_iq4_xs,        qdot_avx2_q2_k,          qdot_avx2_q3_k,
 };
 const QDotFn kQDotAvx512Vnni[kQDotSlots] = {
     run_single<K4_0<true>>, run_single<K4_1<true>>, run_single<K5_0<true>>, run_single<K5_1<true>>,
     run_single<K8_0<true>>, run_single<K4K>,        run_single<K5K>,        run_single<DotQ6K>,
+    qdot_avx2_iq4_nl,       qdot_avx2_iq4_xs,       qdot_avx2_q2_k,         qdot_avx2_q3_k,
 };
 const QDotMultiFn kQDotMultiAvx512[kQDotSlots] = {
     run_multi<K4_0<false>, kWidth32, kWidth32Pair>, run_multi<K4_1<false>, kWidth32, kWidth32Pair>,
     run_multi<K5_0<false>, kWidth32, kWidth32Pair>, run_multi<K5_1<false>, kWidth32, kWidth32Pair>,
     run_multi<K8_0<false>, kWidth32, kWidth32Pair>, run_multi<K4K, kWidthK>,
     run_multi<K5K, kWidthK>,          run_multi<DotQ6K, kWidthK>,
+    qdot_multi_avx2_iq4_nl,           qdot_multi_avx2_iq4_xs,
+    qdot_multi_avx2_q2_k,             qdot_multi_avx2_q3_k,
 };
 const QDotMultiFn kQDotMultiAvx512Vnni[kQDotSlots] = {
     run_multi<K4_0<true>, kWidth32, kWidth32Pair, kWidth32Quad>, run_multi<K4_1<true>, kWidth32, kWidth32Pair>,
     run_multi<K5_0<true>, kWidth32, kWidth32Pair, kWidth32Quad>, run_multi<K5_1<true>, kWidth32, kWidth32Pair>,
     run_multi<K8_0<true>, kWidth32, kWidth32Pair, kWidth32Quad>, run_multi<K4K, kWidthK>,
     run_multi<K5K, kWidthK>,         run_multi<DotQ6K, kWidthK>,
+    qdot_multi_avx2_iq4_nl,          qdot_multi_avx2_iq4_xs,
+    qdot_multi_avx2_q2_k,            qdot_multi_avx2_q3_k,
 };
 }  // namespace detail
 

@@ -9,7 +9,13 @@
 3. Quantization: seeded gaussian and uniform data through gguf.quants.quantize
    and `quant_tool quantize`, for the types gguf-py can quantize. Where both
    follow ggml's reference rule the bytes must match; everywhere our error must
-   be no worse than 1.1x gguf-py's.
+   be no worse than 1.1x gguf-py's. Types gguf-py cannot quantize (Q2_K, Q3_K,
+   IQ4_NL, IQ4_XS): our bytes, decoded by gguf-py's dequantizer, must round-trip
+   within ROUND_TRIP_BOUND (relative RMS error), so the files we write decode
+   as llama.cpp decodes them with the stated error.
+4. A GGUF file: those types' tensors from our quantizer written with gguf-py's
+   GGUFWriter and read back with GGUFReader (type ids and byte shapes as
+   llama.cpp loads them), decoded by gguf-py bit for bit as by quant_tool.
 
 Known differences between gguf-py and ggml are listed in KNOWN with the reason
 and printed as such; they are not silent passes and not failures. Anything
@@ -35,6 +41,7 @@ F16_FIELDS = {
     "Q4_1": [0, 2], "Q5_1": [0, 2],
     "Q2_K": [80, 82], "Q3_K": [108],
     "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
+    "IQ4_NL": [0], "IQ4_XS": [0],
 }
 
 KNOWN = {
@@ -43,6 +50,18 @@ KNOWN = {
             "ggml's block_q8_1 is 36 bytes (f16 d, f16 s); ptxlm follows ggml. "
             "gguf-py has no Q8_1 dequantizer either, so it is not compared",
     "Q8_K": "gguf-py has no Q8_K dequantizer: not compared (checked by test_quant)",
+}
+
+# Relative RMS error bounds of our quantizers where gguf-py has none to
+# compare with, per data set: the values test_quant measures and bounds (its
+# kErrorBounds; "weights" is gaussian data scaled by 0.02). Measured here:
+#   Q2_K .2680/.2218/.2679  Q3_K .1437/.1185/.1440
+#   IQ4_NL .0738/.0625/.0738  IQ4_XS .0741/.0627/.0741
+ROUND_TRIP_BOUND = {
+    "Q2_K": {"gaussian": 0.31, "uniform": 0.255, "weights": 0.31},
+    "Q3_K": {"gaussian": 0.166, "uniform": 0.136, "weights": 0.166},
+    "IQ4_NL": {"gaussian": 0.085, "uniform": 0.072, "weights": 0.085},
+    "IQ4_XS": {"gaussian": 0.085, "uniform": 0.072, "weights": 0.085},
 }
 
 # Our quantizers that follow ggml's reference rule exactly: bytes must match.
@@ -184,7 +203,17 @@ def check_quantize(tool, tmp, types, rng):
         try:
             gg_quantize(np.zeros((1, 256), dtype=np.float32), T[name])
         except NotImplementedError:
-            print(f"  {name:5} gguf-py has no quantizer: not compared")
+            if name not in ROUND_TRIP_BOUND:
+                print(f"  {name:5} gguf-py has no quantizer: not compared")
+                continue
+            for kind, x in data.items():
+                ours_b = tool_quantize(tool, tmp, name, x)
+                e = rel_rms(x, gg_dequantize(ours_b.reshape(64, -1), T[name]))
+                bound = ROUND_TRIP_BOUND[name][kind]
+                print(f"  {name:5} {kind:8} gguf-py has no quantizer; ours through gguf-py's "
+                      f"dequantizer: rel RMS {e:.5f} (bound {bound})")
+                if not e < bound:
+                    fail(f"{name} {kind}: round trip rel RMS {e:.5f} over the bound {bound}")
             continue
         for kind, x in data.items():
             ours_b = tool_quantize(tool, tmp, name, x)
@@ -204,6 +233,41 @@ def check_quantize(tool, tmp, types, rng):
                 fail(f"{name} {kind}: same rule as ggml/gguf-py but {nb - same_blocks} blocks differ")
             if ratio > 1.1:
                 fail(f"{name} {kind}: our error {e_ours:.5f} is {ratio:.3f}x gguf-py's {e_theirs:.5f}")
+
+
+def check_gguf_file(tool, tmp, types, rng):
+    """Our quantizer's bytes in a GGUF file, as llama.cpp would load them: written
+    with gguf-py's GGUFWriter (type id and byte shape as a llama.cpp tensor
+    info), read back with GGUFReader, and dequantized by gguf-py bit for bit
+    as quant_tool dequantizes them."""
+    from gguf import GGUFReader, GGUFWriter
+    print("== GGUF file: our quantizer's tensors through GGUFWriter/GGUFReader")
+    names = [n for n in ROUND_TRIP_BOUND if types.get(n, {}).get("quant")]
+    path = os.path.join(tmp, "ours.gguf")
+    w = GGUFWriter(path, "llama")
+    blobs = {}
+    for name in names:
+        x = (0.02 * rng.standard_normal((4, 512))).astype(np.float32)
+        raw = tool_quantize(tool, tmp, name, x).reshape(4, -1)
+        blobs[name] = raw
+        w.add_tensor(f"t.{name}", raw, raw_dtype=T[name])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    got = {t.name: t for t in GGUFReader(path).tensors}
+    for name in names:
+        t = got.get(f"t.{name}")
+        if t is None or t.tensor_type != T[name] or list(t.shape) != [512, 4]:
+            fail(f"{name}: tensor not read back as {name} [512, 4]")
+            continue
+        raw = np.asarray(t.data).view(np.uint8).reshape(4, -1)
+        if not np.array_equal(raw, blobs[name]):
+            fail(f"{name}: tensor bytes differ after the file round trip")
+            continue
+        ours = tool_dequant(tool, tmp, name, raw.ravel())
+        if compare_bits(name, ours, gg_dequantize(raw, T[name]).ravel(), "file tensor"):
+            print(f"  {name:6} [512, 4] read back from the file; gguf-py's values are ours bit for bit")
 
 
 def main():
@@ -228,6 +292,7 @@ def main():
         check_table(types)
         check_dequant(tool, tmp, types, rng)
         check_quantize(tool, tmp, types, rng)
+        check_gguf_file(tool, tmp, types, rng)
     if FAILURES:
         print(f"check_quant: {len(FAILURES)} failure(s)")
         return 1
