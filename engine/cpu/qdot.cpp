@@ -123,6 +123,7 @@ void quantize_block32(const float* x, BlockQ8x32& y) {
     }
     y.d = d;
     y.s = d * float(sum);
+    y.sum = sum;
 }
 
 // Symmetric, as the 32-element blocks: q = x · 127/amax rounded to nearest
@@ -173,7 +174,8 @@ PTXLM_AVX512 void quantize_block32_avx512(const float* x, BlockQ8x32& y) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(y.qs + 16), q1);
     const __m512i s = _mm512_add_epi32(_mm512_cvtepi8_epi32(q0), _mm512_cvtepi8_epi32(q1));
     y.d = d;
-    y.s = d * float(_mm512_reduce_add_epi32(s));
+    y.sum = _mm512_reduce_add_epi32(s);
+    y.s = d * float(y.sum);
 }
 PTXLM_AVX512 void quantize_block256_avx512(const float* x, BlockQ8x256& y) {
     const float amax = max_abs_avx512(x, 256);
@@ -230,6 +232,7 @@ PTXLM_AVX2 void quantize_block32_avx2(const float* x, BlockQ8x32& y) {
     quantize32_avx2(x, _mm256_set1_ps(id), y.qs, lo, hi);
     y.d = d;
     y.s = d * float(lo + hi);
+    y.sum = lo + hi;
 }
 PTXLM_AVX2 void quantize_block256_avx2(const float* x, BlockQ8x256& y) {
     const float amax = max_abs_avx2(x, 256);

@@ -6,8 +6,8 @@
 // Activation layouts (QuantizedInput), chosen by the weight type:
 //   Block32  for Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL: per 32 values, int8 qs in
 //            [-127, 127] (never -128, so the SIMD kernels may negate them for
-//            the sign trick), float d = amax / 127, and s = d · Σqs, which
-//            applies the offset m of Q4_1/Q5_1 as m · s.
+//            the sign trick), float d = amax / 127, s = d · Σqs, which
+//            applies the offset m of Q4_1/Q5_1 as m · s, and Σqs itself.
 //   Block256 for Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS (like ggml's Q8_K): per
 //            256 values, int8 qs in [-127, 127], float d = amax / 127, and
 //            int16 bsums (Σ of each 16 qs), which apply the mins of
@@ -60,14 +60,15 @@ Isa parse_isa(std::string_view name);
 struct BlockQ8x32 {
     int8_t qs[32];
     float d;
-    float s;   // d · Σqs
+    float s;       // d · Σqs
+    int32_t sum;   // Σqs (the packed kernels' Q4_0/Q5_0 offset term)
 };
 struct BlockQ8x256 {
     int8_t qs[256];
     int16_t bsums[16];   // bsums[j] = Σ qs[16j .. 16j+16)
     float d;
 };
-static_assert(sizeof(BlockQ8x32) == 40 && sizeof(BlockQ8x256) == 292);
+static_assert(sizeof(BlockQ8x32) == 44 && sizeof(BlockQ8x256) == 292);
 
 struct QuantizedInput {
     enum class Layout { None, Block32, Block256 };

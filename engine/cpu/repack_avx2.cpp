@@ -33,22 +33,12 @@ inline __m256i bcast4(const int8_t* p) {
 // (32 registers) spill to the stack.
 inline void keep_in_register(__m256i& v) { asm volatile("" : "+x"(v)); }
 
-// Offset·Σq of an input block in every lane (Q4_0: 8, Q5_0: 16).
-template <int Offset>
-inline __m256i offset_sum(const int8_t* qs) {
-    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(Offset), loadu(qs)), _mm256_set1_epi16(1));
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm256_broadcastd_epi32(s);
-}
-
 // The 4- and 5-bit types: Q4_0, Q4_1 (Fifth false), Q5_0, Q5_1, with a
 // min (Q4_1, Q5_1) or without. Packed block: d[8], m[8] where HasMin, the
 // 8 rows' qh words where Fifth, then 4 words of nibbles × 8 rows: 144, 160,
 // 176 or 192 bytes. Codes c = nibble (| fifth bit · 16): 0..15 or 0..31.
 // Without a min the offset comes off as Offset·Σq (the same integer as
-// Σ(c − Offset)·q, the input's Σq once per block for the 8 rows); with one,
+// Σ(c − Offset)·q; the input block carries its Σq); with one,
 // m · s is added per block.
 // Software prefetch, `kPrefetch` bytes ahead of the block in use, on the
 // first pass over a row group (later passes of the same group, for more
@@ -138,7 +128,7 @@ struct Nibbles8 {
             }
             const __m256 d = f16x8(g);
             for (int k = 0; k < NX; ++k) {
-                if constexpr (!HasMin) isum[k] = _mm256_sub_epi32(isum[k], offset_sum<kOffset>(y[k][b].qs));
+                if constexpr (!HasMin) isum[k] = _mm256_sub_epi32(isum[k], _mm256_set1_epi32(kOffset * y[k][b].sum));
                 acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y[k][b].d)), _mm256_cvtepi32_ps(isum[k]), acc[k]);
                 if constexpr (HasMin) acc[k] = _mm256_fmadd_ps(f16x8(g + 16), _mm256_set1_ps(y[k][b].s), acc[k]);
             }
