@@ -5,7 +5,7 @@
 namespace ptxlm {
 
 const std::vector<std::string>& supported_architectures() {
-    static const std::vector<std::string> archs = {"llama", "qwen2", "gemma3"};
+    static const std::vector<std::string> archs = {"llama", "qwen2", "gemma3", "qwen3"};
     return archs;
 }
 
@@ -87,7 +87,10 @@ HParams read_hparams(const gguf::File& f) {
     h.rms_eps = static_cast<float>(eps.value_or(0.0));
     h.rope_base = static_cast<float>(f.get_float(k.k("rope.freq_base")).value_or(10000.0));
 
-    if (h.arch == "qwen2" || h.arch == "gemma3") h.rope_style = RopeStyle::Neox;
+    h.rope_scaling = std::string(f.get_string(k.k("rope.scaling.type")).value_or(""));
+    h.rope_scaling_factor = static_cast<float>(
+        f.get_float(k.k("rope.scaling.factor")).value_or(f.get_float(k.k("rope.scale_linear")).value_or(0.0)));
+    if (h.arch == "qwen2" || h.arch == "gemma3" || h.arch == "qwen3") h.rope_style = RopeStyle::Neox;
     if (h.arch == "gemma3") {
         // Gemma 3: 5 local (sliding-window) layers, then one global layer; the
         // local layers use RoPE base 10000 whatever rope.freq_base says.

@@ -20,7 +20,7 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-enum class RopeStyle { Adjacent, Neox };   // llama: pairs (2i, 2i+1); qwen2/gemma3: (i, i+d/2)
+enum class RopeStyle { Adjacent, Neox };   // llama: pairs (2i, 2i+1); qwen2/gemma3/qwen3: (i, i+d/2)
 
 // Architectures the engine runs. Other architectures can still be inspected.
 const std::vector<std::string>& supported_architectures();
@@ -43,6 +43,8 @@ struct HParams {
     float rope_base = 10000.0f;    // <arch>.rope.freq_base (gemma3: global layers)
     std::optional<float> rope_base_local;   // gemma3 local layers (10000, fixed by the architecture)
     RopeStyle rope_style = RopeStyle::Adjacent;
+    std::string rope_scaling;      // <arch>.rope.scaling.type ("" when absent; Model accepts none and linear)
+    float rope_scaling_factor = 0; // <arch>.rope.scaling.factor, else the older rope.scale_linear; 0 when absent
     uint32_t sliding_window = 0;   // 0 = none
     uint32_t sliding_period = 0;   // gemma3: layer il is global iff il % period == period - 1
     uint32_t file_type = 0;        // general.file_type, 0 if absent

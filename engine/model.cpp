@@ -82,18 +82,14 @@ Model Model::from_file(gguf::File file) {
     m.attn_scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
 
     const std::string a = hp.arch;
-    if (auto scaling = m.file.get_string(a + ".rope.scaling.type")) {
-        if (*scaling == "linear") {
-            auto factor = m.file.get_float(a + ".rope.scaling.factor");
-            if (!factor || !(*factor > 0))
-                throw ModelError(path + ": rope.scaling.type is linear but rope.scaling.factor is missing or not positive");
-            m.rope_freq_scale = static_cast<float>(1.0 / *factor);
-        } else if (*scaling != "none") {
-            throw ModelError(path + ": RoPE scaling '" + std::string(*scaling) + "' is not supported (supported: none, linear)");
-        }
-    } else if (auto factor = m.file.get_float(a + ".rope.scale_linear")) {
-        if (!(*factor > 0)) throw ModelError(path + ": rope.scale_linear must be positive");
-        m.rope_freq_scale = static_cast<float>(1.0 / *factor);
+    // rope.scaling.type linear with rope.scaling.factor, or (older files) no
+    // type and rope.scale_linear: positions divided by the factor.
+    if (hp.rope_scaling == "linear" || (hp.rope_scaling.empty() && m.file.find(a + ".rope.scale_linear"))) {
+        if (!(hp.rope_scaling_factor > 0))
+            throw ModelError(path + ": linear RoPE scaling needs a positive rope.scaling.factor (or rope.scale_linear)");
+        m.rope_freq_scale = 1.0f / hp.rope_scaling_factor;
+    } else if (!hp.rope_scaling.empty() && hp.rope_scaling != "none") {
+        throw ModelError(path + ": RoPE scaling '" + hp.rope_scaling + "' is not supported (supported: none, linear)");
     }
     if (auto cap = m.file.get_float(a + ".final_logit_softcapping")) m.final_softcap = static_cast<float>(*cap);
     if (!(m.final_softcap >= 0) || !std::isfinite(m.final_softcap))
@@ -102,6 +98,7 @@ Model Model::from_file(gguf::File file) {
         throw ModelError(path + ": attention logit soft-capping (Gemma 2) is not supported");
 
     const bool gemma = a == "gemma3";
+    const bool qk_norm = gemma || a == "qwen3";   // per-head RMSNorm of q and k before RoPE
     if (gemma) {
         m.embd_scale = std::sqrt(static_cast<float>(hp.n_embd));
         m.ffn = FfnKind::GeGLU;
@@ -121,7 +118,11 @@ Model Model::from_file(gguf::File file) {
     m.output_norm = L.vec("output_norm.weight", E);
     m.output = L.get("output.weight", E, m.n_vocab, false);
     if (!m.output) m.output = m.tok_embd;
+    // Llama 3.x's per-pair divisors; llama.cpp's other graphs here do not read
+    // them, so a file that has them is refused rather than run differently.
     m.rope_freqs = L.vec("rope_freqs.weight", m.head_dim / 2, false);
+    if (m.rope_freqs && a != "llama")
+        throw ModelError(path + ": tensor 'rope_freqs.weight' is not used by architecture '" + a + "' (only llama)");
 
     m.layers.resize(hp.n_layer);
     for (uint32_t il = 0; il < hp.n_layer; ++il) {
@@ -143,8 +144,8 @@ Model Model::from_file(gguf::File file) {
         l.bq = L.vec(blk(il, "attn_q.bias"), q_dim, biases);
         l.bk = L.vec(blk(il, "attn_k.bias"), kv_dim, biases);
         l.bv = L.vec(blk(il, "attn_v.bias"), kv_dim, biases);
-        l.q_norm = L.vec(blk(il, "attn_q_norm.weight"), m.head_dim, gemma);
-        l.k_norm = L.vec(blk(il, "attn_k_norm.weight"), m.head_dim, gemma);
+        l.q_norm = L.vec(blk(il, "attn_q_norm.weight"), m.head_dim, qk_norm);
+        l.k_norm = L.vec(blk(il, "attn_k_norm.weight"), m.head_dim, qk_norm);
         l.attn_post_norm = L.vec(blk(il, "post_attention_norm.weight"), E, gemma);
         l.ffn_norm = L.vec(blk(il, "ffn_norm.weight"), E);
         l.gate = L.get(blk(il, "ffn_gate.weight"), E, l.n_ff, true);

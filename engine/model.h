@@ -30,7 +30,7 @@ struct Weight {
     const std::string& name() const;
 };
 
-enum class FfnKind { SwiGLU, GeGLU };   // silu(gate)·up (llama, qwen2), tanh-gelu(gate)·up (gemma3)
+enum class FfnKind { SwiGLU, GeGLU };   // silu(gate)·up (llama, qwen2, qwen3), tanh-gelu(gate)·up (gemma3)
 
 struct LayerDesc {
     uint32_t n_head = 0, n_head_kv = 0, n_ff = 0;
@@ -40,7 +40,7 @@ struct LayerDesc {
     Weight attn_norm;
     Weight wq, wk, wv, wo;
     Weight bq, bk, bv;             // qwen2's QKV biases (F32), else absent
-    Weight q_norm, k_norm;         // gemma3's per-head RMSNorm weights, else absent
+    Weight q_norm, k_norm;         // gemma3's and qwen3's per-head RMSNorm weights, else absent
     Weight attn_post_norm;         // gemma3
     Weight ffn_norm;
     Weight gate, up, down;

@@ -77,7 +77,13 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // base read from the wrong key, or a default where the file had its own). A
 // 10% error is not enough here: over these 40 positions it moves the
 // reference logits by 0.19-0.46, inside the quantized path's own reach.
-void break_rope(cpu::CpuBackend& b, const Model& m) { b.debug_set_rope_base(1, m.layers[1].rope_base * 10.f); }
+// llama3 takes it on every layer: its positions are divided by 4 and its slow
+// pairs by up to 8 more, so one layer's base moves its logits by only 0.87.
+void break_rope(cpu::CpuBackend& b, const Model& m) {
+    const bool every_layer = m.rope_freq_scale != 1.0f;
+    for (uint32_t l = every_layer ? 0 : 1; l < (every_layer ? m.layers.size() : 2); ++l)
+        b.debug_set_rope_base(l, m.layers[l].rope_base * 10.f);
+}
 
 // The quantized path's bound against the reference, the same on every Isa:
 // 1.25 x the largest maximum measured (issue 19, 2026-11-25). Measured at
@@ -86,9 +92,14 @@ void break_rope(cpu::CpuBackend& b, const Model& m) { b.debug_set_rope_base(1, m
 //          measurement, rounded; avx512 not measured): bound 0.57
 //   qwen2  scalar 0.4386, avx2 0.4386; avx512vnni 0.45 (same): bound 0.57
 //   gemma3 scalar 0.9964, avx2 1.0192; avx512vnni 1.0 (same): bound 1.28
-// Negative control (break_rope, avx2): llama 3.99, qwen2 3.71, gemma3 7.43,
+//   qwen3  scalar 0.4319, avx2 0.4236 (issue 25, 2026-11-27): bound 0.57
+//   llama3 scalar 0.4930, avx2 0.4930 (issue 25): bound 0.62
+// (qwen3 and llama3 not measured on avx512.) Negative control (break_rope,
+// avx2): llama 3.99, qwen2 3.71, gemma3 7.43, qwen3 3.70, llama3 1.60 (every layer),
 // each over twice its bound.
-float quantized_tolerance(synth::Arch arch) { return arch == synth::Arch::Gemma3 ? 1.28f : 0.57f; }
+float quantized_tolerance(synth::Arch arch) {
+    return arch == synth::Arch::Gemma3 ? 1.28f : arch == synth::Arch::Llama3 ? 0.62f : 0.57f;
+}
 
 // The quantized path (8-bit activations, integer dot products) against the
 // float32 reference, teacher-forced, on every Isa the engine can select here
@@ -126,7 +137,7 @@ TEST_P(CpuBackendTest, QuantizedNegativeControlWrongRopeBaseFails) {
     ref.set_path(cpu::CpuPath::Reference);
     break_rope(q, m);
     const float worst = max_abs_diff(logits_of(q, ids, 8), logits_of(ref, ids, 8));
-    std::printf("[cpu] %s %s, layer 1 with a wrong RoPE base: max |logit - reference| %.4f (bound %.2f)\n",
+    std::printf("[cpu] %s %s, a wrong RoPE base (break_rope): max |logit - reference| %.4f (bound %.2f)\n",
                 synth::arch_name(GetParam()), cpu::isa_name(q.isa()), worst, tol);
     EXPECT_GE(worst, 2 * tol) << "the bound is over half of what a wrong RoPE base moves";
 }
@@ -281,7 +292,8 @@ TEST_P(CpuBackendTest, StepsOfSeveralSequencesOverPagesGiveEachItsSoloBits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, CpuBackendTest,
-                         ::testing::Values(synth::Arch::Llama, synth::Arch::Qwen2, synth::Arch::Gemma3),
+                         ::testing::Values(synth::Arch::Llama, synth::Arch::Qwen2, synth::Arch::Gemma3,
+                                           synth::Arch::Qwen3, synth::Arch::Llama3),
                          [](const auto& info) { return std::string(synth::arch_name(info.param)); });
 
 // PTXLM_CPU_ISA caps what set_isa accepts: the hardware's Isas above the cap
@@ -359,7 +371,7 @@ TEST(ModelLoad, UnsupportedArchitectureListsTheSupported) {
     w.set_u32("mamba.attention.head_count", 1);
     w.set_u32("mamba.feed_forward_length", 64);
     const std::string e = load_error(w.serialize());
-    EXPECT_NE(e.find("architecture 'mamba' is not supported (supported: llama, qwen2, gemma3)"), std::string::npos) << e;
+    EXPECT_NE(e.find("architecture 'mamba' is not supported (supported: llama, qwen2, gemma3, qwen3)"), std::string::npos) << e;
 }
 
 TEST(ModelLoad, MissingKeyIsNamed) {
@@ -367,6 +379,38 @@ TEST(ModelLoad, MissingKeyIsNamed) {
     patch(bytes, "qwen2.attention.layer_norm_rms_epsilon", "qwen2.attention.layer_norm_rms_epsiloX");
     const std::string e = load_error(bytes);
     EXPECT_NE(e.find("'qwen2.attention.layer_norm_rms_epsilon' is missing"), std::string::npos) << e;
+}
+
+// qwen3: its q/k norms are required, and what its graph in llama.cpp does not
+// read (rope_freqs) or ptxlm does not compute (other RoPE scalings) is refused
+// by name rather than run differently.
+TEST(ModelLoad, Qwen3RefusesWhatItCannotRunByName) {
+    const synth::Spec spec = synth::preset(synth::Arch::Qwen3, synth::Size::Tiny);
+    ASSERT_NE(spec.q_dim(), spec.n_embd);   // key_length is what sets the head size
+    std::vector<uint8_t> bytes = synth::model_bytes(spec);
+    const Model m = Model::from_file(gguf::File::parse(bytes, "qwen3.gguf"));
+    EXPECT_EQ(m.head_dim, spec.head_dim);
+    EXPECT_EQ(m.hp.rope_style, RopeStyle::Neox);
+    EXPECT_TRUE(m.layers[1].q_norm && m.layers[1].k_norm);
+    EXPECT_FALSE(m.layers[1].bq);
+    EXPECT_FLOAT_EQ(m.hp.rms_eps, 1e-6f);
+
+    std::vector<uint8_t> no_norm = bytes;
+    patch(no_norm, "blk.1.attn_k_norm.weight", "blk.1.attn_k_norX.weight");
+    std::string e = load_error(no_norm);
+    EXPECT_NE(e.find("required tensor 'blk.1.attn_k_norm.weight' is missing"), std::string::npos) << e;
+
+    // The llama3 file (rope_freqs, linear scaling) renamed to qwen3.
+    std::vector<uint8_t> l3 = synth::model_bytes(synth::preset(synth::Arch::Llama3, synth::Size::Tiny));
+    patch(l3, "llama", "qwen3");
+    e = load_error(l3);
+    EXPECT_NE(e.find("tensor 'rope_freqs.weight' is not used by architecture 'qwen3'"), std::string::npos) << e;
+    // Qwen3's long-context files say yarn: refused by name (shown on the
+    // llama3 file, the synthetic one with a scaling type to rewrite).
+    std::vector<uint8_t> yarn = synth::model_bytes(synth::preset(synth::Arch::Llama3, synth::Size::Tiny));
+    patch(yarn, "linear", "yarn__");
+    e = load_error(yarn);
+    EXPECT_NE(e.find("RoPE scaling 'yarn__' is not supported"), std::string::npos) << e;
 }
 
 TEST(Memory, AnExplicitContextThatDoesNotFitIsRefusedWithNumbers) {

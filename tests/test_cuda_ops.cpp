@@ -107,15 +107,23 @@ TEST_P(CudaOpsSynth, EveryGemvEqualsTheCpuQuantizedOpOnTheDevicesInput) {
 // The whole model on the default path, teacher-forced on the CPU quantized
 // path's own greedy continuation, against its scalar kernels (the same
 // arithmetic on every CPU, as emu's is): max |logit diff| within 1.25 x the
-// maximum measured (2026-11-26: llama 7.63e-6, qwen2 0.310, gemma3 0.458), and
+// maximum measured (2026-11-26: llama 7.63e-6, qwen2 0.310, gemma3 0.458;
+// 2026-11-27, issue 25: qwen3 0.437, llama3 0.021), and
 // the argmax the CPU's wherever its top-2 margin exceeds twice that. Only the
-// llama bound is sharp: qwen2's and gemma3's are flips of 8-bit roundings
+// llama bound is sharp: the others are flips of 8-bit roundings
 // (their every op is within 5% of the reordering bound above), as large as
 // the CPU's own SIMD and scalar paths are apart; a corrupted scale
 // (test_cuda_backend: 0.12-0.38) hides under them, which is why the per-op
 // check is the proof.
 double whole_model_tolerance(synth::Arch a) {
-  return a == synth::Arch::Llama ? 1e-5 : a == synth::Arch::Qwen2 ? 0.39 : 0.57;
+  switch (a) {
+    case synth::Arch::Llama: return 1e-5;
+    case synth::Arch::Qwen2: return 0.39;
+    case synth::Arch::Qwen3: return 0.55;
+    case synth::Arch::Llama3: return 0.027;
+    case synth::Arch::Gemma3: return 0.57;
+  }
+  return 0.57;
 }
 
 TEST_P(CudaOpsSynth, WholeModelFollowsTheCpuQuantizedPath) {
@@ -150,7 +158,9 @@ TEST_P(CudaOpsSynth, WholeModelFollowsTheCpuQuantizedPath) {
   EXPECT_GE(clear * 3, ids.size()) << "too few positions with a clear margin to compare the argmax";
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, CudaOpsSynth, ::testing::Values(synth::Arch::Llama, synth::Arch::Qwen2, synth::Arch::Gemma3),
+INSTANTIATE_TEST_SUITE_P(Archs, CudaOpsSynth,
+                         ::testing::Values(synth::Arch::Llama, synth::Arch::Qwen2, synth::Arch::Gemma3,
+                                           synth::Arch::Qwen3, synth::Arch::Llama3),
                          [](const auto& info) { return std::string(synth::arch_name(info.param)); });
 
 // Real models: the first positions of a prompt (emu runs a few seconds per

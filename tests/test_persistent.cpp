@@ -280,7 +280,9 @@ void check_real_model(const char* file, uint32_t n) {
 TEST(PersistentReal, SmolLM2FirstPositions) { check_real_model("SmolLM2-135M-Instruct.Q4_1.gguf", 3); }
 TEST(PersistentReal, Gemma3FirstPositions) { check_real_model("gemma-3-270m-q4_k_m.gguf", 2); }
 
-INSTANTIATE_TEST_SUITE_P(Archs, Persistent, ::testing::Values(synth::Arch::Llama, synth::Arch::Qwen2, synth::Arch::Gemma3),
+INSTANTIATE_TEST_SUITE_P(Archs, Persistent,
+                         ::testing::Values(synth::Arch::Llama, synth::Arch::Qwen2, synth::Arch::Gemma3,
+                                           synth::Arch::Qwen3, synth::Arch::Llama3),
                          [](const auto& info) { return std::string(synth::arch_name(info.param)); });
 
 }  // namespace

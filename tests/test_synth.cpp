@@ -128,14 +128,15 @@ struct Want {
     std::vector<uint64_t> ne;
 };
 
-// Written from llama.cpp's load_arch_tensors for llama, qwen2 and gemma3
-// (ggml order: a (out, in) weight has ne = {in, out}).
+// Written from llama.cpp's load_arch_tensors for llama, qwen2, gemma3 and
+// qwen3 (ggml order: a (out, in) weight has ne = {in, out}).
 std::vector<Want> expected_tensors(const Spec& s) {
     const uint64_t E = s.n_embd, Q = uint64_t(s.n_head) * s.head_dim, KV = uint64_t(s.n_head_kv) * s.head_dim;
     const uint64_t F = s.n_ff, V = s.n_vocab, L = s.n_layer;
-    const bool gemma = s.arch == Arch::Gemma3, qwen = s.arch == Arch::Qwen2;
+    const bool gemma = s.arch == Arch::Gemma3, qwen = s.arch == Arch::Qwen2, qwen3 = s.arch == Arch::Qwen3;
     std::vector<Want> w;
     w.push_back({"token_embd.weight", gemma ? GgmlType::Q6_K : GgmlType::Q4_K, {E, V}});
+    if (s.arch == Arch::Llama3) w.push_back({"rope_freqs.weight", GgmlType::F32, {s.head_dim / 2}});
     w.push_back({"output_norm.weight", GgmlType::F32, {E}});
     if (!gemma) w.push_back({"output.weight", GgmlType::Q6_K, {E, V}});
     for (uint64_t i = 0; i < L; ++i) {
@@ -156,9 +157,11 @@ std::vector<Want> expected_tensors(const Spec& s) {
             w.push_back({p + "attn_k.bias", GgmlType::F32, {KV}});
             w.push_back({p + "attn_v.bias", GgmlType::F32, {KV}});
         }
-        if (gemma) {
+        if (gemma || qwen3) {
             w.push_back({p + "attn_q_norm.weight", GgmlType::F32, {s.head_dim}});
             w.push_back({p + "attn_k_norm.weight", GgmlType::F32, {s.head_dim}});
+        }
+        if (gemma) {
             w.push_back({p + "post_attention_norm.weight", GgmlType::F32, {E}});
             w.push_back({p + "post_ffw_norm.weight", GgmlType::F32, {E}});
         }
@@ -191,7 +194,7 @@ TEST_P(SynthModel, Metadata) {
     const auto [a, z] = GetParam();
     const Spec s = preset(a, z);
     const gguf::File f = parse(a, z);
-    const std::string p = std::string(arch_name(a)) + ".";
+    const std::string p = std::string(gguf_arch(a)) + ".";
     auto type_of = [&](const std::string& key) {
         const gguf::KeyValue* kv = f.find(key);
         EXPECT_NE(kv, nullptr) << key << " missing";
@@ -215,7 +218,7 @@ TEST_P(SynthModel, Metadata) {
     EXPECT_EQ(f.find("tokenizer.ggml.merges")->elem_type, ValueType::STRING);
     EXPECT_EQ(f.find("tokenizer.ggml.token_type")->elem_type, ValueType::I32);
 
-    EXPECT_EQ(f.get_string("general.architecture"), arch_name(a));
+    EXPECT_EQ(f.get_string("general.architecture"), a == Arch::Llama3 ? "llama" : arch_name(a));
     EXPECT_EQ(f.get_u32("general.file_type"), 15u);   // MOSTLY_Q4_K_M
     EXPECT_EQ(f.get_u32(p + "embedding_length"), s.n_embd);
     EXPECT_EQ(f.get_u32(p + "block_count"), s.n_layer);
@@ -225,7 +228,9 @@ TEST_P(SynthModel, Metadata) {
     EXPECT_EQ(f.get_u32(p + "context_length"), s.n_ctx);
     EXPECT_EQ(f.get_float(p + "rope.freq_base"), double(s.rope_base));
     EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "gpt2");
-    EXPECT_EQ(f.get_string("tokenizer.ggml.pre"), "gpt-2");   // llama.cpp's name for the GPT-2 regex
+    // llama.cpp's names: the GPT-2 regex, and what Qwen3 and Llama 3.x files carry.
+    EXPECT_EQ(f.get_string("tokenizer.ggml.pre"),
+              a == Arch::Qwen3 ? "qwen2" : a == Arch::Llama3 ? "llama-bpe" : "gpt-2");
     EXPECT_EQ(f.get_bool("tokenizer.ggml.add_bos_token"), true);
     EXPECT_EQ(f.get_string("tokenizer.chat_template"), chat_template());
     const Vocab& v = vocab();
@@ -234,7 +239,26 @@ TEST_P(SynthModel, Metadata) {
     EXPECT_EQ(f.get_u32("tokenizer.ggml.eot_token_id"), v.im_end_id);
     EXPECT_EQ(f.find("tokenizer.ggml.tokens")->count, s.n_vocab);
     EXPECT_EQ(f.find_tensor("token_embd.weight")->ne[1], s.n_vocab);
-    if (a == Arch::Gemma3) {
+    if (a == Arch::Llama3) {
+        EXPECT_EQ(f.get_string(p + "rope.scaling.type"), "linear");
+        EXPECT_EQ(f.get_float(p + "rope.scaling.factor"), 4.0);
+        EXPECT_EQ(f.get_float(p + "rope.freq_base"), 5e5);
+        const gguf::TensorInfo* rf = f.find_tensor("rope_freqs.weight");
+        ASSERT_NE(rf, nullptr);
+        const float* w = reinterpret_cast<const float*>(rf->data);
+        EXPECT_EQ(w[0], 1.0f);
+        EXPECT_EQ(w[rf->ne[0] - 1], 8.0f);
+        for (uint64_t i = 1; i < rf->ne[0]; ++i) EXPECT_GE(w[i], w[i - 1]) << i;   // slower pairs stretched more
+    } else {
+        EXPECT_EQ(f.find(p + "rope.scaling.type"), nullptr);
+    }
+    if (a == Arch::Qwen3) {
+        EXPECT_EQ(f.get_u32(p + "attention.key_length"), s.head_dim);
+        EXPECT_EQ(f.get_u32(p + "attention.value_length"), s.head_dim);
+        EXPECT_EQ(f.get_float(p + "rope.freq_base"), 1e6);
+        EXPECT_EQ(f.find(p + "attention.sliding_window"), nullptr);
+        EXPECT_NE(s.n_head * s.head_dim, s.n_embd);   // as in Qwen3-0.6B: key_length is needed
+    } else if (a == Arch::Gemma3) {
         EXPECT_EQ(f.get_u32(p + "attention.key_length"), s.head_dim);
         EXPECT_EQ(f.get_u32(p + "attention.value_length"), s.head_dim);
         EXPECT_EQ(f.get_u32(p + "attention.sliding_window"), 16u);
@@ -249,8 +273,11 @@ TEST_P(SynthModel, Metadata) {
 }
 
 // Norm weights: ~1, except gemma3's final norm (magnitude 2, random signs) and
-// its post-branch and q/k norms (1.5): see kGemmaHeadNorm in synth.cpp.
+// its post-branch norms, and the q/k norms of gemma3 and qwen3 (1.5): see
+// kGemmaHeadNorm in synth.cpp.
 double expected_norm_magnitude(Arch a, const std::string& name) {
+    if (a == Arch::Qwen3) return name.find("attn_q_norm") != std::string::npos ||
+                                 name.find("attn_k_norm") != std::string::npos ? 1.5 : 1.0;
     if (a != Arch::Gemma3) return 1.0;
     if (name == "output_norm.weight") return 2.0;
     for (const char* k : {"post_attention_norm", "post_ffw_norm", "attn_q_norm", "attn_k_norm"})
@@ -291,7 +318,8 @@ INSTANTIATE_TEST_SUITE_P(TinyAndSmall, SynthModel,
                          ::testing::Values(std::pair{Arch::Llama, Size::Tiny}, std::pair{Arch::Qwen2, Size::Tiny},
                                            std::pair{Arch::Gemma3, Size::Tiny}, std::pair{Arch::Llama, Size::Small},
                                            std::pair{Arch::Qwen2, Size::Small},
-                                           std::pair{Arch::Gemma3, Size::Small}),
+                                           std::pair{Arch::Gemma3, Size::Small}, std::pair{Arch::Qwen3, Size::Tiny},
+                                           std::pair{Arch::Qwen3, Size::Small}, std::pair{Arch::Llama3, Size::Tiny}),
                          param_name);
 
 // ---- presets -------------------------------------------------------------------------
@@ -338,6 +366,8 @@ TEST(SynthPresets, ValidateRejects) {
     s = preset(Arch::Qwen2, Size::Tiny);
     s.head_dim = 128;   // q_dim != n_embd without key_length
     EXPECT_THROW(validate(s), std::invalid_argument);
+    EXPECT_EQ(parse_arch("qwen3"), Arch::Qwen3);
+    EXPECT_EQ(parse_arch("llama3"), Arch::Llama3);
     EXPECT_FALSE(parse_arch("gpt2"));
     EXPECT_FALSE(parse_size("huge"));
     EXPECT_EQ(parse_size("wide4096"), Size::Wide4096);

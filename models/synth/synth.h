@@ -1,4 +1,5 @@
-// ptxlm-synth: synthetic GGUF test models shaped like llama, qwen2 and gemma3.
+// ptxlm-synth: synthetic GGUF test models shaped like llama, qwen2, gemma3 and
+// qwen3, plus "llama3": a llama file with Llama 3.x's RoPE features.
 //
 // A model is fully described by a Spec (shapes, RoPE bases, seed). The weights
 // are random but deterministic (same Spec = byte-identical file on any machine),
@@ -21,10 +22,14 @@
 
 namespace ptxlm::synth {
 
-enum class Arch { Llama, Qwen2, Gemma3 };
+// Llama3 is general.architecture "llama" with rope_freqs.weight factors, linear
+// RoPE scaling and the llama-bpe pre-tokenizer (a separate preset, so that
+// the plain llama files and their goldens stay as they are).
+enum class Arch { Llama, Qwen2, Gemma3, Qwen3, Llama3 };
 enum class Size { Tiny, Small, Medium, Wide4096, Llama3_8B_Slice, Llama3_2_1B_Slice, Llama3_8B };
 
-const char* arch_name(Arch a);   // "llama", "qwen2", "gemma3": general.architecture
+const char* arch_name(Arch a);   // "llama", "qwen2", "gemma3", "qwen3", "llama3": the preset's name
+const char* gguf_arch(Arch a);   // general.architecture: arch_name, but "llama" for Llama3
 const char* size_name(Size s);   // "tiny", "small", "medium", "wide4096", "llama3-8b-slice",
                                  // "llama3.2-1b-slice", "llama3-8b"
 std::optional<Arch> parse_arch(std::string_view s);
@@ -50,12 +55,18 @@ struct Spec {
     float rope_base = 10000.0f;   // <arch>.rope.freq_base (gemma3: the global layers)
     float rope_base_local = 0.0f; // gemma3 sliding-window layers (rope.freq_base_swa); 0 elsewhere
     uint32_t sliding_window = 0;  // gemma3: <arch>.attention.sliding_window; 0 = none
+    float rope_scale_linear = 0;  // llama3: <arch>.rope.scaling.type linear with this factor; 0 = none
     uint64_t seed = kDefaultSeed;
 
     uint32_t q_dim() const { return n_head * head_dim; }     // attn_q rows, attn_output input
     uint32_t kv_dim() const { return n_head_kv * head_dim; } // attn_k / attn_v rows
     bool tied_embeddings() const { return arch == Arch::Gemma3; }  // no output.weight
     bool qkv_bias() const { return arch == Arch::Qwen2; }
+    bool qk_norm() const { return arch == Arch::Gemma3 || arch == Arch::Qwen3; }   // attn_{q,k}_norm.weight
+    bool rope_freqs() const { return arch == Arch::Llama3; }   // rope_freqs.weight
+    // Written as key_length/value_length (head_dim may differ from n_embd / n_head).
+    bool key_length() const { return arch == Arch::Gemma3 || arch == Arch::Qwen3; }
+    const char* tokenizer_pre() const;   // tokenizer.ggml.pre
     std::string name() const;     // general.name, e.g. "ptxlm-synth llama tiny"
 };
 
@@ -71,6 +82,7 @@ enum class WeightKind {
     TokenEmbd, Output, AttnQ, AttnK, AttnV, AttnOut, FfnGate, FfnUp, FfnDown,
     Norm,   // every *norm.weight (1-D)
     Bias,   // qwen2 attn_{q,k,v}.bias (1-D)
+    RopeFreqs,   // llama3 rope_freqs.weight (1-D, head_dim / 2 divisors)
 };
 
 // llama.cpp's "use more bits" layer rule of Q4_K_M (integer division n/8):
@@ -128,5 +140,9 @@ std::vector<uint8_t> model_bytes(const Spec& spec, const Options& opt = {});
 // The standard normal-ish sample the weights are drawn from (exposed for tests):
 // element `index` of the stream `key`. Mean 0, variance 1, |z| < 3.47.
 float synth_normal(uint64_t key, uint64_t index);
+
+// llama3's rope_freqs factor of RoPE pair i of n: 1 for the first quarter,
+// 8 for the last, a linear ramp between (exact float arithmetic).
+float rope_freq_factor(uint32_t i, uint32_t n);
 
 }  // namespace ptxlm::synth

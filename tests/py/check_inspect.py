@@ -1,7 +1,7 @@
 """`ptxlm inspect` reports what gguf.GGUFReader reports.
 
 For each model given (default: the two real models under PTXLM_MODELS_DIR,
-plus tiny synthetic qwen2 and gemma3 models from ptxlm-synth):
+plus tiny synthetic qwen2, gemma3, qwen3 and llama3 models from ptxlm-synth):
 architecture, hyperparameters, tokenizer summary, chat-template presence,
 every tensor's name, type, shape and byte size, and the totals per type must
 equal what the reference reader derives from the same file. Then the error
@@ -66,6 +66,8 @@ def expected(path):
         "rope_base": scalar(r, f"{arch}.rope.freq_base", 10000.0),
         "rms_eps": scalar(r, f"{arch}.attention.layer_norm_rms_epsilon"),
         "sliding_window": scalar(r, f"{arch}.attention.sliding_window", 0) if arch == "gemma3" else 0,
+        "rope_scaling": scalar(r, f"{arch}.rope.scaling.type"),
+        "rope_scaling_factor": scalar(r, f"{arch}.rope.scaling.factor", scalar(r, f"{arch}.rope.scale_linear")),
     }
     tok = {
         "model": scalar(r, "tokenizer.ggml.model", ""),
@@ -127,6 +129,14 @@ def compare(path):
     human = subprocess.run([BIN, "inspect", str(path)], capture_output=True, text=True, timeout=120)
     check(human.returncode == 0 and want["architecture"] in human.stdout and "Q" in human.stdout,
           f"{path.name}: human-readable inspect failed or lacks the architecture")
+    rows = {l[:18].strip(): l[18:].strip() for l in human.stdout.splitlines() if l.startswith("  ") and len(l) > 18}
+    hpw = want["hparams"]
+    check(rows.get("head dim", "").split(" ")[0] == str(hpw["head_dim_k"]),
+          f"{path.name}: human-readable head dim {rows.get('head dim')!r}, gguf-py {hpw['head_dim_k']}")
+    if hpw["rope_scaling"] is not None:
+        check(rows.get("rope scaling", "").startswith(hpw["rope_scaling"]) and
+              f"factor {hpw['rope_scaling_factor']:g}" in rows.get("rope scaling", ""),
+              f"{path.name}: human-readable rope scaling {rows.get('rope scaling')!r}")
     print(f"ok: {path.name}: {len(want['tensors'])} tensors, {len(want['totals'])} types agree with gguf-py")
 
 
@@ -143,7 +153,7 @@ def main():
     paths = [Path(p) for p in sys.argv[1:]] or [MODELS / n for n in REAL]
     synth_dir = tempfile.TemporaryDirectory()
     if not sys.argv[1:]:
-        for arch in ("qwen2", "gemma3"):
+        for arch in ("qwen2", "gemma3", "qwen3", "llama3"):
             out = Path(synth_dir.name) / f"{arch}-tiny.gguf"
             p = subprocess.run([str(SYNTH), "--arch", arch, "--size", "tiny", "--out", str(out)],
                                capture_output=True, text=True, timeout=60)

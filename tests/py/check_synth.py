@@ -1,6 +1,7 @@
 """ptxlm-synth's files as gguf-py reads them.
 
-For each architecture, a tiny model is generated into a temporary folder and
+For each architecture (and llama3, a llama file with rope_freqs, linear RoPE
+scaling and the llama-bpe pre-tokenizer), a tiny model is generated into a temporary folder and
 read with gguf.GGUFReader: the architecture key and hyperparameters, every
 tensor's type by llama.cpp's Q4_K_M rule and its shape, the weights'
 statistics after gguf-py's own dequantizers, and a float64 numpy forward pass
@@ -14,7 +15,10 @@ llama.cpp is the reference for these files as well: tests/golden/
 llamacpp_synth_tiny.json holds its tokenization of a prompt and its greedy
 continuation for each tiny model (recorded by bench/golden-synth). The numpy
 forward pass must produce the same continuation, byte for byte, from the same
-file (its SHA-256 is checked first).
+file (its SHA-256 is checked first). Where llama.cpp's 8-bit activations flip
+a near-tie (qwen3 and llama3 have one within their first 5 tokens), its
+tokens are replayed instead and each must be our argmax or within twice
+llama.cpp's noise of it (check_at_near_ties).
 """
 import hashlib
 import json
@@ -30,7 +34,9 @@ import numpy as np
 from gguf.quants import dequantize
 
 BIN = Path(os.environ.get("PTXLM_BINARY_DIR", "build")) / "models" / "synth" / "ptxlm-synth"
-ARCHS = ["llama", "qwen2", "gemma3"]
+ARCHS = ["llama", "qwen2", "gemma3", "qwen3", "llama3"]
+GGUF_ARCH = {"llama3": "llama"}   # llama3: a llama file with Llama 3.x's RoPE features and tokenizer
+PRE = {"qwen3": "qwen2", "llama3": "llama-bpe"}   # tokenizer.ggml.pre; the others "gpt-2"
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "llamacpp_synth_tiny.json"
 LOGIT_STD = 6.0   # kLogitStd in models/synth/synth.cpp
 
@@ -60,6 +66,10 @@ def hparams(r):
         eps=field(r, f"{a}.attention.layer_norm_rms_epsilon"), rope_base=field(r, f"{a}.rope.freq_base"),
         rope_base_local=field(r, f"{a}.rope.freq_base_swa", 10000.0),
         sliding_window=field(r, f"{a}.attention.sliding_window", 0),
+        # Linear RoPE scaling: positions divided by the factor.
+        rope_scale=1.0 / field(r, f"{a}.rope.scaling.factor", 1.0)
+        if field(r, f"{a}.rope.scaling.type", "none") == "linear" else 1.0,
+        rope_freqs=any(t.name == "rope_freqs.weight" for t in r.tensors),
         n_vocab=len(field(r, "tokenizer.ggml.tokens")))
 
 
@@ -81,6 +91,8 @@ def expected_types(hp):
     Q4, Q6, F32 = gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K, gguf.GGMLQuantizationType.F32
     tied = hp["arch"] == "gemma3"
     t = {"token_embd.weight": Q6 if tied else Q4, "output_norm.weight": F32}
+    if hp["rope_freqs"]:
+        t["rope_freqs.weight"] = F32
     if not tied:
         t["output.weight"] = Q6
     n = hp["n_layer"]
@@ -94,6 +106,8 @@ def expected_types(hp):
         norms = ["attn_norm", "ffn_norm"]
         if hp["arch"] == "gemma3":
             norms += ["attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"]
+        if hp["arch"] == "qwen3":
+            norms += ["attn_q_norm", "attn_k_norm"]
         for k in norms:
             t[p + k + ".weight"] = F32
         if hp["arch"] == "qwen2":
@@ -108,9 +122,12 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, base, neox):
+def rope(x, pos, base, neox, factors=None):
+    """factors: Llama 3.x's rope_freqs, dividing each pair's rate."""
     d = x.shape[-1]
     inv = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    if factors is not None:
+        inv = inv / factors
     ang = pos[:, None] * inv[None, :]
     c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     if neox:   # qwen2, gemma3: pairs (i, i + d/2)
@@ -132,7 +149,8 @@ def forward(W, hp, tokens, attention=True):
     arch, E, H, KV, hd, eps = hp["arch"], hp["n_embd"], hp["n_head"], hp["n_head_kv"], hp["head_dim"], hp["eps"]
     gemma = arch == "gemma3"
     T = len(tokens)
-    pos = np.arange(T, dtype=np.float64)
+    pos = np.arange(T, dtype=np.float64) * hp["rope_scale"]
+    factors = W.get("rope_freqs.weight")
     i_idx, j_idx = np.indices((T, T))
     x = W["token_embd.weight"][tokens].copy()
     if gemma:
@@ -145,15 +163,16 @@ def forward(W, hp, tokens, attention=True):
             q, k, v = q + W[p + "attn_q.bias"], k + W[p + "attn_k.bias"], v + W[p + "attn_v.bias"]
         q, k, v = q.reshape(T, H, hd), k.reshape(T, KV, hd), v.reshape(T, KV, hd)
         base, mask = hp["rope_base"], j_idx <= i_idx
-        if gemma:
+        if p + "attn_q_norm.weight" in W:   # gemma3, qwen3: per-head RMSNorm before RoPE
             q = rmsnorm(q, W[p + "attn_q_norm.weight"], eps)
             k = rmsnorm(k, W[p + "attn_k_norm.weight"], eps)
+        if gemma:
             if il % 6 != 5:   # 5 sliding-window layers, then a global one
                 base = hp["rope_base_local"]
                 mask = mask & (i_idx - j_idx < hp["sliding_window"])
         if not attention:
             mask = j_idx == i_idx
-        q, k = rope(q, pos, base, arch != "llama"), rope(k, pos, base, arch != "llama")
+        q, k = rope(q, pos, base, arch != "llama", factors), rope(k, pos, base, arch != "llama", factors)
         out = np.empty((T, H, hd))
         for hh in range(H):
             kv = hh // (H // KV)
@@ -179,10 +198,14 @@ def forward(W, hp, tokens, attention=True):
 def check_model(path, arch):
     r = gguf.GGUFReader(path)
     hp = hparams(r)
-    check(hp["arch"] == arch, f"{arch}: general.architecture is {hp['arch']}")
+    check(hp["arch"] == GGUF_ARCH.get(arch, arch), f"{arch}: general.architecture is {hp['arch']}")
     check(field(r, "general.file_type") == 15, f"{arch}: general.file_type != 15 (Q4_K_M)")
     check(field(r, "tokenizer.ggml.model") == "gpt2", f"{arch}: tokenizer.ggml.model")
-    check(field(r, "tokenizer.ggml.pre") == "gpt-2", f"{arch}: tokenizer.ggml.pre")
+    check(field(r, "tokenizer.ggml.pre") == PRE.get(arch, "gpt-2"), f"{arch}: tokenizer.ggml.pre")
+    if arch == "qwen3":
+        check(hp["n_head"] * hp["head_dim"] != hp["n_embd"], f"{arch}: head_dim is n_embd / n_head (key_length unused)")
+    if arch == "llama3":
+        check(hp["rope_scale"] == 0.25 and hp["rope_freqs"], f"{arch}: no linear RoPE scaling or rope_freqs")
 
     want = expected_types(hp)
     got = {t.name: t for t in r.tensors}
@@ -213,6 +236,8 @@ def check_model(path, arch):
                 want = 2.0
                 check(0.25 < np.mean(w < 0) < 0.75, f"{arch}: output_norm signs are not random")
             elif arch == "gemma3" and any(k in name for k in ["post_", "attn_q_norm", "attn_k_norm"]):
+                want = 1.5
+            elif arch == "qwen3" and any(k in name for k in ["attn_q_norm", "attn_k_norm"]):
                 want = 1.5
             m = np.abs(w).mean()
             check(abs(m - want) < 0.05, f"{arch}: {name} mean |w| = {m:.3f}, want ~{want}")
@@ -272,9 +297,59 @@ def check_llamacpp_golden(path, arch, r, W, hp):
         seq.append(t)
         out += tokens[t].encode() if types_control(r, t) else bytes(u2b[c] for c in tokens[t])
     want = bytes.fromhex(g["continuation_hex"])
-    check(out == want, f"{arch}: greedy continuation differs from llama.cpp's: ours {out!r}, llama.cpp {want!r}")
     if out == want:
         print(f"{arch}: greedy continuation of {golden['prompt']!r} equals llama.cpp's ({len(seq) - len(g['prompt_ids'])} tokens)")
+    else:
+        check_at_near_ties(arch, r, W, hp, golden, g, out, want)
+
+
+# llama.cpp's logits on a quantized file against the float64 pass, max |diff|
+# over the 3 recorded prompts (its 8-bit activations): llama 0.353, qwen2
+# 0.503, gemma3 0.742, qwen3 0.369, llama3 0.388. Two logits that close can
+# swap: such a step is a near-tie, where llama.cpp's greedy token need not be
+# ours.
+LLAMACPP_Q_NOISE = 0.75
+
+
+def check_at_near_ties(arch, r, W, hp, golden, g, out, want):
+    """Our free-running continuation left llama.cpp's. Replay llama.cpp's own
+    tokens (teacher-forced: the greedy ids its logits golden recorded for this
+    prompt, as far as they spell llama-simple's continuation; past a near-tie
+    llama.cpp's two runs part too) and require each to be our argmax, or
+    within twice llama.cpp's noise of it (a near-tie)."""
+    logits_golden = GOLDEN.parent / f"llamacpp_synth-{arch}.json"
+    rec = json.loads(logits_golden.read_text())["prompts"][0] if logits_golden.exists() else None
+    if not check(rec is not None and rec["prompt_ids"] == g["prompt_ids"],
+                 f"{arch}: greedy continuation differs from llama.cpp's: ours {out!r}, llama.cpp {want!r} "
+                 f"(and {logits_golden.name} has no record of this prompt to tell a near-tie)"):
+        return
+    tokens = field(r, "tokenizer.ggml.tokens")
+    u2b = {tokens[b]: b for b in range(256)}
+    ids, text = [], b""
+    for t in rec["generated_ids"][:golden["n_predict"]]:
+        b = tokens[t].encode() if types_control(r, t) else bytes(u2b[c] for c in tokens[t])
+        if not want.startswith(text + b):
+            break
+        ids.append(t)
+        text += b
+    if not check(len(ids) >= 8, f"{arch}: {logits_golden.name}'s greedy tokens spell only {len(ids)} of llama-simple's"):
+        return
+    seq = list(g["prompt_ids"]) + ids
+    L = forward(W, hp, np.array(seq))
+    exact, ties, bad = 0, 0, []
+    for k, t in enumerate(ids):
+        row = L[len(g["prompt_ids"]) - 1 + k]
+        if int(row.argmax()) == t:
+            exact += 1
+        elif row.max() - row[t] <= 2 * LLAMACPP_Q_NOISE:
+            ties += 1
+        else:
+            bad.append((k, round(float(row.max() - row[t]), 3)))
+    print(f"{arch}: greedy continuation differs from llama.cpp's at a near-tie (ours {out[:24]!r}, llama.cpp "
+          f"{want[:24]!r}); llama.cpp's {exact + ties + len(bad)} tokens teacher-forced: {exact} our argmax, "
+          f"{ties} within {2 * LLAMACPP_Q_NOISE} of it")
+    check(not bad, f"{arch}: llama.cpp's greedy tokens off our argmax by more than llama.cpp's noise at (step, gap) {bad}")
+    check(exact >= 0.75 * (exact + ties), f"{arch}: only {exact} of llama.cpp's tokens are our argmax")
 
 
 def types_control(r, t):

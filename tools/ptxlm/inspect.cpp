@@ -53,6 +53,8 @@ json describe(const gguf::File& f) {
     hp["rope_dims"] = h.n_rot;
     hp["rope_style"] = h.rope_style == RopeStyle::Neox ? "neox" : "adjacent";
     hp["sliding_window"] = h.sliding_window;
+    hp["rope_scaling"] = h.rope_scaling.empty() ? json(nullptr) : json(h.rope_scaling);
+    hp["rope_scaling_factor"] = h.rope_scaling_factor > 0 ? json(h.rope_scaling_factor) : json(nullptr);
     j["hparams"] = hp;
 
     json tok;
@@ -142,6 +144,9 @@ void print_human(const json& j) {
     std::string rope = "base " + str(hp["rope_base"]);
     if (!hp["rope_base_local"].is_null()) rope += " global, " + str(hp["rope_base_local"]) + " local";
     row("rope", rope + ", " + str(hp["rope_style"]) + ", " + str(hp["rope_dims"]) + " dims");
+    if (!hp["rope_scaling"].is_null() || !hp["rope_scaling_factor"].is_null())
+        row("rope scaling", (hp["rope_scaling"].is_null() ? std::string("linear") : str(hp["rope_scaling"])) +
+                                (hp["rope_scaling_factor"].is_null() ? "" : ", factor " + str(hp["rope_scaling_factor"])));
     row("sliding window", hp["sliding_window"] == 0 ? "none" : str(hp["sliding_window"]));
     row("rms eps", str(hp["rms_eps"]));
     std::string t = str(tok["model"]);
