@@ -31,7 +31,7 @@ ptxlm_emu_gtest(test_elementwise_emu test_elementwise_emu.cpp LIBS ptxlm_engine 
 # The GPU decode path end to end on emu against the CPU reference: synthetic
 # models teacher-forced over 36 positions (with a negative control), SmolLM2
 # over its first 4.
-ptxlm_emu_gtest(test_cuda_backend test_cuda_backend.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 2400)
+ptxlm_emu_gtest(test_cuda_backend test_cuda_backend.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 2000)
 # The default path's GEMVs op by op against the CPU quantized path fed the
 # device's own activations, with a negative control.
 ptxlm_emu_gtest(test_cuda_ops test_cuda_ops.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 1200)

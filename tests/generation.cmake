@@ -6,7 +6,7 @@ ptxlm_gtest(test_cpu_backend test_cpu_backend.cpp LIBS ptxlm_engine ptxlm_synth 
 # the synthetic ones (tests/golden/llamacpp_*.json).
 # One ctest per real model and one for the synthetic ones, so they spread over
 # the cores and each has its own TIMEOUT.
-ptxlm_gtest(test_vs_llamacpp test_vs_llamacpp.cpp LIBS ptxlm_engine ptxlm_synth nlohmann_json::nlohmann_json TIMEOUT 600)
+ptxlm_gtest(test_vs_llamacpp test_vs_llamacpp.cpp LIBS ptxlm_engine ptxlm_synth nlohmann_json::nlohmann_json TIMEOUT 300)
 set_property(TEST test_vs_llamacpp APPEND PROPERTY ENVIRONMENT "GTEST_FILTER=*/synth_*")
 foreach(m gemma3_270m smollm2_135m)
   add_test(NAME test_vs_llamacpp_${m} COMMAND test_vs_llamacpp --gtest_filter=*/${m})

@@ -3,4 +3,4 @@ ptxlm_gtest(test_synth test_synth.cpp LIBS ptxlm_synth TIMEOUT 120)
 # gguf-py's reading of ptxlm-synth's files: types by the Q4_K_M rule, weight
 # statistics after gguf-py's dequantizers, a numpy forward pass (peaked,
 # context-dependent logits) and the chat template through jinja2.
-ptxlm_pytest(synth_vs_gguf_py check_synth.py TIMEOUT 400)
+ptxlm_pytest(synth_vs_gguf_py check_synth.py TIMEOUT 300)
