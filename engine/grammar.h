@@ -52,6 +52,7 @@ inline constexpr uint32_t kMaxElements = 100000;   // compiled elements, repetit
 inline constexpr uint32_t kMaxNesting = 1000;      // parentheses inside parentheses
 inline constexpr uint32_t kMaxStacks = 10000;      // live stacks in one matcher state
 inline constexpr uint32_t kMaxDepth = 10000;       // rule nesting in one stack
+inline constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 
 // One compiled element. A rule's alternatives are runs of elements, each
 // closed by End.
@@ -138,11 +139,16 @@ public:
     static bool step(const Grammar& g, std::span<const uint32_t> from, uint8_t byte, std::vector<uint32_t>& next);
 
 private:
+    friend class Compiler;
+    // The state before any byte: root's alternatives expanded. False when the
+    // expansion exceeds the caps.
+    static bool start(const Grammar& g, uint32_t root, std::vector<uint32_t>& state);
+
     std::shared_ptr<const Grammar> g_;
     // Stacks, sorted and deduplicated, each stored as [depth, partial,
     // positions bottom..top]. The top is a Char element; positions below are
     // where to resume when the rule above ends. Depth 0: root is complete.
-    // partial: a code point begun but not finished (see grammar.cpp).
+    // partial: a code point begun but not finished (see grammar_match.cpp).
     std::vector<uint32_t> state_;
 };
 
