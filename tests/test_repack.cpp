@@ -29,7 +29,8 @@ using ptxlm::Weight;
 
 namespace {
 
-const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0};
+const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                           GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::IQ4_NL};
 
 // rows × n weights: quantized normal floats for even rows, random bytes with
 // sane f16 scales for odd ones (every code value, incl. Q8_0's -128).

@@ -27,6 +27,7 @@ BlockShape block_shape(gguf::GgmlType t) {
         case gguf::GgmlType::Q5_0: return {1, 5, true};   // qh, then 4 words of nibbles
         case gguf::GgmlType::Q5_1: return {2, 5, true};
         case gguf::GgmlType::Q8_0: return {1, 8};
+        case gguf::GgmlType::IQ4_NL: return {1, 4};   // as Q4_0: d, then 4 words of nibbles
         default: return {};
     }
 }

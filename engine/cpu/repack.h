@@ -23,6 +23,7 @@
 //         c's sit at bits c and 4 + c of byte i), qs 128 bytes (as Q4_0's)
 //   Q5_1: d[8] f16, m[8] f16, qh[8] (spread), qs 128 bytes
 //   Q8_0: d[8] f16, qs 256 bytes (word c of row r: values 4c..4c+3)
+//   IQ4_NL: as Q4_0 (the codes index the non-linear table)
 //
 // A packed kernel computes the same integer sum per (row, block) as the
 // scalar kernel (qdot.h); its float arithmetic per (row, input) is one

@@ -14,6 +14,7 @@
 #include <immintrin.h>
 
 #include "engine/cpu/repack.h"
+#include "gguf/quant.h"
 
 namespace ptxlm::cpu {
 namespace {
@@ -171,6 +172,49 @@ struct Q8_0x8 {
     }
 };
 
+// IQ4_NL, 144 bytes per packed block as Q4_0's (d[8], 4 words of nibbles ×
+// 8 rows): the nibbles index the non-linear table with vpshufb, and the
+// signed values go through the sign trick as Q8_0's (|w| <= 127), so the low
+// and high nibbles' products are widened separately.
+struct IQ4_NLx8 {
+    static constexpr uint64_t kBlock = 144;
+    template <int NX>
+    static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
+        const BlockQ8x32* y[NX];
+        __m256 acc[NX];
+        for (int k = 0; k < NX; ++k) {
+            y[k] = static_cast<const BlockQ8x32*>(xs[k]);
+            acc[k] = _mm256_setzero_ps();
+        }
+        const __m256i table =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gguf::kIQ4Values)));
+        const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+        for (uint64_t b = 0; b < n / 32; ++b, g += kBlock) {
+            if (pf) prefetch_block(g, kBlock);
+            __m256i s32[NX];
+            for (int k = 0; k < NX; ++k) s32[k] = _mm256_setzero_si256();
+            for (int c = 0; c < 4; ++c) {
+                const __m256i v = loadu(g + 16 + 32 * c);
+                const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, m4));
+                const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+                const __m256i alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
+                for (int k = 0; k < NX; ++k) {
+                    const __m256i plo = _mm256_maddubs_epi16(alo, _mm256_sign_epi8(bcast4(y[k][b].qs + 4 * c), lo));
+                    const __m256i phi = _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(bcast4(y[k][b].qs + 16 + 4 * c), hi));
+                    s32[k] = _mm256_add_epi32(s32[k], _mm256_add_epi32(_mm256_madd_epi16(plo, ones),
+                                                                       _mm256_madd_epi16(phi, ones)));
+                    keep_in_register(s32[k]);
+                }
+            }
+            const __m256 d = f16x8(g);
+            for (int k = 0; k < NX; ++k)
+                acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y[k][b].d)), _mm256_cvtepi32_ps(s32[k]),
+                                         acc[k]);
+        }
+        for (int k = 0; k < NX; ++k) _mm256_storeu_ps(out + k * out_stride, acc[k]);
+    }
+};
+
 // Inputs in passes of W (the registers hold W sets of accumulators), the
 // leftover ones in one smaller pass.
 template <class K, int M>
@@ -193,10 +237,16 @@ constexpr int kWidth = 4;
 }  // namespace
 
 namespace detail {
+// In qdot.h's slot order; the k-quants and IQ4_XS keep the one-row kernels.
 const PackedDotFn kPackedAvx2[kQDotSlots] = {
-    run_group<Nibbles8<false, false>, kWidth>, run_group<Nibbles8<true, false>, kWidth>,
-    run_group<Nibbles8<false, true>, kWidth>,  run_group<Nibbles8<true, true>, kWidth>,
-    run_group<Q8_0x8, kWidth>,                 nullptr, nullptr, nullptr,
+    run_group<Nibbles8<false, false>, kWidth>,   // Q4_0
+    run_group<Nibbles8<true, false>, kWidth>,    // Q4_1
+    run_group<Nibbles8<false, true>, kWidth>,    // Q5_0
+    run_group<Nibbles8<true, true>, kWidth>,     // Q5_1
+    run_group<Q8_0x8, kWidth>,                   // Q8_0
+    nullptr, nullptr, nullptr,                   // Q4_K, Q5_K, Q6_K
+    run_group<IQ4_NLx8, kWidth>,                 // IQ4_NL
+    nullptr, nullptr, nullptr,                   // IQ4_XS, Q2_K, Q3_K
 };
 }  // namespace detail
 
