@@ -17,6 +17,7 @@
 
 #include "engine/sampler.h"
 #include "server/anthropic.h"
+#include "tests/request_fuzz_util.h"
 
 using namespace ptxlm;
 using namespace ptxlm::server;
@@ -677,39 +678,14 @@ TEST(ServerAnthropic, StopMatcherReportsTheStringFound) {
     EXPECT_EQ(first.matched(), "a");   // the earliest in the text, not in the list
 }
 
-// Random values of every JSON type, nested a little.
+// The fuzz pass's words (request_fuzz_util.h): string values and object keys.
+const char* const kFuzzStrings[] = {"", "user", "assistant", "system", "text", "image", "tool_use", "disabled",
+                                    "\n", "<|im_start|>", "h\xc3\xa9llo", "\xe2\x82\xac", "tool_result", "any",
+                                    "tool", "auto", "object", "f", "toolu_1"};
+const char* const kFuzzKeys[] = {"role", "content", "type", "text", "user_id", "cache_control", "x", "id", "name",
+                                 "input", "tool_use_id", "input_schema", "is_error", "disable_parallel_tool_use"};
 json random_value(std::mt19937_64& rng, int depth) {
-    auto pick = [&](int n) { return int(rng() % uint64_t(n)); };
-    switch (pick(depth > 2 ? 7 : 9)) {
-        case 0: return nullptr;
-        case 1: return bool(pick(2));
-        case 2: return int64_t(rng()) >> pick(64);
-        case 3: return uint64_t(rng());
-        case 4: {
-            const double specials[] = {0.0, -0.0, 1.0, 2.0, 0.5, -1.0, 1e308, -1e308, 1e-300, 20.0, 5.0, 4096.0};
-            return pick(2) ? specials[pick(12)] : double(rng() % 10000) / 1000.0 - 3.0;
-        }
-        case 5: {
-            const char* strings[] = {"", "user", "assistant", "system", "text", "image", "tool_use", "disabled",
-                                     "\n", "<|im_start|>", "h\xc3\xa9llo", "\xe2\x82\xac", "tool_result", "any",
-                                     "tool", "auto", "object", "f", "toolu_1"};
-            return strings[pick(int(std::size(strings)))];
-        }
-        case 6: return std::string(size_t(pick(40)), char('a' + pick(26)));
-        case 7: {
-            json a = json::array();
-            for (int i = pick(5); i > 0; --i) a.push_back(random_value(rng, depth + 1));
-            return a;
-        }
-        default: {
-            static const char* keys[] = {"role",  "content", "type", "text",        "user_id",      "cache_control",
-                                         "x",     "id",      "name", "input",       "tool_use_id",  "input_schema",
-                                         "is_error", "disable_parallel_tool_use"};
-            json o = json::object();
-            for (int i = pick(4); i > 0; --i) o[keys[pick(int(std::size(keys)))]] = random_value(rng, depth + 1);
-            return o;
-        }
-    }
+    return ptxlm::test::random_value(rng, depth, {kFuzzStrings, kFuzzKeys});
 }
 
 json random_body(std::mt19937_64& rng) {
@@ -767,25 +743,7 @@ TEST(ServerAnthropic, FuzzNeverThrowsAnythingElse) {
     };
     const std::string valid =
         body_with({{"system", "s"}, {"stop_sequences", {"x"}}, {"temperature", 0.5}, {"stream", true}}).dump();
-    for (int i = 0; i < 4000; ++i) {
-        run(random_body(rng).dump());
-        // Mutations of a valid body: byte flips, truncation, insertion.
-        std::string m = valid;
-        for (int k = int(rng() % 4); k >= 0; --k) {
-            const size_t at = rng() % m.size();
-            switch (rng() % 3) {
-                case 0: m[at] = char(rng()); break;
-                case 1: m.resize(at); break;
-                default: m.insert(at, 1, "{}[]\",:0e-\\"[rng() % 12]); break;
-            }
-            if (m.empty()) break;
-        }
-        run(m);
-        // Random bytes.
-        std::string r(rng() % 64, '\0');
-        for (char& c : r) c = char(rng());
-        run(r);
-    }
+    ptxlm::test::fuzz_bodies(rng, valid, random_body, run);
     EXPECT_GT(parsed, 100);
     EXPECT_GT(rejected, 1000);
 }
