@@ -155,6 +155,7 @@ std::unique_ptr<Backend> make_backend(const Model& m, DeviceKind device, const B
             throw std::invalid_argument(std::string("--cpu-isa ") + opt.cpu_isa + ": " + e.what());
         }
     }
+    b->prepare();
     if (note) *note = (why.empty() ? "" : why + "; ") + b->description() + "; " + ctx_note;
     return b;
 }

@@ -157,6 +157,7 @@ void Scheduler::load() {
             batcher_->set_prefill_tokens(cpu::CpuBackend::kMaxBatch);
             batcher_->backend().set_isa(first.isa());
             batcher_->backend().set_path(first.path());
+            batcher_->backend().prepare();
             const cpu::KvPages kp = batcher_->backend().kv_pages();
             note += "; " + std::to_string(opt_.parallel) + " sequences stepped together, up to " +
                     std::to_string(opt_.batch_tokens) + " tokens per step, a KV pool of " +

@@ -120,14 +120,16 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_pt
     u_.resize(kMaxBatch * max_ff);
     scores_.resize(uint64_t(pool_->size()) * n_ctx);
     rows_.resize(uint64_t(pool_->size()) * hd);
-    pack_weights();
 }
 
 void CpuBackend::pack_weights() {
     // PTXLM_CPU_PACK=0 keeps the file's layout (a diagnostic: packed against
     // unpacked in one benchmark run).
-    const char* env = std::getenv("PTXLM_CPU_PACK");
-    const bool wanted = arith_.path == CpuPath::Quantized && !(env && std::string_view(env) == "0");
+    static const bool off = [] {
+        const char* env = std::getenv("PTXLM_CPU_PACK");
+        return env && std::string_view(env) == "0";
+    }();
+    const bool wanted = arith_.path == CpuPath::Quantized && !off;
     if (wanted ? packed_isa_ == arith_.isa : !packed_isa_) return;
     packed_.clear();
     packed_isa_.reset();
@@ -194,7 +196,6 @@ void CpuBackend::set_isa(Isa isa) {
     const std::vector<Isa> ok = runnable_isas();
     if (std::find(ok.begin(), ok.end(), isa) != ok.end()) {
         arith_.isa = isa;
-        pack_weights();
         return;
     }
     const std::vector<Isa> hw = hardware_isas();
@@ -371,6 +372,7 @@ void CpuBackend::copy_page(uint32_t from, uint32_t to, uint32_t positions) {
 }
 
 void CpuBackend::step(std::span<const SeqStep> batch) {
+    pack_weights();
     // Each token's row of the activations, its position and its cache row.
     struct Row { uint32_t pos; uint64_t kv_row; };
     std::vector<Row> rows;

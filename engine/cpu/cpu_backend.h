@@ -78,12 +78,13 @@ public:
 
     // The arithmetic of the matrix-vector products: Quantized (on `isa`,
     // by default the best the CPU runs, PTXLM_CPU_ISA to override) or
-    // Reference.
-    void set_path(CpuPath p) {
-        arith_.path = p;
-        pack_weights();
-    }
+    // Reference. The weights are packed for it (repack.h) by prepare() or
+    // the next step, so choosing both packs once.
+    void set_path(CpuPath p) { arith_.path = p; }
     void set_isa(Isa isa);   // throws std::invalid_argument when this CPU cannot run it
+    // Packs the weights for the chosen path and Isa now rather than in the
+    // first step (start-up work out of the first request's latency).
+    void prepare() { pack_weights(); }
     CpuPath path() const { return arith_.path; }
     std::string path_name() const;   // "quantized (<isa>)" or "reference" (bench rows)
     Isa isa() const { return arith_.isa; }
@@ -105,8 +106,8 @@ private:
     AttentionArgs attention_args(uint32_t il, uint32_t row0, const SeqStep& s);
     // The matrices packed for arith_.isa where it has packed kernels
     // (repack.h), on the quantized path only (the reference path reads the
-    // file's layout); called whenever the path or the Isa changes, and a
-    // no-op when the packs already match both.
+    // file's layout); called by prepare() and at every step, a no-op when
+    // the packs already match both.
     void pack_weights();
     // Token `token`'s embedding as floats (n_embd of them, before any scale).
     void embedding(uint64_t token, float* out) const;

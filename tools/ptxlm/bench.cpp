@@ -278,6 +278,7 @@ uint64_t run_parallel(const Model& m, const cpu::CpuBackend& like, int threads, 
     cpu::Batcher bat(m, like.n_ctx(), kv, std::make_shared<cpu::ThreadPool>(threads), t.parallel);
     bat.backend().set_isa(like.isa());
     bat.backend().set_path(like.path());
+    bat.backend().prepare();
     const uint32_t nv = m.n_vocab, P = t.parallel;
     std::mt19937 rng(1234);
     std::vector<TokenId> seq(t.depth + t.n_gen + 1);
