@@ -8,7 +8,7 @@
 // are at most 15 against |x| <= 127: 3810 per pair, and the 8 pairs of a
 // lane over a block's four words add to at most 30480 < 32767, so they are
 // summed in int16 and widened once per block; 5-bit codes (31: 7874 per
-// pair) are widened every two words. Q8_0 goes through the sign trick,
+// pair) are widened every two words. Q8_0 and IQ4_NL go through the sign trick,
 // |w| <= 128 against x with w's sign: 32512 per pair, widened at once.
 #include <cstdlib>
 #include <immintrin.h>
@@ -138,9 +138,13 @@ struct Nibbles8 {
     }
 };
 
-// Q8_0, 272 bytes per packed block: d[8], 8 words × 8 rows.
-struct Q8_0x8 {
-    static constexpr uint64_t kBlock = 272;
+// The signed types, whose products go through the sign trick (|w| <= 128
+// against x with w's sign: 32512 per pair, widened at once): one int32 sum
+// per (row, input) and block, times d_w·d_x. K gives the block's bytes and
+// its sums (K::sums: the block at g, into s32, zeroed by the caller).
+template <class K>
+struct Signed8 {
+    static constexpr uint64_t kBlock = K::kBlock;
     template <int NX>
     static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
         const BlockQ8x32* y[NX];
@@ -149,20 +153,11 @@ struct Q8_0x8 {
             y[k] = static_cast<const BlockQ8x32*>(xs[k]);
             acc[k] = _mm256_setzero_ps();
         }
-        const __m256i ones = _mm256_set1_epi16(1);
         for (uint64_t b = 0; b < n / 32; ++b, g += kBlock) {
             if (pf) prefetch_block(g, kBlock);
             __m256i s32[NX];
             for (int k = 0; k < NX; ++k) s32[k] = _mm256_setzero_si256();
-            for (int c = 0; c < 8; ++c) {
-                const __m256i w = loadu(g + 16 + 32 * c);
-                const __m256i aw = _mm256_sign_epi8(w, w);
-                for (int k = 0; k < NX; ++k) {
-                    const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(y[k][b].qs + 4 * c), w));
-                    s32[k] = _mm256_add_epi32(s32[k], _mm256_madd_epi16(p, ones));
-                    keep_in_register(s32[k]);
-                }
-            }
+            K::template sums<NX>(g, y, b, s32);
             const __m256 d = f16x8(g);
             for (int k = 0; k < NX; ++k)
                 acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y[k][b].d)), _mm256_cvtepi32_ps(s32[k]),
@@ -172,46 +167,48 @@ struct Q8_0x8 {
     }
 };
 
+// w (signed bytes) against 4 input bytes per lane, into s32.
+inline __m256i signed_products(__m256i w, __m256i aw, const int8_t* x4) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(x4), w)), _mm256_set1_epi16(1));
+}
+
+// Q8_0, 272 bytes per packed block: d[8], 8 words × 8 rows.
+struct Q8_0Sums {
+    static constexpr uint64_t kBlock = 272;
+    template <int NX>
+    static void sums(const uint8_t* g, const BlockQ8x32* const* y, uint64_t b, __m256i* s32) {
+        for (int c = 0; c < 8; ++c) {
+            const __m256i w = loadu(g + 16 + 32 * c), aw = _mm256_sign_epi8(w, w);
+            for (int k = 0; k < NX; ++k) {
+                s32[k] = _mm256_add_epi32(s32[k], signed_products(w, aw, y[k][b].qs + 4 * c));
+                keep_in_register(s32[k]);
+            }
+        }
+    }
+};
+
 // IQ4_NL, 144 bytes per packed block as Q4_0's (d[8], 4 words of nibbles ×
 // 8 rows): the nibbles index the non-linear table with vpshufb, and the
-// signed values go through the sign trick as Q8_0's (|w| <= 127), so the low
-// and high nibbles' products are widened separately.
-struct IQ4_NLx8 {
+// values (|w| <= 127) take the sign trick, the low and high nibbles'
+// products widened separately.
+struct IQ4_NLSums {
     static constexpr uint64_t kBlock = 144;
     template <int NX>
-    static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
-        const BlockQ8x32* y[NX];
-        __m256 acc[NX];
-        for (int k = 0; k < NX; ++k) {
-            y[k] = static_cast<const BlockQ8x32*>(xs[k]);
-            acc[k] = _mm256_setzero_ps();
-        }
+    static void sums(const uint8_t* g, const BlockQ8x32* const* y, uint64_t b, __m256i* s32) {
         const __m256i table =
             _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gguf::kIQ4Values)));
-        const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-        for (uint64_t b = 0; b < n / 32; ++b, g += kBlock) {
-            if (pf) prefetch_block(g, kBlock);
-            __m256i s32[NX];
-            for (int k = 0; k < NX; ++k) s32[k] = _mm256_setzero_si256();
-            for (int c = 0; c < 4; ++c) {
-                const __m256i v = loadu(g + 16 + 32 * c);
-                const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, m4));
-                const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
-                const __m256i alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
-                for (int k = 0; k < NX; ++k) {
-                    const __m256i plo = _mm256_maddubs_epi16(alo, _mm256_sign_epi8(bcast4(y[k][b].qs + 4 * c), lo));
-                    const __m256i phi = _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(bcast4(y[k][b].qs + 16 + 4 * c), hi));
-                    s32[k] = _mm256_add_epi32(s32[k], _mm256_add_epi32(_mm256_madd_epi16(plo, ones),
-                                                                       _mm256_madd_epi16(phi, ones)));
-                    keep_in_register(s32[k]);
-                }
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        for (int c = 0; c < 4; ++c) {
+            const __m256i v = loadu(g + 16 + 32 * c);
+            const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, m4));
+            const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+            const __m256i alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
+            for (int k = 0; k < NX; ++k) {
+                s32[k] = _mm256_add_epi32(s32[k], _mm256_add_epi32(signed_products(lo, alo, y[k][b].qs + 4 * c),
+                                                                   signed_products(hi, ahi, y[k][b].qs + 16 + 4 * c)));
+                keep_in_register(s32[k]);
             }
-            const __m256 d = f16x8(g);
-            for (int k = 0; k < NX; ++k)
-                acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y[k][b].d)), _mm256_cvtepi32_ps(s32[k]),
-                                         acc[k]);
         }
-        for (int k = 0; k < NX; ++k) _mm256_storeu_ps(out + k * out_stride, acc[k]);
     }
 };
 
@@ -243,9 +240,9 @@ const PackedDotFn kPackedAvx2[kQDotSlots] = {
     run_group<Nibbles8<true, false>, kWidth>,    // Q4_1
     run_group<Nibbles8<false, true>, kWidth>,    // Q5_0
     run_group<Nibbles8<true, true>, kWidth>,     // Q5_1
-    run_group<Q8_0x8, kWidth>,                   // Q8_0
+    run_group<Signed8<Q8_0Sums>, kWidth>,        // Q8_0
     nullptr, nullptr, nullptr,                   // Q4_K, Q5_K, Q6_K
-    run_group<IQ4_NLx8, kWidth>,                 // IQ4_NL
+    run_group<Signed8<IQ4_NLSums>, kWidth>,      // IQ4_NL
     nullptr, nullptr, nullptr,                   // IQ4_XS, Q2_K, Q3_K
 };
 }  // namespace detail
