@@ -5,7 +5,7 @@
 namespace ptxlm {
 
 const std::vector<std::string>& supported_architectures() {
-    static const std::vector<std::string> archs = {"llama", "qwen2", "gemma3", "qwen3"};
+    static const std::vector<std::string> archs = {"llama", "qwen2", "gemma3", "qwen3", "mistral3"};
     return archs;
 }
 
@@ -90,6 +90,15 @@ HParams read_hparams(const gguf::File& f) {
     h.rope_scaling = std::string(f.get_string(k.k("rope.scaling.type")).value_or(""));
     h.rope_scaling_factor = static_cast<float>(
         f.get_float(k.k("rope.scaling.factor")).value_or(f.get_float(k.k("rope.scale_linear")).value_or(0.0)));
+    h.rope_orig_ctx = f.get_u32(k.k("rope.scaling.original_context_length")).value_or(h.n_ctx_train);
+    auto f32_or = [&](const char* suffix, float def) {
+        return static_cast<float>(f.get_float(k.k(suffix)).value_or(def));
+    };
+    h.yarn_beta_fast = f32_or("rope.scaling.yarn_beta_fast", h.yarn_beta_fast);
+    h.yarn_beta_slow = f32_or("rope.scaling.yarn_beta_slow", h.yarn_beta_slow);
+    h.yarn_log_mul = f32_or("rope.scaling.yarn_log_multiplier", 0.0f);
+    h.rope_attn_factor = f32_or("rope.scaling.attn_factor", 1.0f);
+    h.attn_temp_scale = f32_or("attention.temperature_scale", 0.0f);
     if (h.arch == "qwen2" || h.arch == "gemma3" || h.arch == "qwen3") h.rope_style = RopeStyle::Neox;
     if (h.arch == "gemma3") {
         // Gemma 3: 5 local (sliding-window) layers, then one global layer; the

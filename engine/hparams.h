@@ -45,6 +45,12 @@ struct HParams {
     RopeStyle rope_style = RopeStyle::Adjacent;
     std::string rope_scaling;      // <arch>.rope.scaling.type ("" when absent; Model accepts none and linear)
     float rope_scaling_factor = 0; // <arch>.rope.scaling.factor, else the older rope.scale_linear; 0 when absent
+    uint32_t rope_orig_ctx = 0;    // <arch>.rope.scaling.original_context_length, else n_ctx_train (YaRN's n_ctx_orig)
+    float yarn_beta_fast = 32.0f;  // <arch>.rope.scaling.yarn_beta_fast (llama.cpp's default 32)
+    float yarn_beta_slow = 1.0f;   // <arch>.rope.scaling.yarn_beta_slow (default 1)
+    float yarn_log_mul = 0;        // <arch>.rope.scaling.yarn_log_multiplier (mscale_all_dim; 0 = absent)
+    float rope_attn_factor = 1.0f; // <arch>.rope.scaling.attn_factor: RoPE's cos and sin times this
+    float attn_temp_scale = 0;     // <arch>.attention.temperature_scale (Mistral 3; 0 = off)
     uint32_t sliding_window = 0;   // 0 = none
     uint32_t sliding_period = 0;   // gemma3: layer il is global iff il % period == period - 1
     uint32_t file_type = 0;        // general.file_type, 0 if absent

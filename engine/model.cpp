@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -88,8 +89,35 @@ Model Model::from_file(gguf::File file) {
         if (!(hp.rope_scaling_factor > 0))
             throw ModelError(path + ": linear RoPE scaling needs a positive rope.scaling.factor (or rope.scale_linear)");
         m.rope_freq_scale = 1.0f / hp.rope_scaling_factor;
+    } else if (hp.rope_scaling == "yarn" && a == "mistral3") {
+        if (!(hp.rope_scaling_factor > 0))
+            throw ModelError(path + ": YaRN RoPE scaling needs a positive rope.scaling.factor");
+        if (hp.rope_orig_ctx == 0)
+            throw ModelError(path + ": YaRN RoPE scaling needs rope.scaling.original_context_length (or context_length)");
+        Model::Yarn y;
+        y.freq_scale = 1.0f / hp.rope_scaling_factor;
+        y.beta_fast = hp.yarn_beta_fast;
+        y.beta_slow = hp.yarn_beta_slow;
+        y.n_ctx_orig = hp.rope_orig_ctx;
+        m.yarn = y;
+        m.rope_mscale = yarn_mscale(1.0f / y.freq_scale, hp.yarn_log_mul);
     } else if (!hp.rope_scaling.empty() && hp.rope_scaling != "none") {
-        throw ModelError(path + ": RoPE scaling '" + hp.rope_scaling + "' is not supported (supported: none, linear)");
+        throw ModelError(path + ": RoPE scaling '" + hp.rope_scaling + "' is not supported for architecture '" + a +
+                         "' (supported: none, linear; yarn for mistral3)");
+    }
+    m.rope_mscale *= hp.rope_attn_factor;   // llama.cpp applies rope.scaling.attn_factor on every architecture
+    if (!(m.rope_mscale > 0) || !std::isfinite(m.rope_mscale))
+        throw ModelError(path + ": rope.scaling.attn_factor and YaRN give a RoPE magnitude that is not positive");
+    if (a == "mistral3") {
+        // llama.cpp's mistral3 graph: the temperature's floor is YaRN's original context.
+        if (hp.attn_temp_scale != 0) {
+            if (hp.rope_orig_ctx == 0)
+                throw ModelError(path + ": attention.temperature_scale needs rope.scaling.original_context_length");
+            m.attn_temp_scale = hp.attn_temp_scale;
+            m.attn_temp_floor = hp.rope_orig_ctx;
+        }
+        if (m.file.get_u32(a + ".expert_count").value_or(0) > 0)
+            throw ModelError(path + ": mistral3 with experts (mistral3.expert_count > 0) is not supported");
     }
     if (auto cap = m.file.get_float(a + ".final_logit_softcapping")) m.final_softcap = static_cast<float>(*cap);
     if (!(m.final_softcap >= 0) || !std::isfinite(m.final_softcap))
@@ -118,11 +146,13 @@ Model Model::from_file(gguf::File file) {
     m.output_norm = L.vec("output_norm.weight", E);
     m.output = L.get("output.weight", E, m.n_vocab, false);
     if (!m.output) m.output = m.tok_embd;
-    // Llama 3.x's per-pair divisors; llama.cpp's other graphs here do not read
-    // them, so a file that has them is refused rather than run differently.
+    // Llama 3.x's per-pair divisors (llama.cpp's mistral3 graph reads them
+    // too); its other graphs here do not, so a file that has them is refused
+    // rather than run differently.
     m.rope_freqs = L.vec("rope_freqs.weight", m.head_dim / 2, false);
-    if (m.rope_freqs && a != "llama")
-        throw ModelError(path + ": tensor 'rope_freqs.weight' is not used by architecture '" + a + "' (only llama)");
+    if (m.rope_freqs && a != "llama" && a != "mistral3")
+        throw ModelError(path + ": tensor 'rope_freqs.weight' is not used by architecture '" + a +
+                         "' (only llama and mistral3)");
 
     m.layers.resize(hp.n_layer);
     for (uint32_t il = 0; il < hp.n_layer; ++il) {
@@ -152,6 +182,13 @@ Model Model::from_file(gguf::File file) {
         l.up = L.get(blk(il, "ffn_up.weight"), E, l.n_ff, true);
         l.down = L.get(blk(il, "ffn_down.weight"), l.n_ff, E, true);
         l.ffn_post_norm = L.vec(blk(il, "post_ffw_norm.weight"), E, gemma);
+        // llama.cpp's llama and mistral3 graphs take optional output and FFN
+        // biases; Ministral 3 files have none, and ptxlm adds none: refused by
+        // name on every architecture rather than left out.
+        for (const char* bias : {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"})
+            if (m.file.find_tensor(blk(il, bias)))
+                throw ModelError(path + ": tensor '" + blk(il, bias) + "' (an optional bias of " + a +
+                                 ") is not supported");
     }
     return m;
 }
@@ -179,7 +216,35 @@ std::vector<double> rope_rates(const Model& m, float base) {
         f[i] = std::pow(double(base), -2.0 * double(i) / double(hd));
         if (!factors.empty()) f[i] /= factors[i];
     }
+    if (m.yarn) {
+        // ggml's correction dims (in f32, as ggml_rope_yarn_corr_dims): the
+        // pairs below `lo` keep their rate, those past `hi` are interpolated
+        // (× freq_scale), a linear ramp between.
+        const Model::Yarn& y = *m.yarn;
+        auto corr = [&](float beta) {
+            return float(hd) * std::log(float(y.n_ctx_orig) / (beta * 2.0f * float(M_PI))) / (2.0f * std::log(base));
+        };
+        const float lo = std::max(0.0f, std::floor(corr(y.beta_fast)));
+        const float hi = std::min(float(hd - 1), std::ceil(corr(y.beta_slow)));
+        for (uint32_t i = 0; i < hd / 2; ++i) {
+            const float r = (float(i) - lo) / std::max(0.001f, hi - lo);
+            const float mix = (1.0f - std::min(1.0f, std::max(0.0f, r))) * y.ext_factor;
+            f[i] *= double(y.freq_scale) * (1.0 - double(mix)) + double(mix);
+        }
+    }
     return f;
+}
+
+float yarn_mscale(float factor, float log_mul) {
+    auto get = [](float scale, float ms) { return scale <= 1.0f ? 1.0f : 0.1f * ms * std::log(scale) + 1.0f; };
+    float attn = log_mul != 0.0f ? get(factor, 1.0f) / get(factor, log_mul) : get(factor, 1.0f);
+    attn *= 1.0f / (1.0f + 0.1f * std::log(factor));   // llama.cpp cancels ggml's own factor here ...
+    return attn * (1.0f + 0.1f * std::log(factor));     // ... which ggml applies when ext_factor != 0
+}
+
+float Model::attn_temperature(uint32_t pos) const {
+    if (attn_temp_scale == 0) return 1.0f;
+    return float(std::log(std::floor(float(pos) / float(attn_temp_floor)) + 1.0) * attn_temp_scale + 1.0);
 }
 
 PassTraffic pass_traffic(const Model& m) {

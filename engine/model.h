@@ -4,6 +4,7 @@
 // here (the CPU directly, the GPU by uploading them).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -59,6 +60,22 @@ struct Model {
     float embd_scale = 1.0f;       // gemma3: √n_embd on the input embedding
     float final_softcap = 0;       // 0 = none; else logits = cap·tanh(logits/cap)
     float rope_freq_scale = 1.0f;  // linear RoPE scaling: position × this
+    // YaRN (Mistral 3), as llama.cpp's ggml_rope_ext computes it: pair i's rate
+    // is mixed between the interpolated one (× freq_scale) and the original by
+    // a ramp over the pairs between the correction dims of beta_fast and
+    // beta_slow (folded into rope_rates), and cos, sin carry rope_mscale.
+    struct Yarn {
+        float freq_scale = 1.0f;   // 1 / rope.scaling.factor
+        float ext_factor = 1.0f;   // llama.cpp's default for type yarn
+        float beta_fast = 32.0f, beta_slow = 1.0f;
+        uint32_t n_ctx_orig = 0;   // rope.scaling.original_context_length
+    };
+    std::optional<Yarn> yarn;
+    float rope_mscale = 1.0f;      // RoPE's cos and sin times this (YaRN's magnitude × rope.scaling.attn_factor)
+    // Mistral 3's attention temperature: q at position p times
+    // 1 + attn_temp_scale · ln(⌊p / attn_temp_floor⌋ + 1) after RoPE; 0 = off.
+    float attn_temp_scale = 0;
+    uint32_t attn_temp_floor = 0;  // YaRN's original context (llama.cpp's n_attn_temp_floor_scale)
     FfnKind ffn = FfnKind::SwiGLU;
 
     Weight tok_embd;
@@ -79,6 +96,7 @@ struct Model {
     // (the tied output matrix once, as the token embedding).
     template <class Fn> void for_each_weight(Fn&& fn) const;
     bool tied_embeddings() const { return output.data == tok_embd.data; }
+    float attn_temperature(uint32_t pos) const;   // the factor on q at `pos` (1 when off)
     uint32_t kv_dim(uint32_t il) const { return layers[il].n_head_kv * head_dim; }
 };
 
@@ -99,9 +117,22 @@ template <class Fn> void Model::for_each_weight(Fn&& fn) const {
 std::vector<float> to_floats(const Weight& w);
 
 // RoPE's per-pair rates for a layer with base `base`: base^(−2i/head_dim),
-// divided by the model's rope_freqs factors when it has them. The angle of
-// pair i at position p is (p · rope_freq_scale) · rate[i], in double.
+// divided by the model's rope_freqs factors when it has them, and with YaRN
+// mixed per pair (Model::Yarn). The angle of pair i at position p is
+// (p · rope_freq_scale) · rate[i], in double; its cos and sin are rounded to
+// f32 and then multiplied by rope_mscale (rope_cos_sin).
 std::vector<double> rope_rates(const Model& m, float base);
+struct RopeCosSin {
+    float c, s;
+};
+inline RopeCosSin rope_cos_sin(double theta, float mscale) {
+    return {static_cast<float>(std::cos(theta)) * mscale, static_cast<float>(std::sin(theta)) * mscale};
+}
+// YaRN's magnitude on cos and sin for a scaling factor, llama.cpp's formula
+// (llama_context's yarn_attn_factor times ggml's own 1 + 0.1·ln(factor)):
+// (1 + 0.1·ln f) / (1 + 0.1·log_mul·ln f) with a yarn_log_multiplier, else
+// 1 + 0.1·ln f.
+float yarn_mscale(float factor, float log_mul);
 
 // Bytes one forward pass reads from memory: what bounds single-stream decode.
 // A pass over a batch of tokens reads every weight once (the token embedding

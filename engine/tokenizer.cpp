@@ -62,6 +62,13 @@ const char* const kLlama3 =
 const char* const kQwen2 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// Mistral's tekken (llama.cpp's form of the tokenizer.json regex): a word is
+// an optional non-letter, then letters that are not a-z followed by letters
+// that are not A-Z (or the reverse); digits one by one; "/" ends a punctuation
+// run like a newline.
+const char* const kTekken =
+    R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // llama.cpp's fallback for vocabularies converted without a pre-tokenizer
 // name: punctuation runs first, then GPT-2's regex, then digit runs cut into
 // threes. Only chosen when the file says "default"; a missing key is an error.
@@ -84,6 +91,7 @@ const std::vector<PreSpec>& pre_specs() {
         {"llama3", {kLlama3}, true, true},      {"llama-v3", {kLlama3}, true, true},
         {"llama-bpe", {kLlama3}, true, true},
         {"qwen2", {kQwen2}, false, false},      {"deepseek-r1-qwen", {kQwen2}, false, false},
+        {"tekken", {kTekken}, true, true},
     };
     return specs;
 }

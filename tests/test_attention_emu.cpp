@@ -48,9 +48,10 @@ struct Launched {
 class AttentionOnEmu : public testing_util::EmuCudaTest {
 protected:
   // One launch at `pos` over random caches; the reference attends with
-  // `ref_window` / `ref_pos` when given (negative controls).
+  // `ref_window` / `ref_pos`, or computes `ref_shape`, when given (negative
+  // controls).
   Launched run(const kx::AttentionShape& s, uint32_t pos, uint32_t ref_window = ~0u, uint32_t ref_pos = ~0u,
-          uint32_t counter0 = 0) {
+          uint32_t counter0 = 0, const kx::AttentionShape* ref_shape = nullptr) {
     const uint32_t hd = s.head_dim, kv = s.n_head_kv * hd;
     cuda::AttentionInputs in;
     in.pos = pos;
@@ -79,12 +80,12 @@ protected:
 
     const std::vector<uint16_t> gk = download<uint16_t>(dkc, in.k_cache.size()), gv = download<uint16_t>(dvc, in.v_cache.size());
     in.own_k.assign(gk.begin() + long(pos) * kv, gk.begin() + long(pos + 1) * kv);
-    const cuda::AttentionExpected e = cuda::attention_reference(s, in, ref_window, ref_pos);
+    const cuda::AttentionExpected e = cuda::attention_reference(ref_shape ? *ref_shape : s, in, ref_window, ref_pos);
     Launched r;
     auto check = [&](double got, const cuda::Checked& c, const char* what, size_t i) {
       const double err = std::fabs(got - c.value);
       r.worst = std::max(r.worst, c.tol > 0 ? err / c.tol : (err > 0 ? 1e9 : 0.0));
-      if (!(err <= c.tol) && r.bad++ < 3 && ref_pos == ~0u && ref_window == ~0u && counter0 == 0)
+      if (!(err <= c.tol) && r.bad++ < 3 && ref_pos == ~0u && ref_window == ~0u && counter0 == 0 && !ref_shape)
         ADD_FAILURE() << what << "[" << i << "]: " << got << " vs " << c.value << " (tolerance " << c.tol << ")";
     };
     const std::vector<float> out = download<float>(dout, in.q.size());
@@ -125,6 +126,16 @@ TEST_F(AttentionOnEmu, Qwen2NeoxWithBiases) {
 TEST_F(AttentionOnEmu, Gemma3QkNormsAndSlidingWindow) {
   const kx::AttentionShape s{4, 1, 256, 256, 40, 0.0625f, 32, true, false, true, 1e-6f};
   for (uint32_t pos : {0u, 20u, 200u}) expect_exact(s, pos);   // the window not yet full; splits before it empty
+}
+
+// Mistral 3's attention temperature on q, stepping every 16 positions; left
+// out of the reference, the launch must fail.
+TEST_F(AttentionOnEmu, Mistral3Temperature) {
+  const kx::AttentionShape s{4, 2, 64, 256, 0, 0.125f, 64, false, false, false, 1e-5f, 0.1f, 16};
+  for (uint32_t pos : {0u, 15u, 16u, 47u, 200u}) expect_exact(s, pos);
+  kx::AttentionShape plain = s;
+  plain.temp_scale = 0;
+  EXPECT_GT(run(s, 47, ~0u, ~0u, 0, &plain).bad, 0u) << "the temperature left out passed";
 }
 
 TEST_F(AttentionOnEmu, NegativeControls) {

@@ -15,12 +15,14 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/gemv_reference.h"
+#include "engine/cuda/selftest.h"
 #include "models/synth/synth.h"
 #include "tests/real_model_util.h"
 
@@ -122,6 +124,7 @@ double whole_model_tolerance(synth::Arch a) {
     case synth::Arch::Qwen3: return 0.55;
     case synth::Arch::Llama3: return 0.027;
     case synth::Arch::Gemma3: return 0.57;
+    case synth::Arch::Mistral3: break;   // not instantiated here: test_cuda_backend runs it
   }
   return 0.57;
 }
@@ -162,6 +165,80 @@ INSTANTIATE_TEST_SUITE_P(Archs, CudaOpsSynth,
                          ::testing::Values(synth::Arch::Llama, synth::Arch::Qwen2, synth::Arch::Gemma3,
                                            synth::Arch::Qwen3, synth::Arch::Llama3),
                          [](const auto& info) { return std::string(synth::arch_name(info.param)); });
+
+// Issue 25's weight types end to end on the default path: the tiny llama in
+// each synthetic type mix (Q5_K_M, Q3_K_M, Q2_K, IQ4_XS: Q5_K, Q3_K, Q2_K,
+// IQ4_XS and IQ4_NL weights and embeddings, beside Q4_K and Q6_K). `ptxlm
+// selftest`'s checks (the embedding row bit for bit, every GEMV kernel
+// against the CPU op on random inputs) pass; every GEMV op of four positions
+// equals the CPU quantized op on the device's own input, most on 8-bit
+// inputs; and the logits follow the CPU quantized path (the embedding row
+// and every op chained) within a measured bound, the argmax the CPU's wherever
+// its top-2 margin is clear; the persistent schedule (every GEMV inline)
+// gives the graph schedule's logits exactly.
+TEST(CudaOpsTypeMixes, EachMixFollowsTheCpuQuantizedPath) {
+  // Max |logit diff| from the CPU quantized path (scalar), 1.25x the maximum
+  // measured 2026-11-27 (issue 25): Q5_K_M 5.72e-6, Q2_K 3.81e-6, IQ4_XS
+  // 2.48e-5 (float reordering), Q3_K_M 0.200 (one flip of an 8-bit rounding,
+  // as whole_model_tolerance's qwen2 and gemma3: every op of it is within
+  // 4% of its reordering bound).
+  const std::vector<std::pair<synth::TypeMix, double>> mixes = {
+      {synth::TypeMix::Q5_K_M, 7.2e-6}, {synth::TypeMix::Q3_K_M, 0.25}, {synth::TypeMix::Q2_K, 4.8e-6},
+      {synth::TypeMix::IQ4_XS, 3.1e-5}};
+  for (const auto& [mix, tol] : mixes) {
+    synth::Spec spec = synth::preset(synth::Arch::Llama, synth::Size::Tiny);
+    spec.types = mix;
+    const std::vector<uint8_t> bytes = synth::model_bytes(spec);
+    Model m = Model::from_file(gguf::File::parse(bytes, "synth-llama-mix"));
+    std::set<std::string> types;
+    for (const LayerDesc& l : m.layers)
+      for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) types.insert(gguf::type_traits(w->type).name);
+    types.insert(gguf::type_traits(m.tok_embd.type).name);
+    std::string names;
+    for (const std::string& t : types) names += t + " ";
+    SCOPED_TRACE(names);
+    EXPECT_GE(types.size(), 2u);
+
+    size_t selftests = 0;
+    for (const cuda::SelftestResult& r : cuda::run_selftest(m, cuda::Driver::load(), 16, 1, nullptr)) {
+      ++selftests;
+      EXPECT_TRUE(r.pass) << r.kernel << " (" << r.what << "): error " << r.max_error << ", tolerance " << r.tolerance;
+    }
+    EXPECT_GT(selftests, 5u);
+
+    cuda::CudaBackend traced(m, cuda::Driver::load(), 16, Schedule::Chain);
+    const OpCheck c = check_prompt(traced, {kPrompt.begin(), kPrompt.begin() + 4});
+    EXPECT_EQ(c.bad, 0u);
+    EXPECT_GE(c.q8_ops * 2, c.ops) << "most GEMVs should run on 8-bit inputs";
+
+    cpu::CpuBackend cpu(m, 16, KvType::F16, 2);
+    cpu.set_isa(cpu::Isa::Scalar);
+    cuda::CudaBackend gpu(m, cuda::Driver::load(), 16, Schedule::Graph);
+    cuda::CudaBackend pers(m, cuda::Driver::load(), 16, Schedule::Persistent);   // the GEMVs inline
+    const size_t nv = m.n_vocab;
+    std::vector<float> a(nv), b(nv), p(nv);
+    double max_diff = 0;
+    size_t clear = 0, agree = 0, differ = 0;
+    for (uint32_t i = 0; i < 6; ++i) {
+      cpu.eval(kPrompt[i], i, a.data());
+      gpu.eval(kPrompt[i], i, b.data());
+      pers.eval(kPrompt[i], i, p.data());
+      for (size_t t = 0; t < nv; ++t) differ += b[t] != p[t];
+      for (size_t t = 0; t < nv; ++t) max_diff = std::max(max_diff, std::fabs(double(a[t]) - b[t]));
+      std::vector<float> top = a;
+      std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
+      if (top[0] - top[1] <= 2 * tol) continue;
+      ++clear;
+      agree += std::max_element(a.begin(), a.end()) - a.begin() == std::max_element(b.begin(), b.end()) - b.begin();
+    }
+    std::printf("[cuda-ops] llama %s: %zu selftests, %zu GEMV ops (%zu on 8-bit inputs), worst %.3g of the tolerance; "
+                "max |logit diff| %.3g, argmax agrees at %zu of %zu clear positions\n",
+                names.c_str(), selftests, c.ops, c.q8_ops, c.worst, max_diff, agree, clear);
+    EXPECT_LE(max_diff, tol);
+    EXPECT_EQ(agree, clear);
+    EXPECT_EQ(differ, 0u) << "the persistent schedule's logits differ from the graph schedule's";
+  }
+}
 
 // Real models: the first positions of a prompt (emu runs a few seconds per
 // token of these), every GEMV op checked.

@@ -137,6 +137,36 @@ TEST(GemvCounts, EightBitInputOfBlocksOf32IsFreeOfBankConflicts) {
   }
 }
 
+// Issue 25's types on the 8-bit input at Llama-3-8B's QKV width (1056 rows,
+// 8 per block), beside Q4_K, Q6_K and Q4_0 of the same shape: free of bank
+// conflicts, multiplied by dp4a, and no per-weight conversion: warp-level
+// conversions per 1024 weights within 1.25x Q4_K's (about 6: the input's
+// staging and a few per block), where a conversion per weight adds 32.
+// Negative control: the f32 input converts every weight. Printed per type:
+// warp instructions and dp4a per weight byte, conversions per 1024 weights,
+// average and largest bytes in flight per warp wait (docs/efficiency.md).
+TEST(GemvCounts, Issue25TypesOnTheEightBitInput) {
+  double q4k_conv = 0;
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q4_0, GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K,
+                     GgmlType::IQ4_XS, GgmlType::IQ4_NL}) {
+    const Counted c = count(shape(4096, t, 1056, true, true));
+    const double bytes = double(c.weight_bytes), weights = 4096.0 * 1056;
+    const double conv = double(c.stats.by_class[size_t(emu::InstClass::Cvt)]) / weights;
+    if (t == GgmlType::Q4_K) q4k_conv = conv;
+    std::printf("[gemv counts] %-6s n_in 4096, 1056 rows: warp instructions per weight byte %.4f; conversions per 1024 "
+                "weights %.2f; dp4a per weight byte %.4f; shared wavefronts / ideal %.3f; bytes in flight per wait %.0f (max %llu)\n",
+                gguf::type_traits(t).name, double(c.stats.warp_instructions) / bytes, 1024.0 * conv,
+                double(c.stats.by_class[size_t(emu::InstClass::Dp4a)]) / bytes, c.stats.shared_wavefront_ratio(),
+                c.stats.inflight_bytes_avg(), (unsigned long long)c.stats.inflight_bytes_max);
+    EXPECT_LE(c.stats.shared_wavefront_ratio(), 1.1) << gguf::type_traits(t).name;
+    EXPECT_GT(c.stats.by_class[size_t(emu::InstClass::Dp4a)], 0u) << gguf::type_traits(t).name;
+    EXPECT_LE(conv, 1.25 * q4k_conv) << gguf::type_traits(t).name << ": a conversion per weight?";
+  }
+  const Counted f32 = count(shape(4096, GgmlType::Q5_K, 1056, true, false));
+  EXPECT_GT(1024.0 * double(f32.stats.by_class[size_t(emu::InstClass::Cvt)]) / (4096.0 * 1056), 32.0)
+      << "negative control: the f32 input converts every weight";
+}
+
 }  // namespace
 
 namespace {

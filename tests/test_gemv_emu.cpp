@@ -2,9 +2,12 @@
 // real CUDA path on emu, against a double-precision product of the
 // dequantized rows (gguf's reference dequantizers) with the normalised input,
 // at gemv_tolerance. Negative controls: one corrupted Q4_K sub-block scale in
-// one matrix, and a kernel generated without its norm, must fail.
+// one matrix, and a kernel generated without its norm, must fail; for issue
+// 25's types a wrong kvalues_iq4nl entry and a Q5_K qh plane read one block
+// off must fail too.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -134,6 +137,48 @@ protected:
     return bad;
   }
 
+  // Rows outside gemv_tolerance of the CPU quantized path (an 8-bit-input
+  // shape of one column; see EightBitInputEqualsTheCpuQuantizedPath).
+  size_t q8_mismatches(const Case& c, const std::vector<std::vector<float>>& ys, double* worst_out = nullptr,
+                       bool report = true) {
+    const kx::GemvShape& s = c.shape;
+    const uint32_t n_in = s.n_in;
+    const bool norm = s.norm;
+    std::vector<float> v = c.x;
+    float scale = 1.0f;
+    if (norm) {
+      double ss = 0;
+      for (float e : c.x) ss += double(e) * e;
+      scale = float(1.0 / std::sqrt(ss / n_in + s.eps));
+      for (uint32_t i = 0; i < n_in; ++i) v[i] = c.x[i] * c.norm_w[i];
+    }
+    cpu::QuantizedInput qi;
+    cpu::quantize_input(v.data(), n_in, s.segments[0].type, qi);
+    std::vector<float> deq(n_in);   // the quantized input, for the terms' magnitude
+    for (uint32_t i = 0; i < n_in; ++i)
+      deq[i] = qi.b256.empty() ? qi.b32[i / 32].d * float(qi.b32[i / 32].qs[i % 32])
+                               : qi.b256[i / 256].d * float(qi.b256[i / 256].qs[i % 256]);
+    size_t bad = 0;
+    double worst = 0;
+    for (size_t si = 0; si < c.mats.size(); ++si) {
+      for (uint32_t r = 0; r < c.mats[si].rows; ++r) {
+        const uint8_t* row = c.mats[si].bytes.data() + r * c.mats[si].row_bytes();
+        const double ref = double(scale) * cpu::qdot(cpu::Isa::Scalar, c.mats[si].type, row, qi, n_in) +
+                           (s.accumulate ? c.y0[si][r] : 0.0);
+        const std::vector<float> w = c.mats[si].row(r);
+        double abs_dot = 0;
+        for (uint32_t i = 0; i < n_in; ++i) abs_dot += std::fabs(double(w[i]) * deq[i]) * scale;
+        const double err = std::fabs(ys[si][r] - ref), tol = kx::gemv_tolerance(abs_dot, n_in);
+        worst = std::max(worst, err / tol);
+        if (!(err <= tol) && bad++ < 3 && report)
+          ADD_FAILURE() << "norm " << norm << " n_in " << n_in << " segment " << si << " row " << r << ": got "
+                        << ys[si][r] << ", CPU quantized path " << ref << " (error " << err << ", tolerance " << tol << ")";
+      }
+    }
+    if (worst_out) *worst_out = worst;
+    return bad;
+  }
+
 };
 
 kx::GemvShape shape(uint32_t n_in, std::vector<uint32_t> rows, bool norm, bool acc = false,
@@ -251,7 +296,8 @@ TEST_F(GemvOnEmu, GatedActivationOfTheGateAndUpRows) {
   // The FFN's gate and up rows of the normalised input, one output act(gate)·up.
   for (kx::Glu glu : {kx::Glu::SwiGlu, kx::Glu::GeGlu}) {
     for (auto types : {std::vector<GgmlType>{GgmlType::Q4_K, GgmlType::Q4_K},
-                       std::vector<GgmlType>{GgmlType::Q4_K, GgmlType::Q6_K}}) {
+                       std::vector<GgmlType>{GgmlType::Q4_K, GgmlType::Q6_K},
+                       std::vector<GgmlType>{GgmlType::Q3_K, GgmlType::IQ4_XS}}) {
       kx::GemvShape s = shape(512, {40, 40}, true, false, types);
       s.glu = glu;
       const Case c = make_case(s);
@@ -317,6 +363,65 @@ TEST_F(GemvOnEmu, NegativeControlMissingNorm) {
       << "a GEMV without its norm passed the comparison";
 }
 
+// Issue 25's types on the f32 input: each alone with the fused norm, into
+// the residual, and two to a launch (Q3_K_M's Q3_K with a Q5_K V).
+TEST_F(GemvOnEmu, Issue25TypesOnTheF32Input) {
+  for (GgmlType t : {GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::IQ4_NL}) {
+    SCOPED_TRACE(gguf::type_traits(t).name);
+    const Case c = make_case(shape(t == GgmlType::IQ4_NL ? 576 : 512, {37}, true, false, {t}));
+    EXPECT_EQ(mismatches(c, run(kx::gemv_kernel(c.shape), c)), 0u);
+    const Case a = make_case(shape(1280, {19}, false, true, {t}));
+    EXPECT_EQ(mismatches(a, run(kx::gemv_kernel(a.shape), a)), 0u);
+  }
+  const Case m = make_case(shape(768, {40, 16, 16}, true, false, {GgmlType::Q3_K, GgmlType::Q3_K, GgmlType::Q5_K}));
+  EXPECT_EQ(mismatches(m, run(kx::gemv_kernel(m.shape), m)), 0u);
+}
+
+// Negative controls for the new decoders, on both inputs: a kernel whose
+// kvalues_iq4nl table has one wrong entry (the PTX's table word patched),
+// and weights whose Q5_K qh plane sits one block off (what a kernel reading
+// the plane at a wrong offset sees), must each fail the comparison.
+TEST_F(GemvOnEmu, NegativeControlWrongIq4TableEntryAndQhPlaneOffset) {
+  for (bool q8 : {false, true}) {
+    SCOPED_TRACE(q8 ? "8-bit input" : "f32 input");
+    for (GgmlType t : {GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
+      kx::GemvShape s = shape(512, {32}, false, false, {t});
+      s.q8_input = q8;
+      const Case c = make_case(s);
+      ptx::GeneratedKernel g = kx::gemv_kernel(s);
+      // Table word 2 holds entries 8..11 (1, 13, 25, 38); entry 9 becomes 14.
+      uint32_t word = 0, bad_word = 0;
+      for (uint32_t b = 0; b < 4; ++b) word |= uint32_t(uint8_t(gguf::kIQ4Values[8 + b])) << (8 * b);
+      bad_word = (word & ~0xff00u) | (14u << 8);
+      const std::string imm = ", " + std::to_string(word) + ";";   // the mov's decimal immediate
+      const size_t at = g.ptx.find(imm);
+      ASSERT_NE(at, std::string::npos) << "the table word is not in the PTX";
+      ptx::GeneratedKernel broken = g;
+      broken.ptx.replace(at, imm.size(), ", " + std::to_string(bad_word) + ";");
+      auto misses = [&](const ptx::GeneratedKernel& k) {
+        const std::vector<std::vector<float>> ys = run(k, c);
+        return q8 ? q8_mismatches(c, ys, nullptr, false) : mismatches(c, ys, false);
+      };
+      EXPECT_EQ(misses(g), 0u) << gguf::type_traits(t).name;
+      EXPECT_GE(misses(broken), 1u) << gguf::type_traits(t).name << ": a wrong table entry passed";
+    }
+    kx::GemvShape s = shape(1024, {24}, false, false, {GgmlType::Q5_K});
+    s.q8_input = q8;
+    const Case c = make_case(s);
+    Case bad = c;
+    // Shift every row's qh bytes (file offset 16 of each 176-byte block) one block on.
+    for (uint32_t r = 0; r < 24; ++r) {
+      uint8_t* row = bad.mats[0].bytes.data() + r * bad.mats[0].row_bytes();
+      std::vector<uint8_t> qh(4 * 32);
+      for (uint32_t b = 0; b < 4; ++b) std::copy_n(row + 176 * b + 16, 32, qh.begin() + 32 * ((b + 1) % 4));
+      for (uint32_t b = 0; b < 4; ++b) std::copy_n(qh.begin() + 32 * b, 32, row + 176 * b + 16);
+    }
+    const std::vector<std::vector<float>> ys = run(kx::gemv_kernel(s), bad);
+    EXPECT_GE(q8 ? q8_mismatches(c, ys, nullptr, false) : mismatches(c, ys, false), 1u)
+        << "a Q5_K qh plane one block off passed";
+  }
+}
+
 // The 8-bit input (GemvShape::q8_input; every type, and two in one launch)
 // against the CPU quantized path:
 // cpu::quantize_input of the same f32 vector and cpu::qdot (scalar) per row.
@@ -338,7 +443,13 @@ TEST_F(GemvOnEmu, EightBitInputEqualsTheCpuQuantizedPath) {
       {{GgmlType::Q8_0, GgmlType::Q8_0}, {576, 4352}},
       {{GgmlType::Q4_0, GgmlType::Q4_1}, {576, 640}},
       {{GgmlType::Q5_0, GgmlType::Q8_0}, {640, 4352}},
-      {{GgmlType::Q4_1, GgmlType::Q8_0}, {576, 1536}}};
+      {{GgmlType::Q4_1, GgmlType::Q8_0}, {576, 1536}},
+      // issue 25's types, and Q3_K_M's and IQ4_XS's mixes with Q5_K, Q4_K, Q6_K
+      {{GgmlType::Q5_K, GgmlType::Q5_K}, {1024, 4352}},
+      {{GgmlType::Q3_K, GgmlType::Q5_K}, {1024, 4352}},
+      {{GgmlType::Q2_K, GgmlType::Q3_K}, {1024, 4352}},
+      {{GgmlType::IQ4_XS, GgmlType::Q6_K}, {1024, 4352}},
+      {{GgmlType::IQ4_NL, GgmlType::Q8_0}, {576, 4352}}};
   for (const auto& [types, widths] : mixes)
   for (bool norm : {false, true}) {
     for (uint32_t n_in : widths) {
@@ -346,37 +457,8 @@ TEST_F(GemvOnEmu, EightBitInputEqualsTheCpuQuantizedPath) {
       s.q8_input = true;
       const Case c = make_case(s);
       const std::vector<std::vector<float>> ys = run(kx::gemv_kernel(s), c);
-      std::vector<float> v = c.x;
-      float scale = 1.0f;
-      if (norm) {
-        double ss = 0;
-        for (float e : c.x) ss += double(e) * e;
-        scale = float(1.0 / std::sqrt(ss / n_in + s.eps));
-        for (uint32_t i = 0; i < n_in; ++i) v[i] = c.x[i] * c.norm_w[i];
-      }
-      cpu::QuantizedInput qi;
-      cpu::quantize_input(v.data(), n_in, types[0], qi);
-      std::vector<float> deq(n_in);   // the quantized input, for the terms' magnitude
-      for (uint32_t i = 0; i < n_in; ++i)
-        deq[i] = qi.b256.empty() ? qi.b32[i / 32].d * float(qi.b32[i / 32].qs[i % 32])
-                                 : qi.b256[i / 256].d * float(qi.b256[i / 256].qs[i % 256]);
-      size_t bad = 0;
       double worst = 0;
-      for (size_t si = 0; si < c.mats.size(); ++si) {
-        for (uint32_t r = 0; r < c.mats[si].rows; ++r) {
-          const uint8_t* row = c.mats[si].bytes.data() + r * c.mats[si].row_bytes();
-          const double ref = double(scale) * cpu::qdot(cpu::Isa::Scalar, c.mats[si].type, row, qi, n_in) +
-                             (s.accumulate ? c.y0[si][r] : 0.0);
-          const std::vector<float> w = c.mats[si].row(r);
-          double abs_dot = 0;
-          for (uint32_t i = 0; i < n_in; ++i) abs_dot += std::fabs(double(w[i]) * deq[i]) * scale;
-          const double err = std::fabs(ys[si][r] - ref), tol = kx::gemv_tolerance(abs_dot, n_in);
-          worst = std::max(worst, err / tol);
-          if (!(err <= tol) && bad++ < 3)
-            ADD_FAILURE() << "norm " << norm << " n_in " << n_in << " segment " << si << " row " << r << ": got "
-                          << ys[si][r] << ", CPU quantized path " << ref << " (error " << err << ", tolerance " << tol << ")";
-        }
-      }
+      const size_t bad = q8_mismatches(c, ys, &worst);
       std::printf("[gemv q8] %s+%s norm %d n_in %u: worst error %.3g of the tolerance\n",
                   gguf::type_traits(types[0]).name, gguf::type_traits(types[1]).name, norm, n_in, worst);
       EXPECT_EQ(bad, 0u);
@@ -407,7 +489,11 @@ TEST_F(GemvOnEmu, EachColumnIsBitIdenticalWhateverTheColumnCount) {
       {{GgmlType::Q6_K}, {36}, 4352, false, true, kx::Glu::None},   // 17 blocks: a partial unrolled step
       {{GgmlType::Q4_K, GgmlType::Q4_K}, {48, 48}, 512, true, false, kx::Glu::SwiGlu},
       {{GgmlType::Q5_0, GgmlType::Q8_0}, {40, 24}, 640, true, false, kx::Glu::None},
-      {{GgmlType::Q4_1, GgmlType::Q4_0}, {40, 24}, 576, false, true, kx::Glu::None}};
+      {{GgmlType::Q4_1, GgmlType::Q4_0}, {40, 24}, 576, false, true, kx::Glu::None},
+      {{GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K}, {40, 24, 24}, 512, true, false, kx::Glu::None},
+      {{GgmlType::IQ4_XS}, {36}, 4352, false, true, kx::Glu::None},
+      {{GgmlType::Q3_K, GgmlType::Q5_K}, {48, 48}, 512, true, false, kx::Glu::SwiGlu},
+      {{GgmlType::IQ4_NL, GgmlType::Q4_0}, {40, 24}, 640, true, false, kx::Glu::None}};
   const char* variance_env = std::getenv("PTXLM_EMU_VARIANCE");
   const bool variance = variance_env && std::string(variance_env) == "1";
   for (const Mix& m : mixes) {
@@ -465,9 +551,9 @@ TEST(Gemv, RefusesShapesItCannotRun) {
   EXPECT_THROW(kx::gemv_kernel(shape(640, {4}, false)), ptx::Error);       // Q4_K needs 256
   EXPECT_THROW(kx::gemv_kernel(shape(512, {}, false)), ptx::Error);        // no segments
   EXPECT_THROW(kx::gemv_kernel(shape(512, {0}, false)), ptx::Error);       // an empty segment
-  kx::GemvShape q2 = shape(512, {4}, false);
-  q2.segments[0].type = GgmlType::Q2_K;
-  EXPECT_THROW(kx::gemv_kernel(q2), ptx::Error);                           // not supported
+  kx::GemvShape q5_1f = shape(512, {4}, false);
+  q5_1f.segments[0].type = GgmlType::Q5_1;
+  EXPECT_THROW(kx::gemv_kernel(q5_1f), ptx::Error);                        // not supported
   kx::GemvShape mixed = shape(512, {4, 4}, false, false, {GgmlType::Q4_K, GgmlType::Q5_0});
   mixed.q8_input = true;
   EXPECT_THROW(kx::gemv_kernel(mixed), ptx::Error);                        // blocks of 256 and of 32 at once

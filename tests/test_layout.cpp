@@ -17,7 +17,8 @@ namespace kx = ptxlm::kernels;
 TEST(DeviceLayout, PlanesAlignedAndRoundTripExact) {
   std::mt19937 rng(3);
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0,
-                     GgmlType::Q4_K, GgmlType::Q6_K}) {
+                     GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K,
+                     GgmlType::IQ4_XS, GgmlType::IQ4_NL}) {
     const auto& tt = ptxlm::gguf::type_traits(t);
     for (uint32_t cols : {256u, 640u, 4096u, 11008u, 14336u}) {
       if (cols % tt.block_elems) continue;
@@ -62,7 +63,7 @@ TEST(DeviceLayout, SplitTypesPutTheQuantsFirst) {
 }
 
 TEST(DeviceLayout, RefusesWhatItCannotStore) {
-  EXPECT_THROW(kx::row_layout(GgmlType::Q2_K, 256), std::invalid_argument);
+  EXPECT_THROW(kx::row_layout(GgmlType::Q5_1, 256), std::invalid_argument);
   EXPECT_THROW(kx::row_layout(GgmlType::Q4_K, 640), std::invalid_argument);
   EXPECT_THROW(kx::row_layout(GgmlType::Q8_0, 0), std::invalid_argument);
 }

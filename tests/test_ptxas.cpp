@@ -150,6 +150,27 @@ TEST(Ptxas, GemvKernelsAssembleWithoutSpills) {
       shapes.push_back(s);
     }
   }
+  // Issue 25's types at Llama-3-8B's shapes: QKV on both inputs, the
+  // register-heaviest 8-bit-input kernels (a GLU of 16 columns, a down
+  // projection of 8), and Q3_K_M's mix of Q3_K with a Q5_K V in one launch.
+  for (GgmlType t : {GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::IQ4_NL}) {
+    kx::GemvShape qkv = typed(4096, {{t, 4096}, {t, 1024}, {t, 1024}}, true, false);
+    shapes.push_back(qkv);
+    qkv.q8_input = true;
+    shapes.push_back(qkv);
+    kx::GemvShape glu = typed(4096, {{t, 14336}, {t, 14336}}, true, false);
+    glu.q8_input = true;
+    glu.glu = kx::Glu::SwiGlu;
+    glu.columns = 16;
+    shapes.push_back(glu);
+    kx::GemvShape down = typed(14336, {{t, 4096}}, false, true);
+    down.q8_input = true;
+    down.columns = 8;
+    shapes.push_back(down);
+  }
+  kx::GemvShape q3km = typed(4096, {{GgmlType::Q3_K, 4096}, {GgmlType::Q3_K, 1024}, {GgmlType::Q5_K, 1024}}, true, false);
+  q3km.q8_input = true;
+  shapes.push_back(q3km);
   for (const char* arch : kArches) {
     for (const kx::GemvShape& s : shapes) {
       Target t = Target::parse(arch);

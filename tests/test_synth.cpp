@@ -230,7 +230,7 @@ TEST_P(SynthModel, Metadata) {
     EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "gpt2");
     // llama.cpp's names: the GPT-2 regex, and what Qwen3 and Llama 3.x files carry.
     EXPECT_EQ(f.get_string("tokenizer.ggml.pre"),
-              a == Arch::Qwen3 ? "qwen2" : a == Arch::Llama3 ? "llama-bpe" : "gpt-2");
+              a == Arch::Qwen3 ? "qwen2" : a == Arch::Llama3 ? "llama-bpe" : a == Arch::Mistral3 ? "tekken" : "gpt-2");
     EXPECT_EQ(f.get_bool("tokenizer.ggml.add_bos_token"), true);
     EXPECT_EQ(f.get_string("tokenizer.chat_template"), chat_template());
     const Vocab& v = vocab();
@@ -249,6 +249,17 @@ TEST_P(SynthModel, Metadata) {
         EXPECT_EQ(w[0], 1.0f);
         EXPECT_EQ(w[rf->ne[0] - 1], 8.0f);
         for (uint64_t i = 1; i < rf->ne[0]; ++i) EXPECT_GE(w[i], w[i - 1]) << i;   // slower pairs stretched more
+    } else if (a == Arch::Mistral3) {
+        // Ministral 3's keys (llama.cpp's mistral3 loader reads each of them).
+        EXPECT_EQ(f.get_string(p + "rope.scaling.type"), "yarn");
+        EXPECT_EQ(f.get_float(p + "rope.scaling.factor"), 16.0);
+        EXPECT_EQ(f.get_u32(p + "rope.scaling.original_context_length"), 16u);
+        EXPECT_EQ(f.get_float(p + "rope.scaling.yarn_beta_fast"), 32.0);
+        EXPECT_EQ(f.get_float(p + "rope.scaling.yarn_beta_slow"), 1.0);
+        EXPECT_EQ(f.get_float(p + "rope.scaling.yarn_log_multiplier"), 0.5);
+        EXPECT_NEAR(*f.get_float(p + "attention.temperature_scale"), 0.1, 1e-7);
+        EXPECT_EQ(f.get_float(p + "rope.freq_base"), 1e6);
+        EXPECT_EQ(f.find_tensor("rope_freqs.weight"), nullptr);
     } else {
         EXPECT_EQ(f.find(p + "rope.scaling.type"), nullptr);
     }
@@ -319,7 +330,8 @@ INSTANTIATE_TEST_SUITE_P(TinyAndSmall, SynthModel,
                                            std::pair{Arch::Gemma3, Size::Tiny}, std::pair{Arch::Llama, Size::Small},
                                            std::pair{Arch::Qwen2, Size::Small},
                                            std::pair{Arch::Gemma3, Size::Small}, std::pair{Arch::Qwen3, Size::Tiny},
-                                           std::pair{Arch::Qwen3, Size::Small}, std::pair{Arch::Llama3, Size::Tiny}),
+                                           std::pair{Arch::Qwen3, Size::Small}, std::pair{Arch::Llama3, Size::Tiny},
+                                           std::pair{Arch::Mistral3, Size::Tiny}),
                          param_name);
 
 // ---- presets -------------------------------------------------------------------------
@@ -368,6 +380,10 @@ TEST(SynthPresets, ValidateRejects) {
     EXPECT_THROW(validate(s), std::invalid_argument);
     EXPECT_EQ(parse_arch("qwen3"), Arch::Qwen3);
     EXPECT_EQ(parse_arch("llama3"), Arch::Llama3);
+    EXPECT_EQ(parse_arch("mistral3"), Arch::Mistral3);
+    s = preset(Arch::Llama, Size::Tiny);
+    s.attn_temp_scale = 0.1f;   // mistral3's alone
+    EXPECT_THROW(validate(s), std::invalid_argument);
     EXPECT_FALSE(parse_arch("gpt2"));
     EXPECT_FALSE(parse_size("huge"));
     EXPECT_EQ(parse_size("wide4096"), Size::Wide4096);

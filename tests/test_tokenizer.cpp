@@ -96,6 +96,7 @@ const Golden kGolden[] = {
     {"smollm2-as-qwen2", "SmolLM2-135M-Instruct.Q4_1.gguf", "qwen2"},
     {"smollm2-as-gpt2", "SmolLM2-135M-Instruct.Q4_1.gguf", "gpt-2"},
     {"smollm2-as-default", "SmolLM2-135M-Instruct.Q4_1.gguf", "default"},
+    {"smollm2-as-tekken", "SmolLM2-135M-Instruct.Q4_1.gguf", "tekken"},
     {"synth-tiny", "synth:llama:tiny", ""},   // ptxlm-synth's 768-token vocabulary, generated here
 };
 

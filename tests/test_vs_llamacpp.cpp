@@ -20,7 +20,8 @@
 // A negative control repeats it with a wrong RoPE base on layer 1 (gemma3:
 // the global base on a local layer; others: 10% off) and requires the
 // comparison to fail; so do the q/k norms (gemma3, qwen3), rope_freqs and
-// linear RoPE scaling (llama3) each left out of the model description. Our reference path reads the quantized file itself
+// linear RoPE scaling (llama3), YaRN and the attention temperature (mistral3)
+// each left out of the model description. Our reference path reads the quantized file itself
 // (no dequantized copy), so this checks its dequantization too.
 //
 // The same sequences as llama.cpp computes them on the quantized file (what
@@ -69,6 +70,8 @@ struct Case {
 //   synth-gemma3 0.01014 -> 0.013, control 8.371
 //   synth-qwen3 5.913e-5 -> 7.4e-5, control 0.2823 (issue 25, 2026-11-27)
 //   synth-llama3 5.436e-5 -> 6.8e-5, control 0.05705 (issue 25)
+//   synth-mistral3 5.627e-5 -> 7.1e-5, control 0.1146 (issue 25; without
+//   YaRN 9.673, without the attention temperature 0.9267)
 // Quantized file, max |log-prob diff| (llama.cpp's own 8-bit activation noise
 // dominates): scalar (real models: the first two prompts; all eight, as
 // PTXLM_CPU_ISA=scalar runs them: gemma3-270m 1.366, smollm2-135m 1.175) /
@@ -87,6 +90,7 @@ struct Case {
 // goldens recorded on build-peer/llama.cpp/bin's libllama):
 //   synth-qwen3 0.4979 / 0.5690 / 0.4524 -> 0.71, control 8.514
 //   synth-llama3 0.5017 / 0.5017 / 0.4614 -> 0.63, control 3.304
+//   synth-mistral3 0.5057 / 0.6325 / 0.5894 -> 0.79, control 6.137
 // (their avx512 bounds are the same, unmeasured).
 // avx512 and avx512vnni were not measured (no such machine in that session):
 // they keep the larger of this bound and the one they passed before issue 19
@@ -100,6 +104,7 @@ const Case kCases[] = {
     {"synth-gemma3", "synth:gemma3", 0.013f, 1.52f, 1.52f},
     {"synth-qwen3", "synth:qwen3", 7.4e-5f, 0.71f, 0.71f},
     {"synth-llama3", "synth:llama3", 6.8e-5f, 0.63f, 0.63f},
+    {"synth-mistral3", "synth:mistral3", 7.1e-5f, 0.79f, 0.79f},
 };
 
 float tol_q(const Case& c, cpu::Isa isa) {
@@ -298,6 +303,20 @@ TEST_P(VsLlamaCpp, NegativeControlWithoutLinearRopeScalingFails) {
     expect_removing_fails(
         GetParam(), "linear RoPE scaling", [](Model& m) { m.rope_freq_scale = 1.0f; },
         [](const Model& m) { return m.rope_freq_scale != 1.0f; });
+}
+
+// Mistral 3: YaRN (plain RoPE instead: no per-pair mix, no magnitude), and
+// the attention temperature, each left out.
+TEST_P(VsLlamaCpp, NegativeControlWithoutYarnFails) {
+    expect_removing_fails(
+        GetParam(), "YaRN", [](Model& m) { m.yarn.reset(), m.rope_mscale = 1.0f; },
+        [](const Model& m) { return bool(m.yarn); });
+}
+
+TEST_P(VsLlamaCpp, NegativeControlWithoutAttentionTemperatureFails) {
+    expect_removing_fails(
+        GetParam(), "attention temperature", [](Model& m) { m.attn_temp_scale = 0; },
+        [](const Model& m) { return m.attn_temp_scale != 0; });
 }
 
 // The first `n` prompts of a golden file.

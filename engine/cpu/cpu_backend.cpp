@@ -235,11 +235,11 @@ void CpuBackend::debug_set_rope_base(uint32_t layer, float base) {
 
 namespace {
 
-void rope(float* v, uint32_t n_heads, uint32_t hd, const std::vector<double>& inv_freq, double pos, RopeStyle style) {
+void rope(float* v, uint32_t n_heads, uint32_t hd, const std::vector<double>& inv_freq, double pos, RopeStyle style,
+          float mscale) {
     const uint32_t half = hd / 2;
     for (uint32_t i = 0; i < half; ++i) {
-        const double theta = pos * inv_freq[i];
-        const float c = static_cast<float>(std::cos(theta)), s = static_cast<float>(std::sin(theta));
+        const auto [c, s] = rope_cos_sin(pos * inv_freq[i], mscale);
         for (uint32_t h = 0; h < n_heads; ++h) {
             float* p = v + uint64_t(h) * hd;
             const uint32_t a = style == RopeStyle::Adjacent ? 2 * i : i;
@@ -455,8 +455,12 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
                 for (uint32_t h = 0; h < d.n_head_kv; ++h) rms_norm(&k[h * hd], l.k_norm.data(), &k[h * hd], hd, eps);
             }
             const double p = double(rows[t].pos) * m_.rope_freq_scale;
-            rope(q, d.n_head, hd, l.inv_freq, p, hp.rope_style);
-            rope(k, d.n_head_kv, hd, l.inv_freq, p, hp.rope_style);
+            rope(q, d.n_head, hd, l.inv_freq, p, hp.rope_style, m_.rope_mscale);
+            rope(k, d.n_head_kv, hd, l.inv_freq, p, hp.rope_style, m_.rope_mscale);
+            if (m_.attn_temp_scale != 0) {   // Mistral 3: q scaled by the position's temperature
+                const float temp = m_.attn_temperature(rows[t].pos);
+                for (uint64_t i = 0; i < q_dim; ++i) q[i] *= temp;
+            }
             store_row(l.k_cache.data(), kv_, rows[t].kv_row, k, kv_dim);
             store_row(l.v_cache.data(), kv_, rows[t].kv_row, v, kv_dim);
         });

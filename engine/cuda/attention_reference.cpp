@@ -35,6 +35,11 @@ AttentionExpected attention_reference(const kernels::AttentionShape& s, const At
     };
     const std::vector<float> q = prep(in.q, in.bq, in.q_norm, s.n_head), k = prep(in.k, in.bk, in.k_norm, s.n_head_kv);
     const double rel = s.qk_norm ? 2e-6 : 0.0;   // f32 vs double sum of squares; else bit-equal
+    // Mistral 3's temperature on q (the kernel's lg2.approx and two f32
+    // roundings: within 1e-6 of it, relative).
+    const double temp = s.temp_scale != 0 ? std::log(std::floor(double(pos) / s.temp_floor) + 1.0) * s.temp_scale + 1.0 : 1.0;
+    const double temp_rel = s.temp_scale != 0 ? 1e-6 : 0.0;
+    const double scale = s.scale * temp;
     AttentionExpected e;
     std::vector<float> kc(size_t(pos + 1) * kv), vc(kc.size());
     for (size_t i = 0; i < kc.size(); ++i) {
@@ -69,9 +74,9 @@ AttentionExpected attention_reference(const kernels::AttentionShape& s, const At
                 dot += t;
                 abs_dot += std::fabs(t);
             }
-            w.push_back(dot * s.scale);
+            w.push_back(dot * scale);
             mx = std::max(mx, w.back());
-            score_err = std::max(score_err, 2 * rel * abs_dot * s.scale);
+            score_err = std::max(score_err, (2 * rel + temp_rel) * abs_dot * scale);
         }
         for (double& x : w) sum += (x = std::exp(x - mx));
         for (uint32_t i = 0; i < hd; ++i) {

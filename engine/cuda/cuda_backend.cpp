@@ -374,7 +374,8 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     progress(m.tok_embd.rows * m.tok_embd.row_bytes);
     if (tty) std::fprintf(stderr, "\rptxlm: uploading weights 100%%\n");
 
-    // RoPE tables: cos, sin of (pos · freq_scale) · rate, in double then f32.
+    // RoPE tables: cos, sin of (pos · freq_scale) · rate, in double then f32,
+    // times the magnitude (YaRN's), as the CPU's rope() takes them.
     for (const auto& [base, unused] : bases) {
         (void)unused;
         const std::vector<double> inv = rope_rates(m, base);
@@ -382,8 +383,9 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         for (uint32_t pos = 0; pos < C; ++pos) {
             const double ps = double(pos) * m.rope_freq_scale;
             for (uint32_t i = 0; i < hd / 2; ++i) {
-                t[(size_t(pos) * hd / 2 + i) * 2] = float(std::cos(ps * inv[i]));
-                t[(size_t(pos) * hd / 2 + i) * 2 + 1] = float(std::sin(ps * inv[i]));
+                const auto [c, s] = rope_cos_sin(ps * inv[i], m.rope_mscale);
+                t[(size_t(pos) * hd / 2 + i) * 2] = c;
+                t[(size_t(pos) * hd / 2 + i) * 2 + 1] = s;
             }
         }
         DeviceBuffer b(p.ctx, t.size() * 4);

@@ -56,7 +56,8 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, ui
         LayerPlan lp;
         lp.qkv = gemv(E, {{l.wq.type, q_dim}, {l.wk.type, kv}, {l.wv.type, kv}}, true, eps, false, qi, sms);
         lp.attention = {l.n_head, l.n_head_kv, hd, n_ctx, l.sliding ? hp.sliding_window : 0, m.attn_scale, kAttentionChunk,
-                        hp.rope_style == RopeStyle::Neox, bool(l.bq), bool(l.q_norm), eps};
+                        hp.rope_style == RopeStyle::Neox, bool(l.bq), bool(l.q_norm), eps, m.attn_temp_scale,
+                        m.attn_temp_floor};
         lp.post_attn_norm = bool(l.attn_post_norm);
         lp.post_ffn_norm = bool(l.ffn_post_norm);
         lp.wo = gemv(q_dim, {{l.wo.type, E}}, false, eps, !lp.post_attn_norm, qi, sms);

@@ -30,6 +30,7 @@ void check_attention(const AttentionShape& s) {
   if (s.head_dim == 0 || s.head_dim % 64 || s.head_dim > 256)
     throw Error("attention: head_dim must be 64, 128, 192 or 256");
   if (s.n_ctx == 0 || s.chunk == 0 || s.chunk > 4096) throw Error("attention: bad n_ctx or chunk");
+  if (s.temp_scale != 0 && s.temp_floor == 0) throw Error("attention: a temperature needs temp_floor > 0");
   if (s.splits() > kMaxSplits)
     throw Error("attention: more than " + std::to_string(kMaxSplits) + " splits (n_ctx / chunk)");
 }
@@ -59,6 +60,7 @@ GeneratedKernel attention_kernel(const AttentionShape& s, Target t, const Inline
   if (s.neox) name.append("_neox");
   if (s.bias) name.append("_bias");
   if (s.qk_norm) name.append("_qknorm");
+  if (s.temp_scale != 0) name.append("_temp").append(std::to_string(s.temp_floor));
   Emit emit(in, name.c_str(), t, params, g);
   Kernel& k = emit.k();
   Symbol qs = k.shared_array("qs", Type::f32, hd, 16);
@@ -129,10 +131,17 @@ GeneratedKernel attention_kernel(const AttentionShape& s, Target t, const Inline
   };
   {
     auto [y0, y1] = rotate("q", "bq", "q_norm", h);
+    Operand scale = s.scale;
+    if (s.temp_scale != 0) {
+      k.comment("Mistral 3: times 1 + temp_scale * ln(pos / temp_floor + 1), the log as lg2 * ln 2");
+      Reg steps = k.cvt(Type::f32, k.add(k.div(pos, s.temp_floor), 1u), Rnd::rn);
+      Reg temp = k.fma(k.lg2_approx(steps), float(s.temp_scale * 0.6931471805599453), 1.0f);
+      scale = k.mul(temp, s.scale);
+    }
     k.comment("q, rotated, times the attention scale, in shared memory");
     k.when(active, [&] {
-      k.st_shared(at(k.mad_lo(ea, 4u, qs_base)), k.mul(y0, s.scale));
-      k.st_shared(at(k.mad_lo(eb, 4u, qs_base)), k.mul(y1, s.scale));
+      k.st_shared(at(k.mad_lo(ea, 4u, qs_base)), k.mul(y0, scale));
+      k.st_shared(at(k.mad_lo(eb, 4u, qs_base)), k.mul(y1, scale));
     });
   }
   k.if_(own, [&] {

@@ -12,7 +12,8 @@
 //
 // Block (h, s) handles positions [s·chunk, (s+1)·chunk) ∩ [p0, pos] of query
 // head h (p0 = pos + 1 − window on a sliding layer, else 0):
-//   - it rotates q head h (bias, norm, RoPE), times the attention scale;
+//   - it rotates q head h (bias, norm, RoPE), times the attention scale (and
+//     Mistral 3's temperature of the position);
 //   - the split that holds pos rotates this token's K row of KV head
 //     h / group and reads its V row, and uses both from shared memory: the
 //     first head of the group also writes them to row pos of the caches, so
@@ -49,6 +50,10 @@ struct AttentionShape {
   bool bias = false;      // qwen2: q, k, v biases added first
   bool qk_norm = false;   // gemma3: RMSNorm of each head with q_norm / k_norm
   float eps = 1e-6f;
+  // Mistral 3's attention temperature: q times 1 + temp_scale·ln(⌊pos /
+  // temp_floor⌋ + 1) (lg2.approx: 2^-22 off the CPU's double log); 0 = off.
+  float temp_scale = 0;
+  uint32_t temp_floor = 0;
   uint32_t splits() const { return (n_ctx + chunk - 1) / chunk; }
 };
 ptx::LaunchGeometry attention_geometry(const AttentionShape& s);

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <string>
 
+#include "kernels/decode/gemv_types.h"
 #include "kernels/decode/layout.h"
 #include "kernels/decode/util.h"
 #include "kernels/examples/common.h"
@@ -71,8 +72,10 @@ Reg dequant_element(Kernel& k, const RowLayout& l, const Reg& row, const Reg& e)
       Reg d = half_at(k, plus(k, row, k.mad_lo(b, 2u, l.planes[d_plane].offset)));
       return k.mul(k.cvt(Type::f32, qs), d);
     }
-    case GgmlType::Q4_K: {
-      // Quants plane (128 bytes per block), then headers (16 bytes per block).
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K: {
+      // Quants plane (128 bytes per block), then headers (16 bytes per block);
+      // Q5_K's qh plane after them (32 bytes per block).
       Reg b = k.shr(e, 8u);
       Reg qblk = k.add(row, k.mul_wide(b, 128u));
       Reg blk = plus(k, row, k.mad_lo(b, 16u, l.planes[1].offset));
@@ -81,6 +84,10 @@ Reg dequant_element(Kernel& k, const RowLayout& l, const Reg& row, const Reg& e)
       Reg s = k.add(k.shl(c, 1u), hi);
       Reg byte = ld_byte(k, plus(k, qblk, k.mad_lo(c, 32u, k.and_(li, 31u))));
       Reg nib = k.and_(k.shr(byte, k.shl(hi, 2u)), 15u);
+      if (l.type == GgmlType::Q5_K) {   // the fifth bit: bit s of qh[l]
+        Reg qh = ld_byte(k, plus(k, row, k.mad_lo(b, 32u, k.add(k.and_(li, 31u), l.planes[2].offset))));
+        nib = k.or_(nib, k.shl(k.and_(k.shr(qh, s), 1u), 4u));
+      }
       Reg h0 = k.ld_global_nc(Type::u32, at(blk));
       Reg h1 = k.ld_global_nc(Type::u32, at(blk, 4)), h2 = k.ld_global_nc(Type::u32, at(blk, 8));
       Reg h3 = k.ld_global_nc(Type::u32, at(blk, 12));
@@ -113,6 +120,52 @@ Reg dequant_element(Kernel& k, const RowLayout& l, const Reg& row, const Reg& e)
       Reg d = half_at(k, plus(k, row, k.mad_lo(b, 2u, l.planes[3].offset)));
       Reg dsc = k.mul(d, k.cvt(Type::f32, sc));
       return k.mul(dsc, k.cvt(Type::f32, q));
+    }
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K: {
+      // Element 128h + 32kk + li: field kk of qs[32h + li], group g = e / 16.
+      Reg b = k.shr(e, 8u), r = k.and_(e, 255u);
+      Reg h = k.shr(r, 7u), kk = k.and_(k.shr(r, 5u), 3u), li = k.and_(r, 31u), g = k.shr(r, 4u);
+      Reg qs = ld_byte(k, plus(k, row, k.mad_lo(b, 64u, k.mad_lo(h, 32u, li))));
+      Reg q = k.and_(k.shr(qs, k.shl(kk, 1u)), 3u);
+      if (l.type == GgmlType::Q2_K) {   // scales[g]: low nibble the scale, high the min; d, dmin
+        Reg sc = ld_byte(k, plus(k, row, k.mad_lo(b, 16u, k.add(g, l.planes[1].offset))));
+        Reg dm = k.ld_global_nc(Type::u32, at(plus(k, row, k.mad_lo(b, 4u, l.planes[2].offset))));
+        Reg dl = k.mul(half_to_f32(k, dm, 0), k.cvt(Type::f32, k.and_(sc, 15u)));
+        Reg ml = k.mul(half_to_f32(k, dm, 16), k.cvt(Type::f32, k.shr(sc, 4u)));
+        return k.sub(k.mul(dl, k.cvt(Type::f32, q)), ml);
+      }
+      // Q3_K: the code is q − 4 unless hmask[li] bit 4h + kk is set; q3_k_scale(g) − 32.
+      Reg hm = ld_byte(k, plus(k, row, k.mad_lo(b, 32u, k.add(li, l.planes[1].offset))));
+      Reg hbit = k.and_(k.shr(hm, k.add(k.shl(h, 2u), kk)), 1u);
+      Reg v = k.sub(k.bitcast(Type::s32, k.or_(q, k.shl(hbit, 2u))), 4);
+      Reg scales = plus(k, row, k.mad_lo(b, 12u, l.planes[2].offset));
+      Reg lo_byte = ld_byte(k, k.add(scales, k.cvt(Type::u64, k.and_(g, 7u))));
+      Reg lo = k.and_(k.shr(lo_byte, k.shl(k.shr(g, 3u), 2u)), 15u);   // g ≥ 8: the high nibble of s[g − 8]
+      Reg top_byte = ld_byte(k, k.add(scales, k.cvt(Type::u64, k.add(k.and_(g, 3u), 8u))));
+      Reg top = k.and_(k.shr(top_byte, k.shl(k.shr(g, 2u), 1u)), 3u);
+      Reg sc = k.sub(k.bitcast(Type::s32, k.or_(lo, k.shl(top, 4u))), 32);
+      Reg d = half_at(k, plus(k, row, k.mad_lo(b, 2u, l.planes[3].offset)));
+      return k.mul(k.mul(d, k.cvt(Type::f32, sc)), k.cvt(Type::f32, v));
+    }
+    case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS: {
+      // IQ4_NL: 32-element blocks laid out as Q4_0's, y = d·v; IQ4_XS: eight
+      // such sub-blocks ib per 256, y = (d·(ls − 32))·v.
+      const bool xs = l.type == GgmlType::IQ4_XS;
+      Reg b = k.shr(e, xs ? 8u : 5u), j = k.and_(e, 31u);
+      Reg ib = xs ? k.and_(k.shr(e, 5u), 7u) : Reg{};
+      Reg qi = xs ? k.mad_lo(b, 128u, k.mad_lo(ib, 16u, k.and_(j, 15u))) : k.mad_lo(b, 16u, k.and_(j, 15u));
+      Reg byte = ld_byte(k, plus(k, row, qi));
+      Reg code = k.and_(k.shr(byte, k.shl(k.shr(j, 4u), 2u)), 15u);
+      Reg v = k.cvt(Type::f32, Iq4Table(k).value(k, code));
+      if (!xs) return k.mul(half_at(k, plus(k, row, k.mad_lo(b, 2u, l.planes[1].offset))), v);
+      Reg hdr = plus(k, row, k.mad_lo(b, 8u, l.planes[1].offset));
+      Reg h0 = k.ld_global_nc(Type::u32, at(hdr)), sl = k.ld_global_nc(Type::u32, at(hdr, 4));
+      Reg lo = k.bfe(sl, k.shl(ib, 2u), 4u);                      // nibble ib % 2 of scales_l[ib / 2]
+      Reg top = k.bfe(h0, k.add(k.shl(ib, 1u), 16u), 2u);         // bits 2ib of scales_h
+      Reg ls = k.sub(k.bitcast(Type::s32, k.or_(lo, k.shl(top, 4u))), 32);
+      return k.mul(k.mul(half_to_f32(k, h0, 0), k.cvt(Type::f32, ls)), v);
     }
     default: break;
   }

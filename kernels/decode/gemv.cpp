@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "kernels/decode/gemv_q8.h"
+#include "kernels/decode/gemv_types.h"
 #include "kernels/decode/layout.h"
 #include "kernels/decode/util.h"
 #include "kernels/examples/common.h"
@@ -33,7 +35,7 @@ void check_shape(const GemvShape& s) {
   if (s.n_in == 0 || s.n_in % 32) throw Error("gemv: n_in " + std::to_string(s.n_in) + " is not a positive multiple of 32");
   if (uint64_t(s.n_in) * 4 > 200 * 1024) throw Error("gemv: n_in " + std::to_string(s.n_in) + " does not fit in shared memory");
   if (s.q8_input && q8_blocks256(s) && s.n_in % 256)
-    throw Error("gemv: an 8-bit input for Q4_K or Q6_K needs n_in a multiple of 256");
+    throw Error("gemv: an 8-bit input for a 256-element type (Q4_K, Q6_K, ...) needs n_in a multiple of 256");
   if (s.columns == 0 || s.columns > kMaxGemvColumns)
     throw Error("gemv: " + std::to_string(s.columns) + " input columns (1 to " + std::to_string(kMaxGemvColumns) + ")");
   if (s.columns > 1 && !s.q8_input) throw Error("gemv: several input columns need the 8-bit input (q8_input)");
@@ -109,13 +111,14 @@ Reg q8_0_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane
 }
 
 // The per-warp dot product of one row of a 16-byte-quant block type (Q4_0,
-// Q4_1, Q5_0) in the device layout (layout.h: quants plane, then
+// Q4_1, Q5_0, IQ4_NL: its codes through kvalues_iq4nl) in the device layout (layout.h: quants plane, then
 // high bits, then scales). Lane l takes blocks l, l + 32, ...; Q4_x and
 // Q5_0 hold element j in the low nibble of byte j and element j + 16 in its
 // high nibble. Returns the lane's partial sum.
 Reg block32_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xs, const Reg& xsum8) {
   const GgmlType t = l.type;
   const uint32_t qbytes = l.planes[0].bytes_per_block;
+  const std::optional<Iq4Table> iq4 = t == GgmlType::IQ4_NL ? std::optional<Iq4Table>(Iq4Table(k)) : std::nullopt;
   Reg acc = k.mov(Type::f32, 0.0f);
   Reg b = k.reg(Type::u32);
   k.for_range(b, lane, l.blocks, 32u, [&] {
@@ -141,6 +144,9 @@ Reg block32_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& l
     };
     Reg out;
     {
+      std::vector<std::pair<Reg, Reg>> iq4v;   // IQ4_NL: each word's codes through kvalues_iq4nl
+      if (iq4)
+        for (uint32_t w = 0; w < 4; ++w) iq4v.push_back(iq4->values(k, q[w]));
       Reg qh;
       if (t == GgmlType::Q5_0) {
         qh = k.reg(Type::u32);
@@ -148,7 +154,9 @@ Reg block32_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& l
       }
       Reg dot = k.mov(Type::f32, 0.0f);
       for (uint32_t j = 0; j < 16; ++j) {
-        Reg lo = k.bfe(q[j / 4], 8 * (j % 4), 4u), hi = k.bfe(q[j / 4], 8 * (j % 4) + 4, 4u);
+        Reg lo = iq4 ? k.bfe(k.bitcast(Type::s32, iq4v[j / 4].first), 8 * (j % 4), 8u) : k.bfe(q[j / 4], 8 * (j % 4), 4u);
+        Reg hi = iq4 ? k.bfe(k.bitcast(Type::s32, iq4v[j / 4].second), 8 * (j % 4), 8u)
+                     : k.bfe(q[j / 4], 8 * (j % 4) + 4, 4u);
         if (t == GgmlType::Q5_0) {   // the fifth bit: qh bit j (low nibble), bit j + 16 (high)
           lo = k.or_(lo, k.shl(k.bfe(qh, j, 1u), 4u));
           hi = k.or_(hi, k.shl(k.bfe(qh, j + 16, 1u), 4u));
@@ -157,11 +165,15 @@ Reg block32_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& l
         k.fma(dot, k.cvt(Type::f32, hi), x[j + 16], dot);
       }
       // Σx over the block, from the four staged 8-element sums.
-      std::vector<Reg> s4 = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
-      k.ld(Space::shared, s4, at(k.mad_lo(b, 16u, xsum8)));
-      Reg s01 = k.add(s4[0], s4[1]);
-      Reg sum = k.add(s01, k.add(s4[2], s4[3]));
-      if (t == GgmlType::Q4_1) {   // y = d·q + m
+      auto block_sum = [&] {
+        std::vector<Reg> s4 = ld_vec(k, Space::shared, Type::f32, 4, k.mad_lo(b, 16u, xsum8));
+        Reg s01 = k.add(s4[0], s4[1]);
+        return k.add(s01, k.add(s4[2], s4[3]));
+      };
+      if (iq4) {                   // y = d·v
+        out = k.mul(half_at(1), dot);
+      } else if (t == GgmlType::Q4_1) {
+        Reg sum = block_sum();   // y = d·q + m
         Reg dm = k.reg(Type::u32);
         k.ld(Space::global, dm, at(plane_addr(1, 4)), nc);
         Reg d = half_to_f32(k, dm, 0);
@@ -169,7 +181,7 @@ Reg block32_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& l
       } else {                     // y = d·(q - 8) or d·(q - 16)
         const float offset = t == GgmlType::Q5_0 ? 16.0f : 8.0f;
         Reg d = half_at(t == GgmlType::Q5_0 ? 2 : 1);
-        out = k.mul(d, k.sub(dot, k.mul(sum, offset)));
+        out = k.mul(d, k.sub(dot, k.mul(block_sum(), offset)));
       }
     }
     k.add(acc, acc, out);
@@ -338,7 +350,7 @@ Reg glu_activation(Kernel& k, const Reg& g, Glu kind) {
 
 bool gemv_supports(GgmlType t) {
   return t == GgmlType::Q4_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0 || t == GgmlType::Q4_0 ||
-         t == GgmlType::Q4_1 || t == GgmlType::Q5_0;
+         t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::IQ4_NL || k256_decoded(t);
 }
 
 GemvPlan gemv_plan(const GemvShape& s) {
@@ -437,7 +449,10 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
   // ptxas left alone caps a 512-thread kernel near 40 registers and spills
   // the 8-bit input's unrolled loads (Q6_K's two steps hold 52 words); one
   // block per SM, all a one-wave grid uses, gives it up to 128.
-  if (s.q8_input && !in) k.set_minnctapersm(1);
+  // The f32 input's decoded types (gemv_types.h) hold a part's 16 code words
+  // likewise.
+  const bool decoded = std::any_of(s.segments.begin(), s.segments.end(), [](const GemvSegment& g) { return k256_decoded(g.type); });
+  if ((s.q8_input || decoded) && !in) k.set_minnctapersm(1);
   Symbol dyn = k.dynamic_shared("xs", 16);
   Symbol scratch = k.shared_array("red", Type::f32, plan.warps);
 
@@ -527,6 +542,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
     return {seg.type == GgmlType::Q4_K   ? q4k_row_dot(k, layout, wrow, lane, xs, xsum8)
             : seg.type == GgmlType::Q6_K ? q6k_row_dot(k, layout, wrow, lane, xs, xsum8)
             : seg.type == GgmlType::Q8_0 ? q8_0_row_dot(k, layout, wrow, lane, xs)
+            : k256_decoded(seg.type)     ? k256_row_dot(k, layout, wrow, lane, xs, xsum8)
                                          : block32_row_dot(k, layout, wrow, lane, xs, xsum8)};
   };
   auto finish_row = [&](const Reg& part, uint32_t col) {

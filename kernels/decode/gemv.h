@@ -10,7 +10,8 @@
 // its lanes striding over the row's quant blocks with 16-byte loads, and a
 // butterfly reduction ends the row.
 //
-// Types: Q4_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 (F16 and F32 next).
+// Types: Q4_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, IQ4_NL, and Q5_K, Q3_K, Q2_K,
+// IQ4_XS (kernels/decode/gemv_types.h; F16 and F32 next).
 //
 // A GLU's gate and up rows are computed by the same warp, which writes
 // act(gate)·up (the Glu modes below).
@@ -57,9 +58,10 @@ struct GemvShape {
   // Quantize the (normalised) input to 8-bit blocks of 256 by the CPU
   // quantized path's rule (engine/cpu/qdot.h, Block256: d = amax / 127,
   // q = round-to-nearest-even(127 / amax · x), block sums) and multiply the
-  // packed weights with dp4a: no per-weight conversion. Q4_K and Q6_K take
-  // it in blocks of 256 (quantize_block256), Q8_0, Q4_0, Q4_1 and Q5_0 in
-  // blocks of 32 (quantize_block32); gemv_q8_input_fits says which shapes.
+  // packed weights with dp4a: no per-weight conversion. Q4_K, Q6_K, Q5_K,
+  // Q3_K, Q2_K and IQ4_XS take it in blocks of 256 (quantize_block256), Q8_0,
+  // Q4_0, Q4_1, Q5_0 and IQ4_NL in blocks of 32 (quantize_block32);
+  // gemv_q8_input_fits says which shapes.
   bool q8_input = false;
   // SMs of the device the grid is sized for: one wave, a block per SM
   // (engine/cuda sizes it from the device; kernel tests and `ptxlm ptx` from
@@ -81,8 +83,8 @@ constexpr uint32_t kMaxGemvColumns = 16;
 // Types gemv_kernel multiplies with a q8_input (dp4a on packed weights).
 bool gemv_supports_q8_input(gguf::GgmlType t);
 // Whether `s` can take q8_input: every segment's type supports it, all of
-// one family (Q4_K/Q6_K, blocks of 256, with n_in a multiple of 256; or the
-// 32-element Q8_0, Q4_0, Q4_1, Q5_0).
+// one family (the 256-element types, with n_in a multiple of 256; or the
+// 32-element Q8_0, Q4_0, Q4_1, Q5_0, IQ4_NL).
 bool gemv_q8_input_fits(const GemvShape& s);
 
 // Types gemv_kernel multiplies (the others are refused with an Error).

@@ -5,7 +5,9 @@
 #include "kernels/decode/gemv_q8.h"
 
 #include <algorithm>
+#include <optional>
 
+#include "kernels/decode/gemv_types.h"
 #include "kernels/decode/util.h"
 #include "kernels/examples/common.h"
 
@@ -15,32 +17,6 @@ using namespace ptx;
 using gguf::GgmlType;
 
 namespace {
-
-// ---- The 8-bit input (GemvShape::q8_input).
-//
-// Shared memory holds the input quantized by the CPU quantized path's rule
-// (quantize_block256), in arrays over the nb = n_in / 256 blocks: the n_in
-// int8 quants; each block's f32 d; its eight s32 sums of 32-element
-// sub-blocks (which the Q4_K mins multiply); its sixteen s32 sums of 16
-// elements (the CPU's bsums, which Q6_K's -32 offset multiplies). Arrays, not
-// a record per block: the lanes of consecutive blocks then read consecutive
-// sums, free of bank conflicts. Within a block the quants are in element
-// order by 64-element parts, but each part's four 16-byte chunks are
-// rotated: chunk c of part j of block A sits at 64j + 16·((c + rot) mod 4),
-// rot = j / 2 + 2·(A mod 2). The row dots' lanes read chunk c of part j of
-// blocks A and A + 1 eight at a time; the rotation puts those eight on eight
-// distinct groups of 4 banks (one wavefront per 8 lanes, the ideal), where
-// element order would put four lanes on each group.
-struct Q8Layout {
-  uint32_t d = 0, sum32 = 0, sum16 = 0, bytes = 0;   // byte offsets of the arrays; the total
-  explicit Q8Layout(uint32_t n_in) {
-    const uint32_t nb = n_in / 256;
-    d = n_in;
-    sum32 = d + (4 * nb + 15) / 16 * 16;
-    sum16 = sum32 + 32 * nb;
-    bytes = sum16 + 64 * nb;
-  }
-};
 
 // Lane l's eight inputs of 256-chunk qb, elements 256·qb + 8l .. + 7, as
 // loaded: x, then the norm weight's when the shape has one. With `in`, lanes
@@ -167,47 +143,6 @@ void stage_q8_input256(Kernel& k, const GemvShape& s, const Reg& x, const Reg& n
   });
 }
 
-// The lane map both 8-bit-input row dots share: lane l takes part j = l % 4
-// (elements 64j .. 64j + 63) of blocks l / 4 + 8i, whose parity is that of
-// l / 4; chunk c of the part sits at 64j + 16·((c + rot) mod 4).
-struct Q8Lanes {
-  Reg j, first;
-  std::vector<Reg> chunk_off;
-  Q8Lanes(Kernel& k, const Reg& lane) : j(k.and_(lane, 3u)), first(k.shr(lane, 2u)) {
-    Reg rot = k.and_(k.add(k.shr(j, 1u), k.shl(k.and_(first, 1u), 1u)), 3u);
-    for (uint32_t c = 0; c < 4; ++c) chunk_off.push_back(k.add(k.shl(j, 6u), k.shl(k.and_(k.add(rot, c), 3u), 4u)));
-  }
-  // The part's 64 int8 inputs of block bu of the column at xq + col as 16
-  // words, in element order, and the block's d.
-  std::pair<std::vector<Reg>, Reg> input(Kernel& k, const Reg& xq, const Q8Layout& q8, const Reg& bu,
-                                         uint32_t col) const {
-    Reg xa = k.mad_lo(bu, 256u, xq);
-    std::vector<Reg> x;
-    for (uint32_t c = 0; c < 4; ++c) {
-      std::vector<Reg> v = ld_vec(k, Space::shared, Type::s32, 4, k.add(xa, chunk_off[c]), col);
-      x.insert(x.end(), v.begin(), v.end());
-    }
-    return {x, k.ld_shared(Type::f32, at(k.mad_lo(bu, 4u, xq), int64_t(q8.d) + col))};
-  }
-};
-
-// Step u of a row loop at block b: the block it reads (the row's last when
-// b + 8u is past the end, which then adds nothing) and whether it counts.
-std::pair<Reg, Reg> q8_step(Kernel& k, const Reg& b, uint32_t u, uint32_t nb) {
-  Reg bi = k.add(b, 8 * u);
-  return {k.min(bi, nb - 1), k.setp(Cmp::lt, bi, nb)};
-}
-
-// Steps of the 8-bit-input row dots whose loads issue before the first is used: its
-// lanes cover 8 blocks per step; at most this many steps, fewer when a row
-// has fewer blocks.
-// With more than 4 input columns a step's arithmetic is long enough to
-// cover its loads' latency, and the columns' accumulators need the
-// registers: one step (registers measured by test_ptxas: two steps spill at
-// 8 columns of Q6_K, one step at 16 through a GLU holds 16 gate results too).
-constexpr uint32_t kQ8Unroll = 2;
-uint32_t q8_unroll(uint32_t columns) { return columns > 4 ? 1 : kQ8Unroll; }
-
 // The per-warp dot product of one Q4_K row with the 8-bit input (see
 // stage_q8_input256). Lane l takes part j = l % 4 of blocks l / 4 + 8i: quant
 // bytes 32j .. 32j + 31, whose low nibbles are sub-block 2j (elements 64j ..
@@ -223,8 +158,7 @@ std::vector<Reg> q4k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, 
   const uint32_t nb = l.blocks, unroll = std::min(q8_unroll(columns), ceil_div(nb, 8));
   const Q8Lanes lanes(k, lane);
   const Reg& j = lanes.j;
-  Reg big = k.setp(Cmp::ge, j, 2u);
-  Reg shift = k.shl(k.and_(j, 1u), 4u), shift_hi = k.add(shift, 8u);
+  const K4Scales k4(k, j);
   Reg qoff = k.cvt(Type::u64, k.shl(j, 5u));
   const Q8Layout q8(n_in);
   Reg sums_off = k.add(k.shl(j, 3u), q8.sum32);
@@ -250,17 +184,8 @@ std::vector<Reg> q4k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, 
         lo.push_back(k.and_(q[u][w], 0x0f0f0f0fu));
         hi.push_back(k.and_(k.shr(q[u][w], 4u), 0x0f0f0f0fu));
       }
-      // 6-bit scales and mins of sub-blocks 2j, 2j + 1 (unpack_k_scales):
-      // a = scales[0..3], bm = scales[4..7], c = scales[8..11].
-      const Reg &a = h[u][1], &bm = h[u][2], &c = h[u][3];
-      Reg sc_word = k.selp(k.or_(k.and_(c, 0x0f0f0f0fu), k.and_(k.shr(a, 2u), 0x30303030u)), k.and_(a, 0x3f3f3f3fu),
-                           big, Type::u32);
-      Reg m_word = k.selp(k.or_(k.and_(k.shr(c, 4u), 0x0f0f0f0fu), k.and_(k.shr(bm, 2u), 0x30303030u)),
-                          k.and_(bm, 0x3f3f3f3fu), big, Type::u32);
-      Reg sc_lo = k.bitcast(Type::s32, k.bfe(sc_word, shift, 8u));
-      Reg sc_hi = k.bitcast(Type::s32, k.bfe(sc_word, shift_hi, 8u));
-      Reg m_lo = k.bitcast(Type::s32, k.bfe(m_word, shift, 8u));
-      Reg m_hi = k.bitcast(Type::s32, k.bfe(m_word, shift_hi, 8u));
+      // 6-bit scales and mins of sub-blocks 2j, 2j + 1 (unpack_k_scales).
+      const auto [sc_lo, sc_hi, m_lo, m_hi] = k4.unpack(k, h[u][1], h[u][2], h[u][3]);
       Reg d = half_to_f32(k, h[u][0], 0), dmin = half_to_f32(k, h[u][0], 16);
       for (uint32_t col = 0; col < columns; ++col) {
         const uint32_t co = col * col_bytes;
@@ -424,17 +349,19 @@ void stage_q8_input32(Kernel& k, const GemvShape& s, const Reg& x, const Reg& no
   });
 }
 
-// The per-warp dot product of one row of Q8_0, Q4_0, Q4_1 or Q5_0 with the
-// 8-bit input in blocks of 32 (stage_q8_input32): lane l takes blocks l +
-// 32i, two steps' loads issued together. Per block, as the CPU's dot_q*:
-// Q8_0 d·dx·Σq·x; Q4_0 d·dx·(Σq·x − 8Σx); Q5_0 the same with the fifth bit
-// from qh and 16; Q4_1 d·dx·Σq·x + m·s. Columns as in q4k_row_dot_q8.
+// The per-warp dot product of one row of Q8_0, Q4_0, Q4_1, Q5_0 or IQ4_NL
+// with the 8-bit input in blocks of 32 (stage_q8_input32): lane l takes
+// blocks l + 32i, two steps' loads issued together. Per block, as the CPU's
+// dot_q*: Q8_0 d·dx·Σq·x; Q4_0 d·dx·(Σq·x − 8Σx); Q5_0 the same with the
+// fifth bit from qh and 16; Q4_1 d·dx·Σq·x + m·s; IQ4_NL d·dx·Σv·x, the codes'
+// values v from kvalues_iq4nl by prmt (Iq4Table). Columns as in q4k_row_dot_q8.
 std::vector<Reg> block32_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq,
                                     uint32_t n_in, uint32_t columns, uint32_t col_bytes) {
   const GgmlType t = l.type;
   const uint32_t nb = l.blocks, qbytes = l.planes[0].bytes_per_block, unroll = std::min(q8_unroll(columns), ceil_div(nb, 32));
   const Q8Layout32 q8(n_in);
   const Reg lo_off = k.shl(k.and_(k.shr(lane, 2u), 1u), 4u), hi_off = k.xor_(lo_off, 16u);
+  const std::optional<Iq4Table> iq4 = t == GgmlType::IQ4_NL ? std::optional<Iq4Table>(Iq4Table(k)) : std::nullopt;
   MemOpt nc;
   nc.nc = true;
   auto plane_addr = [&](const Reg& b, size_t p) {
@@ -475,6 +402,12 @@ std::vector<Reg> block32_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wr
       } else {
         std::vector<Reg> lo, hi;
         for (uint32_t w = 0; w < 4; ++w) {
+          if (iq4) {   // the codes through kvalues_iq4nl: signed int8 values
+            const auto [a, b] = iq4->values(k, q[u][w]);
+            lo.push_back(k.bitcast(Type::s32, a));
+            hi.push_back(k.bitcast(Type::s32, b));
+            continue;
+          }
           lo.push_back(k.and_(q[u][w], 0x0f0f0f0fu));
           hi.push_back(k.and_(k.shr(q[u][w], 4u), 0x0f0f0f0fu));
           if (t == GgmlType::Q5_0) {   // bit j of qh is element j's fifth bit, bit j + 16 element j + 16's
@@ -514,7 +447,7 @@ std::vector<Reg> block32_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wr
           Reg sx = k.ld_shared(Type::f32, at(sa, int64_t(q8.s) + co));
           term = k.fma(k.mul(d, dx), k.cvt(Type::f32, isum), k.mul(m, sx));
         } else {
-          if (t != GgmlType::Q8_0) {   // the offset: 8 (Q4_0) or 16 (Q5_0) times Σx
+          if (t == GgmlType::Q4_0 || t == GgmlType::Q5_0) {   // the offset: 8 (Q4_0) or 16 (Q5_0) times Σx
             Reg sq = k.ld_shared(Type::s32, at(sa, int64_t(q8.sumq) + co));
             k.mad_lo(isum, sq, t == GgmlType::Q5_0 ? -16 : -8, isum);
           }
@@ -529,7 +462,7 @@ std::vector<Reg> block32_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wr
 
 }  // namespace
 
-bool k_family(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
+bool k_family(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K || k256_decoded(t); }
 
 bool q8_blocks256(const GemvShape& s) { return !s.segments.empty() && k_family(s.segments[0].type); }
 
@@ -550,11 +483,13 @@ std::vector<Reg> q8_row_dot(Kernel& k, const GemvShape& s, const RowLayout& l, c
   const uint32_t cb = q8_column_bytes(s);
   return l.type == GgmlType::Q4_K   ? q4k_row_dot_q8(k, l, wrow, lane, xq, s.n_in, s.columns, cb)
          : l.type == GgmlType::Q6_K ? q6k_row_dot_q8(k, l, wrow, lane, xq, s.n_in, s.columns, cb)
+         : k256_decoded(l.type)     ? k256_row_dot_q8(k, l, wrow, lane, xq, s.n_in, s.columns, cb)
                                     : block32_row_dot_q8(k, l, wrow, lane, xq, s.n_in, s.columns, cb);
 }
 
 bool gemv_supports_q8_input(GgmlType t) {
-  return k_family(t) || t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0;
+  return k_family(t) || t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 ||
+         t == GgmlType::IQ4_NL;
 }
 
 bool gemv_q8_input_fits(const GemvShape& s) {

@@ -7,12 +7,82 @@
 
 #include "kernels/decode/gemv.h"
 #include "kernels/decode/layout.h"
+#include "kernels/decode/util.h"
 #include "kernels/ptx/builder.h"
 
 namespace ptxlm::kernels {
 
-// The types whose 8-bit input comes in blocks of 256 (Q4_K, Q6_K; the rest
-// in blocks of 32).
+// The 8-bit input in blocks of 256 (GemvShape::q8_input), its layout and
+// lane map shared by the row dots of gemv_q8.cpp and gemv_types.cpp.
+//
+// Shared memory holds the input quantized by the CPU quantized path's rule
+// (quantize_block256), in arrays over the nb = n_in / 256 blocks: the n_in
+// int8 quants; each block's f32 d; its eight s32 sums of 32-element
+// sub-blocks (which the Q4_K mins multiply); its sixteen s32 sums of 16
+// elements (the CPU's bsums, which Q6_K's -32 offset multiplies). Arrays, not
+// a record per block: the lanes of consecutive blocks then read consecutive
+// sums, free of bank conflicts. Within a block the quants are in element
+// order by 64-element parts, but each part's four 16-byte chunks are
+// rotated: chunk c of part j of block A sits at 64j + 16·((c + rot) mod 4),
+// rot = j / 2 + 2·(A mod 2). The row dots' lanes read chunk c of part j of
+// blocks A and A + 1 eight at a time; the rotation puts those eight on eight
+// distinct groups of 4 banks (one wavefront per 8 lanes, the ideal), where
+// element order would put four lanes on each group.
+struct Q8Layout {
+  uint32_t d = 0, sum32 = 0, sum16 = 0, bytes = 0;   // byte offsets of the arrays; the total
+  explicit Q8Layout(uint32_t n_in) {
+    const uint32_t nb = n_in / 256;
+    d = n_in;
+    sum32 = d + (4 * nb + 15) / 16 * 16;
+    sum16 = sum32 + 32 * nb;
+    bytes = sum16 + 64 * nb;
+  }
+};
+
+// The lane map the 256-element row dots share: lane l takes part j = l % 4
+// (elements 64j .. 64j + 63) of blocks l / 4 + 8i, whose parity is that of
+// l / 4; chunk c of the part sits at 64j + 16·((c + rot) mod 4).
+struct Q8Lanes {
+  ptx::Reg j, first;
+  std::vector<ptx::Reg> chunk_off;
+  Q8Lanes(ptx::Kernel& k, const ptx::Reg& lane) : j(k.and_(lane, 3u)), first(k.shr(lane, 2u)) {
+    ptx::Reg rot = k.and_(k.add(k.shr(j, 1u), k.shl(k.and_(first, 1u), 1u)), 3u);
+    for (uint32_t c = 0; c < 4; ++c) chunk_off.push_back(k.add(k.shl(j, 6u), k.shl(k.and_(k.add(rot, c), 3u), 4u)));
+  }
+  // The part's 64 int8 inputs of block bu of the column at xq + col as 16
+  // words, in element order, and the block's d.
+  std::pair<std::vector<ptx::Reg>, ptx::Reg> input(ptx::Kernel& k, const ptx::Reg& xq, const Q8Layout& q8, const ptx::Reg& bu,
+                                         uint32_t col) const {
+    ptx::Reg xa = k.mad_lo(bu, 256u, xq);
+    std::vector<ptx::Reg> x;
+    for (uint32_t c = 0; c < 4; ++c) {
+      std::vector<ptx::Reg> v = ld_vec(k, ptx::Space::shared, ptx::Type::s32, 4, k.add(xa, chunk_off[c]), col);
+      x.insert(x.end(), v.begin(), v.end());
+    }
+    return {x, k.ld_shared(ptx::Type::f32, ptx::at(k.mad_lo(bu, 4u, xq), int64_t(q8.d) + col))};
+  }
+};
+
+// Step u of a row loop at block b: the block it reads (the row's last when
+// b + 8u is past the end, which then adds nothing) and whether it counts.
+inline std::pair<ptx::Reg, ptx::Reg> q8_step(ptx::Kernel& k, const ptx::Reg& b, uint32_t u, uint32_t nb) {
+  ptx::Reg bi = k.add(b, 8 * u);
+  return {k.min(bi, nb - 1), k.setp(ptx::Cmp::lt, bi, nb)};
+}
+
+// Steps of the 8-bit-input row dots whose loads issue before the first is used: its
+// lanes cover 8 blocks per step; at most this many steps, fewer when a row
+// has fewer blocks.
+// With more than 4 input columns a step's arithmetic is long enough to
+// cover its loads' latency, and the columns' accumulators need the
+// registers: one step (registers measured by test_ptxas: two steps spill at
+// 8 columns of Q6_K, one step at 16 through a GLU holds 16 gate results too).
+constexpr uint32_t kQ8Unroll = 2;
+inline uint32_t q8_unroll(uint32_t columns) { return columns > 4 ? 1 : kQ8Unroll; }
+
+
+// The types whose 8-bit input comes in blocks of 256 (Q4_K, Q6_K and the
+// k256_decoded types; the rest in blocks of 32).
 bool k_family(gguf::GgmlType t);
 // An 8-bit input in blocks of 256: the first segment's family decides.
 bool q8_blocks256(const GemvShape& s);

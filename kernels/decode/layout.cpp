@@ -26,6 +26,11 @@ std::vector<Field> fields(GgmlType t) {
     case GgmlType::Q8_0: return {{2, 32}, {0, 2}};               // qs, d
     case GgmlType::Q4_K: return {{16, 128}, {0, 16}};            // qs, (d, dmin, scales)
     case GgmlType::Q6_K: return {{0, 128}, {128, 64}, {192, 16}, {208, 2}};   // ql, qh, scales, d
+    case GgmlType::Q5_K: return {{48, 128}, {0, 16}, {16, 32}};              // qs, (d, dmin, scales), qh
+    case GgmlType::Q3_K: return {{32, 64}, {0, 32}, {96, 12}, {108, 2}};     // qs, hmask, scales, d
+    case GgmlType::Q2_K: return {{16, 64}, {0, 16}, {80, 4}};                // qs, scales, (d, dmin)
+    case GgmlType::IQ4_NL: return {{2, 16}, {0, 2}};                         // qs, d
+    case GgmlType::IQ4_XS: return {{8, 128}, {0, 8}};                        // qs, (d, scales_h, scales_l)
     default: break;
   }
   throw std::invalid_argument(std::string("device layout: weight type ") + gguf::type_traits(t).name +

@@ -3,7 +3,7 @@
 //
 // GEMV warps read whole rows with 16-byte loads, so every field a lane loads
 // must be naturally aligned. Most ggml blocks are not: Q8_0 is 34 bytes, Q4_0
-// 18, Q4_1 20, Q5_0 22, Q6_K 210. The device layout therefore splits each row
+// 18, Q4_1 20, Q5_0 22, Q6_K 210, Q3_K 110, Q2_K 84, IQ4_NL 18, IQ4_XS 136. The device layout therefore splits each row
 // into planes, one per block field (the quants of every block of the row,
 // then their high bits, scales, ...), each plane starting on a 32-byte
 // boundary (a memory sector), and each row padded to a multiple of 32 bytes,

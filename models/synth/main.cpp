@@ -1,5 +1,5 @@
 // ptxlm-synth: writes a synthetic GGUF test model.
-//   ptxlm-synth --arch llama|qwen2|gemma3|qwen3|llama3 --size tiny|small|medium|wide4096|llama3-8b-slice|llama3.2-1b-slice|llama3-8b [--seed N] --out FILE
+//   ptxlm-synth --arch llama|qwen2|gemma3|qwen3|llama3|mistral3 --size tiny|small|medium|wide4096|llama3-8b-slice|llama3.2-1b-slice|llama3-8b [--seed N] --out FILE
 //   ptxlm-synth --list
 #include <chrono>
 #include <cstdio>
@@ -40,11 +40,13 @@ int main(int argc, char** argv) {
     uint64_t seed = kDefaultSeed;
     unsigned threads = 0;
     bool list = false;
-    app.add_option("--arch", arch_s, "llama, qwen2, gemma3, qwen3 or llama3 (llama with Llama 3.x RoPE and tokenizer)");
+    app.add_option("--arch", arch_s, "llama, qwen2, gemma3, qwen3, llama3 (llama with Llama 3.x RoPE and tokenizer) or mistral3");
     app.add_option("--size", size_s, "tiny, small, medium, wide4096, llama3-8b-slice, llama3.2-1b-slice or llama3-8b (see --list)");
     app.add_option("--seed", seed, "seed of the weights (default 1)");
     app.add_option("--out", out, "the GGUF file to write");
     app.add_option("--threads", threads, "worker threads (default: all cores; the output does not depend on it)");
+    std::string types_s = "q4_k_m";
+    app.add_option("--types", types_s, "the weights' quantization mix: q4_k_m (default), q5_k_m, q3_k_m, q2_k or iq4_xs");
     app.add_flag("--list", list, "print the presets and their shapes");
     try {
         app.parse(argc, argv);
@@ -59,12 +61,15 @@ int main(int argc, char** argv) {
     }
     if (arch_s.empty() || size_s.empty() || out.empty()) return usage_error("--arch, --size and --out are required");
     const auto arch = parse_arch(arch_s);
-    if (!arch) return usage_error("unknown --arch '" + arch_s + "' (llama, qwen2, gemma3, qwen3 or llama3)");
+    if (!arch) return usage_error("unknown --arch '" + arch_s + "' (llama, qwen2, gemma3, qwen3, llama3 or mistral3)");
     const auto size = parse_size(size_s);
     if (!size) return usage_error("unknown --size '" + size_s + "' (tiny, small, medium, wide4096, llama3-8b-slice, llama3.2-1b-slice or llama3-8b)");
 
     try {
-        const Spec spec = preset(*arch, *size, seed);
+        Spec spec = preset(*arch, *size, seed);
+        const auto mix = parse_type_mix(types_s);
+        if (!mix) return usage_error("unknown --types '" + types_s + "' (q4_k_m, q5_k_m, q3_k_m, q2_k or iq4_xs)");
+        spec.types = *mix;
         const uint64_t params = param_count(spec);
         const bool verbose = params > 50'000'000;   // seconds or more: show progress
         const auto t0 = std::chrono::steady_clock::now();

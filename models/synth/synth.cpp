@@ -23,6 +23,7 @@ const char* arch_name(Arch a) {
         case Arch::Gemma3: return "gemma3";
         case Arch::Qwen3: return "qwen3";
         case Arch::Llama3: return "llama3";
+        case Arch::Mistral3: return "mistral3";
     }
     return "?";
 }
@@ -36,6 +37,7 @@ const char* Spec::tokenizer_pre() const {
     switch (arch) {
         case Arch::Qwen3: return "qwen2";
         case Arch::Llama3: return "llama-bpe";
+        case Arch::Mistral3: return "tekken";
         default: return "gpt-2";
     }
 }
@@ -54,7 +56,8 @@ const char* size_name(Size s) {
 }
 
 const std::vector<Arch>& all_archs() {
-    static const std::vector<Arch> v = {Arch::Llama, Arch::Qwen2, Arch::Gemma3, Arch::Qwen3, Arch::Llama3};
+    static const std::vector<Arch> v = {Arch::Llama, Arch::Qwen2, Arch::Gemma3, Arch::Qwen3, Arch::Llama3,
+                                         Arch::Mistral3};
     return v;
 }
 
@@ -172,6 +175,18 @@ Spec preset(Arch arch, Size size, uint64_t seed) {
             s.rope_base = 500000.0f;
             s.rope_scale_linear = 4.0f;
             break;
+        case Arch::Mistral3:  // Ministral-3-like: base 1e6, YaRN factor 16, temperature 0.1
+            // An original context of 16 puts YaRN's ramp over pairs 0..3 and
+            // steps the temperature every 16 positions, both inside a test's
+            // sequence; a log multiplier of 0.5 (the real files: 1, where the
+            // magnitude cancels to 1) makes the magnitude formula visible.
+            s.rms_eps = 1e-5f;
+            s.rope_base = 1000000.0f;
+            s.rope_yarn_factor = 16.0f;
+            s.rope_orig_ctx = 16;
+            s.yarn_log_mul = 0.5f;
+            s.attn_temp_scale = 0.1f;
+            break;
     }
     validate(s);
     return s;
@@ -192,6 +207,8 @@ void validate(const Spec& s) {
         fail("gemma3 needs sliding_window and rope_base_local");
     if (s.arch != Arch::Gemma3 && s.sliding_window) fail("only gemma3 has a sliding window");
     if (s.rope_scale_linear < 0) fail("rope_scale_linear must not be negative");
+    if ((s.rope_yarn_factor != 0 || s.attn_temp_scale != 0) && (s.arch != Arch::Mistral3 || s.rope_orig_ctx == 0))
+        fail("YaRN and the attention temperature are mistral3's, with an original context");
 }
 
 // ---- Q4_K_M types ------------------------------------------------------------
@@ -225,6 +242,33 @@ GgmlType q4_k_m_type(WeightKind kind, uint32_t layer, uint32_t n_layer, bool tie
     return GgmlType::Q4_K;
 }
 
+GgmlType mix_type(TypeMix mix, WeightKind kind, uint32_t layer, uint32_t n_layer, bool tied_embeddings) {
+    const GgmlType q4km = q4_k_m_type(kind, layer, n_layer, tied_embeddings);
+    if (mix == TypeMix::Q4_K_M || q4km == GgmlType::F32 || kind == WeightKind::Output ||
+        (kind == WeightKind::TokenEmbd && tied_embeddings))
+        return q4km;
+    const bool v = kind == WeightKind::AttnV, down = kind == WeightKind::FfnDown, out = kind == WeightKind::AttnOut;
+    switch (mix) {
+        case TypeMix::Q5_K_M: return q4km == GgmlType::Q4_K ? GgmlType::Q5_K : q4km;
+        case TypeMix::Q3_K_M:
+            if (v) return layer < 2 ? GgmlType::Q5_K : GgmlType::Q4_K;
+            if (down) return q4_k_m_more_bits(layer, n_layer) ? GgmlType::Q4_K : GgmlType::Q3_K;
+            return out ? GgmlType::Q4_K : GgmlType::Q3_K;
+        case TypeMix::Q2_K: return v || down || out ? GgmlType::Q3_K : GgmlType::Q2_K;
+        case TypeMix::IQ4_XS: return kind == WeightKind::TokenEmbd || out ? GgmlType::IQ4_NL : GgmlType::IQ4_XS;
+        case TypeMix::Q4_K_M: break;
+    }
+    return q4km;
+}
+
+std::optional<TypeMix> parse_type_mix(std::string_view name) {
+    for (auto [n, m] : {std::pair{"q4_k_m", TypeMix::Q4_K_M}, std::pair{"q5_k_m", TypeMix::Q5_K_M},
+                        std::pair{"q3_k_m", TypeMix::Q3_K_M}, std::pair{"q2_k", TypeMix::Q2_K},
+                        std::pair{"iq4_xs", TypeMix::IQ4_XS}})
+        if (name == n) return m;
+    return std::nullopt;
+}
+
 // ---- tensor plan -------------------------------------------------------------
 //
 // Names and shapes as llama.cpp's load_arch_tensors for llama, qwen2, gemma3
@@ -237,7 +281,7 @@ std::vector<TensorSpec> tensor_plan(const Spec& s) {
     std::vector<TensorSpec> v;
     const uint32_t L = s.n_layer;
     auto add = [&](std::string name, WeightKind k, int layer, std::vector<uint64_t> ne) {
-        GgmlType t = q4_k_m_type(k, layer < 0 ? 0 : uint32_t(layer), L, s.tied_embeddings());
+        GgmlType t = mix_type(s.types, k, layer < 0 ? 0 : uint32_t(layer), L, s.tied_embeddings());
         v.push_back({std::move(name), k, layer, t, std::move(ne)});
     };
     const uint64_t E = s.n_embd, Q = s.q_dim(), KV = s.kv_dim(), F = s.n_ff, V = s.n_vocab;
@@ -484,6 +528,15 @@ void set_metadata(gguf::Writer& w, const Spec& s) {
         w.set_string(k("rope.scaling.type"), "linear");
         w.set_f32(k("rope.scaling.factor"), s.rope_scale_linear);
     }
+    if (s.rope_yarn_factor > 0) {   // the keys a Ministral 3 file carries
+        w.set_string(k("rope.scaling.type"), "yarn");
+        w.set_f32(k("rope.scaling.factor"), s.rope_yarn_factor);
+        w.set_u32(k("rope.scaling.original_context_length"), s.rope_orig_ctx);
+        w.set_f32(k("rope.scaling.yarn_beta_fast"), s.yarn_beta_fast);
+        w.set_f32(k("rope.scaling.yarn_beta_slow"), s.yarn_beta_slow);
+        w.set_f32(k("rope.scaling.yarn_log_multiplier"), s.yarn_log_mul);
+    }
+    if (s.attn_temp_scale != 0) w.set_f32(k("attention.temperature_scale"), s.attn_temp_scale);
     if (s.arch == Arch::Gemma3) {
         w.set_u32(k("attention.sliding_window"), s.sliding_window);
         // llama.cpp reads the local base from here (default 10000, the value

@@ -1,5 +1,6 @@
 // ptxlm-synth: synthetic GGUF test models shaped like llama, qwen2, gemma3 and
-// qwen3, plus "llama3": a llama file with Llama 3.x's RoPE features.
+// qwen3, plus "llama3": a llama file with Llama 3.x's RoPE features, and
+// mistral3 (Ministral 3: YaRN, attention temperature, the tekken tokenizer).
 //
 // A model is fully described by a Spec (shapes, RoPE bases, seed). The weights
 // are random but deterministic (same Spec = byte-identical file on any machine),
@@ -25,10 +26,10 @@ namespace ptxlm::synth {
 // Llama3 is general.architecture "llama" with rope_freqs.weight factors, linear
 // RoPE scaling and the llama-bpe pre-tokenizer (a separate preset, so that
 // the plain llama files and their goldens stay as they are).
-enum class Arch { Llama, Qwen2, Gemma3, Qwen3, Llama3 };
+enum class Arch { Llama, Qwen2, Gemma3, Qwen3, Llama3, Mistral3 };
 enum class Size { Tiny, Small, Medium, Wide4096, Llama3_8B_Slice, Llama3_2_1B_Slice, Llama3_8B };
 
-const char* arch_name(Arch a);   // "llama", "qwen2", "gemma3", "qwen3", "llama3": the preset's name
+const char* arch_name(Arch a);   // "llama", "qwen2", "gemma3", "qwen3", "llama3", "mistral3": the preset's name
 const char* gguf_arch(Arch a);   // general.architecture: arch_name, but "llama" for Llama3
 const char* size_name(Size s);   // "tiny", "small", "medium", "wide4096", "llama3-8b-slice",
                                  // "llama3.2-1b-slice", "llama3-8b"
@@ -39,6 +40,8 @@ const std::vector<Size>& all_sizes();
 
 constexpr uint64_t kDefaultSeed = 1;
 constexpr uint32_t kLlama3Vocab = 128256;   // the slices' vocabulary (Llama-3's)
+
+enum class TypeMix { Q4_K_M, Q5_K_M, Q3_K_M, Q2_K, IQ4_XS };
 
 struct Spec {
     Arch arch = Arch::Llama;
@@ -56,7 +59,15 @@ struct Spec {
     float rope_base_local = 0.0f; // gemma3 sliding-window layers (rope.freq_base_swa); 0 elsewhere
     uint32_t sliding_window = 0;  // gemma3: <arch>.attention.sliding_window; 0 = none
     float rope_scale_linear = 0;  // llama3: <arch>.rope.scaling.type linear with this factor; 0 = none
+    // mistral3: <arch>.rope.scaling.type yarn with this factor (0 = none), its
+    // original_context_length, yarn_beta_fast/slow and yarn_log_multiplier,
+    // and <arch>.attention.temperature_scale (0 = none).
+    float rope_yarn_factor = 0;
+    uint32_t rope_orig_ctx = 0;
+    float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f, yarn_log_mul = 0;
+    float attn_temp_scale = 0;
     uint64_t seed = kDefaultSeed;
+    TypeMix types = TypeMix::Q4_K_M;   // the quantization mix of the weights (see mix_type)
 
     uint32_t q_dim() const { return n_head * head_dim; }     // attn_q rows, attn_output input
     uint32_t kv_dim() const { return n_head_kv * head_dim; } // attn_k / attn_v rows
@@ -91,6 +102,13 @@ bool q4_k_m_more_bits(uint32_t layer, uint32_t n_layer);
 // The type llama.cpp's Q4_K_M would give this tensor (all rows are multiples of
 // 256 here, so no fallback types arise).
 gguf::GgmlType q4_k_m_type(WeightKind kind, uint32_t layer, uint32_t n_layer, bool tied_embeddings);
+// Other mixes, after llama.cpp's rules for rows that are multiples of 256:
+// Q5_K_M (Q5_K, Q6_K where Q4_K_M gives it), Q3_K_M (Q3_K; attn_v Q5_K on
+// layers 0-1, else Q4_K; ffn_down Q4_K on Q4_K_M's more-bits layers;
+// attn_output Q4_K), Q2_K (Q2_K; attn_v, ffn_down and attn_output Q3_K),
+// IQ4_XS (IQ4_XS; IQ4_NL token embeddings); the output Q6_K in each.
+gguf::GgmlType mix_type(TypeMix mix, WeightKind kind, uint32_t layer, uint32_t n_layer, bool tied_embeddings);
+std::optional<TypeMix> parse_type_mix(std::string_view name);   // "q4_k_m", "q5_k_m", "q3_k_m", "q2_k", "iq4_xs"
 
 // One tensor of a model, in file order. ne is ggml order: a weight W of shape
 // (out, in) has ne = {in, out}.

@@ -1,7 +1,8 @@
 """The CPU backend's forward pass against a float64 numpy forward pass.
 
-For each architecture's tiny synthetic model (llama, qwen2, gemma3, qwen3 and
-llama3 — the gemma3 model's sliding window of 16 is crossed), `ptxlm logits --full`
+For each architecture's tiny synthetic model (llama, qwen2, gemma3, qwen3,
+llama3 and mistral3 — the gemma3 model's sliding window of 16 is crossed, and
+mistral3's temperature steps at 16 and 32), `ptxlm logits --full`
 evaluates a fixed 48-token sequence one token at a time through the KV cache;
 tests/py/check_synth.py's numpy forward pass computes the same logits from
 gguf-py's dequantized weights, all positions at once. On the reference path
@@ -22,7 +23,8 @@ vs f32 2.47e-02 (qwen2) .. 3.98e-02 (gemma3); 10% off vs f16 2.41e-01 (qwen2) ..
 7.65e-06 / 6.64e-06, f16 4.84e-03 / 4.12e-03; controls 1.96e-02 / 4.40e-03
 (f32) and 1.94e-01 / 4.28e-02 (f16: llama3's is just over twice TOL_F16, as
 its positions are divided by 4 and its slow pairs by up to 8 more, so a
-base change turns the angles less).
+base change turns the angles less). mistral3 (issue 25): f32 8.62e-06, f16
+6.57e-03; controls 9.94e-03 and 9.89e-02.
 """
 import json
 import os
@@ -57,11 +59,11 @@ def forward_with_rope_defect(W, hp, tokens, factor):
     orig = cs.rope
     calls = {"n": 0}
 
-    def bad_rope(x, pos, base, neox, factors=None):
+    def bad_rope(x, pos, base, neox, factors=None, yarn=None):
         # rope() is called twice per layer (q, k); calls 2 and 3 are layer 1.
         layer = calls["n"] // 2
         calls["n"] += 1
-        return orig(x, pos, base * factor if layer == 1 else base, neox, factors)
+        return orig(x, pos, base * factor if layer == 1 else base, neox, factors, yarn)
 
     cs.rope = bad_rope
     try:

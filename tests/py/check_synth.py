@@ -1,7 +1,8 @@
 """ptxlm-synth's files as gguf-py reads them.
 
 For each architecture (and llama3, a llama file with rope_freqs, linear RoPE
-scaling and the llama-bpe pre-tokenizer), a tiny model is generated into a temporary folder and
+scaling and the llama-bpe pre-tokenizer; mistral3 with YaRN and the attention
+temperature), a tiny model is generated into a temporary folder and
 read with gguf.GGUFReader: the architecture key and hyperparameters, every
 tensor's type by llama.cpp's Q4_K_M rule and its shape, the weights'
 statistics after gguf-py's own dequantizers, and a float64 numpy forward pass
@@ -16,8 +17,8 @@ llamacpp_synth_tiny.json holds its tokenization of a prompt and its greedy
 continuation for each tiny model (recorded by bench/golden-synth). The numpy
 forward pass must produce the same continuation, byte for byte, from the same
 file (its SHA-256 is checked first). Where llama.cpp's 8-bit activations flip
-a near-tie (qwen3 and llama3 have one within their first 5 tokens; only
-those two may differ), its tokens are replayed instead and each must be our argmax or within twice
+a near-tie (qwen3 and llama3 have one within their first 5 tokens, mistral3
+after 14; only those three may differ), its tokens are replayed instead and each must be our argmax or within twice
 llama.cpp's noise of it (check_at_near_ties).
 """
 import hashlib
@@ -34,10 +35,10 @@ import numpy as np
 from gguf.quants import dequantize
 
 BIN = Path(os.environ.get("PTXLM_BINARY_DIR", "build")) / "models" / "synth" / "ptxlm-synth"
-ARCHS = ["llama", "qwen2", "gemma3", "qwen3", "llama3"]
+ARCHS = ["llama", "qwen2", "gemma3", "qwen3", "llama3", "mistral3"]
 GGUF_ARCH = {"llama3": "llama"}   # llama3: a llama file with Llama 3.x's RoPE features and tokenizer
-PRE = {"qwen3": "qwen2", "llama3": "llama-bpe"}   # tokenizer.ggml.pre; the others "gpt-2"
-NEAR_TIE_ARCHS = {"qwen3", "llama3"}   # llama.cpp's 8-bit activations flip a near-tie in their continuation
+PRE = {"qwen3": "qwen2", "llama3": "llama-bpe", "mistral3": "tekken"}   # tokenizer.ggml.pre; the others "gpt-2"
+NEAR_TIE_ARCHS = {"qwen3", "llama3", "mistral3"}   # llama.cpp's 8-bit activations flip a near-tie in their continuation
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "llamacpp_synth_tiny.json"
 LOGIT_STD = 6.0   # kLogitStd in models/synth/synth.cpp
 
@@ -71,7 +72,29 @@ def hparams(r):
         rope_scale=1.0 / field(r, f"{a}.rope.scaling.factor", 1.0)
         if field(r, f"{a}.rope.scaling.type", "none") == "linear" else 1.0,
         rope_freqs=any(t.name == "rope_freqs.weight" for t in r.tensors),
+        yarn=yarn_hparams(r, a),
+        # Mistral 3's attention temperature; its floor is YaRN's original context.
+        temp_scale=field(r, f"{a}.attention.temperature_scale", 0.0) if a == "mistral3" else 0.0,
+        temp_floor=field(r, f"{a}.rope.scaling.original_context_length", field(r, f"{a}.context_length")),
         n_vocab=len(field(r, "tokenizer.ggml.tokens")))
+
+
+def yarn_hparams(r, a):
+    """YaRN (mistral3) as llama.cpp derives it, or None."""
+    if a != "mistral3" or field(r, f"{a}.rope.scaling.type", "none") != "yarn":
+        return None
+    factor = field(r, f"{a}.rope.scaling.factor")
+    log_mul = field(r, f"{a}.rope.scaling.yarn_log_multiplier", 0.0)
+
+    def get_mscale(scale, ms):
+        return 1.0 if scale <= 1 else 0.1 * ms * np.log(scale) + 1.0
+    # llama_context's attn_factor, times ggml's 1 + 0.1 ln(factor) (they cancel but for the multiplier).
+    attn = get_mscale(factor, 1.0) / get_mscale(factor, log_mul) if log_mul else get_mscale(factor, 1.0)
+    attn = attn / (1 + 0.1 * np.log(factor)) * field(r, f"{a}.rope.scaling.attn_factor", 1.0)
+    return dict(freq_scale=1.0 / factor, n_ctx_orig=field(r, f"{a}.rope.scaling.original_context_length"),
+                beta_fast=field(r, f"{a}.rope.scaling.yarn_beta_fast", 32.0),
+                beta_slow=field(r, f"{a}.rope.scaling.yarn_beta_slow", 1.0),
+                mscale=attn * (1 + 0.1 * np.log(factor)))
 
 
 def weights(r):
@@ -123,14 +146,24 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, base, neox, factors=None):
-    """factors: Llama 3.x's rope_freqs, dividing each pair's rate."""
+def rope(x, pos, base, neox, factors=None, yarn=None):
+    """factors: Llama 3.x's rope_freqs, dividing each pair's rate. yarn:
+    yarn_hparams(), each pair's rate mixed between its own and the
+    interpolated one by ggml's ramp, and cos, sin times its magnitude."""
     d = x.shape[-1]
     inv = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
     if factors is not None:
         inv = inv / factors
+    mscale = 1.0
+    if yarn is not None:
+        def corr(beta):   # ggml_rope_yarn_corr_dim
+            return d * np.log(yarn["n_ctx_orig"] / (beta * 2 * np.pi)) / (2 * np.log(base))
+        lo, hi = max(0.0, np.floor(corr(yarn["beta_fast"]))), min(d - 1.0, np.ceil(corr(yarn["beta_slow"])))
+        mix = 1 - np.clip((np.arange(d // 2) - lo) / max(0.001, hi - lo), 0, 1)
+        inv = inv * (yarn["freq_scale"] * (1 - mix) + mix)
+        mscale = yarn["mscale"]
     ang = pos[:, None] * inv[None, :]
-    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    c, s = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
     if neox:   # qwen2, gemma3: pairs (i, i + d/2)
         a, b = x[..., : d // 2], x[..., d // 2:]
         return np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
@@ -173,7 +206,11 @@ def forward(W, hp, tokens, attention=True):
                 mask = mask & (i_idx - j_idx < hp["sliding_window"])
         if not attention:
             mask = j_idx == i_idx
-        q, k = rope(q, pos, base, arch != "llama", factors), rope(k, pos, base, arch != "llama", factors)
+        neox, yarn = arch not in ("llama", "mistral3"), hp["yarn"]
+        q, k = rope(q, pos, base, neox, factors, yarn), rope(k, pos, base, neox, factors, yarn)
+        if hp["temp_scale"]:   # mistral3: q times 1 + scale ln(floor(p / floor) + 1)
+            p_idx = np.arange(T, dtype=np.float64)
+            q = q * (1 + hp["temp_scale"] * np.log(np.floor(p_idx / hp["temp_floor"]) + 1))[:, None, None]
         out = np.empty((T, H, hd))
         for hh in range(H):
             kv = hh // (H // KV)
@@ -207,6 +244,9 @@ def check_model(path, arch):
         check(hp["n_head"] * hp["head_dim"] != hp["n_embd"], f"{arch}: head_dim is n_embd / n_head (key_length unused)")
     if arch == "llama3":
         check(hp["rope_scale"] == 0.25 and hp["rope_freqs"], f"{arch}: no linear RoPE scaling or rope_freqs")
+    if arch == "mistral3":
+        check(hp["yarn"] is not None and hp["yarn"]["freq_scale"] != 1 and hp["temp_scale"] != 0,
+              f"{arch}: no YaRN scaling or no attention temperature")
 
     want = expected_types(hp)
     got = {t.name: t for t in r.tensors}
@@ -310,7 +350,7 @@ def check_llamacpp_golden(path, arch, r, W, hp):
 
 # llama.cpp's logits on a quantized file against the float64 pass, max |diff|
 # over the 3 recorded prompts (its 8-bit activations): llama 0.353, qwen2
-# 0.503, gemma3 0.742, qwen3 0.369, llama3 0.388. Two logits that close can
+# 0.503, gemma3 0.742, qwen3 0.369, llama3 0.388, mistral3 0.504. Two logits that close can
 # swap: such a step is a near-tie, where llama.cpp's greedy token need not be
 # ours.
 LLAMACPP_Q_NOISE = 0.75

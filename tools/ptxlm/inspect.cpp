@@ -55,6 +55,8 @@ json describe(const gguf::File& f) {
     hp["sliding_window"] = h.sliding_window;
     hp["rope_scaling"] = h.rope_scaling.empty() ? json(nullptr) : json(h.rope_scaling);
     hp["rope_scaling_factor"] = h.rope_scaling_factor > 0 ? json(h.rope_scaling_factor) : json(nullptr);
+    hp["rope_orig_ctx"] = h.rope_orig_ctx;   // YaRN's original context (context_length when not given)
+    hp["attn_temperature_scale"] = h.attn_temp_scale != 0 ? json(h.attn_temp_scale) : json(nullptr);
     j["hparams"] = hp;
 
     json tok;
@@ -146,7 +148,11 @@ void print_human(const json& j) {
     row("rope", rope + ", " + str(hp["rope_style"]) + ", " + str(hp["rope_dims"]) + " dims");
     if (!hp["rope_scaling"].is_null() || !hp["rope_scaling_factor"].is_null())
         row("rope scaling", (hp["rope_scaling"].is_null() ? std::string("linear") : str(hp["rope_scaling"])) +
-                                (hp["rope_scaling_factor"].is_null() ? "" : ", factor " + str(hp["rope_scaling_factor"])));
+                                (hp["rope_scaling_factor"].is_null() ? "" : ", factor " + str(hp["rope_scaling_factor"])) +
+                                (hp["rope_scaling"] == "yarn" ? ", original context " + str(hp["rope_orig_ctx"]) : ""));
+    if (!hp["attn_temperature_scale"].is_null())
+        row("attn temperature", "scale " + str(hp["attn_temperature_scale"]) + ", every " + str(hp["rope_orig_ctx"]) +
+                                    " positions");
     row("sliding window", hp["sliding_window"] == 0 ? "none" : str(hp["sliding_window"]));
     row("rms eps", str(hp["rms_eps"]));
     std::string t = str(tok["model"]);
