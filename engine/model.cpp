@@ -236,15 +236,19 @@ std::vector<double> rope_rates(const Model& m, float base) {
 }
 
 float yarn_mscale(float factor, float log_mul) {
+    // llama.cpp divides its attn_factor by 1 + 0.1·ln f and ggml's RoPE
+    // multiplies it back; the product is the ratio itself (within an f32 ulp).
     auto get = [](float scale, float ms) { return scale <= 1.0f ? 1.0f : 0.1f * ms * std::log(scale) + 1.0f; };
-    float attn = log_mul != 0.0f ? get(factor, 1.0f) / get(factor, log_mul) : get(factor, 1.0f);
-    attn *= 1.0f / (1.0f + 0.1f * std::log(factor));   // llama.cpp cancels ggml's own factor here ...
-    return attn * (1.0f + 0.1f * std::log(factor));     // ... which ggml applies when ext_factor != 0
+    return log_mul != 0.0f ? get(factor, 1.0f) / get(factor, log_mul) : get(factor, 1.0f);
+}
+
+double attn_temperature(uint32_t pos, float scale, uint32_t floor) {
+    if (scale == 0) return 1.0;
+    return std::log(double(pos / floor) + 1.0) * scale + 1.0;
 }
 
 float Model::attn_temperature(uint32_t pos) const {
-    if (attn_temp_scale == 0) return 1.0f;
-    return float(std::log(std::floor(float(pos) / float(attn_temp_floor)) + 1.0) * attn_temp_scale + 1.0);
+    return float(ptxlm::attn_temperature(pos, attn_temp_scale, attn_temp_floor));
 }
 
 PassTraffic pass_traffic(const Model& m) {

@@ -133,6 +133,10 @@ inline RopeCosSin rope_cos_sin(double theta, float mscale) {
 // (1 + 0.1·ln f) / (1 + 0.1·log_mul·ln f) with a yarn_log_multiplier, else
 // 1 + 0.1·ln f.
 float yarn_mscale(float factor, float log_mul);
+// Mistral 3's attention temperature, the factor on q at `pos`:
+// 1 + scale·ln(⌊pos / floor⌋ + 1), the division in integers as llama.cpp's
+// graph does it (floor > 0; scale 0 gives 1).
+double attn_temperature(uint32_t pos, float scale, uint32_t floor);
 
 // Bytes one forward pass reads from memory: what bounds single-stream decode.
 // A pass over a batch of tokens reads every weight once (the token embedding

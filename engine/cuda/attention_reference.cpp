@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/model.h"
 #include "gguf/f16.h"
 
 namespace ptxlm::cuda {
@@ -37,7 +38,7 @@ AttentionExpected attention_reference(const kernels::AttentionShape& s, const At
     const double rel = s.qk_norm ? 2e-6 : 0.0;   // f32 vs double sum of squares; else bit-equal
     // Mistral 3's temperature on q (the kernel's lg2.approx and two f32
     // roundings: within 1e-6 of it, relative).
-    const double temp = s.temp_scale != 0 ? std::log(std::floor(double(pos) / s.temp_floor) + 1.0) * s.temp_scale + 1.0 : 1.0;
+    const double temp = attn_temperature(pos, s.temp_scale, s.temp_floor);
     const double temp_rel = s.temp_scale != 0 ? 1e-6 : 0.0;
     const double scale = s.scale * temp;
     AttentionExpected e;
