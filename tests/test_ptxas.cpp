@@ -10,6 +10,7 @@
 
 #include "kernels/decode/attention.h"
 #include "kernels/decode/gemv.h"
+#include "kernels/decode/paged_attention.h"
 #include "kernels/examples/examples.h"
 #include "kernels/ptx/ptxas.h"
 
@@ -203,6 +204,30 @@ TEST(Ptxas, AttentionKernelsAssembleWithoutSpills) {
       EXPECT_TRUE(g.hot);
       PtxasFunctionReport f = assemble(g, arch);
       std::printf("[ptxas] %-40s %s: %3d registers, %llu B smem, %llu B spills\n", g.name.c_str(), arch, f.registers,
+                  (unsigned long long)f.smem_bytes, (unsigned long long)(f.spill_store_bytes + f.spill_load_bytes));
+    }
+  }
+}
+
+// Paged flash-decoding attention: groups of 1, 4, 7 and 8 query heads per KV
+// head, head_dim 64, 128 and 256, a sliding window, a batch of 16 rows.
+TEST(Ptxas, PagedAttentionKernelsAssembleWithoutSpills) {
+  ASSERT_TRUE(have_ptxas()) << "ptxas missing: see Ptxas.IsAvailable";
+  const std::vector<kx::PagedAttentionShape> shapes = {
+      {32, 8, 128, 16, 512, 1, 16, 0},     // Llama-3-8B, one decode token (132 SMs)
+      {32, 8, 128, 16, 512, 16, 2, 0},     // ... a batch of 16
+      {9, 3, 64, 16, 512, 1, 32, 0},       // SmolLM2
+      {28, 4, 128, 16, 2048, 1, 32, 0},    // Qwen2.5-7B: a group of 7
+      {64, 8, 128, 16, 512, 1, 32, 0},     // a group of 8
+      {16, 16, 64, 32, 256, 1, 16, 0},     // a group of 1, pages of 32
+      {4, 1, 256, 16, 2048, 1, 64, 512},   // gemma3's sliding layers
+  };
+  for (const char* arch : kArches) {
+    for (const kx::PagedAttentionShape& s : shapes) {
+      const GeneratedKernel g = kx::paged_attention_kernel(s, Target::parse(arch));
+      EXPECT_TRUE(g.hot);
+      PtxasFunctionReport f = assemble(g, arch);
+      std::printf("[ptxas] %-44s %s: %3d registers, %llu B smem, %llu B spills\n", g.name.c_str(), arch, f.registers,
                   (unsigned long long)f.smem_bytes, (unsigned long long)(f.spill_store_bytes + f.spill_load_bytes));
     }
   }

@@ -1,0 +1,39 @@
+// What the CPU computes for the paged attention op (kernels::
+// paged_attention_kernel): each query row's attention over its sequence's
+// pages, in double, with the bound the device's results are checked against
+// (the kernel tests on emu; `ptxlm selftest` once the backend uses the op).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/cuda/attention_reference.h"
+#include "kernels/decode/paged_attention.h"
+
+namespace ptxlm::cuda {
+
+// The op's inputs as the kernel reads them: q (T × n_head·hd f32, rotated
+// and scaled), the pools (n_pages × n_head_kv × page_size × hd f16), the
+// tables (rows × max_pages page ids), and per row its position (~0u: an
+// unused slot) and table row.
+struct PagedAttentionInputs {
+    std::vector<float> q;
+    std::vector<uint16_t> k_pool, v_pool;
+    std::vector<uint32_t> tables;
+    std::vector<uint32_t> pos, row;
+};
+
+// T × n_head·hd values (an unused slot's all {0, -1}: not checked). Scores,
+// softmax and the V sum in double over positions p0..pos (p0 = pos + 1 −
+// window on a sliding layer). The tolerance, from the kernel's rounding:
+// scores in f32 ((hd + 3)·u·log2 e·Σ|q·k| in log2 units, u = 2^-24),
+// ex2.approx (2^-22 relative, PTX ISA) for each weight and for each rescale
+// that multiplies it (a warp's later tiles, the warps' combination, the
+// splits' and their batches of 16), the V sums and the softmax sum in f32
+// along chains of at most m additions (a lane's rows, its row groups, the
+// warps, the splits): a weight off by a relative e moves the output by at
+// most 2e·Σ w|v|, so tol = 2 × (2·(ln2·δ + (tiles + 4 + batches)·2^-22) +
+// (2m + 6)·u) × Σ w|v|, the leading 2 a stated margin.
+std::vector<Checked> paged_attention_reference(const kernels::PagedAttentionShape& s, const PagedAttentionInputs& in);
+
+}  // namespace ptxlm::cuda
