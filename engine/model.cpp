@@ -58,6 +58,14 @@ private:
 
 std::string blk(uint32_t il, const char* what) { return "blk." + std::to_string(il) + "." + what; }
 
+// Rows [first, first + n) of a 2-D weight, as a weight of its own.
+Weight rows_of(const Weight& w, uint64_t first, uint64_t n) {
+    Weight v = w;
+    v.rows = n;
+    v.data = w.data + first * w.row_bytes;
+    return v;
+}
+
 }  // namespace
 
 Model Model::load(const std::string& path) { return from_file(gguf::File::open(path)); }
@@ -153,6 +161,21 @@ Model Model::from_file(gguf::File file) {
     if (m.rope_freqs && a != "llama" && a != "mistral3")
         throw ModelError(path + ": tensor 'rope_freqs.weight' is not used by architecture '" + a +
                          "' (only llama and mistral3)");
+    const bool phi3 = a == "phi3";
+    // LongRoPE (Phi-3/Phi-4): llama.cpp loads either set alone too (the
+    // other then means no factors).
+    m.rope_factors_long = L.vec("rope_factors_long.weight", m.head_dim / 2, false);
+    m.rope_factors_short = L.vec("rope_factors_short.weight", m.head_dim / 2, false);
+    m.rope_factors_ctx = hp.rope_orig_ctx;
+    for (const Weight* w : {&m.rope_factors_long, &m.rope_factors_short})
+        if (*w && !phi3)
+            throw ModelError(path + ": tensor '" + w->name() + "' is not used by architecture '" + a + "' (only phi3)");
+    if (phi3) {
+        // Phi-3.5-MoE is its own architecture (phimoe); llama.cpp's phi3
+        // graph has a MoE branch it never loads.
+        if (m.file.get_u32(a + ".expert_count").value_or(0) > 0)
+            throw ModelError(path + ": phi3 with experts (phi3.expert_count > 0) is not supported");
+    }
 
     m.layers.resize(hp.n_layer);
     for (uint32_t il = 0; il < hp.n_layer; ++il) {
@@ -166,9 +189,20 @@ Model Model::from_file(gguf::File file) {
         l.rope_base = l.sliding && hp.sliding_period ? base_local : hp.rope_base;
         const uint64_t q_dim = uint64_t(l.n_head) * m.head_dim, kv_dim = uint64_t(l.n_head_kv) * m.head_dim;
         l.attn_norm = L.vec(blk(il, "attn_norm.weight"), E);
-        l.wq = L.get(blk(il, "attn_q.weight"), E, q_dim, true);
-        l.wk = L.get(blk(il, "attn_k.weight"), E, kv_dim, true);
-        l.wv = L.get(blk(il, "attn_v.weight"), E, kv_dim, true);
+        // phi3: q, k and v fused in one matrix, or separate as elsewhere.
+        const Weight qkv = phi3 ? L.get(blk(il, "attn_qkv.weight"), E, q_dim + 2 * kv_dim, false) : Weight{};
+        if (qkv) {
+            l.wq = rows_of(qkv, 0, q_dim);
+            l.wk = rows_of(qkv, q_dim, kv_dim);
+            l.wv = rows_of(qkv, q_dim + kv_dim, kv_dim);
+            for (const char* t : {"attn_qkv.bias", "attn_q.weight", "attn_k.weight", "attn_v.weight"})
+                if (m.file.find_tensor(blk(il, t)))
+                    throw ModelError(path + ": tensor '" + blk(il, t) + "' next to a fused attn_qkv is not supported");
+        } else {
+            l.wq = L.get(blk(il, "attn_q.weight"), E, q_dim, true);
+            l.wk = L.get(blk(il, "attn_k.weight"), E, kv_dim, true);
+            l.wv = L.get(blk(il, "attn_v.weight"), E, kv_dim, true);
+        }
         l.wo = L.get(blk(il, "attn_output.weight"), q_dim, E, true);
         const bool biases = a == "qwen2";
         l.bq = L.vec(blk(il, "attn_q.bias"), q_dim, biases);
@@ -178,8 +212,20 @@ Model Model::from_file(gguf::File file) {
         l.k_norm = L.vec(blk(il, "attn_k_norm.weight"), m.head_dim, qk_norm);
         l.attn_post_norm = L.vec(blk(il, "post_attention_norm.weight"), E, gemma);
         l.ffn_norm = L.vec(blk(il, "ffn_norm.weight"), E);
-        l.gate = L.get(blk(il, "ffn_gate.weight"), E, l.n_ff, true);
-        l.up = L.get(blk(il, "ffn_up.weight"), E, l.n_ff, true);
+        if (phi3) {
+            // ffn_up holds the gate's n_ff rows, then up's (llama.cpp's
+            // ggml_swiglu: silu of the first half times the second); there
+            // is no ffn_gate, and a file with one is not what the graph reads.
+            if (m.file.find_tensor(blk(il, "ffn_gate.weight")))
+                throw ModelError(path + ": tensor '" + blk(il, "ffn_gate.weight") +
+                                 "' is not used by phi3 (its ffn_up holds the gate)");
+            const Weight up = L.get(blk(il, "ffn_up.weight"), E, 2 * uint64_t(l.n_ff), true);
+            l.gate = rows_of(up, 0, l.n_ff);
+            l.up = rows_of(up, l.n_ff, l.n_ff);
+        } else {
+            l.gate = L.get(blk(il, "ffn_gate.weight"), E, l.n_ff, true);
+            l.up = L.get(blk(il, "ffn_up.weight"), E, l.n_ff, true);
+        }
         l.down = L.get(blk(il, "ffn_down.weight"), l.n_ff, E, true);
         l.ffn_post_norm = L.vec(blk(il, "post_ffw_norm.weight"), E, gemma);
         // llama.cpp's llama and mistral3 graphs take optional output and FFN
@@ -208,9 +254,16 @@ std::vector<float> to_floats(const Weight& w) {
     return v;
 }
 
-std::vector<double> rope_rates(const Model& m, float base) {
+const Weight& Model::rope_factors(uint32_t n_ctx) const {
+    if (rope_freqs) return rope_freqs;
+    // llama.cpp compares its context per sequence, which it rounds up to a
+    // multiple of 256, with the original context.
+    return n_ctx > rope_factors_ctx ? rope_factors_long : rope_factors_short;
+}
+
+std::vector<double> rope_rates(const Model& m, float base, uint32_t n_ctx) {
     const uint32_t hd = m.head_dim;
-    const std::vector<float> factors = to_floats(m.rope_freqs);
+    const std::vector<float> factors = to_floats(m.rope_factors(n_ctx));
     std::vector<double> f(hd / 2);
     for (uint32_t i = 0; i < hd / 2; ++i) {
         f[i] = std::pow(double(base), -2.0 * double(i) / double(hd));

@@ -33,6 +33,11 @@ struct Weight {
 
 enum class FfnKind { SwiGLU, GeGLU };   // silu(gate)·up (llama, qwen2, qwen3), tanh-gelu(gate)·up (gemma3)
 
+// Phi-3/Phi-4 (phi3) files fuse some matrices: attn_qkv holds q's rows, then
+// k's, then v's, and ffn_up 2·n_ff rows, the gate's then up's. wq, wk, wv
+// and gate, up are then views of consecutive rows of that one tensor (data
+// points at the first row; name() is the fused tensor's), so the backends
+// multiply them as separate matrices.
 struct LayerDesc {
     uint32_t n_head = 0, n_head_kv = 0, n_ff = 0;
     bool sliding = false;          // attends to the last `window` positions only
@@ -82,6 +87,12 @@ struct Model {
     Weight output_norm;
     Weight output;                 // = tok_embd when the embeddings are tied
     Weight rope_freqs;             // optional per-pair divisors of the RoPE frequencies (Llama 3.x)
+    // Phi-3/Phi-4's LongRoPE: per-pair divisors like rope_freqs (head_dim/2
+    // each, one pair shared by every layer), the long set when the context
+    // per sequence exceeds rope_factors_ctx, else the short (llama.cpp's
+    // get_rope_factors). The magnitude comes as rope.scaling.attn_factor.
+    Weight rope_factors_long, rope_factors_short;
+    uint32_t rope_factors_ctx = 0; // rope.scaling.original_context_length (else context_length)
     std::vector<LayerDesc> layers;
 
     // Opens and validates `path`: the architecture must be supported, every
@@ -98,6 +109,9 @@ struct Model {
     bool tied_embeddings() const { return output.data == tok_embd.data; }
     float attn_temperature(uint32_t pos) const;   // the factor on q at `pos` (1 when off)
     uint32_t kv_dim(uint32_t il) const { return layers[il].n_head_kv * head_dim; }
+    // The per-pair divisors RoPE uses with a context of n_ctx positions per
+    // sequence: rope_freqs, else LongRoPE's long or short set, else none.
+    const Weight& rope_factors(uint32_t n_ctx) const;
 };
 
 template <class Fn> void Model::for_each_weight(Fn&& fn) const {
@@ -106,6 +120,8 @@ template <class Fn> void Model::for_each_weight(Fn&& fn) const {
     visit(output_norm);
     if (!tied_embeddings()) visit(output);
     visit(rope_freqs);
+    visit(rope_factors_long);
+    visit(rope_factors_short);
     for (const LayerDesc& l : layers)
         for (const Weight* w : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
                                 &l.attn_post_norm, &l.ffn_norm, &l.gate, &l.up, &l.down, &l.ffn_post_norm})
@@ -116,12 +132,13 @@ template <class Fn> void Model::for_each_weight(Fn&& fn) const {
 // reference dequantizers.
 std::vector<float> to_floats(const Weight& w);
 
-// RoPE's per-pair rates for a layer with base `base`: base^(−2i/head_dim),
-// divided by the model's rope_freqs factors when it has them, and with YaRN
-// mixed per pair (Model::Yarn). The angle of pair i at position p is
-// (p · rope_freq_scale) · rate[i], in double; its cos and sin are rounded to
-// f32 and then multiplied by rope_mscale (rope_cos_sin).
-std::vector<double> rope_rates(const Model& m, float base);
+// RoPE's per-pair rates for a layer with base `base` in a context of n_ctx
+// positions per sequence: base^(−2i/head_dim), divided by the model's
+// rope_factors(n_ctx) when it has them, and with YaRN mixed per pair
+// (Model::Yarn). The angle of pair i at position p is (p · rope_freq_scale) ·
+// rate[i], in double; its cos and sin are rounded to f32 and then multiplied
+// by rope_mscale (rope_cos_sin).
+std::vector<double> rope_rates(const Model& m, float base, uint32_t n_ctx);
 struct RopeCosSin {
     float c, s;
 };

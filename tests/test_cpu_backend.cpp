@@ -381,7 +381,7 @@ TEST(ModelLoad, UnsupportedArchitectureListsTheSupported) {
     w.set_u32("mamba.attention.head_count", 1);
     w.set_u32("mamba.feed_forward_length", 64);
     const std::string e = load_error(w.serialize());
-    EXPECT_NE(e.find("architecture 'mamba' is not supported (supported: llama, qwen2, gemma3, qwen3, mistral3)"), std::string::npos) << e;
+    EXPECT_NE(e.find("architecture 'mamba' is not supported (supported: llama, qwen2, gemma3, qwen3, mistral3, phi3)"), std::string::npos) << e;
 }
 
 TEST(ModelLoad, MissingKeyIsNamed) {
@@ -443,7 +443,7 @@ TEST(ModelLoad, Mistral3ReadsYarnAndTemperatureAndRefusesTheRest) {
     EXPECT_NEAR(yarn_mscale(1.0f, 0.0f), 1.0, 1e-7);
     // ggml's correction dims for 64 dims, context 16, base 1e6: [0, 3]. Pair
     // 0 keeps its rate, pairs 1 and 2 are 2/3 and 1/3 of the way, 3.. are / 16.
-    const std::vector<double> r = rope_rates(m, 1e6f);
+    const std::vector<double> r = rope_rates(m, 1e6f, 1024);
     auto plain = [](uint32_t i) { return std::pow(1e6, -2.0 * i / 64); };
     EXPECT_NEAR(r[0], 1.0, 1e-12);
     EXPECT_NEAR(r[1] / plain(1), 1.0 / 16 * (1 - 2.0 / 3) + 2.0 / 3, 1e-6);
@@ -502,6 +502,87 @@ TEST(Backend, PositionsAndTokensAreChecked) {
     EXPECT_THROW(parse_device("gpu"), std::invalid_argument);
     std::string note;
     EXPECT_THROW(make_backend(m, DeviceKind::Cuda, {}, &note), ModelError);
+}
+
+}  // namespace
+
+namespace {
+
+// phi3: the fused matrices as views of their rows, LongRoPE's choice by the
+// context, its magnitude, and what llama.cpp's phi3 graph does not read
+// refused by name.
+TEST(ModelLoad, Phi3SplitsFusedMatricesAndPicksLongRopeFactorsByContext) {
+    const synth::Spec spec = synth::preset(synth::Arch::Phi3, synth::Size::Tiny);
+    const std::vector<uint8_t> bytes = synth::model_bytes(spec);
+    const Model m = Model::from_file(gguf::File::parse(bytes, "phi3.gguf"));
+    EXPECT_EQ(m.hp.rope_style, RopeStyle::Neox);
+    const gguf::TensorInfo* qkv = m.file.find_tensor("blk.1.attn_qkv.weight");
+    const gguf::TensorInfo* up = m.file.find_tensor("blk.1.ffn_up.weight");
+    ASSERT_TRUE(qkv && up);
+    const LayerDesc& l = m.layers[1];
+    const uint64_t rb = l.wq.row_bytes;
+    EXPECT_EQ(l.wq.data, qkv->data);
+    EXPECT_EQ(l.wk.data, qkv->data + spec.q_dim() * rb);
+    EXPECT_EQ(l.wv.data, qkv->data + (spec.q_dim() + spec.kv_dim()) * rb);
+    EXPECT_EQ(l.wq.rows, spec.q_dim());
+    EXPECT_EQ(l.wk.rows, spec.kv_dim());
+    EXPECT_EQ(l.wv.rows, spec.kv_dim());
+    EXPECT_EQ(l.gate.data, up->data);
+    EXPECT_EQ(l.up.data, up->data + spec.n_ff * l.gate.row_bytes);
+    EXPECT_EQ(l.gate.rows, spec.n_ff);
+    EXPECT_EQ(l.up.rows, spec.n_ff);
+    EXPECT_EQ(l.wv.name(), "blk.1.attn_qkv.weight");
+    // The views cover the file's matrices exactly once.
+    EXPECT_EQ(m.weight_bytes(), [&] {
+        uint64_t n = 0;
+        for (const gguf::TensorInfo& t : m.file.tensors()) n += t.n_bytes;
+        return n;
+    }());
+    // Long past the original context of 512 (llama.cpp: n_ctx_seq > n_ctx_orig_yarn).
+    EXPECT_EQ(m.rope_factors_ctx, 512u);
+    EXPECT_EQ(m.rope_factors(512).data, m.rope_factors_short.data);
+    EXPECT_EQ(m.rope_factors(513).data, m.rope_factors_long.data);
+    const std::vector<double> lng = rope_rates(m, 1e4f, 1024), shrt = rope_rates(m, 1e4f, 256);
+    const uint32_t half = m.head_dim / 2;
+    for (uint32_t i = 0; i < half; ++i) {
+        const double plain = std::pow(1e4, -2.0 * i / m.head_dim);
+        EXPECT_NEAR(lng[i] * synth::rope_factor_long(i, half) / plain, 1.0, 1e-6) << i;
+        EXPECT_NEAR(shrt[i] * synth::rope_factor_short(i, half) / plain, 1.0, 1e-6) << i;
+    }
+    EXPECT_FLOAT_EQ(m.rope_mscale, spec.rope_attn_factor);
+    EXPECT_GT(m.rope_mscale, 1.05f);
+
+    auto with = [&](synth::Arch arch, const std::function<void(gguf::Writer&)>& edit) {
+        gguf::Writer w = synth::build_model(synth::preset(arch, synth::Size::Tiny));
+        edit(w);
+        return load_error(w.serialize());
+    };
+    const uint64_t E = spec.n_embd, F = spec.n_ff, QKV = spec.q_dim() + 2 * spec.kv_dim();
+    std::string e = with(synth::Arch::Phi3, [&](gguf::Writer& w) {
+        w.add_tensor("blk.0.ffn_gate.weight", gguf::GgmlType::F32, {E, F}, std::vector<uint8_t>(E * F * 4));
+    });
+    EXPECT_NE(e.find("tensor 'blk.0.ffn_gate.weight' is not used by phi3"), std::string::npos) << e;
+    e = with(synth::Arch::Phi3, [&](gguf::Writer& w) {
+        w.add_tensor("blk.0.attn_qkv.bias", gguf::GgmlType::F32, {QKV}, std::vector<uint8_t>(QKV * 4));
+    });
+    EXPECT_NE(e.find("tensor 'blk.0.attn_qkv.bias' next to a fused attn_qkv is not supported"), std::string::npos) << e;
+    e = with(synth::Arch::Phi3, [](gguf::Writer& w) { w.set_u32("phi3.expert_count", 16); });
+    EXPECT_NE(e.find("phi3 with experts (phi3.expert_count > 0) is not supported"), std::string::npos) << e;
+    // Phi-4-mini's partial rotary (0.75 of the head): the key's value
+    // rewritten in place (a u32 after the key's name and its type).
+    std::vector<uint8_t> partial = bytes;
+    const std::string key = "phi3.rope.dimension_count";
+    const auto at = std::search(partial.begin(), partial.end(), key.begin(), key.end());
+    ASSERT_NE(at, partial.end());
+    const uint32_t rot = 48;
+    std::memcpy(&*(at + key.size() + 4), &rot, 4);
+    e = load_error(partial);
+    EXPECT_NE(e.find("partial RoPE (rope.dimension_count 48 of head size 64) is not supported"), std::string::npos) << e;
+    e = with(synth::Arch::Qwen3, [](gguf::Writer& w) {
+        w.add_tensor("rope_factors_long.weight", gguf::GgmlType::F32, {64}, std::vector<uint8_t>(64 * 4));
+    });
+    EXPECT_NE(e.find("tensor 'rope_factors_long.weight' is not used by architecture 'qwen3' (only phi3)"),
+              std::string::npos) << e;
 }
 
 }  // namespace

@@ -77,8 +77,9 @@ std::vector<TokenId> greedy(Backend& cpu, std::vector<TokenId> ids, size_t n, st
 // results differ in the last bits can round to neighbouring halves, which
 // moves logits by ~1e-3. Negative control (a corrupted Q4_K scale, below):
 // llama 0.117, qwen2 0.249, gemma3 0.382, each at least twice the bound.
-// Issue 25 (2026-11-27): qwen3 8.35e-4, llama3 1.12e-3, mistral3 2.03e-3;
-// controls 0.117, 0.093 and 0.196. (mistral3's YaRN and temperature move
+// Issue 25 (2026-11-27): qwen3 8.35e-4, llama3 1.12e-3, mistral3 2.03e-3,
+// phi3 1.06e-4 (and at a context of 1024, its long factors, 1.06e-4; the
+// short factors' run 5.92 off); controls 0.117, 0.093, 0.196 and 0.178. (mistral3's YaRN and temperature move
 // llama.cpp's logits by 9.7 and 0.93 when left out: a device path without
 // either could not pass.)
 constexpr double kTolerance = 5e-3;
@@ -153,8 +154,32 @@ TEST_P(CudaBackendSynth, TeacherForcedLogitsMatchTheCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, CudaBackendSynth,
                          ::testing::Values(synth::Arch::Llama, synth::Arch::Qwen2, synth::Arch::Gemma3,
-                                           synth::Arch::Qwen3, synth::Arch::Llama3, synth::Arch::Mistral3),
+                                           synth::Arch::Qwen3, synth::Arch::Llama3, synth::Arch::Mistral3,
+                                           synth::Arch::Phi3),
                          [](const auto& info) { return std::string(synth::arch_name(info.param)); });
+
+// phi3 runs above at a context of 64, under its original 512: LongRoPE's
+// short factors. Past it (1024) the device's RoPE table must carry the long
+// ones, as the CPU's rates do; the short factors' device run (context 64) is
+// the negative control, far off the same CPU logits.
+TEST(CudaBackendPhi3, LongRopeFactorsPastTheOriginalContext) {
+  std::vector<uint8_t> bytes = synth::model_bytes(synth::preset(synth::Arch::Phi3, synth::Size::Tiny));
+  Model m = Model::from_file(gguf::File::parse(bytes, "synth-phi3"));
+  ASSERT_LT(m.rope_factors_ctx, 1024u);
+  cpu::CpuBackend cpu(m, 1024, KvType::F16, 2);
+  cpu.set_path(cpu::CpuPath::Reference);
+  std::vector<float> ref;
+  const std::vector<TokenId> ids = greedy(cpu, {764, 17, 301, 52}, 12, &ref);
+  cuda::CudaBackend gpu(m, cuda::Driver::load(), 1024, Schedule::Default, kRef);
+  const Comparison c = compare(cpu, gpu, ids, kTolerance, &ref);
+  cuda::CudaBackend short_gpu(m, cuda::Driver::load(), 64, Schedule::Default, kRef);
+  const Comparison off = compare(cpu, short_gpu, ids, kTolerance, &ref);
+  std::printf("[cuda-backend] phi3 at a context of 1024 (long factors): max |logit diff| %.2e (tolerance %.1e); "
+              "the device at 64 (short factors) %.2e off\n", c.max_diff, kTolerance, off.max_diff);
+  EXPECT_LE(c.max_diff, kTolerance);
+  EXPECT_EQ(c.argmax_mismatches, 0u);
+  EXPECT_GE(off.max_diff, 2 * kTolerance);
+}
 
 // The first `n` positions of a prompt on a real model (emu runs a few
 // seconds per token of these).

@@ -137,6 +137,11 @@ std::vector<Want> expected_tensors(const Spec& s) {
     std::vector<Want> w;
     w.push_back({"token_embd.weight", gemma ? GgmlType::Q6_K : GgmlType::Q4_K, {E, V}});
     if (s.arch == Arch::Llama3) w.push_back({"rope_freqs.weight", GgmlType::F32, {s.head_dim / 2}});
+    const bool phi3 = s.arch == Arch::Phi3;   // fused attn_qkv and ffn_up (gate rows, then up's), LongRoPE
+    if (phi3) {
+        w.push_back({"rope_factors_long.weight", GgmlType::F32, {s.head_dim / 2}});
+        w.push_back({"rope_factors_short.weight", GgmlType::F32, {s.head_dim / 2}});
+    }
     w.push_back({"output_norm.weight", GgmlType::F32, {E}});
     if (!gemma) w.push_back({"output.weight", GgmlType::Q6_K, {E, V}});
     for (uint64_t i = 0; i < L; ++i) {
@@ -144,13 +149,21 @@ std::vector<Want> expected_tensors(const Spec& s) {
         const bool more = i < L / 8 || i >= 7 * L / 8 || (i - L / 8) % 3 == 2;
         const GgmlType vd = more ? GgmlType::Q6_K : GgmlType::Q4_K;
         w.push_back({p + "attn_norm.weight", GgmlType::F32, {E}});
-        w.push_back({p + "attn_q.weight", GgmlType::Q4_K, {E, Q}});
-        w.push_back({p + "attn_k.weight", GgmlType::Q4_K, {E, KV}});
-        w.push_back({p + "attn_v.weight", vd, {E, KV}});
+        if (phi3) {
+            w.push_back({p + "attn_qkv.weight", vd, {E, Q + 2 * KV}});   // llama.cpp types it as attn_v
+        } else {
+            w.push_back({p + "attn_q.weight", GgmlType::Q4_K, {E, Q}});
+            w.push_back({p + "attn_k.weight", GgmlType::Q4_K, {E, KV}});
+            w.push_back({p + "attn_v.weight", vd, {E, KV}});
+        }
         w.push_back({p + "attn_output.weight", GgmlType::Q4_K, {Q, E}});
         w.push_back({p + "ffn_norm.weight", GgmlType::F32, {E}});
-        w.push_back({p + "ffn_gate.weight", GgmlType::Q4_K, {E, F}});
-        w.push_back({p + "ffn_up.weight", GgmlType::Q4_K, {E, F}});
+        if (phi3) {
+            w.push_back({p + "ffn_up.weight", GgmlType::Q4_K, {E, 2 * F}});
+        } else {
+            w.push_back({p + "ffn_gate.weight", GgmlType::Q4_K, {E, F}});
+            w.push_back({p + "ffn_up.weight", GgmlType::Q4_K, {E, F}});
+        }
         w.push_back({p + "ffn_down.weight", vd, {F, E}});
         if (qwen) {
             w.push_back({p + "attn_q.bias", GgmlType::F32, {Q}});
@@ -260,6 +273,20 @@ TEST_P(SynthModel, Metadata) {
         EXPECT_NEAR(*f.get_float(p + "attention.temperature_scale"), 0.1, 1e-7);
         EXPECT_EQ(f.get_float(p + "rope.freq_base"), 1e6);
         EXPECT_EQ(f.find_tensor("rope_freqs.weight"), nullptr);
+    } else if (a == Arch::Phi3) {
+        // A LongRoPE Phi-3.5/Phi-4-mini file's keys: no scaling type, the
+        // original context, the magnitude sqrt(1 + ln 2 / ln 512).
+        EXPECT_EQ(f.find(p + "rope.scaling.type"), nullptr);
+        EXPECT_EQ(f.get_u32(p + "rope.scaling.original_context_length"), 512u);
+        EXPECT_NEAR(*f.get_float(p + "rope.scaling.attn_factor"), std::sqrt(1 + std::log(2.0) / std::log(512.0)), 1e-6);
+        EXPECT_EQ(f.get_u32(p + "rope.dimension_count"), s.head_dim);
+        for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+            const gguf::TensorInfo* rf = f.find_tensor(name);
+            ASSERT_NE(rf, nullptr) << name;
+            const float* w = reinterpret_cast<const float*>(rf->data);
+            EXPECT_EQ(w[0], 1.0f) << name;
+            EXPECT_EQ(w[rf->ne[0] - 1], std::string(name).find("long") != std::string::npos ? 16.0f : 2.0f) << name;
+        }
     } else {
         EXPECT_EQ(f.find(p + "rope.scaling.type"), nullptr);
     }
@@ -277,6 +304,9 @@ TEST_P(SynthModel, Metadata) {
         EXPECT_EQ(f.get_float(p + "rope.freq_base_swa"), 1e4);
         EXPECT_NE(s.n_head * s.head_dim, s.n_embd);   // as in the real gemma-3: key_length is needed
         EXPECT_GE(s.n_layer, 6u);                      // layer 5 is a global layer
+    } else if (a == Arch::Phi3) {
+        EXPECT_EQ(f.get_u32(p + "attention.sliding_window"), 0u);   // Phi-4's
+        EXPECT_EQ(s.n_head * s.head_dim, s.n_embd);
     } else {
         EXPECT_EQ(f.find(p + "attention.sliding_window"), nullptr);
         EXPECT_EQ(s.n_head * s.head_dim, s.n_embd);
@@ -331,7 +361,7 @@ INSTANTIATE_TEST_SUITE_P(TinyAndSmall, SynthModel,
                                            std::pair{Arch::Qwen2, Size::Small},
                                            std::pair{Arch::Gemma3, Size::Small}, std::pair{Arch::Qwen3, Size::Tiny},
                                            std::pair{Arch::Qwen3, Size::Small}, std::pair{Arch::Llama3, Size::Tiny},
-                                           std::pair{Arch::Mistral3, Size::Tiny}),
+                                           std::pair{Arch::Mistral3, Size::Tiny}, std::pair{Arch::Phi3, Size::Tiny}),
                          param_name);
 
 // ---- presets -------------------------------------------------------------------------
@@ -381,6 +411,7 @@ TEST(SynthPresets, ValidateRejects) {
     EXPECT_EQ(parse_arch("qwen3"), Arch::Qwen3);
     EXPECT_EQ(parse_arch("llama3"), Arch::Llama3);
     EXPECT_EQ(parse_arch("mistral3"), Arch::Mistral3);
+    EXPECT_EQ(parse_arch("phi3"), Arch::Phi3);
     s = preset(Arch::Llama, Size::Tiny);
     s.attn_temp_scale = 0.1f;   // mistral3's alone
     EXPECT_THROW(validate(s), std::invalid_argument);

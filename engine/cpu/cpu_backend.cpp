@@ -60,7 +60,7 @@ float gelu_tanh(float x) {
 
 struct CpuBackend::Layer {
     std::vector<float> attn_norm, ffn_norm, q_norm, k_norm, attn_post_norm, ffn_post_norm, bq, bk, bv;
-    std::vector<double> inv_freq;   // per rotated pair: base^(−2i/d) / rope_freqs[i]
+    std::vector<double> inv_freq;   // per rotated pair: base^(−2i/d) / rope_factors(n_ctx)[i]
     LazyBuffer k_cache, v_cache;    // [n_pages · page_size][kv_dim] of f16 or f32
     // The packed copies of wq wk wv wo gate up down, in that order (null:
     // not packed).
@@ -97,7 +97,7 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_pt
         l.bq = to_floats(d.bq);
         l.bk = to_floats(d.bk);
         l.bv = to_floats(d.bv);
-        l.inv_freq = rope_rates(m, d.rope_base);
+        l.inv_freq = rope_rates(m, d.rope_base, n_ctx);
         const uint64_t el = kv == KvType::F16 ? 2 : 4;
         l.k_cache = LazyBuffer(kv_rows * m.kv_dim(il) * el);
         l.v_cache = LazyBuffer(kv_rows * m.kv_dim(il) * el);
@@ -230,7 +230,7 @@ DeviceInfo CpuBackend::device_info() const {
 }
 
 void CpuBackend::debug_set_rope_base(uint32_t layer, float base) {
-    layers_.at(layer).inv_freq = rope_rates(m_, base);
+    layers_.at(layer).inv_freq = rope_rates(m_, base, n_ctx_);
 }
 
 namespace {

@@ -35,7 +35,10 @@ struct CudaBackend::Impl {
     ptx::Target target;
     uint32_t n_ctx = 0;
 
-    std::map<const uint8_t*, DeviceBuffer> weights;   // by file data: a tied LM head shares the embedding
+    // By first row in the file: a tied LM head shares the embedding; the views
+    // of a fused matrix (phi3's attn_qkv, ffn_up) start at different rows and
+    // are uploaded each as a matrix of its own, in the device's padded rows.
+    std::map<const uint8_t*, DeviceBuffer> weights;
     std::vector<DeviceBuffer> vectors;                 // norms and biases as f32
     std::map<float, DeviceBuffer> rope_tables;         // by RoPE base
     std::vector<DeviceBuffer> k_cache, v_cache;
@@ -378,7 +381,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     // times the magnitude (YaRN's), as the CPU's rope() takes them.
     for (const auto& [base, unused] : bases) {
         (void)unused;
-        const std::vector<double> inv = rope_rates(m, base);
+        const std::vector<double> inv = rope_rates(m, base, C);
         std::vector<float> t(size_t(C) * hd);
         for (uint32_t pos = 0; pos < C; ++pos) {
             const double ps = double(pos) * m.rope_freq_scale;

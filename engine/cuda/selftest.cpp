@@ -167,7 +167,7 @@ std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const D
             if (as.bias) in.bq = vec(l.bq), in.bk = vec(l.bk), in.bv = vec(l.bv);
             if (as.qk_norm) in.q_norm = vec(l.q_norm), in.k_norm = vec(l.k_norm);
             // cos/sin of row `pos` only: the kernel reads no other row.
-            const std::vector<double> inv = rope_rates(m, l.rope_base);
+            const std::vector<double> inv = rope_rates(m, l.rope_base, n_ctx);
             in.rope.assign(size_t(pos + 1) * hd, 0.0f);
             for (uint32_t i = 0; i < hd / 2; ++i) {
                 const double theta = double(pos) * m.rope_freq_scale * inv[i];

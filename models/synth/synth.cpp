@@ -24,6 +24,7 @@ const char* arch_name(Arch a) {
         case Arch::Qwen3: return "qwen3";
         case Arch::Llama3: return "llama3";
         case Arch::Mistral3: return "mistral3";
+        case Arch::Phi3: return "phi3";
     }
     return "?";
 }
@@ -57,7 +58,7 @@ const char* size_name(Size s) {
 
 const std::vector<Arch>& all_archs() {
     static const std::vector<Arch> v = {Arch::Llama, Arch::Qwen2, Arch::Gemma3, Arch::Qwen3, Arch::Llama3,
-                                         Arch::Mistral3};
+                                         Arch::Mistral3, Arch::Phi3};
     return v;
 }
 
@@ -79,7 +80,12 @@ std::optional<Size> parse_size(std::string_view s) {
     return std::nullopt;
 }
 
-std::string Spec::name() const { return std::string("ptxlm-synth ") + arch_name(arch) + " " + size_name(size); }
+// phi3's says "phi": llama.cpp gives the special tokens of a model whose
+// general.name contains "phi3" or "phi-3" Phi-3's attributes, by the names
+// of tokens (<unk>, <s>, </s>) this vocabulary does not have.
+std::string Spec::name() const {
+    return std::string("ptxlm-synth ") + (arch == Arch::Phi3 ? "phi" : arch_name(arch)) + " " + size_name(size);
+}
 
 // ---- presets ---------------------------------------------------------------
 
@@ -187,6 +193,17 @@ Spec preset(Arch arch, Size size, uint64_t seed) {
             s.yarn_log_mul = 0.5f;
             s.attn_temp_scale = 0.1f;
             break;
+        case Arch::Phi3:  // Phi-3.5-mini-like: base 10000, LongRoPE
+            // An original context of 512: llama.cpp picks the long factors at
+            // a context of 1024 (bench/golden-llamacpp's) and the short ones at
+            // 256 (llama-simple's, rounded up to 256), so the tests see both.
+            // The magnitude is the converter's sqrt(1 + ln s / ln n_orig) for
+            // s = context_length / original context.
+            s.rms_eps = 1e-5f;
+            s.rope_base = 10000.0f;
+            s.rope_orig_ctx = 512;
+            s.rope_attn_factor = float(std::sqrt(1.0 + std::log(double(s.n_ctx) / 512.0) / std::log(512.0)));
+            break;
     }
     validate(s);
     return s;
@@ -209,6 +226,7 @@ void validate(const Spec& s) {
     if (s.rope_scale_linear < 0) fail("rope_scale_linear must not be negative");
     if ((s.rope_yarn_factor != 0 || s.attn_temp_scale != 0) && (s.arch != Arch::Mistral3 || s.rope_orig_ctx == 0))
         fail("YaRN and the attention temperature are mistral3's, with an original context");
+    if (s.rope_factors() && s.rope_orig_ctx == 0) fail("phi3's LongRoPE factors need an original context");
 }
 
 // ---- Q4_K_M types ------------------------------------------------------------
@@ -228,10 +246,13 @@ GgmlType q4_k_m_type(WeightKind kind, uint32_t layer, uint32_t n_layer, bool tie
     switch (kind) {
         case WeightKind::Norm:
         case WeightKind::Bias:
-        case WeightKind::RopeFreqs: return GgmlType::F32;
+        case WeightKind::RopeFreqs:
+        case WeightKind::RopeFactorsLong:
+        case WeightKind::RopeFactorsShort: return GgmlType::F32;
         case WeightKind::Output: return GgmlType::Q6_K;
         case WeightKind::TokenEmbd: return tied_embeddings ? GgmlType::Q6_K : GgmlType::Q4_K;
         case WeightKind::AttnV:
+        case WeightKind::AttnQkv:   // llama.cpp's quantizer counts attn_qkv as an attn_v
         case WeightKind::FfnDown: return q4_k_m_more_bits(layer, n_layer) ? GgmlType::Q6_K : GgmlType::Q4_K;
         case WeightKind::AttnQ:
         case WeightKind::AttnK:
@@ -247,7 +268,7 @@ GgmlType mix_type(TypeMix mix, WeightKind kind, uint32_t layer, uint32_t n_layer
     if (mix == TypeMix::Q4_K_M || q4km == GgmlType::F32 || kind == WeightKind::Output ||
         (kind == WeightKind::TokenEmbd && tied_embeddings))
         return q4km;
-    const bool v = kind == WeightKind::AttnV, down = kind == WeightKind::FfnDown, out = kind == WeightKind::AttnOut;
+    const bool v = kind == WeightKind::AttnV || kind == WeightKind::AttnQkv, down = kind == WeightKind::FfnDown, out = kind == WeightKind::AttnOut;
     switch (mix) {
         case TypeMix::Q5_K_M: return q4km == GgmlType::Q4_K ? GgmlType::Q5_K : q4km;
         case TypeMix::Q3_K_M:
@@ -288,16 +309,24 @@ std::vector<TensorSpec> tensor_plan(const Spec& s) {
 
     add("token_embd.weight", WeightKind::TokenEmbd, -1, {E, V});
     if (s.rope_freqs()) add("rope_freqs.weight", WeightKind::RopeFreqs, -1, {s.head_dim / 2});
+    if (s.rope_factors()) {
+        add("rope_factors_long.weight", WeightKind::RopeFactorsLong, -1, {s.head_dim / 2});
+        add("rope_factors_short.weight", WeightKind::RopeFactorsShort, -1, {s.head_dim / 2});
+    }
     for (uint32_t il = 0; il < L; ++il) {
         const int i = int(il);
         auto n = [&](const char* what) { return "blk." + std::to_string(il) + "." + what; };
         add(n("attn_norm.weight"), WeightKind::Norm, i, {E});
-        add(n("attn_q.weight"), WeightKind::AttnQ, i, {E, Q});
-        if (s.qkv_bias()) add(n("attn_q.bias"), WeightKind::Bias, i, {Q});
-        add(n("attn_k.weight"), WeightKind::AttnK, i, {E, KV});
-        if (s.qkv_bias()) add(n("attn_k.bias"), WeightKind::Bias, i, {KV});
-        add(n("attn_v.weight"), WeightKind::AttnV, i, {E, KV});
-        if (s.qkv_bias()) add(n("attn_v.bias"), WeightKind::Bias, i, {KV});
+        if (s.fused()) {
+            add(n("attn_qkv.weight"), WeightKind::AttnQkv, i, {E, Q + 2 * KV});
+        } else {
+            add(n("attn_q.weight"), WeightKind::AttnQ, i, {E, Q});
+            if (s.qkv_bias()) add(n("attn_q.bias"), WeightKind::Bias, i, {Q});
+            add(n("attn_k.weight"), WeightKind::AttnK, i, {E, KV});
+            if (s.qkv_bias()) add(n("attn_k.bias"), WeightKind::Bias, i, {KV});
+            add(n("attn_v.weight"), WeightKind::AttnV, i, {E, KV});
+            if (s.qkv_bias()) add(n("attn_v.bias"), WeightKind::Bias, i, {KV});
+        }
         if (s.qk_norm()) {
             add(n("attn_q_norm.weight"), WeightKind::Norm, i, {s.head_dim});
             add(n("attn_k_norm.weight"), WeightKind::Norm, i, {s.head_dim});
@@ -305,8 +334,12 @@ std::vector<TensorSpec> tensor_plan(const Spec& s) {
         add(n("attn_output.weight"), WeightKind::AttnOut, i, {Q, E});
         if (s.arch == Arch::Gemma3) add(n("post_attention_norm.weight"), WeightKind::Norm, i, {E});
         add(n("ffn_norm.weight"), WeightKind::Norm, i, {E});
-        add(n("ffn_gate.weight"), WeightKind::FfnGate, i, {E, F});
-        add(n("ffn_up.weight"), WeightKind::FfnUp, i, {E, F});
+        if (s.fused()) {
+            add(n("ffn_up.weight"), WeightKind::FfnUp, i, {E, 2 * F});   // the gate's rows, then up's
+        } else {
+            add(n("ffn_gate.weight"), WeightKind::FfnGate, i, {E, F});
+            add(n("ffn_up.weight"), WeightKind::FfnUp, i, {E, F});
+        }
         add(n("ffn_down.weight"), WeightKind::FfnDown, i, {F, E});
         if (s.arch == Arch::Gemma3) add(n("post_ffw_norm.weight"), WeightKind::Norm, i, {E});
     }
@@ -358,6 +391,9 @@ float rope_freq_factor(uint32_t i, uint32_t n) {
     if (i >= hi) return 8.0f;
     return 1.0f + 7.0f * float(i - lo) / float(hi - lo);
 }
+
+float rope_factor_long(uint32_t i, uint32_t n) { return 1.0f + 15.0f * float(i) / float(n - 1); }
+float rope_factor_short(uint32_t i, uint32_t n) { return 1.0f + float(i) / float(n - 1); }
 
 float synth_normal(uint64_t key, uint64_t index) {
     const uint64_t h = splitmix64(key + splitmix64(index));
@@ -422,10 +458,11 @@ Init init_of(const Spec& s, const TensorSpec& t) {
             // attention is selective rather than a flat average. (gemma3
             // normalizes q and k per head, where the norm weights set this.)
             return {0.0f, 1.4f / std::sqrt(E)};
+        case WeightKind::AttnQkv:   // q's and k's rows; make_tensor gives v's AttnV's std
         case WeightKind::AttnV:
         case WeightKind::FfnGate:
         case WeightKind::FfnUp:
-            return {0.0f, 1.0f / std::sqrt(E)};   // outputs of RMS ~1
+            return {0.0f, t.kind == WeightKind::AttnQkv ? 1.4f / std::sqrt(E) : 1.0f / std::sqrt(E)};   // outputs of RMS ~1
         case WeightKind::AttnOut:
             // Each residual branch adds ~1/(2L) of unit variance: the stream
             // stays O(1) however deep the model.
@@ -435,7 +472,9 @@ Init init_of(const Spec& s, const TensorSpec& t) {
         case WeightKind::Bias:
             return {0.0f, 0.1f};
         case WeightKind::RopeFreqs:
-            return {};   // not random: rope_freq_factor
+        case WeightKind::RopeFactorsLong:
+        case WeightKind::RopeFactorsShort:
+            return {};   // not random: rope_freq_factor, rope_factor_long/short
         case WeightKind::Norm: {
             const std::string_view n = t.name;
             if (n.ends_with("attn_q_norm.weight") || n.ends_with("attn_k_norm.weight")) return {kQkNorm, 0.1f};
@@ -472,6 +511,10 @@ std::vector<uint8_t> make_tensor(const Spec& s, const TensorSpec& t, unsigned th
                                       tr.name + " blocks");
     std::vector<uint8_t> out(*rb * rows);
     const Init init = init_of(s, t);
+    // attn_qkv: v's rows (the last kv_dim) drawn as attn_v's.
+    Init v_init = init;
+    v_init.std = 1.0f / std::sqrt(float(s.n_embd));
+    const uint64_t v_first = t.kind == WeightKind::AttnQkv ? uint64_t(s.q_dim()) + s.kv_dim() : UINT64_MAX;
     const uint64_t key = stream_key(s.seed, t.name);
     const uint64_t sign_key = stream_key(s.seed ^ 0x5167u, t.name);
 
@@ -480,8 +523,12 @@ std::vector<uint8_t> make_tensor(const Spec& s, const TensorSpec& t, unsigned th
         for (uint64_t r = r0; r < r1; ++r) {
             if (t.kind == WeightKind::RopeFreqs) {
                 for (uint64_t j = 0; j < ne0; ++j) row[j] = rope_freq_factor(uint32_t(j), uint32_t(ne0));
+            } else if (t.kind == WeightKind::RopeFactorsLong || t.kind == WeightKind::RopeFactorsShort) {
+                const bool lng = t.kind == WeightKind::RopeFactorsLong;
+                for (uint64_t j = 0; j < ne0; ++j)
+                    row[j] = lng ? rope_factor_long(uint32_t(j), uint32_t(ne0)) : rope_factor_short(uint32_t(j), uint32_t(ne0));
             } else {
-                fill_row(init, key, sign_key, r * ne0, row.data(), ne0);
+                fill_row(r >= v_first ? v_init : init, key, sign_key, r * ne0, row.data(), ne0);
             }
             tr.quantize_row(row.data(), out.data() + r * *rb, int64_t(ne0));
         }
@@ -537,6 +584,12 @@ void set_metadata(gguf::Writer& w, const Spec& s) {
         w.set_f32(k("rope.scaling.yarn_log_multiplier"), s.yarn_log_mul);
     }
     if (s.attn_temp_scale != 0) w.set_f32(k("attention.temperature_scale"), s.attn_temp_scale);
+    if (s.arch == Arch::Phi3) {   // the keys the converter writes for a LongRoPE model
+        w.set_u32(k("rope.dimension_count"), s.head_dim);
+        w.set_u32(k("rope.scaling.original_context_length"), s.rope_orig_ctx);
+        w.set_f32(k("rope.scaling.attn_factor"), s.rope_attn_factor);
+        w.set_u32(k("attention.sliding_window"), 0);   // Phi-4's; llama.cpp ignores it for phi3
+    }
     if (s.arch == Arch::Gemma3) {
         w.set_u32(k("attention.sliding_window"), s.sliding_window);
         // llama.cpp reads the local base from here (default 10000, the value

@@ -1,6 +1,7 @@
 // ptxlm-synth: synthetic GGUF test models shaped like llama, qwen2, gemma3 and
-// qwen3, plus "llama3": a llama file with Llama 3.x's RoPE features, and
-// mistral3 (Ministral 3: YaRN, attention temperature, the tekken tokenizer).
+// qwen3, plus "llama3": a llama file with Llama 3.x's RoPE features,
+// mistral3 (Ministral 3: YaRN, attention temperature, the tekken tokenizer)
+// and phi3 (Phi-3/Phi-4: fused attn_qkv and gate/up, LongRoPE factors).
 //
 // A model is fully described by a Spec (shapes, RoPE bases, seed). The weights
 // are random but deterministic (same Spec = byte-identical file on any machine),
@@ -26,10 +27,10 @@ namespace ptxlm::synth {
 // Llama3 is general.architecture "llama" with rope_freqs.weight factors, linear
 // RoPE scaling and the llama-bpe pre-tokenizer (a separate preset, so that
 // the plain llama files and their goldens stay as they are).
-enum class Arch { Llama, Qwen2, Gemma3, Qwen3, Llama3, Mistral3 };
+enum class Arch { Llama, Qwen2, Gemma3, Qwen3, Llama3, Mistral3, Phi3 };
 enum class Size { Tiny, Small, Medium, Wide4096, Llama3_8B_Slice, Llama3_2_1B_Slice, Llama3_8B };
 
-const char* arch_name(Arch a);   // "llama", "qwen2", "gemma3", "qwen3", "llama3", "mistral3": the preset's name
+const char* arch_name(Arch a);   // "llama", "qwen2", "gemma3", "qwen3", "llama3", "mistral3", "phi3": the preset's name
 const char* gguf_arch(Arch a);   // general.architecture: arch_name, but "llama" for Llama3
 const char* size_name(Size s);   // "tiny", "small", "medium", "wide4096", "llama3-8b-slice",
                                  // "llama3.2-1b-slice", "llama3-8b"
@@ -66,6 +67,9 @@ struct Spec {
     uint32_t rope_orig_ctx = 0;
     float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f, yarn_log_mul = 0;
     float attn_temp_scale = 0;
+    // phi3: rope_factors_long/short.weight with rope_orig_ctx as
+    // original_context_length, and <arch>.rope.scaling.attn_factor (0 = not written).
+    float rope_attn_factor = 0;
     uint64_t seed = kDefaultSeed;
     TypeMix types = TypeMix::Q4_K_M;   // the quantization mix of the weights (see mix_type)
 
@@ -75,10 +79,12 @@ struct Spec {
     bool qkv_bias() const { return arch == Arch::Qwen2; }
     bool qk_norm() const { return arch == Arch::Gemma3 || arch == Arch::Qwen3; }   // attn_{q,k}_norm.weight
     bool rope_freqs() const { return arch == Arch::Llama3; }   // rope_freqs.weight
+    bool rope_factors() const { return arch == Arch::Phi3; }  // rope_factors_long/short.weight
+    bool fused() const { return arch == Arch::Phi3; }   // attn_qkv (q, k, v rows) and ffn_up (gate, up rows)
     // Written as key_length/value_length (head_dim may differ from n_embd / n_head).
     bool key_length() const { return arch == Arch::Gemma3 || arch == Arch::Qwen3; }
     const char* tokenizer_pre() const;   // tokenizer.ggml.pre
-    std::string name() const;     // general.name, e.g. "ptxlm-synth llama tiny"
+    std::string name() const;     // general.name, e.g. "ptxlm-synth llama tiny" (phi3: "ptxlm-synth phi tiny")
 };
 
 // The named presets. Throws std::invalid_argument for an unknown pair.
@@ -94,6 +100,8 @@ enum class WeightKind {
     Norm,   // every *norm.weight (1-D)
     Bias,   // qwen2 attn_{q,k,v}.bias (1-D)
     RopeFreqs,   // llama3 rope_freqs.weight (1-D, head_dim / 2 divisors)
+    AttnQkv,     // phi3 attn_qkv.weight: q's rows, then k's, then v's
+    RopeFactorsLong, RopeFactorsShort,   // phi3 (1-D, head_dim / 2 divisors)
 };
 
 // llama.cpp's "use more bits" layer rule of Q4_K_M (integer division n/8):
@@ -162,5 +170,9 @@ float synth_normal(uint64_t key, uint64_t index);
 // llama3's rope_freqs factor of RoPE pair i of n: 1 for the first quarter,
 // 8 for the last, a linear ramp between (exact float arithmetic).
 float rope_freq_factor(uint32_t i, uint32_t n);
+// phi3's LongRoPE factors of pair i of n, shaped like Phi-3.5-mini's: the
+// long set rises from 1 to 16 over the pairs, the short one from 1 to 2.
+float rope_factor_long(uint32_t i, uint32_t n);
+float rope_factor_short(uint32_t i, uint32_t n);
 
 }  // namespace ptxlm::synth

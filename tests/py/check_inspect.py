@@ -1,7 +1,7 @@
 """`ptxlm inspect` reports what gguf.GGUFReader reports.
 
 For each model given (default: the two real models under PTXLM_MODELS_DIR,
-plus tiny synthetic qwen2, gemma3, qwen3, llama3 and mistral3 models from ptxlm-synth):
+plus tiny synthetic qwen2, gemma3, qwen3, llama3, mistral3 and phi3 models from ptxlm-synth):
 architecture, hyperparameters, tokenizer summary, chat-template presence,
 every tensor's name, type, shape and byte size, and the totals per type must
 equal what the reference reader derives from the same file. Then the error
@@ -70,6 +70,9 @@ def expected(path):
         "rope_scaling_factor": scalar(r, f"{arch}.rope.scaling.factor", scalar(r, f"{arch}.rope.scale_linear")),
         "rope_orig_ctx": scalar(r, f"{arch}.rope.scaling.original_context_length", scalar(r, f"{arch}.context_length")),
         "attn_temperature_scale": scalar(r, f"{arch}.attention.temperature_scale"),
+        "rope_attn_factor": scalar(r, f"{arch}.rope.scaling.attn_factor"),
+        "rope_factors": [s for s in ("long", "short") if any(t.name == f"rope_factors_{s}.weight" for t in r.tensors)],
+        "sliding_window_unused": scalar(r, f"{arch}.attention.sliding_window", 0) if arch == "phi3" else 0,
     }
     tok = {
         "model": scalar(r, "tokenizer.ggml.model", ""),
@@ -142,6 +145,10 @@ def compare(path):
     if hpw["attn_temperature_scale"] is not None:
         check(f"every {hpw['rope_orig_ctx']} positions" in rows.get("attn temperature", ""),
               f"{path.name}: human-readable attention temperature {rows.get('attn temperature')!r}")
+    if hpw["rope_factors"]:
+        check(rows.get("longrope", "").startswith("factors " + ", ".join(hpw["rope_factors"])) and
+              f"original context of {hpw['rope_orig_ctx']}" in rows.get("longrope", ""),
+              f"{path.name}: human-readable longrope {rows.get('longrope')!r}")
     print(f"ok: {path.name}: {len(want['tensors'])} tensors, {len(want['totals'])} types agree with gguf-py")
 
 
@@ -158,7 +165,7 @@ def main():
     paths = [Path(p) for p in sys.argv[1:]] or [MODELS / n for n in REAL]
     synth_dir = tempfile.TemporaryDirectory()
     if not sys.argv[1:]:
-        for arch in ("qwen2", "gemma3", "qwen3", "llama3", "mistral3"):
+        for arch in ("qwen2", "gemma3", "qwen3", "llama3", "mistral3", "phi3"):
             out = Path(synth_dir.name) / f"{arch}-tiny.gguf"
             p = subprocess.run([str(SYNTH), "--arch", arch, "--size", "tiny", "--out", str(out)],
                                capture_output=True, text=True, timeout=60)

@@ -2,7 +2,8 @@
 
 For each architecture (and llama3, a llama file with rope_freqs, linear RoPE
 scaling and the llama-bpe pre-tokenizer; mistral3 with YaRN and the attention
-temperature), a tiny model is generated into a temporary folder and
+temperature; phi3 with fused attn_qkv and gate/up matrices and LongRoPE's
+long and short factors), a tiny model is generated into a temporary folder and
 read with gguf.GGUFReader: the architecture key and hyperparameters, every
 tensor's type by llama.cpp's Q4_K_M rule and its shape, the weights'
 statistics after gguf-py's own dequantizers, and a float64 numpy forward pass
@@ -18,8 +19,10 @@ continuation for each tiny model (recorded by bench/golden-synth). The numpy
 forward pass must produce the same continuation, byte for byte, from the same
 file (its SHA-256 is checked first). Where llama.cpp's 8-bit activations flip
 a near-tie (qwen3 and llama3 have one within their first 5 tokens, mistral3
-after 14; only those three may differ), its tokens are replayed instead and each must be our argmax or within twice
-llama.cpp's noise of it (check_at_near_ties).
+after 14, phi3 at its 4th; only those four may differ), its tokens are replayed instead and each must be our argmax or within twice
+llama.cpp's noise of it (check_at_near_ties; phi3: follow_llamacpp_text, as
+llama-simple's context of 256 picks LongRoPE's short factors and the logits
+golden's 1024 the long ones, so only llama-simple's text itself is its run).
 """
 import hashlib
 import json
@@ -35,10 +38,15 @@ import numpy as np
 from gguf.quants import dequantize
 
 BIN = Path(os.environ.get("PTXLM_BINARY_DIR", "build")) / "models" / "synth" / "ptxlm-synth"
-ARCHS = ["llama", "qwen2", "gemma3", "qwen3", "llama3", "mistral3"]
+ARCHS = ["llama", "qwen2", "gemma3", "qwen3", "llama3", "mistral3", "phi3"]
 GGUF_ARCH = {"llama3": "llama"}   # llama3: a llama file with Llama 3.x's RoPE features and tokenizer
 PRE = {"qwen3": "qwen2", "llama3": "llama-bpe", "mistral3": "tekken"}   # tokenizer.ggml.pre; the others "gpt-2"
-NEAR_TIE_ARCHS = {"qwen3", "llama3", "mistral3"}   # llama.cpp's 8-bit activations flip a near-tie in their continuation
+# llama.cpp's 8-bit activations flip a near-tie in their continuation.
+NEAR_TIE_ARCHS = {"qwen3", "llama3", "mistral3", "phi3"}
+# llama-simple runs phi3 at a context of 256 (LongRoPE's short factors), the
+# logits golden at 1024 (the long ones): its greedy tokens are not
+# llama-simple's, so llama-simple's text itself is followed instead.
+TEXT_FOLLOWED_ARCHS = {"phi3"}
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "llamacpp_synth_tiny.json"
 LOGIT_STD = 6.0   # kLogitStd in models/synth/synth.cpp
 
@@ -76,6 +84,14 @@ def hparams(r):
         # Mistral 3's attention temperature; its floor is YaRN's original context.
         temp_scale=field(r, f"{a}.attention.temperature_scale", 0.0) if a == "mistral3" else 0.0,
         temp_floor=field(r, f"{a}.rope.scaling.original_context_length", field(r, f"{a}.context_length")),
+        # rope.scaling.attn_factor on cos and sin (every architecture; YaRN's
+        # files fold it into yarn's mscale), and LongRoPE's choice: the long
+        # factors when the context per sequence exceeds the original one.
+        attn_factor=field(r, f"{a}.rope.scaling.attn_factor", 1.0) if a != "mistral3" else 1.0,
+        n_ctx_orig=field(r, f"{a}.rope.scaling.original_context_length", field(r, f"{a}.context_length")),
+        # The context the pass stands for: llama-simple's (prompt + 20, which
+        # llama.cpp rounds up to 256) and check_cpu_vs_numpy's -c 256.
+        n_ctx_seq=256,
         n_vocab=len(field(r, "tokenizer.ggml.tokens")))
 
 
@@ -98,11 +114,27 @@ def yarn_hparams(r, a):
 
 
 def weights(r):
-    """name -> float64 array in (out, in) order, via gguf-py's dequantizers."""
+    """name -> float64 array in (out, in) order, via gguf-py's dequantizers.
+    phi3's fused matrices are split as llama.cpp's graph splits them:
+    attn_qkv into q's rows, k's, v's; ffn_up into the gate's n_ff rows, then up's."""
     out = {}
     for t in r.tensors:
         shape = [int(d) for d in reversed(t.shape)]
         out[t.name] = dequantize(t.data, t.tensor_type).astype(np.float64).reshape(shape)
+    a = field(r, "general.architecture")
+    if a == "phi3":
+        n_embd, n_head = field(r, f"{a}.embedding_length"), field(r, f"{a}.attention.head_count")
+        q_dim, kv_dim = n_embd, field(r, f"{a}.attention.head_count_kv") * (n_embd // n_head)
+        n_ff = field(r, f"{a}.feed_forward_length")
+        for il in range(field(r, f"{a}.block_count")):
+            p = f"blk.{il}."
+            if p + "attn_qkv.weight" in out:
+                qkv = out.pop(p + "attn_qkv.weight")
+                out[p + "attn_q.weight"] = qkv[:q_dim]
+                out[p + "attn_k.weight"] = qkv[q_dim:q_dim + kv_dim]
+                out[p + "attn_v.weight"] = qkv[q_dim + kv_dim:]
+            up = out.pop(p + "ffn_up.weight")
+            out[p + "ffn_gate.weight"], out[p + "ffn_up.weight"] = up[:n_ff], up[n_ff:]
     return out
 
 
@@ -114,18 +146,21 @@ def expected_types(hp):
     """llama.cpp's Q4_K_M choice for every tensor (written from llama-quant.cpp)."""
     Q4, Q6, F32 = gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K, gguf.GGMLQuantizationType.F32
     tied = hp["arch"] == "gemma3"
+    phi3 = hp["arch"] == "phi3"   # attn_qkv (typed as an attn_v) and ffn_up with the gate's rows
     t = {"token_embd.weight": Q6 if tied else Q4, "output_norm.weight": F32}
     if hp["rope_freqs"]:
         t["rope_freqs.weight"] = F32
+    if phi3:
+        t["rope_factors_long.weight"] = t["rope_factors_short.weight"] = F32
     if not tied:
         t["output.weight"] = Q6
     n = hp["n_layer"]
     for i in range(n):
         p = f"blk.{i}."
         vd = Q6 if more_bits(i, n) else Q4
-        for k in ["attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"]:
+        for k in ["attn_output", "ffn_up"] if phi3 else ["attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"]:
             t[p + k + ".weight"] = Q4
-        t[p + "attn_v.weight"] = vd
+        t[p + ("attn_qkv" if phi3 else "attn_v") + ".weight"] = vd
         t[p + "ffn_down.weight"] = vd
         norms = ["attn_norm", "ffn_norm"]
         if hp["arch"] == "gemma3":
@@ -146,15 +181,15 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, base, neox, factors=None, yarn=None):
-    """factors: Llama 3.x's rope_freqs, dividing each pair's rate. yarn:
-    yarn_hparams(), each pair's rate mixed between its own and the
-    interpolated one by ggml's ramp, and cos, sin times its magnitude."""
+def rope(x, pos, base, neox, factors=None, yarn=None, mscale=1.0):
+    """factors: Llama 3.x's rope_freqs or Phi-3's LongRoPE set, dividing each
+    pair's rate. yarn: yarn_hparams(), each pair's rate mixed between its own
+    and the interpolated one by ggml's ramp, and cos, sin times its magnitude.
+    mscale: cos and sin times rope.scaling.attn_factor (without YaRN)."""
     d = x.shape[-1]
     inv = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
     if factors is not None:
         inv = inv / factors
-    mscale = 1.0
     if yarn is not None:
         def corr(beta):   # ggml_rope_yarn_corr_dim
             return d * np.log(yarn["n_ctx_orig"] / (beta * 2 * np.pi)) / (2 * np.log(base))
@@ -185,6 +220,8 @@ def forward(W, hp, tokens, attention=True):
     T = len(tokens)
     pos = np.arange(T, dtype=np.float64) * hp["rope_scale"]
     factors = W.get("rope_freqs.weight")
+    if factors is None and "rope_factors_long.weight" in W:   # phi3's LongRoPE
+        factors = W["rope_factors_long.weight" if hp["n_ctx_seq"] > hp["n_ctx_orig"] else "rope_factors_short.weight"]
     i_idx, j_idx = np.indices((T, T))
     x = W["token_embd.weight"][tokens].copy()
     if gemma:
@@ -207,7 +244,8 @@ def forward(W, hp, tokens, attention=True):
         if not attention:
             mask = j_idx == i_idx
         neox, yarn = arch not in ("llama", "mistral3"), hp["yarn"]
-        q, k = rope(q, pos, base, neox, factors, yarn), rope(k, pos, base, neox, factors, yarn)
+        ms = hp["attn_factor"]
+        q, k = rope(q, pos, base, neox, factors, yarn, ms), rope(k, pos, base, neox, factors, yarn, ms)
         if hp["temp_scale"]:   # mistral3: q times 1 + scale ln(floor(p / floor) + 1)
             p_idx = np.arange(T, dtype=np.float64)
             q = q * (1 + hp["temp_scale"] * np.log(np.floor(p_idx / hp["temp_floor"]) + 1))[:, None, None]
@@ -244,6 +282,9 @@ def check_model(path, arch):
         check(hp["n_head"] * hp["head_dim"] != hp["n_embd"], f"{arch}: head_dim is n_embd / n_head (key_length unused)")
     if arch == "llama3":
         check(hp["rope_scale"] == 0.25 and hp["rope_freqs"], f"{arch}: no linear RoPE scaling or rope_freqs")
+    if arch == "phi3":
+        check(hp["attn_factor"] > 1 and hp["n_ctx_orig"] == 512 and hp["n_ctx_seq"] <= hp["n_ctx_orig"] < 1024,
+              f"{arch}: no rope.scaling.attn_factor, or an original context that does not split 256 from 1024")
     if arch == "mistral3":
         check(hp["yarn"] is not None and hp["yarn"]["freq_scale"] != 1 and hp["temp_scale"] != 0,
               f"{arch}: no YaRN scaling or no attention temperature")
@@ -345,7 +386,10 @@ def check_llamacpp_golden(path, arch, r, W, hp):
         # others must stay byte for byte llama.cpp's.
         check(arch in NEAR_TIE_ARCHS,
               f"{arch}: greedy continuation differs from llama.cpp's: ours {out!r}, llama.cpp {want!r}")
-        check_at_near_ties(arch, r, W, hp, golden, g, out, want)
+        if arch in TEXT_FOLLOWED_ARCHS:
+            follow_llamacpp_text(arch, r, W, hp, golden, g, out, want)
+        else:
+            check_at_near_ties(arch, r, W, hp, golden, g, out, want)
 
 
 # llama.cpp's logits on a quantized file against the float64 pass, max |diff|
@@ -395,6 +439,42 @@ def check_at_near_ties(arch, r, W, hp, golden, g, out, want):
           f"{ties} within {2 * LLAMACPP_Q_NOISE} of it")
     check(not bad, f"{arch}: llama.cpp's greedy tokens off our argmax by more than llama.cpp's noise at (step, gap) {bad}")
     check(exact >= 0.75 * (exact + ties), f"{arch}: only {exact} of llama.cpp's tokens are our argmax")
+
+
+def follow_llamacpp_text(arch, r, W, hp, golden, g, out, want):
+    """Our free-running continuation left llama-simple's. Follow its text:
+    at each step take our highest-scoring token whose bytes continue it
+    (what llama.cpp must have picked, up to how it split the bytes), and
+    require it to be our argmax or within twice llama.cpp's noise of it."""
+    tokens = field(r, "tokenizer.ggml.tokens")
+    u2b = {tokens[b]: b for b in range(256)}
+
+    def text_of(t):
+        return tokens[t].encode() if types_control(r, t) else bytes(u2b[c] for c in tokens[t])
+    seq, text, exact, ties, bad = list(g["prompt_ids"]), b"", 0, 0, []
+    for step in range(golden["n_predict"]):
+        if len(text) >= len(want):
+            break
+        row = forward(W, hp, np.array(seq))[-1]
+        pick = next((int(t) for t in np.argsort(-row)[:64] if text_of(int(t)) and want.startswith(text + text_of(int(t)))),
+                    None)
+        if pick is None:
+            bad.append((step, "no token of ours continues llama.cpp's text"))
+            break
+        gap = float(row.max() - row[pick])
+        if gap == 0:
+            exact += 1
+        elif gap <= 2 * LLAMACPP_Q_NOISE:
+            ties += 1
+        else:
+            bad.append((step, round(gap, 3)))
+        seq.append(pick)
+        text += text_of(pick)
+    print(f"{arch}: greedy continuation differs from llama.cpp's at a near-tie (ours {out[:24]!r}, llama.cpp "
+          f"{want[:24]!r}); its text followed for {exact + ties} tokens: {exact} our argmax, "
+          f"{ties} within {2 * LLAMACPP_Q_NOISE} of it")
+    check(not bad and text == want, f"{arch}: llama.cpp's text left at (step, gap) {bad} ({text!r} of {want!r})")
+    check(exact >= 0.75 * (exact + ties), f"{arch}: only {exact} of the tokens following llama.cpp's text are our argmax")
 
 
 def types_control(r, t):

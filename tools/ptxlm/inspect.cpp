@@ -57,6 +57,14 @@ json describe(const gguf::File& f) {
     hp["rope_scaling_factor"] = h.rope_scaling_factor > 0 ? json(h.rope_scaling_factor) : json(nullptr);
     hp["rope_orig_ctx"] = h.rope_orig_ctx;   // YaRN's original context (context_length when not given)
     hp["attn_temperature_scale"] = h.attn_temp_scale != 0 ? json(h.attn_temp_scale) : json(nullptr);
+    hp["rope_attn_factor"] = h.rope_attn_factor != 1.0f ? json(h.rope_attn_factor) : json(nullptr);
+    // Phi-3/Phi-4's LongRoPE factor sets (tensors), and phi3's window, which
+    // llama.cpp and ptxlm do not apply.
+    json longrope = json::array();
+    for (const char* set : {"long", "short"})
+        if (f.find_tensor(std::string("rope_factors_") + set + ".weight")) longrope.push_back(set);
+    hp["rope_factors"] = longrope;
+    hp["sliding_window_unused"] = h.sliding_window_unused;
     j["hparams"] = hp;
 
     json tok;
@@ -153,7 +161,16 @@ void print_human(const json& j) {
     if (!hp["attn_temperature_scale"].is_null())
         row("attn temperature", "scale " + str(hp["attn_temperature_scale"]) + ", every " + str(hp["rope_orig_ctx"]) +
                                     " positions");
-    row("sliding window", hp["sliding_window"] == 0 ? "none" : str(hp["sliding_window"]));
+    if (!hp["rope_factors"].empty()) {
+        std::string sets;
+        for (const json& s : hp["rope_factors"]) sets += (sets.empty() ? "" : ", ") + s.get<std::string>();
+        row("longrope", "factors " + sets + " (long past an original context of " + str(hp["rope_orig_ctx"]) + ")");
+    }
+    if (!hp["rope_attn_factor"].is_null()) row("rope magnitude", str(hp["rope_attn_factor"]) + " (rope.scaling.attn_factor)");
+    row("sliding window", hp["sliding_window"] != 0 ? str(hp["sliding_window"])
+                          : hp["sliding_window_unused"] != 0
+                              ? "none (the file's " + str(hp["sliding_window_unused"]) + " is not applied, as in llama.cpp)"
+                              : "none");
     row("rms eps", str(hp["rms_eps"]));
     std::string t = str(tok["model"]);
     if (tok["model"] == "llama") t += " (SentencePiece)";
