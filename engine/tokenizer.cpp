@@ -69,6 +69,12 @@ const char* const kQwen2 =
 const char* const kTekken =
     R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// o200k (llama.cpp's "gpt-4o": Phi-4-mini, Llama 4), in llama.cpp's form:
+// tekken's case-split words, each with an optional English contraction
+// after it, and digits in runs of up to three.
+const char* const kGpt4o =
+    R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // llama.cpp's fallback for vocabularies converted without a pre-tokenizer
 // name: punctuation runs first, then GPT-2's regex, then digit runs cut into
 // threes. Only chosen when the file says "default"; a missing key is an error.
@@ -92,6 +98,9 @@ const std::vector<PreSpec>& pre_specs() {
         {"llama-bpe", {kLlama3}, true, true},
         {"qwen2", {kQwen2}, false, false},      {"deepseek-r1-qwen", {kQwen2}, false, false},
         {"tekken", {kTekken}, true, true},
+        // Phi-4 (cl100k): llama3's regex without its whole-word lookup or BOS.
+        {"dbrx", {kLlama3}, false, false},
+        {"gpt-4o", {kGpt4o}, false, false},
     };
     return specs;
 }

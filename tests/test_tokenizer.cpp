@@ -97,6 +97,8 @@ const Golden kGolden[] = {
     {"smollm2-as-gpt2", "SmolLM2-135M-Instruct.Q4_1.gguf", "gpt-2"},
     {"smollm2-as-default", "SmolLM2-135M-Instruct.Q4_1.gguf", "default"},
     {"smollm2-as-tekken", "SmolLM2-135M-Instruct.Q4_1.gguf", "tekken"},
+    {"smollm2-as-dbrx", "SmolLM2-135M-Instruct.Q4_1.gguf", "dbrx"},
+    {"smollm2-as-gpt-4o", "SmolLM2-135M-Instruct.Q4_1.gguf", "gpt-4o"},
     {"synth-tiny", "synth:llama:tiny", ""},   // ptxlm-synth's 768-token vocabulary, generated here
 };
 
