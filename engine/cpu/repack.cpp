@@ -71,7 +71,7 @@ void copy_word(const BlockShape& shape, int c, const uint8_t* src, uint8_t* dst,
 PackedDotFn packed_fn(Isa isa, gguf::GgmlType type) {
     const int slot = detail::qdot_slot(type);
     if (slot < 0) return nullptr;
-    return isa == Isa::Avx2 ? detail::kPackedAvx2[slot] : nullptr;
+    return isa >= Isa::Avx2 ? detail::kPackedAvx2[slot] : nullptr;   // see repack.h
 }
 
 PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied, void* ctx) {

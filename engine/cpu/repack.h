@@ -53,7 +53,11 @@ using PackedDotFn = void (*)(const uint8_t* group, const void* const* xs, int n_
                              uint64_t out_stride);
 
 // The packed kernel for (isa, type), nullptr when there is none (then the
-// weight stays unpacked). isa must be runnable.
+// weight stays unpacked). isa must be runnable. The AVX-512 Isas take the
+// AVX2 kernels: on an AVX-512 VNNI Xeon (2026-11-28, docs/benchmarks.md)
+// they decode SmolLM2 at twice the rate of the one-row AVX-512 kernels
+// (which pay a horizontal sum per row), and the input quantizers of every
+// Isa give the same bits.
 PackedDotFn packed_fn(Isa isa, gguf::GgmlType type);
 
 struct PackedWeight {
