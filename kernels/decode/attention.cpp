@@ -260,22 +260,7 @@ GeneratedKernel attention_kernel(const AttentionShape& s, Target t, const Inline
   });
   k.bar_sync(0);   // every thread's part precedes thread 0's release
   Reg n_split = k.add(k.div(pos, s.chunk), 1u);   // splits that reach the token
-  Reg cell_addr = k.shared_addr(cell);
-  k.if_(is_t0, [&] {
-    Reg counter = k.add(k.param("sync"), k.mul_wide(h, 4u));
-    Reg before = k.reg(Type::u32);
-    k.atom(AtomOp::add, before, Space::global, at(counter), 1u, Scope::gpu, Order::acq_rel);
-    Reg last = k.setp(Cmp::eq, k.add(before, 1u), n_split);
-    k.when(last, [&] {
-      MemOpt relaxed;
-      relaxed.order = Order::relaxed;
-      relaxed.scope = Scope::gpu;
-      k.st(Space::global, at(counter), k.mov(Type::u32, 0u), relaxed);   // ready for the next launch
-    });
-    k.st_shared(at(cell_addr), k.selp(1u, 0u, last, Type::u32));
-  });
-  k.bar_sync(0);   // thread 0's acquire precedes every thread's reads of the parts
-  k.when(k.setp(Cmp::eq, k.ld_shared(Type::u32, at(cell_addr)), 0u), [&] { k.ret(); });
+  last_block_or_return(k, is_t0, k.add(k.param("sync"), k.mul_wide(h, 4u)), n_split, cell);
 
   k.comment("the reduction: weights 2^((max_s - max) log2 e) and sums per split in shared memory, then V in split order");
   Reg ml_base = k.shared_addr(ml);

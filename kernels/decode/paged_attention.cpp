@@ -343,23 +343,7 @@ GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t) {
   k.comment("several splits: the last block of (token, KV head) to finish combines them");
   Reg is_t0 = k.setp(Cmp::eq, tid, 0u);
   k.bar_sync(0);   // every thread's part precedes thread 0's release
-  Reg cell_addr = k.shared_addr(cell);
-  k.if_(is_t0, [&] {
-    Reg sync = k.param("sync");
-    Reg counter = k.add(sync, k.mul_wide(k.mad_lo(tok, nkv, kvh), 4u));
-    Reg before = k.reg(Type::u32);
-    k.atom(AtomOp::add, before, Space::global, at(counter), 1u, Scope::gpu, Order::acq_rel);
-    Reg last = k.setp(Cmp::eq, k.add(before, 1u), nsplit);
-    k.when(last, [&] {
-      MemOpt relaxed;
-      relaxed.order = Order::relaxed;
-      relaxed.scope = Scope::gpu;
-      k.st(Space::global, at(counter), k.mov(Type::u32, 0u), relaxed);   // ready for the next launch
-    });
-    k.st_shared(at(cell_addr), k.selp(1u, 0u, last, Type::u32));
-  });
-  k.bar_sync(0);   // thread 0's acquire precedes every thread's reads of the parts
-  k.when(k.setp(Cmp::eq, k.ld_shared(Type::u32, at(cell_addr)), 0u), [&] { k.ret(); });
+  last_block_or_return(k, is_t0, k.add(k.param("sync"), k.mul_wide(k.mad_lo(tok, nkv, kvh), 4u)), nsplit, cell);
 
   k.comment("the reduction: splits in batches of 16 in flight, rescaled online by their max, in split order");
   constexpr uint32_t kBatch = 16;

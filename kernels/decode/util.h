@@ -32,4 +32,30 @@ inline std::vector<ptx::Reg> ld_v4_nc(ptx::Kernel& k, ptx::Type t, const ptx::Re
   return ld_vec(k, ptx::Space::global, t, 4, a, offset, true);
 }
 
+// The end of a split block whose splits the last block to finish combines:
+// thread 0 (is_t0) counts the block in at `counter` (a global u32; acq_rel,
+// so the last block sees every part published before a count), and the
+// last of `n_blocks` sets it back to zero for the next launch; every other
+// block returns. Call it after a barrier that orders the block's part stores
+// before thread 0's count; `cell` is a shared u32 that tells the block.
+inline void last_block_or_return(ptx::Kernel& k, const ptx::Reg& is_t0, const ptx::Reg& counter,
+                                 const ptx::Reg& n_blocks, const ptx::Symbol& cell) {
+  using namespace ptx;
+  Reg cell_addr = k.shared_addr(cell);
+  k.if_(is_t0, [&] {
+    Reg before = k.reg(Type::u32);
+    k.atom(AtomOp::add, before, Space::global, at(counter), 1u, Scope::gpu, Order::acq_rel);
+    Reg last = k.setp(Cmp::eq, k.add(before, 1u), n_blocks);
+    k.when(last, [&] {
+      MemOpt relaxed;
+      relaxed.order = Order::relaxed;
+      relaxed.scope = Scope::gpu;
+      k.st(Space::global, at(counter), k.mov(Type::u32, 0u), relaxed);   // ready for the next launch
+    });
+    k.st_shared(at(cell_addr), k.selp(1u, 0u, last, Type::u32));
+  });
+  k.bar_sync(0);   // thread 0's acquire precedes every thread's reads of the parts
+  k.when(k.setp(Cmp::eq, k.ld_shared(Type::u32, at(cell_addr)), 0u), [&] { k.ret(); });
+}
+
 }  // namespace ptxlm::kernels
