@@ -100,12 +100,10 @@ HParams read_hparams(const gguf::File& f) {
     h.rope_attn_factor = f32_or("rope.scaling.attn_factor", 1.0f);
     h.attn_temp_scale = f32_or("attention.temperature_scale", 0.0f);
     if (h.arch == "qwen2" || h.arch == "gemma3" || h.arch == "qwen3" || h.arch == "phi3") h.rope_style = RopeStyle::Neox;
-    if (h.arch == "phi3") {
-        // Phi-3 files carry a window (Phi-4's is 0); llama.cpp turns its
-        // sliding-window attention off for phi3 ("Phi SWA is currently
-        // disabled"), and so does ptxlm, to compute what llama.cpp computes.
-        h.sliding_window_unused = f.get_u32(k.k("attention.sliding_window")).value_or(0);
-    }
+    // phi3 files carry attention.sliding_window (Phi-4's is 0); llama.cpp
+    // turns phi3's sliding-window attention off ("Phi SWA is currently
+    // disabled"), and so does ptxlm, to compute what llama.cpp computes:
+    // only `inspect` shows the value.
     if (h.arch == "gemma3") {
         // Gemma 3: 5 local (sliding-window) layers, then one global layer; the
         // local layers use RoPE base 10000 whatever rope.freq_base says.

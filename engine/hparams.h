@@ -53,7 +53,6 @@ struct HParams {
     float attn_temp_scale = 0;     // <arch>.attention.temperature_scale (Mistral 3; 0 = off)
     uint32_t sliding_window = 0;   // 0 = none
     uint32_t sliding_period = 0;   // gemma3: layer il is global iff il % period == period - 1
-    uint32_t sliding_window_unused = 0;   // phi3's attention.sliding_window: not applied, as in llama.cpp
     uint32_t file_type = 0;        // general.file_type, 0 if absent
 
     // Tokenizer summary.

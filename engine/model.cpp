@@ -62,7 +62,7 @@ std::string blk(uint32_t il, const char* what) { return "blk." + std::to_string(
 Weight rows_of(const Weight& w, uint64_t first, uint64_t n) {
     Weight v = w;
     v.rows = n;
-    v.data = w.data + first * w.row_bytes;
+    v.data = w.row(first);
     return v;
 }
 
@@ -166,7 +166,6 @@ Model Model::from_file(gguf::File file) {
     // other then means no factors).
     m.rope_factors_long = L.vec("rope_factors_long.weight", m.head_dim / 2, false);
     m.rope_factors_short = L.vec("rope_factors_short.weight", m.head_dim / 2, false);
-    m.rope_factors_ctx = hp.rope_orig_ctx;
     for (const Weight* w : {&m.rope_factors_long, &m.rope_factors_short})
         if (*w && !phi3)
             throw ModelError(path + ": tensor '" + w->name() + "' is not used by architecture '" + a + "' (only phi3)");
@@ -258,7 +257,7 @@ const Weight& Model::rope_factors(uint32_t n_ctx) const {
     if (rope_freqs) return rope_freqs;
     // llama.cpp compares its context per sequence, which it rounds up to a
     // multiple of 256, with the original context.
-    return n_ctx > rope_factors_ctx ? rope_factors_long : rope_factors_short;
+    return n_ctx > hp.rope_orig_ctx ? rope_factors_long : rope_factors_short;
 }
 
 std::vector<double> rope_rates(const Model& m, float base, uint32_t n_ctx) {

@@ -89,10 +89,9 @@ struct Model {
     Weight rope_freqs;             // optional per-pair divisors of the RoPE frequencies (Llama 3.x)
     // Phi-3/Phi-4's LongRoPE: per-pair divisors like rope_freqs (head_dim/2
     // each, one pair shared by every layer), the long set when the context
-    // per sequence exceeds rope_factors_ctx, else the short (llama.cpp's
+    // per sequence exceeds hp.rope_orig_ctx, else the short (llama.cpp's
     // get_rope_factors). The magnitude comes as rope.scaling.attn_factor.
     Weight rope_factors_long, rope_factors_short;
-    uint32_t rope_factors_ctx = 0; // rope.scaling.original_context_length (else context_length)
     std::vector<LayerDesc> layers;
 
     // Opens and validates `path`: the architecture must be supported, every

@@ -540,7 +540,7 @@ TEST(ModelLoad, Phi3SplitsFusedMatricesAndPicksLongRopeFactorsByContext) {
         return n;
     }());
     // Long past the original context of 512 (llama.cpp: n_ctx_seq > n_ctx_orig_yarn).
-    EXPECT_EQ(m.rope_factors_ctx, 512u);
+    EXPECT_EQ(m.hp.rope_orig_ctx, 512u);
     EXPECT_EQ(m.rope_factors(512).data, m.rope_factors_short.data);
     EXPECT_EQ(m.rope_factors(513).data, m.rope_factors_long.data);
     const std::vector<double> lng = rope_rates(m, 1e4f, 1024), shrt = rope_rates(m, 1e4f, 256);

@@ -165,7 +165,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, CudaBackendSynth,
 TEST(CudaBackendPhi3, LongRopeFactorsPastTheOriginalContext) {
   std::vector<uint8_t> bytes = synth::model_bytes(synth::preset(synth::Arch::Phi3, synth::Size::Tiny));
   Model m = Model::from_file(gguf::File::parse(bytes, "synth-phi3"));
-  ASSERT_LT(m.rope_factors_ctx, 1024u);
+  ASSERT_LT(m.hp.rope_orig_ctx, 1024u);
   cpu::CpuBackend cpu(m, 1024, KvType::F16, 2);
   cpu.set_path(cpu::CpuPath::Reference);
   std::vector<float> ref;

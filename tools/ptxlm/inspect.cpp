@@ -64,7 +64,7 @@ json describe(const gguf::File& f) {
     for (const char* set : {"long", "short"})
         if (f.find_tensor(std::string("rope_factors_") + set + ".weight")) longrope.push_back(set);
     hp["rope_factors"] = longrope;
-    hp["sliding_window_unused"] = h.sliding_window_unused;
+    hp["sliding_window_unused"] = h.arch == "phi3" ? f.get_u32(h.arch + ".attention.sliding_window").value_or(0) : 0;
     j["hparams"] = hp;
 
     json tok;
