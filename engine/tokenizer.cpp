@@ -5,6 +5,7 @@
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -240,6 +241,34 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
     t.eos_ = id_key("tokenizer.ggml.eos_token_id");
     t.eot_ = id_key("tokenizer.ggml.eot_token_id");
     const std::optional<TokenId> unk = id_key("tokenizer.ggml.unknown_token_id");
+    // llama.cpp makes control tokens of these texts whatever type the file
+    // gives them ("control-looking token ... its type will be overridden",
+    // llama-vocab.cpp): its end-of-generation names always, and the
+    // fill-in-the-middle names of each role the file gives no id for (where
+    // a vocabulary has two names of one role, llama.cpp overrides only the
+    // first its hash map yields; this overrides both). A control token is
+    // never produced from user text nor printed without render_special.
+    for (const char* s : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+                          "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+                          "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+                          "<｜end▁of▁sentence｜>", "[e~["})
+        if (auto id = t.find(s)) t.types_[*id] = kControl;
+    struct FimRole { const char* key; std::initializer_list<const char*> names; };
+    const FimRole fim[] = {
+        {"tokenizer.ggml.fim_pre_token_id",
+         {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>"}},
+        {"tokenizer.ggml.fim_suf_token_id",
+         {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>"}},
+        {"tokenizer.ggml.fim_mid_token_id",
+         {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>"}},
+        {"tokenizer.ggml.fim_pad_token_id", {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}},
+        {"tokenizer.ggml.fim_rep_token_id", {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
+        {"tokenizer.ggml.fim_sep_token_id", {"<|file_sep|>"}},
+    };
+    for (const FimRole& r : fim)
+        if (!id_key(r.key))
+            for (const char* s : r.names)
+                if (auto id = t.find(s)) t.types_[*id] = kControl;
     const bool spm = t.model_ == "llama";
     const PreSpec* spec = nullptr;
     if (!spm) {
@@ -259,12 +288,31 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
     t.add_space_prefix_ = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
     if (t.add_bos_ && !t.bos_) throw ModelError(where + "tokenizer.ggml.add_bos_token is set but there is no bos_token_id");
 
-    // Special tokens, longest text first (llama.cpp's matching order).
+    // Special tokens, longest text first, in llama.cpp's matching order: the
+    // same ids in the same order through the same std::sort (libstdc++'s, not
+    // stable), as the order among equal lengths decides a split where one
+    // token's strip attribute removes another's text.
     for (size_t i = 0; i < n; ++i)
         if (t.types_[i] == kControl || t.types_[i] == kUserDefined || t.types_[i] == kUnknown)
-            if (!t.tokens_[i].empty()) t.specials_.push_back(static_cast<TokenId>(i));
-    std::stable_sort(t.specials_.begin(), t.specials_.end(),
-                     [&](TokenId a, TokenId b) { return t.tokens_[a].size() > t.tokens_[b].size(); });
+            t.specials_.push_back(static_cast<TokenId>(i));
+    std::sort(t.specials_.begin(), t.specials_.end(),
+              [&](TokenId a, TokenId b) { return t.tokens_[a].size() > t.tokens_[b].size(); });
+    std::erase_if(t.specials_, [&](TokenId id) { return t.tokens_[id].empty(); });
+    // llama.cpp's per-model token attributes (llama-vocab.cpp, "set
+    // attributes by model/tokenizer/architecture name"): a general.name that
+    // contains "phi-3" or "phi3", lower-cased, gives every special token
+    // RSTRIP, and </s> too, then takes it from <unk>, <s> and <|endoftext|>.
+    // (Its other rules, LSTRIP on <mask> / [MASK], are for BERT-family
+    // architectures ptxlm does not run.)
+    t.rstrip_.assign(n, false);
+    std::string name(f.get_string("general.name").value_or(""));
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos) {
+        for (TokenId id : t.specials_) t.rstrip_[id] = true;
+        if (auto id = t.find("</s>")) t.rstrip_[*id] = true;
+        for (const char* s : {"<unk>", "<s>", "<|endoftext|>"})
+            if (auto id = t.find(s)) t.rstrip_[*id] = false;
+    }
     t.eog_.assign(n, false);
     for (auto id : {t.eos_, t.eot_})
         if (id) t.eog_[*id] = true;
@@ -518,6 +566,8 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_bos, bool
                 if (at > 0) next.push_back({rest.substr(0, at), -1});
                 next.push_back({{}, sid});
                 rest = rest.substr(at + s.size());
+                if (rstrip_[sid])   // C's isspace, as llama.cpp's partition
+                    while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.front()))) rest.remove_prefix(1);
             }
             if (!rest.empty()) next.push_back({rest, -1});
         }

@@ -1,4 +1,5 @@
-// Tokenizers built from a GGUF file's tokenizer.* keys alone.
+// Tokenizers built from a GGUF file's tokenizer.* keys (and general.name,
+// for llama.cpp's per-model token attributes).
 //
 // `tokenizer.ggml.model = llama`: SentencePiece (Gemma 3, Llama 2). The
 // sentencepiece library runs a model we build in memory from the file's
@@ -10,6 +11,10 @@
 // Special tokens follow llama.cpp: user-defined tokens are always matched in
 // text; control tokens only when the caller says the text is template text
 // (parse_special). Text pieces between them are tokenized on their own.
+// Where llama.cpp gives special tokens the strip attributes (files whose
+// general.name names Phi-3: every special token but <unk>, <s> and
+// <|endoftext|>, plus </s>), the whitespace after such a token (rstrip) is
+// dropped from the text that follows it, as llama.cpp's partition drops it.
 #pragma once
 
 #include <cstdint>
@@ -82,6 +87,7 @@ private:
     StringTable tokens_;   // indexed: find()
     std::vector<int32_t> types_;
     std::vector<TokenId> specials_;        // longest text first
+    std::vector<bool> rstrip_;             // per token: drop the whitespace after it (llama.cpp's RSTRIP)
     std::vector<bool> eog_;
     std::optional<TokenId> bos_, eos_, eot_;
     bool add_bos_ = false;
