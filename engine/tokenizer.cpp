@@ -241,19 +241,24 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
     t.eos_ = id_key("tokenizer.ggml.eos_token_id");
     t.eot_ = id_key("tokenizer.ggml.eot_token_id");
     const std::optional<TokenId> unk = id_key("tokenizer.ggml.unknown_token_id");
-    // llama.cpp makes control tokens of these texts whatever type the file
-    // gives them ("control-looking token ... its type will be overridden",
-    // llama-vocab.cpp): its end-of-generation names always, and the
-    // fill-in-the-middle names of each role the file gives no id for (where
-    // a vocabulary has two names of one role, llama.cpp overrides only the
-    // first its hash map yields; this overrides both). A control token is
-    // never produced from user text nor printed without render_special.
+    // End of generation and the token types, as llama-vocab.cpp decides them:
+    // the texts it takes for end-of-generation tokens are control tokens
+    // whatever type the file gives them ("control-looking token ... its type
+    // will be overridden"), and so are the fill-in-the-middle names of each
+    // role the file gives no id for (where a vocabulary has two names of one
+    // role, llama.cpp overrides only the first its hash map yields; this
+    // overrides both). A control token is never produced from user text nor
+    // printed without render_special.
+    t.eog_.assign(n, false);
     for (const char* s : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
                           "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
                           "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
                           "<｜end▁of▁sentence｜>", "[e~["})
-        if (auto id = t.find(s)) t.types_[*id] = kControl;
-    struct FimRole { const char* key; std::initializer_list<const char*> names; };
+        if (auto id = t.find(s)) {
+            t.types_[*id] = kControl;
+            t.eog_[*id] = true;
+        }
+    struct FimRole { const char* key; std::initializer_list<const char*> names; bool eog = false; };
     const FimRole fim[] = {
         {"tokenizer.ggml.fim_pre_token_id",
          {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>"}},
@@ -262,13 +267,41 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
         {"tokenizer.ggml.fim_mid_token_id",
          {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>"}},
         {"tokenizer.ggml.fim_pad_token_id", {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}},
-        {"tokenizer.ggml.fim_rep_token_id", {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
-        {"tokenizer.ggml.fim_sep_token_id", {"<|file_sep|>"}},
+        // The repository and file separators end generation too.
+        {"tokenizer.ggml.fim_rep_token_id", {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}, true},
+        {"tokenizer.ggml.fim_sep_token_id", {"<|file_sep|>"}, true},
     };
-    for (const FimRole& r : fim)
-        if (!id_key(r.key))
-            for (const char* s : r.names)
-                if (auto id = t.find(s)) t.types_[*id] = kControl;
+    for (const FimRole& r : fim) {
+        if (auto id = id_key(r.key)) {
+            if (r.eog) t.eog_[*id] = true;
+            continue;
+        }
+        for (const char* s : r.names)
+            if (auto id = t.find(s)) {
+                t.types_[*id] = kControl;
+                if (r.eog) t.eog_[*id] = true;
+            }
+    }
+    // gpt-oss's channel tokens are always rendered.
+    for (const char* s : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})
+        if (auto id = t.find(s)) t.types_[*id] = kUserDefined;
+    for (auto id : {t.eos_, t.eot_, id_key("tokenizer.ggml.eom_token_id")})
+        if (id) t.eog_[*id] = true;
+    auto eog_text = [&](const char* s) -> std::optional<TokenId> {
+        auto id = t.find(s);
+        return id && t.eog_[*id] ? id : std::nullopt;
+    };
+    // o200k_harmony and solar-open: <|end|> ends a message, not generation.
+    const bool call = eog_text("<|call|>") || eog_text("<|calls|>");
+    if (auto end = eog_text("<|end|>"); end && call && (eog_text("<|return|>") || eog_text("<|flush|>"))) {
+        t.eog_[*end] = false;
+        t.types_[*end] = kUserDefined;
+    }
+    // Gemma 4 (and PLaMo): </s> is a normal token.
+    if (auto s = eog_text("</s>"); s && (eog_text("<|tool_response>") || eog_text("<|plamo:eos|>"))) {
+        t.eog_[*s] = false;
+        t.types_[*s] = kNormal;
+    }
     const bool spm = t.model_ == "llama";
     const PreSpec* spec = nullptr;
     if (!spm) {
@@ -313,12 +346,6 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
         for (const char* s : {"<unk>", "<s>", "<|endoftext|>"})
             if (auto id = t.find(s)) t.rstrip_[*id] = false;
     }
-    t.eog_.assign(n, false);
-    for (auto id : {t.eos_, t.eot_})
-        if (id) t.eog_[*id] = true;
-    for (const char* s : {"<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<|end_of_text|>",
-                          "<|eom_id|>", "<EOT>", "<|EOT|>", "<|return|>"})
-        if (auto id = t.find(s); id && t.types_[*id] == kControl) t.eog_[*id] = true;
 
     auto impl = std::make_shared<Impl>();
     if (spm) {

@@ -166,6 +166,25 @@ TEST_P(TokenizerGolden, EqualsLlamaCpp) {
     EXPECT_GE(n, 80u);
 }
 
+// The tokens llama.cpp ends generation at and treats as control tokens
+// (never produced from user text, not printed by default), over the whole
+// vocabulary: the file's types with llama.cpp's overrides by text.
+TEST_P(TokenizerGolden, EndOfGenerationAndControlTokensEqualLlamaCpp) {
+    std::ifstream in(std::string(PTXLM_SOURCE_DIR) + "/tests/golden/tokenizer_" + GetParam().name + ".json");
+    ASSERT_TRUE(in) << "golden file missing";
+    const json g = json::parse(in);
+    ASSERT_TRUE(g.contains("eog") && g.contains("control")) << "re-record with bench/golden-tokenizer";
+    const Tokenizer tok = Tokenizer::from_gguf(gguf::File::open(path_));
+    std::vector<TokenId> eog, control;
+    for (TokenId id = 0; id < tok.n_vocab(); ++id) {
+        if (tok.is_eog(id)) eog.push_back(id);
+        if (tok.is_control(id)) control.push_back(id);
+    }
+    EXPECT_EQ(eog, g["eog"].get<std::vector<TokenId>>());
+    EXPECT_EQ(control, g["control"].get<std::vector<TokenId>>());
+    EXPECT_FALSE(eog.empty());
+}
+
 TEST_P(TokenizerGolden, DecodeInvertsEncode) {
     const Tokenizer tok = Tokenizer::from_gguf(gguf::File::open(path_));
     for (const char* s : {"Hello world", "  two  spaces ", "Café 日本語 🎉\n\n\tend", "x\ny", "1234567"}) {
