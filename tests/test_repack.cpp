@@ -9,13 +9,16 @@
 //     (the layout is not vacuous: rows do not mix);
 //   - what has no packed kernel, or too few rows, is not packed;
 //   - matmul with packed jobs equals matmul without them, for rows that are
-//     not a multiple of the group and one or many inputs.
+//     not a multiple of the group and one or many inputs;
+//   - the AVX-512 VNNI kernels (vpdpbusd, vpternlogd) equal the AVX2 ones
+//     (vpmaddubsw) bit for bit, at the extremes of codes and inputs too.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/cpu/matvec.h"
@@ -86,6 +89,25 @@ std::vector<Isa> packing_isas(GgmlType t) {
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
+bool runnable(Isa isa) {
+    for (Isa i : cpu::runnable_isas())
+        if (i == isa) return true;
+    return false;
+}
+
+// rows × n weights whose every byte is `fill` but the f16 scales (and mins)
+// of each block: all codes at one value (0xFF: Q4 15, Q5 31 with every fifth
+// bit, IQ4_NL's 113; 0x80: Q8_0's -128; 0x00: Q5 0, IQ4_NL's -127).
+std::vector<uint8_t> fill_rows(GgmlType t, uint64_t rows, uint64_t n, uint8_t fill) {
+    const gguf::TypeTraits& tt = gguf::type_traits(t);
+    std::vector<uint8_t> out(rows * n / 32 * tt.block_bytes, fill);
+    const uint16_t h = f32_to_f16(0.0123f);
+    const uint64_t scales = t == GgmlType::Q4_1 || t == GgmlType::Q5_1 ? 2 : 1;
+    for (uint64_t b = 0; b < out.size(); b += tt.block_bytes)
+        for (uint64_t f = 0; f < scales; ++f) std::memcpy(out.data() + b + 2 * f, &h, 2);
+    return out;
+}
+
 }  // namespace
 
 // On an x86-64 CPU with AVX2 (every machine the README names) the packed
@@ -96,6 +118,65 @@ TEST(Repack, AvailableWhereExpected) {
     for (GgmlType t : kTypes) EXPECT_EQ(!packing_isas(t).empty(), avx2) << gguf::type_traits(t).name;
     EXPECT_EQ(cpu::packed_fn(Isa::Scalar, GgmlType::Q4_1), nullptr);
     EXPECT_EQ(cpu::packed_fn(Isa::Avx2, GgmlType::Q3_K), nullptr);
+    // Avx512 runs the AVX2 kernels, Avx512Vnni its own (the sweeps above and
+    // VnniEqualsAvx2BitForBit below test them).
+    for (GgmlType t : kTypes) {
+        if (runnable(Isa::Avx512)) {
+            EXPECT_EQ(cpu::packed_fn(Isa::Avx512, t), cpu::packed_fn(Isa::Avx2, t));
+        }
+        if (runnable(Isa::Avx512Vnni)) {
+            EXPECT_NE(cpu::packed_fn(Isa::Avx512Vnni, t), nullptr) << gguf::type_traits(t).name;
+            EXPECT_NE(cpu::packed_fn(Isa::Avx512Vnni, t), cpu::packed_fn(Isa::Avx2, t)) << gguf::type_traits(t).name;
+        }
+    }
+}
+
+// The VNNI kernels sum the same integers as the AVX2 ones (vpdpbusd into
+// int32 against vpmaddubsw's int16 pairs, both exact) and share the float
+// steps: every output the same bits, for random rows and inputs and for the
+// extremes where an int16 bound would break (codes at their maximum, inputs
+// all ±127), for 1, 2, 4 and kQDotMaxInputs inputs.
+TEST(Repack, VnniEqualsAvx2BitForBit) {
+    if (!runnable(Isa::Avx512Vnni)) GTEST_SKIP() << "avx512vnni is not runnable on this CPU (or PTXLM_CPU_ISA caps it)";
+    std::mt19937 rng(2611);
+    const uint64_t n = 1536;
+    std::vector<std::vector<float>> inputs;
+    inputs.push_back(std::vector<float>(n, 1.f));    // every q = 127
+    inputs.push_back(std::vector<float>(n, -1.f));   // every q = -127
+    for (int k = 0; k < 6; ++k) inputs.push_back(make_input(n, k % 2 == 1, rng));
+    ASSERT_EQ(inputs.size(), size_t(cpu::kQDotMaxInputs));
+    for (GgmlType t : kTypes) {
+        std::vector<std::pair<std::string, std::vector<uint8_t>>> weights;
+        weights.emplace_back("random", make_rows(t, cpu::kPackRows, n, rng));
+        for (uint8_t fill : {uint8_t(0xFF), uint8_t(0x00), uint8_t(0x80), uint8_t(0x7F)})
+            weights.emplace_back("fill " + std::to_string(fill), fill_rows(t, cpu::kPackRows, n, fill));
+        std::vector<cpu::QuantizedInput> xq(inputs.size());
+        std::vector<const void*> xs;
+        for (size_t k = 0; k < inputs.size(); ++k) {
+            cpu::quantize_input(inputs[k].data(), n, t, xq[k]);
+            xs.push_back(xq[k].blocks());
+        }
+        for (const auto& [name, data] : weights) {
+            const Weight w = weight(t, cpu::kPackRows, n, data);
+            const cpu::PackedWeight a = cpu::pack_weight(w, Isa::Avx2), v = cpu::pack_weight(w, Isa::Avx512Vnni);
+            const std::string what = std::string(gguf::type_traits(t).name) + " " + name;
+            ASSERT_TRUE(a && v) << what;
+            ASSERT_EQ(a.group_bytes, v.group_bytes) << what;
+            EXPECT_EQ(std::memcmp(a.group(0), v.group(0), a.group_bytes), 0) << what << ": layouts differ";
+            for (int n_x : {1, 2, 4, cpu::kQDotMaxInputs}) {
+                const uint64_t stride = cpu::kPackRows + 1;
+                std::vector<float> oa(n_x * stride, -1.f), ov(n_x * stride, -2.f);
+                a.fn(a.group(0), xs.data(), n_x, n, oa.data(), stride);
+                v.fn(v.group(0), xs.data(), n_x, n, ov.data(), stride);
+                for (uint64_t o = 0; o < oa.size(); ++o) {
+                    if (o % stride >= uint64_t(cpu::kPackRows)) continue;
+                    EXPECT_TRUE(same_bits(oa[o], ov[o]))
+                        << what << " n_x=" << n_x << " row " << o % stride << " input " << o / stride << ": avx2 "
+                        << oa[o] << " vs avx512vnni " << ov[o];
+                }
+            }
+        }
+    }
 }
 
 TEST(Repack, GroupsUnpackToTheRowsAndMatchScalar) {

@@ -71,7 +71,13 @@ void copy_word(const BlockShape& shape, int c, const uint8_t* src, uint8_t* dst,
 PackedDotFn packed_fn(Isa isa, gguf::GgmlType type) {
     const int slot = detail::qdot_slot(type);
     if (slot < 0) return nullptr;
-    return isa >= Isa::Avx2 ? detail::kPackedAvx2[slot] : nullptr;   // see repack.h
+    switch (isa) {   // see repack.h
+        case Isa::Scalar: return nullptr;
+        case Isa::Avx2:
+        case Isa::Avx512: return detail::kPackedAvx2[slot];
+        case Isa::Avx512Vnni: return detail::kPackedAvx512Vnni[slot];
+    }
+    return nullptr;
 }
 
 PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied, void* ctx) {

@@ -36,6 +36,7 @@
 // unpacked kernels.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 
@@ -53,11 +54,14 @@ using PackedDotFn = void (*)(const uint8_t* group, const void* const* xs, int n_
                              uint64_t out_stride);
 
 // The packed kernel for (isa, type), nullptr when there is none (then the
-// weight stays unpacked). isa must be runnable. The AVX-512 Isas take the
-// AVX2 kernels: on an AVX-512 VNNI Xeon (2026-11-28, docs/benchmarks.md)
-// they decode SmolLM2 at twice the rate of the one-row AVX-512 kernels
-// (which pay a horizontal sum per row), and the input quantizers of every
-// Isa give the same bits.
+// weight stays unpacked). isa must be runnable. Every kernel is 256 bits
+// wide on the same layout: Avx2 and Avx512 take the AVX2 kernels (on an
+// AVX-512 VNNI Xeon, 2026-11-28, docs/benchmarks.md, they decode SmolLM2 at
+// twice the rate of the one-row AVX-512 kernels, which pay a horizontal sum
+// per row); Avx512Vnni takes the same algorithms with vpdpbusd products and
+// vpternlogd Q5 merges (repack_avx512vnni.cpp), whose results equal the
+// AVX2 kernels' bit for bit, so a packed weight gives the same bits on the
+// three SIMD Isas (whose input quantizers give the same bits too).
 PackedDotFn packed_fn(Isa isa, gguf::GgmlType type);
 
 struct PackedWeight {
@@ -88,8 +92,10 @@ PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied = nullptr
 void unpack_row(const PackedWeight& p, uint64_t r, uint64_t row_bytes, uint8_t* out);
 
 namespace detail {
-// Defined in repack_avx2.cpp; nullptr entries where no kernel exists.
-extern const PackedDotFn kPackedAvx2[kQDotSlots];
+// In qdot.h's slot order, nullptr entries where no kernel exists; defined in
+// repack_avx2.cpp and repack_avx512vnni.cpp (repack_kernels.h's templates).
+extern const std::array<PackedDotFn, kQDotSlots> kPackedAvx2;
+extern const std::array<PackedDotFn, kQDotSlots> kPackedAvx512Vnni;
 }  // namespace detail
 
 }  // namespace ptxlm::cpu

@@ -1,0 +1,276 @@
+// The packed kernels' algorithms (repack.h), one copy for every Isa that
+// runs them. Each kernel TU includes this header and instantiates the
+// templates with its own product policy `Dot`, compiled with its own -m
+// flags:
+//   - repack_avx2.cpp, DotMaddubs: vpmaddubsw into int16 pairs, vpmaddwd by
+//     ones into int32 (the int16 staging is bounded there);
+//   - repack_avx512vnni.cpp, DotVnni: vpdpbusd (ymm, AVX512-VNNI + VL) adds
+//     4 u8·s8 products straight into int32 lanes, and vpternlogd merges a
+//     Q5 nibble with its fifth bit.
+// Both give the same int32 sum per (row, block): the products are exact on
+// both (no saturation), so with the float steps written once here the two
+// Isas give the same bits.
+//
+// A policy provides, on 256-bit vectors of 8 int32 lanes (one per row):
+//   kInt32Parts: whether partial sums are int32 lanes already (then a
+//       block's words go straight into one sum that starts at the offset);
+//   kPartWords4, kPartWords5: how many 4-byte words of 4- or 5-bit codes a
+//       partial sum may hold before it is widened;
+//   part2(p, u0, s0, u1, s1): partial sum p plus u0·s0 + u1·s1 (each u·s:
+//       the 4 u8 × s8 products of a lane);
+//   widen(p): p as int32 lanes;
+//   add32(a, u, s), add32x2(a, u0, s0, u1, s1): int32 a plus u·s (plus
+//       u1·s1), for the sign trick (pairs of products |.| <= 32512);
+//   merge5(nib, at4): nib | (at4 & 0x10) per byte (a Q5 code from its nibble
+//       and its fifth bit, wherever at4 has it at bit 4).
+//
+// Everything here has internal linkage (the unnamed namespace): each TU gets
+// its own copy of every helper and template, compiled with that TU's flags,
+// so no AVX-512 code can stand in for an AVX2 function at link time (the ODR
+// trap of inline functions shared between TUs built with different -m
+// flags). The policy in every kernel's type keeps the symbols distinct too.
+#pragma once
+
+#include <array>
+#include <cstdlib>
+
+#include "engine/cpu/repack.h"
+#include "engine/cpu/x86_intrinsics.h"
+#include "gguf/quant.h"
+
+namespace ptxlm::cpu {
+namespace {
+
+inline __m256i loadu(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m256 f16x8(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+// 4 input bytes in every int32 lane.
+inline __m256i bcast4(const int8_t* p) {
+    int32_t v;
+    __builtin_memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+// An empty asm that claims to change v: GCC may not move additions across
+// it. Without it, GCC regroups a block's integer sums into a tree whose
+// products are all computed first, and with four inputs their partial sums
+// (32 registers) spill to the stack. "v": any register the TU's flags allow
+// (ymm0-15 on AVX2, ymm0-31 with AVX-512 VL).
+inline void keep_in_register(__m256i& v) { asm volatile("" : "+v"(v)); }
+
+// Software prefetch, `kPrefetch` bytes ahead of the block in use, on the
+// first pass over a row group (later passes of the same group, for more
+// inputs, find it in cache). Decode reads each group once, and the hardware
+// prefetchers alone left a core short of what it can read: SmolLM2 tg128 on
+// a Zen 3 VM +16% on one core, +9% on two; gemma-3 +3-8% (docs/benchmarks.md).
+// PTXLM_CPU_PREFETCH=BYTES sets the distance, 0 turns it off (A/B runs).
+const uint64_t kPrefetch = [] {
+    const char* e = std::getenv("PTXLM_CPU_PREFETCH");
+    return e ? std::strtoull(e, nullptr, 10) : uint64_t(2048);
+}();
+inline void prefetch_block(const uint8_t* g, uint64_t bytes) {
+    for (uint64_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetch + o), _MM_HINT_T0);
+}
+
+// The 4- and 5-bit types: Q4_0, Q4_1 (Fifth false), Q5_0, Q5_1, with a
+// min (Q4_1, Q5_1) or without. Packed block: d[8], m[8] where HasMin, the
+// 8 rows' qh words where Fifth, then 4 words of nibbles × 8 rows: 144, 160,
+// 176 or 192 bytes. Codes c = nibble (| fifth bit · 16): 0..15 or 0..31.
+// Without a min the offset comes off as Offset·Σq (the same integer as
+// Σ(c − Offset)·q; the input block carries its Σq); with one,
+// m · s is added per block.
+template <class Dot, bool HasMin, bool Fifth>
+struct Nibbles8 {
+    static constexpr int kOffset = Fifth ? 16 : 8;
+    static constexpr uint64_t kQh = HasMin ? 32 : 16, kQs = kQh + (Fifth ? 32 : 0), kBlock = kQs + 128;
+    // Words summed per partial sum; a block's 4 words are 4 / kPart of them.
+    static constexpr int kPart = Fifth ? Dot::kPartWords5 : Dot::kPartWords4;
+    static_assert(kPart > 0 && 4 % kPart == 0);
+    // qh with the fifth bits of word c's low (High false) or high nibbles at
+    // bit 4 of each byte (the other bits are the other words', for merge5 to
+    // mask): packed spread (repack.cpp, spread_qh), they sit at bit c (low)
+    // and bit 4 + c (high) of each byte.
+    template <int C, bool High>
+    static __m256i fifth(__m256i qh) {
+        return High ? _mm256_srli_epi32(qh, C) : _mm256_slli_epi32(qh, 4 - C);
+    }
+    template <int C, int NX>
+    static void word(const uint8_t* g, __m256i qh, const BlockQ8x32* const* y, uint64_t b, __m256i* part) {
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        const __m256i v = loadu(g + kQs + 32 * C);
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if constexpr (Fifth) {
+            lo = Dot::merge5(lo, fifth<C, false>(qh));
+            hi = Dot::merge5(hi, fifth<C, true>(qh));
+        }
+        for (int k = 0; k < NX; ++k) {
+            part[k] = Dot::part2(part[k], lo, bcast4(y[k][b].qs + 4 * C), hi, bcast4(y[k][b].qs + 16 + 4 * C));
+            keep_in_register(part[k]);
+        }
+    }
+    // Words [C0, C0 + kPart) of block b into a partial sum (zeroed first),
+    // then widened into isum (set when C0 is 0, else added), then the next
+    // words.
+    // With int32 partial sums (Dot::kInt32Parts) the words go straight into
+    // isum, which holds its start value.
+    template <int C0, int NX>
+    static void words(const uint8_t* g, __m256i qh, const BlockQ8x32* const* y, uint64_t b, __m256i* isum) {
+        if constexpr (Dot::kInt32Parts) {
+            word<0, NX>(g, qh, y, b, isum);
+            word<1, NX>(g, qh, y, b, isum);
+            word<2, NX>(g, qh, y, b, isum);
+            word<3, NX>(g, qh, y, b, isum);
+            return;
+        }
+        __m256i part[NX];
+        for (int k = 0; k < NX; ++k) part[k] = _mm256_setzero_si256();
+        // Written out: a fold over an integer_sequence in a lambda made GCC
+        // schedule the AVX2 kernel worse (21 more instructions per block at 4
+        // inputs: extra vpaddw and register moves).
+        word<C0, NX>(g, qh, y, b, part);
+        if constexpr (kPart > 1) word<C0 + 1, NX>(g, qh, y, b, part);
+        if constexpr (kPart > 2) word<C0 + 2, NX>(g, qh, y, b, part);
+        if constexpr (kPart > 3) word<C0 + 3, NX>(g, qh, y, b, part);
+        for (int k = 0; k < NX; ++k) {
+            const __m256i w = Dot::widen(part[k]);
+            isum[k] = C0 == 0 ? w : _mm256_add_epi32(isum[k], w);
+            if constexpr (kPart < 4) keep_in_register(isum[k]);
+        }
+        if constexpr (C0 + kPart < 4) words<C0 + kPart, NX>(g, qh, y, b, isum);
+    }
+    // One int32 accumulator and one float accumulator per input, so that
+    // NX = 4 fits the 16 registers (the min term goes into the same float
+    // accumulator, a second FMA on it).
+    template <int NX>
+    static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
+        const BlockQ8x32* y[NX];
+        __m256 acc[NX];
+        for (int k = 0; k < NX; ++k) {
+            y[k] = static_cast<const BlockQ8x32*>(xs[k]);
+            acc[k] = _mm256_setzero_ps();
+        }
+        for (uint64_t b = 0; b < n / 32; ++b, g += kBlock) {
+            if (pf) prefetch_block(g, kBlock);
+            const __m256i qh = Fifth ? loadu(g + kQh) : _mm256_setzero_si256();
+            // The offset term −Offset·Σq: int32 partial sums start from it,
+            // int16 ones (which could not hold it) take it off at the end.
+            __m256i isum[NX];
+            if constexpr (Dot::kInt32Parts)
+                for (int k = 0; k < NX; ++k)
+                    isum[k] = HasMin ? _mm256_setzero_si256() : _mm256_set1_epi32(-kOffset * y[k][b].sum);
+            words<0, NX>(g, qh, y, b, isum);
+            const __m256 d = f16x8(g);
+            for (int k = 0; k < NX; ++k) {
+                if constexpr (!HasMin && !Dot::kInt32Parts)
+                    isum[k] = _mm256_sub_epi32(isum[k], _mm256_set1_epi32(kOffset * y[k][b].sum));
+                acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y[k][b].d)), _mm256_cvtepi32_ps(isum[k]), acc[k]);
+                if constexpr (HasMin) acc[k] = _mm256_fmadd_ps(f16x8(g + 16), _mm256_set1_ps(y[k][b].s), acc[k]);
+            }
+        }
+        for (int k = 0; k < NX; ++k) _mm256_storeu_ps(out + k * out_stride, acc[k]);
+    }
+};
+
+// The signed types, whose products go through the sign trick (|w| <= 128
+// against x with w's sign: 32512 per pair): one int32 sum per (row, input)
+// and block, times d_w·d_x. K gives the block's bytes and its sums
+// (K::sums: the block at g, into s32, zeroed by the caller).
+template <class K>
+struct Signed8 {
+    static constexpr uint64_t kBlock = K::kBlock;
+    template <int NX>
+    static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
+        const BlockQ8x32* y[NX];
+        __m256 acc[NX];
+        for (int k = 0; k < NX; ++k) {
+            y[k] = static_cast<const BlockQ8x32*>(xs[k]);
+            acc[k] = _mm256_setzero_ps();
+        }
+        for (uint64_t b = 0; b < n / 32; ++b, g += kBlock) {
+            if (pf) prefetch_block(g, kBlock);
+            __m256i s32[NX];
+            for (int k = 0; k < NX; ++k) s32[k] = _mm256_setzero_si256();
+            K::template sums<NX>(g, y, b, s32);
+            const __m256 d = f16x8(g);
+            for (int k = 0; k < NX; ++k)
+                acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y[k][b].d)), _mm256_cvtepi32_ps(s32[k]),
+                                         acc[k]);
+        }
+        for (int k = 0; k < NX; ++k) _mm256_storeu_ps(out + k * out_stride, acc[k]);
+    }
+};
+
+// Q8_0, 272 bytes per packed block: d[8], 8 words × 8 rows.
+template <class Dot>
+struct Q8_0Sums {
+    static constexpr uint64_t kBlock = 272;
+    template <int NX>
+    static void sums(const uint8_t* g, const BlockQ8x32* const* y, uint64_t b, __m256i* s32) {
+        for (int c = 0; c < 8; ++c) {
+            const __m256i w = loadu(g + 16 + 32 * c), aw = _mm256_sign_epi8(w, w);
+            for (int k = 0; k < NX; ++k) {
+                s32[k] = Dot::add32(s32[k], aw, _mm256_sign_epi8(bcast4(y[k][b].qs + 4 * c), w));
+                keep_in_register(s32[k]);
+            }
+        }
+    }
+};
+
+// IQ4_NL, 144 bytes per packed block as Q4_0's (d[8], 4 words of nibbles ×
+// 8 rows): the nibbles index the non-linear table with vpshufb, and the
+// values (|w| <= 127) take the sign trick.
+template <class Dot>
+struct IQ4_NLSums {
+    static constexpr uint64_t kBlock = 144;
+    template <int NX>
+    static void sums(const uint8_t* g, const BlockQ8x32* const* y, uint64_t b, __m256i* s32) {
+        const __m256i table =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gguf::kIQ4Values)));
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        for (int c = 0; c < 4; ++c) {
+            const __m256i v = loadu(g + 16 + 32 * c);
+            const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, m4));
+            const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+            const __m256i alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
+            for (int k = 0; k < NX; ++k) {
+                s32[k] = Dot::add32x2(s32[k], alo, _mm256_sign_epi8(bcast4(y[k][b].qs + 4 * c), lo), ahi,
+                                      _mm256_sign_epi8(bcast4(y[k][b].qs + 16 + 4 * c), hi));
+                keep_in_register(s32[k]);
+            }
+        }
+    }
+};
+
+// Inputs in passes of W (the registers hold W sets of accumulators), the
+// leftover ones in one smaller pass.
+template <class K, int M>
+void run_rest(int m, const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
+    if constexpr (M > 0) {
+        if (m == M) return K::template run<M>(g, xs, n, out, out_stride, pf);
+        run_rest<K, M - 1>(m, g, xs, n, out, out_stride, pf);
+    }
+}
+template <class K, int W>
+void run_group(const uint8_t* g, const void* const* xs, int n_x, uint64_t n, float* out, uint64_t out_stride) {
+    const bool pf = kPrefetch > 0;
+    int k = 0;
+    for (; k + W <= n_x; k += W) K::template run<W>(g, xs + k, n, out + k * out_stride, out_stride, pf && k == 0);
+    run_rest<K, W - 1>(n_x - k, g, xs + k, n, out + k * out_stride, out_stride, pf && k == 0);
+}
+
+// The kernel table of one policy, by qdot.h's slots; the k-quants and
+// IQ4_XS keep the one-row kernels (nullptr).
+template <class Dot>
+constexpr std::array<PackedDotFn, detail::kQDotSlots> packed_table() {
+    constexpr int kWidth = 4;
+    std::array<PackedDotFn, detail::kQDotSlots> t{};
+    t[detail::kQ4_0] = run_group<Nibbles8<Dot, false, false>, kWidth>;
+    t[detail::kQ4_1] = run_group<Nibbles8<Dot, true, false>, kWidth>;
+    t[detail::kQ5_0] = run_group<Nibbles8<Dot, false, true>, kWidth>;
+    t[detail::kQ5_1] = run_group<Nibbles8<Dot, true, true>, kWidth>;
+    t[detail::kQ8_0] = run_group<Signed8<Q8_0Sums<Dot>>, kWidth>;
+    t[detail::kIQ4_NL] = run_group<Signed8<IQ4_NLSums<Dot>>, kWidth>;
+    return t;
+}
+
+}  // namespace
+}  // namespace ptxlm::cpu
