@@ -17,7 +17,10 @@
 //     qh, 5-7 zero) apart, so the whole (v & 0x0F) | (qh_shifted & 0x10)
 //     takes two instructions, not one (two merges per word, 8 saved per
 //     block).
-// The sign trick stays for Q8_0 and IQ4_NL (vpdpbusd is u8 × s8 too).
+//   - Q8_0 and IQ4_NL skip the sign trick: their weights go in as the
+//     unsigned w + 128 (an xor with 0x80; IQ4_NL's table shifted once), the
+//     sum starting at −128·Σq, which no int16 pair could hold under
+//     vpmaddubsw (255·127·2 > 32767) and an int32 lane does.
 #include "engine/cpu/repack_kernels.h"
 
 namespace ptxlm::cpu {

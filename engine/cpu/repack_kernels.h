@@ -13,7 +13,9 @@
 //
 // A policy provides, on 256-bit vectors of 8 int32 lanes (one per row):
 //   kInt32Parts: whether partial sums are int32 lanes already (then a
-//       block's words go straight into one sum that starts at the offset);
+//       block's words go straight into one sum that starts at the offset,
+//       and the signed types' weights go in as unsigned w + 128, the sum
+//       starting at −128·Σq);
 //   kPartWords4, kPartWords5: how many 4-byte words of 4- or 5-bit codes a
 //       partial sum may hold before it is widened;
 //   part2(p, u0, s0, u1, s1): partial sum p plus u0·s0 + u1·s1 (each u·s:
@@ -170,12 +172,17 @@ struct Nibbles8 {
     }
 };
 
-// The signed types, whose products go through the sign trick (|w| <= 128
-// against x with w's sign: 32512 per pair): one int32 sum per (row, input)
-// and block, times d_w·d_x. K gives the block's bytes and its sums
-// (K::sums: the block at g, into s32, zeroed by the caller).
+// The signed types: one int32 sum per (row, input) and block, times
+// d_w·d_x. K gives the block's bytes and its sums (K::sums: the block at g,
+// into s32, which the caller starts). With int16 pair sums (vpmaddubsw) the
+// products go through the sign trick (|w| <= 128 against x with w's sign:
+// 32512 per pair) and s32 starts at 0; with int32 products (Dot::kInt32Parts:
+// no pair to saturate) the weights go in as the unsigned w + 128 (w xor
+// 0x80, or IQ4_NL's table shifted by 128) and s32 starts at −128·Σq: the
+// same integer, without the four vpsignb per word.
 template <class K>
 struct Signed8 {
+    using Dot = typename K::Dot;
     static constexpr uint64_t kBlock = K::kBlock;
     template <int NX>
     static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
@@ -188,7 +195,8 @@ struct Signed8 {
         for (uint64_t b = 0; b < n / 32; ++b, g += kBlock) {
             if (pf) prefetch_block(g, kBlock);
             __m256i s32[NX];
-            for (int k = 0; k < NX; ++k) s32[k] = _mm256_setzero_si256();
+            for (int k = 0; k < NX; ++k)
+                s32[k] = Dot::kInt32Parts ? _mm256_set1_epi32(-128 * y[k][b].sum) : _mm256_setzero_si256();
             K::template sums<NX>(g, y, b, s32);
             const __m256 d = f16x8(g);
             for (int k = 0; k < NX; ++k)
@@ -200,13 +208,23 @@ struct Signed8 {
 };
 
 // Q8_0, 272 bytes per packed block: d[8], 8 words × 8 rows.
-template <class Dot>
+template <class D>
 struct Q8_0Sums {
+    using Dot = D;
     static constexpr uint64_t kBlock = 272;
     template <int NX>
     static void sums(const uint8_t* g, const BlockQ8x32* const* y, uint64_t b, __m256i* s32) {
         for (int c = 0; c < 8; ++c) {
-            const __m256i w = loadu(g + 16 + 32 * c), aw = _mm256_sign_epi8(w, w);
+            const __m256i w = loadu(g + 16 + 32 * c);
+            if constexpr (Dot::kInt32Parts) {
+                const __m256i u = _mm256_xor_si256(w, _mm256_set1_epi8(char(0x80)));   // w + 128
+                for (int k = 0; k < NX; ++k) {
+                    s32[k] = Dot::add32(s32[k], u, bcast4(y[k][b].qs + 4 * c));
+                    keep_in_register(s32[k]);
+                }
+                continue;
+            }
+            const __m256i aw = _mm256_sign_epi8(w, w);
             for (int k = 0; k < NX; ++k) {
                 s32[k] = Dot::add32(s32[k], aw, _mm256_sign_epi8(bcast4(y[k][b].qs + 4 * c), w));
                 keep_in_register(s32[k]);
@@ -218,18 +236,27 @@ struct Q8_0Sums {
 // IQ4_NL, 144 bytes per packed block as Q4_0's (d[8], 4 words of nibbles ×
 // 8 rows): the nibbles index the non-linear table with vpshufb, and the
 // values (|w| <= 127) take the sign trick.
-template <class Dot>
+template <class D>
 struct IQ4_NLSums {
+    using Dot = D;
     static constexpr uint64_t kBlock = 144;
     template <int NX>
     static void sums(const uint8_t* g, const BlockQ8x32* const* y, uint64_t b, __m256i* s32) {
-        const __m256i table =
+        __m256i table =
             _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gguf::kIQ4Values)));
+        if constexpr (Dot::kInt32Parts) table = _mm256_xor_si256(table, _mm256_set1_epi8(char(0x80)));   // value + 128
         const __m256i m4 = _mm256_set1_epi8(0x0F);
         for (int c = 0; c < 4; ++c) {
             const __m256i v = loadu(g + 16 + 32 * c);
             const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, m4));
             const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+            if constexpr (Dot::kInt32Parts) {
+                for (int k = 0; k < NX; ++k) {
+                    s32[k] = Dot::add32x2(s32[k], lo, bcast4(y[k][b].qs + 4 * c), hi, bcast4(y[k][b].qs + 16 + 4 * c));
+                    keep_in_register(s32[k]);
+                }
+                continue;
+            }
             const __m256i alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
             for (int k = 0; k < NX; ++k) {
                 s32[k] = Dot::add32x2(s32[k], alo, _mm256_sign_epi8(bcast4(y[k][b].qs + 4 * c), lo), ahi,
