@@ -23,7 +23,7 @@ target_compile_definitions(test_emu_jit PRIVATE PTXLM_PTXAS="${PTXLM_PTXAS_EXE}"
 ptxlm_emu_gtest(test_gemv_emu test_gemv_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 300)
 # GEMV shared-memory wavefronts and conversions at Llama-3-8B's shapes, counted
 # by emu's interpreter directly (issue 20's targets for the 8-bit input).
-ptxlm_gtest(test_gemv_counts test_gemv_counts.cpp LIBS ptxlm_emu_core ptxlm_kernels TIMEOUT 600)
+ptxlm_gtest(test_gemv_counts test_gemv_counts.cpp LIBS ptxlm_emu_core ptxlm_kernels ptxlm_engine TIMEOUT 600)
 # RoPE + KV append and split attention on emu against host references.
 ptxlm_emu_gtest(test_attention_emu test_attention_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 300)
 # Paged flash-decoding attention on emu against a double reference from the

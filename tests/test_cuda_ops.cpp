@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <set>
 #include <string>
@@ -238,6 +239,71 @@ TEST(CudaOpsTypeMixes, EachMixFollowsTheCpuQuantizedPath) {
     EXPECT_LE(max_diff, tol);
     EXPECT_EQ(agree, clear);
     EXPECT_EQ(differ, 0u) << "the persistent schedule's logits differ from the graph schedule's";
+  }
+}
+
+// F16 and BF16 matrices (synth has no such mix): the tiny llama with some
+// matrices re-encoded in memory, so the CPU reference dequantizes the same
+// bytes the device multiplies. Layer 0's Q in one 16-bit type and K in the
+// other beside a Q4_K V (one QKV launch, on the f32 input), its gate beside a
+// Q4_K up (one GLU launch), layer 1's down, the token embedding and the LM
+// head (untied), then the same with F16 and BF16 swapped. The selftest's
+// checks (the embedding row bit for bit) and every GEMV op of four positions
+// must pass; the other launches stay on the 8-bit input; the persistent
+// schedule's logits equal the graph schedule's.
+TEST(CudaOpsTypeMixes, SixteenBitFloatMatrices) {
+  using gguf::GgmlType;
+  for (const auto& [a, b] : {std::pair{GgmlType::F16, GgmlType::BF16}, std::pair{GgmlType::BF16, GgmlType::F16}}) {
+    std::vector<uint8_t> bytes;
+    Model m = tiny(synth::Arch::Llama, bytes);
+    std::deque<std::vector<uint8_t>> store;
+    auto retype = [&](Weight& w, GgmlType t) {
+      std::vector<float> row(w.cols);
+      std::vector<uint8_t> out(w.rows * w.cols * 2);
+      for (uint64_t r = 0; r < w.rows; ++r) {
+        gguf::type_traits(w.type).dequantize_row(w.row(r), row.data(), int64_t(w.cols));
+        gguf::type_traits(t).quantize_row(row.data(), out.data() + r * w.cols * 2, int64_t(w.cols));
+      }
+      store.push_back(std::move(out));
+      w.type = t;
+      w.data = store.back().data();
+      w.row_bytes = w.cols * 2;
+    };
+    const bool tied = m.tied_embeddings();
+    retype(m.layers[0].wq, a);
+    retype(m.layers[0].wk, b);
+    retype(m.layers[0].gate, a);
+    retype(m.layers[1].down, b);
+    retype(m.tok_embd, a);
+    if (tied) m.output = m.tok_embd;
+    else retype(m.output, b);
+    SCOPED_TRACE(std::string(gguf::type_traits(a).name) + " first");
+    size_t selftests = 0;
+    for (const cuda::SelftestResult& r : cuda::run_selftest(m, cuda::Driver::load(), 16, 1, nullptr)) {
+      ++selftests;
+      EXPECT_TRUE(r.pass) << r.kernel << " (" << r.what << "): error " << r.max_error << ", tolerance " << r.tolerance;
+    }
+    EXPECT_GT(selftests, 5u);
+    cuda::CudaBackend traced(m, cuda::Driver::load(), 16, Schedule::Chain);
+    const OpCheck c = check_prompt(traced, {kPrompt.begin(), kPrompt.begin() + 4});
+    EXPECT_EQ(c.bad, 0u);
+    EXPECT_GT(c.q8_ops, 0u);
+    EXPECT_LT(c.q8_ops, c.ops) << "the 16-bit matrices' launches must stay on the f32 input";
+    // The persistent schedule (the GEMVs inline) gives the graph schedule's logits exactly.
+    cuda::CudaBackend gpu(m, cuda::Driver::load(), 16, Schedule::Graph);
+    cuda::CudaBackend pers(m, cuda::Driver::load(), 16, Schedule::Persistent);
+    std::vector<float> g(m.n_vocab), p(m.n_vocab);
+    size_t differ = 0;
+    for (uint32_t i = 0; i < 3; ++i) {
+      gpu.eval(kPrompt[i], i, g.data());
+      pers.eval(kPrompt[i], i, p.data());
+      for (size_t t = 0; t < g.size(); ++t) differ += g[t] != p[t];
+    }
+    EXPECT_EQ(differ, 0u) << "the persistent schedule's logits differ from the graph schedule's";
+    std::printf("[cuda-ops] llama with %s/%s matrices (%s LM head): %zu selftests, %zu GEMV ops (%zu on 8-bit inputs), "
+                "worst %.3g of the tolerance\n",
+                gguf::type_traits(a).name, gguf::type_traits(b).name, tied ? "tied" : "untied", selftests, c.ops,
+                c.q8_ops, c.worst);
   }
 }
 

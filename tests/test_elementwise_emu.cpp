@@ -22,7 +22,7 @@ using ptx::DevPtr;
 class ElementwiseOnEmu : public testing_util::EmuCudaTest {};
 
 TEST_F(ElementwiseOnEmu, EmbeddingRowIsTheReferenceDequantization) {
-  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
                      GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K,
                      GgmlType::IQ4_XS, GgmlType::IQ4_NL}) {
     const auto& tt = gguf::type_traits(t);

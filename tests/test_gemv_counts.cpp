@@ -12,6 +12,7 @@
 
 #include "emu/interp.h"
 #include "emu/stats.h"
+#include "engine/projection.h"
 #include "gguf/quant.h"
 #include "kernels/decode/gemv.h"
 #include "kernels/decode/layout.h"
@@ -165,6 +166,60 @@ TEST(GemvCounts, Issue25TypesOnTheEightBitInput) {
   const Counted f32 = count(shape(4096, GgmlType::Q5_K, 1056, true, false));
   EXPECT_GT(1024.0 * double(f32.stats.by_class[size_t(emu::InstClass::Cvt)]) / (4096.0 * 1056), 32.0)
       << "negative control: the f32 input converts every weight";
+}
+
+// F16 and BF16 (the f32 input) at Llama-3-8B's QKV width (4096 columns,
+// 1056 rows, 8 per block, the norm fused), projected on an H100 SXM from
+// the counts (engine/projection.h's launch terms, as `ptxlm bench` counted
+// mode builds them): DRAM binds. Each weight is converted once (F16: one
+// cvt.f32.f16, 32 warp conversions per 1024 weights; BF16: none, an integer
+// shift or mask) and multiplied by one f32 FMA; the lanes' 16-byte loads
+// keep 4 KiB in flight per warp wait. Printed: warp instructions per weight
+// byte, conversions and integer-pipe instructions per 1024 weights, shared
+// wavefronts / ideal, bytes in flight per wait, and each limit in µs.
+TEST(GemvCounts, SixteenBitFloatsAreDramBoundOnAnH100) {
+  const GpuSpec gpu = *find_gpu("h100-sxm");
+  for (GgmlType t : {GgmlType::F16, GgmlType::BF16}) {
+    const kx::GemvShape s = shape(4096, t, 1056, true, false);
+    const ptx::LaunchGeometry geo = kx::gemv_geometry(s);
+    const Counted c = count(s);
+    const emu::Stats& st = c.stats;
+    auto cls = [&](emu::InstClass k) { return double(st.by_class[size_t(k)]); };
+    LaunchCost l;
+    l.blocks = geo.grid.x;
+    l.bytes = st.unique_global_bytes;
+    l.threads = geo.block.x;
+    l.blocks_per_sm = 1;
+    l.warp_instructions = double(st.warp_instructions) - cls(emu::InstClass::Mov);
+    l.pipe[size_t(Pipe::Fp32)] = cls(emu::InstClass::Fp);
+    l.pipe[size_t(Pipe::Int)] = cls(emu::InstClass::Alu) + cls(emu::InstClass::Imad) + cls(emu::InstClass::Dp4a);
+    l.pipe[size_t(Pipe::Cvt)] = cls(emu::InstClass::Cvt);
+    l.pipe[size_t(Pipe::Sfu)] = cls(emu::InstClass::Sfu);
+    l.pipe[size_t(Pipe::Shfl)] = cls(emu::InstClass::Shfl);
+    l.shared_wavefronts = double(st.shared_load_wavefronts + st.shared_store_wavefronts);
+    l.load_waits = double(st.inflight_batches);
+    l.prologue_waits = double(st.prologue_waits);
+    l.fills = 1;
+    const LaunchTerms lt = launch_terms(l, gpu);
+    const double bytes = double(c.weight_bytes), weights = 4096.0 * 1056;
+    std::printf("[gemv counts] %-4s n_in 4096, 1056 rows: warp instructions per weight byte %.4f; per 1024 weights: "
+                "conversions %.2f, integer-pipe %.2f, fp32 %.2f; shared wavefronts / ideal %.3f; bytes in flight per "
+                "wait %.0f (max %llu)\n",
+                gguf::type_traits(t).name, double(st.warp_instructions) / bytes, 1024.0 * cls(emu::InstClass::Cvt) / weights,
+                1024.0 * l.pipe[size_t(Pipe::Int)] / weights, 1024.0 * cls(emu::InstClass::Fp) / weights,
+                st.shared_wavefront_ratio(), st.inflight_bytes_avg(), (unsigned long long)st.inflight_bytes_max);
+    std::printf("[gemv counts] %-4s projected on an H100 SXM (µs): dram %.2f (+ start %.2f), latency %.2f, issue %.2f, "
+                "shared %.2f, fp32 %.2f, int %.2f, cvt %.2f: bound by %s\n",
+                gguf::type_traits(t).name, lt.dram, lt.start, lt.latency, lt.issue, lt.shared,
+                lt.pipe[size_t(Pipe::Fp32)], lt.pipe[size_t(Pipe::Int)], lt.pipe[size_t(Pipe::Cvt)], lt.bound_by().c_str());
+    EXPECT_EQ(lt.bound_by(), "dram") << gguf::type_traits(t).name;
+    EXPECT_GE(st.inflight_bytes_max, 4096u);
+    EXPECT_LE(st.shared_wavefront_ratio(), 1.1) << gguf::type_traits(t).name;
+    // Conversions: F16 one per weight (32 per 1024 at warp level) and the staging's few; BF16 only the staging's.
+    const double conv = 1024.0 * cls(emu::InstClass::Cvt) / weights;
+    if (t == GgmlType::F16) EXPECT_LE(conv, 34.0);
+    else EXPECT_LE(conv, 2.0);
+  }
 }
 
 }  // namespace

@@ -106,7 +106,8 @@ protected:
   }
 
   // Rows outside gemv_tolerance of the double-precision reference.
-  size_t mismatches(const Case& c, const std::vector<std::vector<float>>& ys, bool report = true) {
+  size_t mismatches(const Case& c, const std::vector<std::vector<float>>& ys, bool report = true,
+                    double* worst_out = nullptr) {
     const kx::GemvShape& s = c.shape;
     std::vector<float> xn = c.x;
     if (s.norm) {
@@ -134,6 +135,7 @@ protected:
       }
     }
     if (report) std::printf("[gemv] n_in %u: worst error %.3g of the tolerance\n", s.n_in, worst);
+    if (worst_out) *worst_out = worst;
     return bad;
   }
 
@@ -297,7 +299,9 @@ TEST_F(GemvOnEmu, GatedActivationOfTheGateAndUpRows) {
   for (kx::Glu glu : {kx::Glu::SwiGlu, kx::Glu::GeGlu}) {
     for (auto types : {std::vector<GgmlType>{GgmlType::Q4_K, GgmlType::Q4_K},
                        std::vector<GgmlType>{GgmlType::Q4_K, GgmlType::Q6_K},
-                       std::vector<GgmlType>{GgmlType::Q3_K, GgmlType::IQ4_XS}}) {
+                       std::vector<GgmlType>{GgmlType::Q3_K, GgmlType::IQ4_XS},
+                       std::vector<GgmlType>{GgmlType::F16, GgmlType::BF16},
+                       std::vector<GgmlType>{GgmlType::BF16, GgmlType::Q4_K}}) {
       kx::GemvShape s = shape(512, {40, 40}, true, false, types);
       s.glu = glu;
       const Case c = make_case(s);
@@ -422,6 +426,81 @@ TEST_F(GemvOnEmu, NegativeControlWrongIq4TableEntryAndQhPlaneOffset) {
   }
 }
 
+// F16 and BF16 matrices (issue 25's follow-up) on the f32 input. Each
+// weight converts to f32 exactly (cvt.f32.f16; BF16's bits shifted up 16)
+// and one f32 FMA takes it, so the error is the f32 input's of every other
+// type: n_in / 32 products and sums rounded per lane, a 5-level butterfly,
+// each rounding at most 2^-24 of the running |sum| <= Σ|w·x|; grown like
+// sqrt(n) for random signs, that is gemv_tolerance (1e-7·Σ|w·x|·sqrt(n_in),
+// 1e-7 ≈ 1.7·2^-24). The reference is the double product of the dequantized
+// (exact) weights. Shapes: the fused norm (QKV-like, 3 segments), a residual
+// with a partial last unrolled step (576: 72 chunks per row, 3 steps of 32
+// lanes), two full steps (4096), F16 and BF16 in one launch with Q4_K and
+// Q6_K (the launch stays on the f32 input: gemv_q8_input_fits is false and
+// an 8-bit input is refused), several rows per warp on an odd grid.
+TEST_F(GemvOnEmu, SixteenBitFloatsOnTheF32Input) {
+  for (GgmlType t : {GgmlType::F16, GgmlType::BF16}) {
+    SCOPED_TRACE(gguf::type_traits(t).name);
+    const Case c = make_case(shape(1024, {40, 16, 16}, true, false, {t, t, t}));
+    EXPECT_EQ(mismatches(c, run(kx::gemv_kernel(c.shape), c)), 0u);
+    const Case a = make_case(shape(576, {19}, false, true, {t}));
+    EXPECT_EQ(mismatches(a, run(kx::gemv_kernel(a.shape), a)), 0u);
+    const Case w = make_case(shape(4096, {9}, true, false, {t}));
+    EXPECT_EQ(mismatches(w, run(kx::gemv_kernel(w.shape), w)), 0u);
+    kx::GemvShape odd = shape(512, {300, 61}, true, false, {t, GgmlType::Q4_K});
+    odd.sms = 7;
+    const Case o = make_case(odd);
+    EXPECT_EQ(mismatches(o, run(kx::gemv_kernel(o.shape), o)), 0u);
+  }
+  kx::GemvShape m = shape(512, {40, 16, 16, 8}, true, false, {GgmlType::F16, GgmlType::Q4_K, GgmlType::BF16, GgmlType::Q6_K});
+  EXPECT_FALSE(kx::gemv_q8_input_fits(m));
+  const Case mc = make_case(m);
+  EXPECT_EQ(mismatches(mc, run(kx::gemv_kernel(m), mc)), 0u);
+  m.q8_input = true;
+  EXPECT_THROW(kx::gemv_kernel(m), ptx::Error);   // no 8-bit input for 16-bit weights
+  m.q8_input = false;
+  m.columns = 2;
+  EXPECT_THROW(kx::gemv_kernel(m), ptx::Error);   // N f32 columns: F16/BF16 segments only
+  kx::GemvShape wide = shape(4096, {4}, false, false, {GgmlType::F16});
+  wide.columns = 13;
+  EXPECT_THROW(kx::gemv_kernel(wide), ptx::Error);   // 13 f32 columns of 4096: over 200 KiB
+}
+
+// Negative controls for the 16-bit floats: one weight of one row changed
+// (row 3's first, to 0.5), and a BF16 kernel whose conversion shifts by 8
+// instead of 16 (the PTX patched), each fail, by a large factor of the bound.
+TEST_F(GemvOnEmu, NegativeControlSixteenBitFloats) {
+  for (GgmlType t : {GgmlType::F16, GgmlType::BF16}) {
+    SCOPED_TRACE(gguf::type_traits(t).name);
+    const Case c = make_case(shape(512, {16}, false, false, {t}));
+    Case bad = c;
+    float half = 0.5f;
+    std::vector<uint8_t> enc(2);
+    gguf::type_traits(t).quantize_row(&half, enc.data(), 1);
+    std::copy(enc.begin(), enc.end(), bad.mats[0].bytes.begin() + 3 * bad.mats[0].row_bytes());
+    const ptx::GeneratedKernel g = kx::gemv_kernel(c.shape);
+    double factor = 0;
+    EXPECT_EQ(mismatches(c, run(g, bad), false, &factor), 1u) << "a changed weight passed";
+    EXPECT_GT(factor, 100.0);
+    std::printf("[gemv] %s negative control: a changed weight is %.3g times the tolerance\n",
+                gguf::type_traits(t).name, factor);
+    if (t != GgmlType::BF16) continue;
+    ptx::GeneratedKernel broken = g;
+    size_t patched = 0;
+    for (size_t at = broken.ptx.find("shl.b32"); at != std::string::npos; at = broken.ptx.find("shl.b32", at + 1)) {
+      const size_t end = broken.ptx.find('\n', at), imm = broken.ptx.find(", 16;", at);
+      if (imm < end) {
+        broken.ptx.replace(imm, 5, ", 8;");
+        ++patched;
+      }
+    }
+    ASSERT_GE(patched, 1u) << "no shift by 16 in the BF16 kernel";
+    EXPECT_GE(mismatches(c, run(broken, c), false, &factor), 12u) << "a BF16 shift by 8 passed";
+    EXPECT_GT(factor, 100.0);
+    std::printf("[gemv] BF16 negative control: the shift by 8 is %.3g times the tolerance\n", factor);
+  }
+}
+
 // The 8-bit input (GemvShape::q8_input; every type, and two in one launch)
 // against the CPU quantized path:
 // cpu::quantize_input of the same f32 vector and cpu::qdot (scalar) per row.
@@ -469,8 +548,8 @@ TEST_F(GemvOnEmu, EightBitInputEqualsTheCpuQuantizedPath) {
 
 // N input columns (GemvShape::columns: a batch of tokens through one weight
 // read): column c of a launch with N columns is bit for bit what N = 1 gives
-// on column c alone, for every 8-bit-input family, with the norm, into the
-// residual, and through a GLU; N = 1 itself is checked against the CPU's
+// on column c alone, for every 8-bit-input family and for F16/BF16 on the
+// f32 input, with the norm, into the residual, and through a GLU; N = 1 itself is checked against the CPU's
 // quantized path above. Negative control: another column's N = 1 result
 // differs on most rows (the comparison sees which column is which). emu's
 // hardware-variance mode perturbs every .approx instruction site on its own
@@ -483,6 +562,7 @@ TEST_F(GemvOnEmu, EachColumnIsBitIdenticalWhateverTheColumnCount) {
     uint32_t n_in;
     bool norm, acc;
     kx::Glu glu;
+    bool f32 = false;   // F16/BF16: N columns on the f32 input
   };
   const std::vector<Mix> mixes = {
       {{GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K}, {40, 24, 24}, 512, true, false, kx::Glu::None},
@@ -493,16 +573,20 @@ TEST_F(GemvOnEmu, EachColumnIsBitIdenticalWhateverTheColumnCount) {
       {{GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K}, {40, 24, 24}, 512, true, false, kx::Glu::None},
       {{GgmlType::IQ4_XS}, {36}, 4352, false, true, kx::Glu::None},
       {{GgmlType::Q3_K, GgmlType::Q5_K}, {48, 48}, 512, true, false, kx::Glu::SwiGlu},
-      {{GgmlType::IQ4_NL, GgmlType::Q4_0}, {40, 24}, 640, true, false, kx::Glu::None}};
+      {{GgmlType::IQ4_NL, GgmlType::Q4_0}, {40, 24}, 640, true, false, kx::Glu::None},
+      {{GgmlType::F16, GgmlType::F16, GgmlType::BF16}, {40, 24, 24}, 512, true, false, kx::Glu::None, true},
+      // 544 chunks: 3 steps of 8 per lane at N = 1, 5 of 4 at N = 5 (the partial last ones add -0)
+      {{GgmlType::BF16}, {36}, 4352, false, true, kx::Glu::None, true},
+      {{GgmlType::F16, GgmlType::BF16}, {48, 48}, 512, true, false, kx::Glu::SwiGlu, true}};
   const char* variance_env = std::getenv("PTXLM_EMU_VARIANCE");
   const bool variance = variance_env && std::string(variance_env) == "1";
   for (const Mix& m : mixes) {
     const int32_t max_ulps = variance && m.glu != kx::Glu::None ? 8 : 0;
     kx::GemvShape s = shape(m.n_in, m.rows, m.norm, m.acc, m.types);
     s.glu = m.glu;
-    s.q8_input = true;
+    s.q8_input = !m.f32;
     s.sms = 7;   // several rows per warp, a partial last block
-    const uint32_t n_max = m.types[0] == GgmlType::Q4_K ? kx::kMaxGemvColumns : 5;
+    const uint32_t n_max = m.types[0] == GgmlType::Q4_K || m.types[0] == GgmlType::F16 ? kx::kMaxGemvColumns : 5;
     s.columns = n_max;
     const Case all = make_case(s);
     // Column c alone: its input and initial outputs, N = 1.

@@ -16,7 +16,7 @@ namespace kx = ptxlm::kernels;
 
 TEST(DeviceLayout, PlanesAlignedAndRoundTripExact) {
   std::mt19937 rng(3);
-  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0,
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0,
                      GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K,
                      GgmlType::IQ4_XS, GgmlType::IQ4_NL}) {
     const auto& tt = ptxlm::gguf::type_traits(t);

@@ -172,6 +172,25 @@ TEST(Ptxas, GemvKernelsAssembleWithoutSpills) {
   kx::GemvShape q3km = typed(4096, {{GgmlType::Q3_K, 4096}, {GgmlType::Q3_K, 1024}, {GgmlType::Q5_K, 1024}}, true, false);
   q3km.q8_input = true;
   shapes.push_back(q3km);
+  // F16 and BF16 (the f32 input only) at Llama-3-8B's QKV, gate/up (a GLU),
+  // down, and mixed with a Q4_K V in one launch.
+  for (GgmlType t : {GgmlType::F16, GgmlType::BF16}) {
+    shapes.push_back(typed(4096, {{t, 4096}, {t, 1024}, {t, 1024}}, true, false));
+    kx::GemvShape glu = typed(4096, {{t, 14336}, {t, 14336}}, true, false);
+    glu.glu = kx::Glu::SwiGlu;
+    shapes.push_back(glu);
+    shapes.push_back(typed(14336, {{t, 4096}}, false, true));
+    shapes.push_back(typed(4096, {{t, 4096}, {t, 1024}, {GgmlType::Q4_K, 1024}}, true, false));
+    kx::GemvShape qkv8 = typed(4096, {{t, 4096}, {t, 1024}, {t, 1024}}, true, false);
+    qkv8.columns = 12;   // N f32 columns: 12 of 4096 fill 192 KiB
+    shapes.push_back(qkv8);
+    glu.columns = 8;
+    shapes.push_back(glu);
+    kx::GemvShape glu16 = typed(2048, {{t, 8192}, {t, 8192}}, true, false);   // Llama-3.2-1B's, 16 columns
+    glu16.glu = kx::Glu::SwiGlu;
+    glu16.columns = 16;
+    shapes.push_back(glu16);
+  }
   for (const char* arch : kArches) {
     for (const kx::GemvShape& s : shapes) {
       Target t = Target::parse(arch);

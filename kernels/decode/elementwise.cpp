@@ -41,6 +41,13 @@ Reg dequant_element(Kernel& k, const RowLayout& l, const Reg& row, const Reg& e)
   switch (l.type) {
     case GgmlType::F32: return k.ld_global_nc(Type::f32, at(k.add(row, k.mul_wide(e, 4u))));
     case GgmlType::F16: return half_at(k, k.add(row, k.mul_wide(e, 2u)));
+    case GgmlType::BF16: {   // the f32 whose top 16 bits these are
+      Reg bits = k.reg(Type::u16);
+      MemOpt o;
+      o.nc = true;
+      k.ld(Space::global, bits, at(k.add(row, k.mul_wide(e, 2u))), o);
+      return k.bitcast(Type::f32, k.shl(k.cvt(Type::u32, bits), 16u));
+    }
     case GgmlType::Q8_0: {
       Reg b = k.shr(e, 5u), j = k.and_(e, 31u);
       Reg q = ld_byte(k, plus(k, row, k.mad_lo(b, 32u, j)), Type::s8);

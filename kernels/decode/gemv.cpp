@@ -1,6 +1,7 @@
 #include "kernels/decode/gemv.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -27,6 +28,13 @@ uint32_t total_rows(const GemvShape& s) {
   return uint32_t(n);
 }
 
+bool sixteen_bit(GgmlType t) { return t == GgmlType::F16 || t == GgmlType::BF16; }
+
+// Every segment F16 or BF16: N input columns on the f32 input.
+bool sixteen_bit_only(const GemvShape& s) {
+  return std::all_of(s.segments.begin(), s.segments.end(), [](const GemvSegment& g) { return sixteen_bit(g.type); });
+}
+
 void check_shape(const GemvShape& s) {
   if (s.segments.empty()) throw Error("gemv: no segments");
   if (s.glu != Glu::None && (s.segments.size() != 2 || s.segments[0].rows != s.segments[1].rows))
@@ -38,7 +46,11 @@ void check_shape(const GemvShape& s) {
     throw Error("gemv: an 8-bit input for a 256-element type (Q4_K, Q6_K, ...) needs n_in a multiple of 256");
   if (s.columns == 0 || s.columns > kMaxGemvColumns)
     throw Error("gemv: " + std::to_string(s.columns) + " input columns (1 to " + std::to_string(kMaxGemvColumns) + ")");
-  if (s.columns > 1 && !s.q8_input) throw Error("gemv: several input columns need the 8-bit input (q8_input)");
+  if (s.columns > 1 && !s.q8_input && !sixteen_bit_only(s))
+    throw Error("gemv: several input columns need the 8-bit input (q8_input), or F16/BF16 weights only");
+  if (s.columns > 1 && !s.q8_input && uint64_t(s.n_in) * 4 * s.columns > 200 * 1024)
+    throw Error("gemv: " + std::to_string(s.columns) + " f32 input columns of " + std::to_string(s.n_in) +
+                " do not fit in shared memory");
   for (const GemvSegment& g : s.segments) {
     if (!gemv_supports(g.type))
       throw Error(std::string("gemv: weight type ") + gguf::type_traits(g.type).name + " is not supported yet");
@@ -327,6 +339,79 @@ Reg q4k_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane,
   return acc;
 }
 
+// 16-byte chunks (8 weights) a lane of a 16-bit-float row loads before it
+// uses the first: 4 KiB in flight per warp wait, the 256-element kernels' most.
+constexpr uint32_t kF16Unroll = 8;
+
+// The per-warp dot product of one F16 or BF16 row (the file's bytes, the row
+// padded to a sector) with the staged f32 input. Lane l takes the 16-byte
+// chunks l, l + 32, ... (elements 8c .. 8c + 7 of chunk c): a warp request is
+// 512 contiguous bytes, whole sectors, kF16Unroll requests in flight before
+// the first is used (the last step's chunks past the row read the row's last
+// chunk and add -0). Each weight becomes an exact f32 (F16: cvt.f32.f16;
+// BF16: its bits shifted up 16, an integer op) and one f32 FMA takes it:
+// the products and sums are the f32 ones of every other type's f32 input,
+// so gemv_tolerance holds unchanged. A lane reads its chunk's 8 inputs as
+// two 16-byte halves, lanes with bit 2 set the second half first: a quarter
+// warp then covers all 32 banks (in element order, at a 32-byte stride, it
+// would cover 16 twice); those lanes swap their weight words to match.
+//
+// With several input columns (staged col_bytes apart) each weight is
+// converted once and multiplied into every column's accumulator; a column's
+// sums are added in the same order whatever the column count.
+std::vector<Reg> f16_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xs,
+                             uint32_t columns = 1, uint32_t col_bytes = 0) {
+  const bool bf16 = l.type == GgmlType::BF16;
+  // More than 4 columns: fewer chunks per step (a half, a quarter past 8), so
+  // the columns' accumulators have the registers (test_ptxas: a 16-column GLU
+  // spilled on sm_90 at a half).
+  const uint32_t per_step = columns > 8 ? kF16Unroll / 4 : columns > 4 ? kF16Unroll / 2 : kF16Unroll;
+  const uint32_t nc = l.cols / 8, unroll = std::min(per_step, ceil_div(nc, 32u));
+  Reg flip = k.and_(lane, 4u);
+  Reg swap = k.setp(Cmp::ne, flip, 0u);
+  Reg x_first = k.add(xs, k.shl(flip, 2u));                 // the half read first: 16 bytes on when swapped
+  Reg x_second = k.add(xs, k.xor_(k.shl(flip, 2u), 16u));
+  auto to_f32 = [&](const Reg& word, uint32_t half) {       // element 2i + half of word i, exactly
+    if (bf16) return k.bitcast(Type::f32, half ? k.and_(word, 0xffff0000u) : k.shl(word, 16u));
+    Reg lo = k.reg(Type::f16), hi = k.reg(Type::f16);
+    k.unpack(lo, hi, word);
+    return k.cvt(Type::f32, half ? hi : lo);
+  };
+  std::vector<Reg> acc;
+  for (uint32_t c = 0; c < columns; ++c) acc.push_back(k.mov(Type::f32, 0.0f));
+  Reg b = k.reg(Type::u32);
+  k.for_range(b, lane, nc, 32 * unroll, [&] {
+    std::vector<std::vector<Reg>> raw;
+    std::vector<Reg> chunk, valid;
+    for (uint32_t u = 0; u < unroll; ++u) {   // every step's loads first
+      Reg c = u ? k.add(b, 32 * u) : b;
+      valid.push_back(u ? k.setp(Cmp::lt, c, nc) : Reg{});
+      chunk.push_back(u ? k.min(c, nc - 1) : c);
+      raw.push_back(ld_v4_nc(k, Type::u32, k.add(wrow, k.mul_wide(chunk.back(), 16u))));
+    }
+    for (uint32_t u = 0; u < unroll; ++u) {
+      Reg xo = k.shl(chunk[u], 5u);
+      Reg xa0 = k.add(x_first, xo), xb0 = k.add(x_second, xo);
+      const std::vector<Reg>& r = raw[u];
+      // The words of the half read first (elements 0-3, or 4-7 when swapped), then the other's.
+      const std::array<Reg, 4> w = {k.selp(r[2], r[0], swap, Type::u32), k.selp(r[3], r[1], swap, Type::u32),
+                                    k.selp(r[0], r[2], swap, Type::u32), k.selp(r[1], r[3], swap, Type::u32)};
+      std::vector<Reg> f;   // the 8 weights as f32, in the order the input's halves are read
+      for (uint32_t i = 0; i < 4; ++i)
+        for (uint32_t h = 0; h < 2; ++h) f.push_back(to_f32(w[i], h));
+      for (uint32_t col = 0; col < columns; ++col) {
+        std::vector<Reg> xa = ld_vec(k, Space::shared, Type::f32, 4, xa0, col * col_bytes);
+        std::vector<Reg> xb = ld_vec(k, Space::shared, Type::f32, 4, xb0, col * col_bytes);
+        Reg dot = k.mov(Type::f32, 0.0f);
+        for (uint32_t e = 0; e < 8; ++e) k.fma(dot, f[e], (e < 4 ? xa : xb)[e % 4], dot);
+        // A chunk past the row adds -0, the exact identity: the sum is the same whatever the unrolling.
+        k.add(acc[col], acc[col], u ? k.selp(dot, -0.0f, valid[u], Type::f32) : dot);
+      }
+    }
+  });
+  return acc;
+}
+
 // silu(g) = g / (1 + e^-g), or gelu_tanh(g) = 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))),
 // in the CPU reference's order of operations; e^y as 2^(y·log2 e) and
 // tanh(y) = 1 - 2 / (1 + e^(2y)) (exact at the extremes, ~1e-7 absolute).
@@ -350,7 +435,8 @@ Reg glu_activation(Kernel& k, const Reg& g, Glu kind) {
 
 bool gemv_supports(GgmlType t) {
   return t == GgmlType::Q4_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0 || t == GgmlType::Q4_0 ||
-         t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::IQ4_NL || k256_decoded(t);
+         t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::IQ4_NL || k256_decoded(t) || t == GgmlType::F16 ||
+         t == GgmlType::BF16;
 }
 
 GemvPlan gemv_plan(const GemvShape& s) {
@@ -372,8 +458,9 @@ LaunchGeometry gemv_geometry(const GemvShape& s) {
   LaunchGeometry g;
   g.grid = {ceil_div(total_rows(s), p.rows_per_block), 1, 1};
   g.block = {32 * p.warps, 1, 1};
-  g.shared_bytes = s.q8_input ? q8_shared_bytes(s)                 // the 8-bit input, every column
-                              : s.n_in * 4 + s.n_in / 8 * 4;   // the staged input, then its 8-element sums
+  g.shared_bytes = s.q8_input      ? q8_shared_bytes(s)               // the 8-bit input, every column
+                   : s.columns > 1 ? s.columns * s.n_in * 4           // F16/BF16: every column's f32 input
+                                   : s.n_in * 4 + s.n_in / 8 * 4;   // the staged input, then its 8-element sums
   return g;
 }
 
@@ -451,7 +538,10 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
   // block per SM, all a one-wave grid uses, gives it up to 128.
   // The f32 input's decoded types (gemv_types.h) hold a part's 16 code words
   // likewise.
-  const bool decoded = std::any_of(s.segments.begin(), s.segments.end(), [](const GemvSegment& g) { return k256_decoded(g.type); });
+  // So do the 16-bit-float rows' kF16Unroll chunks (32 words).
+  const bool decoded = std::any_of(s.segments.begin(), s.segments.end(), [](const GemvSegment& g) {
+    return k256_decoded(g.type) || g.type == GgmlType::F16 || g.type == GgmlType::BF16;
+  });
   if ((s.q8_input || decoded) && !in) k.set_minnctapersm(1);
   Symbol dyn = k.dynamic_shared("xs", 16);
   Symbol scratch = k.shared_array("red", Type::f32, plan.warps);
@@ -471,9 +561,44 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
     k.div(scale, 1.0f, root);
     return scale;
   };
+  // The f32 input staged at xsc (times the norm weight; the sum of squares into ss).
+  auto stage_f32 = [&](const Reg& xc, const Reg& xsc, const Reg& ssc) {
+    Reg i = k.reg(Type::u32);
+    MemOpt nc;
+    nc.nc = true;
+    k.for_range(i, tid, s.n_in / 4, threads, [&] {
+      Reg off = k.mul_wide(i, 16u);
+      std::vector<Reg> v = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
+      k.ld(Space::global, v, at(k.add(xc, off)), nc);
+      std::vector<Operand> out(v.begin(), v.end());
+      if (s.norm) {
+        std::vector<Reg> w = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
+        k.ld(Space::global, w, at(k.add(norm_w, off)), nc);
+        for (int c = 0; c < 4; ++c) {
+          k.fma(ssc, v[c], v[c], ssc);
+          out[c] = k.mul(v[c], w[c]);
+        }
+      }
+      k.st(Space::shared, at(k.mad_lo(i, 16u, xsc)), out);
+    });
+  };
   Symbol col_scale;
   Reg ss = k.mov(Type::f32, 0.0f);
-  if (s.columns > 1) {
+  if (s.columns > 1 && !s.q8_input) {
+    k.comment("stage each f32 input column (times the norm weight); each column's 1 / rms");
+    if (s.norm) col_scale = k.shared_array("col_scale", Type::f32, s.columns);
+    Reg col = k.reg(Type::u32);
+    k.for_range(col, 0u, s.columns, 1u, [&] {
+      Reg xc = k.add(x, k.mul_wide(col, s.n_in * 4));
+      Reg xsc = k.mad_lo(col, s.n_in * 4, xs);
+      Reg ssc = k.mov(Type::f32, 0.0f);
+      stage_f32(xc, xsc, ssc);
+      if (s.norm) {
+        Reg scale = rms_scale(ssc);
+        k.when(k.setp(Cmp::eq, tid, 0u), [&] { k.st_shared(at(k.mad_lo(col, 4u, k.shared_addr(col_scale))), scale); });
+      }
+    }, false);
+  } else if (s.columns > 1) {
     k.comment("quantize each input column (times the norm weight) to 8-bit blocks; each column's 1 / rms");
     if (s.norm) col_scale = k.shared_array("col_scale", Type::f32, s.columns);
     Reg col = k.reg(Type::u32);
@@ -492,32 +617,18 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
     stage_q8_input(k, s, x, norm_w, xs, lane, warp, plan.warps, ss);
   } else {
     k.comment("stage the input (times the norm weight) in shared memory; sum of squares for the norm");
-    Reg i = k.reg(Type::u32);
-    MemOpt nc;
-    nc.nc = true;
-    k.for_range(i, tid, s.n_in / 4, threads, [&] {
-      Reg off = k.mul_wide(i, 16u);
-      std::vector<Reg> v = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
-      k.ld(Space::global, v, at(k.add(x, off)), nc);
-      std::vector<Operand> out(v.begin(), v.end());
-      if (s.norm) {
-        std::vector<Reg> w = {k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32), k.reg(Type::f32)};
-        k.ld(Space::global, w, at(k.add(norm_w, off)), nc);
-        for (int c = 0; c < 4; ++c) {
-          k.fma(ss, v[c], v[c], ss);
-          out[c] = k.mul(v[c], w[c]);
-        }
-      }
-      k.st(Space::shared, at(k.mad_lo(i, 16u, xs)), out);
-    });
-    k.bar_sync(0);
-    k.comment("sums of each 8 staged inputs (the quant offsets and mins multiply them)");
-    k.for_range(i, tid, s.n_in / 8, threads, [&] {
-      Reg src = k.mad_lo(i, 32u, xs);
-      Reg sum = k.ld_shared(Type::f32, at(src));
-      for (uint32_t e = 1; e < 8; ++e) sum = k.add(sum, k.ld_shared(Type::f32, at(src, 4 * e)));
-      k.st_shared(at(k.mad_lo(i, 4u, xsum8)), sum);
-    });
+    stage_f32(x, xs, ss);
+    if (!sixteen_bit_only(s)) {   // F16/BF16 rows have no offsets or mins
+      Reg i = k.reg(Type::u32);
+      k.bar_sync(0);
+      k.comment("sums of each 8 staged inputs (the quant offsets and mins multiply them)");
+      k.for_range(i, tid, s.n_in / 8, threads, [&] {
+        Reg src = k.mad_lo(i, 32u, xs);
+        Reg sum = k.ld_shared(Type::f32, at(src));
+        for (uint32_t e = 1; e < 8; ++e) sum = k.add(sum, k.ld_shared(Type::f32, at(src, 4 * e)));
+        k.st_shared(at(k.mad_lo(i, 4u, xsum8)), sum);
+      });
+    }
   }
   Reg scale;
   if (s.norm && s.columns == 1) {
@@ -539,10 +650,12 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
     const RowLayout layout = row_layout(seg.type, s.n_in);
     Reg wrow = k.add(k.param(indexed("w", si)), k.mul_wide(local, layout.row_bytes));
     if (s.q8_input) return q8_row_dot(k, s, layout, wrow, lane, xs);
+    if (s.columns > 1) return f16_row_dot(k, layout, wrow, lane, xs, s.columns, s.n_in * 4);
     return {seg.type == GgmlType::Q4_K   ? q4k_row_dot(k, layout, wrow, lane, xs, xsum8)
             : seg.type == GgmlType::Q6_K ? q6k_row_dot(k, layout, wrow, lane, xs, xsum8)
             : seg.type == GgmlType::Q8_0 ? q8_0_row_dot(k, layout, wrow, lane, xs)
             : k256_decoded(seg.type)     ? k256_row_dot(k, layout, wrow, lane, xs, xsum8)
+            : seg.type == GgmlType::F16 || seg.type == GgmlType::BF16 ? f16_row_dot(k, layout, wrow, lane, xs)[0]
                                          : block32_row_dot(k, layout, wrow, lane, xs, xsum8)};
   };
   auto finish_row = [&](const Reg& part, uint32_t col) {

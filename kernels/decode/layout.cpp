@@ -19,7 +19,8 @@ struct Field {
 std::vector<Field> fields(GgmlType t) {
   switch (t) {
     case GgmlType::F32:
-    case GgmlType::F16: return {};              // kept as they are
+    case GgmlType::F16:
+    case GgmlType::BF16: return {};             // kept as they are
     case GgmlType::Q4_0: return {{2, 16}, {0, 2}};               // qs, d
     case GgmlType::Q4_1: return {{4, 16}, {0, 4}};               // qs, (d, m)
     case GgmlType::Q5_0: return {{6, 16}, {2, 4}, {0, 2}};       // qs, qh, d

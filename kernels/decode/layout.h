@@ -11,8 +11,8 @@
 // are aligned but split too: a warp reading four blocks' 16-byte headers (d,
 // dmin, scales) and then their 128 quant bytes touches only the sectors it
 // uses when headers and quants each lie contiguous (in the file layout a
-// header shares a sector with the previous block's quants). F32 and F16 rows
-// stay as they are, padded. Nothing is requantized: the planes hold the
+// header shares a sector with the previous block's quants). F32, F16 and
+// BF16 rows stay as they are, padded. Nothing is requantized: the planes hold the
 // file's bytes.
 #pragma once
 
