@@ -83,11 +83,20 @@ Model Model::from_file(gguf::File file) {
     if (hp.head_dim_k != hp.head_dim_v || hp.head_dim_k == 0)
         throw ModelError(path + ": attention.key_length (" + std::to_string(hp.head_dim_k) +
                          ") and value_length (" + std::to_string(hp.head_dim_v) + ") must be equal and positive");
-    if (hp.n_rot != hp.head_dim_k)
-        throw ModelError(path + ": partial RoPE (rope.dimension_count " + std::to_string(hp.n_rot) + " of head size " +
-                         std::to_string(hp.head_dim_k) + ") is not supported");
     if (hp.head_dim_k % 2) throw ModelError(path + ": head size " + std::to_string(hp.head_dim_k) + " must be even");
+    const std::string rot_of = "rope.dimension_count " + std::to_string(hp.n_rot) + " of head size " +
+                               std::to_string(hp.head_dim_k);
+    if (hp.n_rot == 0 || hp.n_rot % 2 || hp.n_rot > hp.head_dim_k)
+        throw ModelError(path + ": " + rot_of + ": RoPE rotates pairs of a head (an even count, at most the head size)");
+    // Partial rotary: llama.cpp's phi3 graph passes n_rot to ggml_rope_ext,
+    // which rotates the first n_rot dims and copies the rest; its llama,
+    // qwen2, qwen3 and mistral3 graphs assert n_rot == head size, and gemma3's
+    // takes layer 0's (rope.dimension_count_swa on a sliding layer 0): refused.
+    if (hp.n_rot != hp.head_dim_k && hp.arch != "phi3")
+        throw ModelError(path + ": partial RoPE (" + rot_of + ") is not supported for architecture '" + hp.arch +
+                         "' (only phi3)");
     m.head_dim = hp.head_dim_k;
+    m.n_rot = hp.n_rot;
     m.attn_scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
 
     const std::string a = hp.arch;
@@ -157,15 +166,15 @@ Model Model::from_file(gguf::File file) {
     // Llama 3.x's per-pair divisors (llama.cpp's mistral3 graph reads them
     // too); its other graphs here do not, so a file that has them is refused
     // rather than run differently.
-    m.rope_freqs = L.vec("rope_freqs.weight", m.head_dim / 2, false);
+    m.rope_freqs = L.vec("rope_freqs.weight", m.n_rot / 2, false);
     if (m.rope_freqs && a != "llama" && a != "mistral3")
         throw ModelError(path + ": tensor 'rope_freqs.weight' is not used by architecture '" + a +
                          "' (only llama and mistral3)");
     const bool phi3 = a == "phi3";
     // LongRoPE (Phi-3/Phi-4): llama.cpp loads either set alone too (the
     // other then means no factors).
-    m.rope_factors_long = L.vec("rope_factors_long.weight", m.head_dim / 2, false);
-    m.rope_factors_short = L.vec("rope_factors_short.weight", m.head_dim / 2, false);
+    m.rope_factors_long = L.vec("rope_factors_long.weight", m.n_rot / 2, false);   // llama.cpp: {n_rot/2}
+    m.rope_factors_short = L.vec("rope_factors_short.weight", m.n_rot / 2, false);
     for (const Weight* w : {&m.rope_factors_long, &m.rope_factors_short})
         if (*w && !phi3)
             throw ModelError(path + ": tensor '" + w->name() + "' is not used by architecture '" + a + "' (only phi3)");
@@ -261,12 +270,16 @@ const Weight& Model::rope_factors(uint32_t n_ctx) const {
 }
 
 std::vector<double> rope_rates(const Model& m, float base, uint32_t n_ctx) {
-    const uint32_t hd = m.head_dim;
+    // ggml_rope_ext's n_dims: theta_scale = base^(-2/n_dims), YaRN's
+    // correction dims of n_dims (ggml-cpu ops.cpp).
+    const uint32_t hd = m.n_rot;
     const std::vector<float> factors = to_floats(m.rope_factors(n_ctx));
     std::vector<double> f(hd / 2);
     for (uint32_t i = 0; i < hd / 2; ++i) {
         f[i] = std::pow(double(base), -2.0 * double(i) / double(hd));
-        if (!factors.empty()) f[i] /= factors[i];
+        // The loader holds the factors to n_rot/2; fewer only in a test's
+        // control that rotates more of the head than the file says.
+        if (i < factors.size()) f[i] /= factors[i];
     }
     if (m.yarn) {
         // ggml's correction dims (in f32, as ggml_rope_yarn_corr_dims): the

@@ -61,6 +61,10 @@ struct Model {
 
     uint32_t n_vocab = 0;          // rows of token_embd
     uint32_t head_dim = 0;         // key/value head size (key_length == value_length here)
+    // Dims RoPE rotates at the start of each head (rope.dimension_count, even,
+    // ≤ head_dim; Phi-4-mini: 96 of 128); the rest of the head passes through
+    // unrotated, as ggml_rope_ext with n_dims < ne0. NEOX pairs (i, i + n_rot/2).
+    uint32_t n_rot = 0;
     float attn_scale = 0;          // applied to q·k
     float embd_scale = 1.0f;       // gemma3: √n_embd on the input embedding
     float final_softcap = 0;       // 0 = none; else logits = cap·tanh(logits/cap)
@@ -87,7 +91,7 @@ struct Model {
     Weight output_norm;
     Weight output;                 // = tok_embd when the embeddings are tied
     Weight rope_freqs;             // optional per-pair divisors of the RoPE frequencies (Llama 3.x)
-    // Phi-3/Phi-4's LongRoPE: per-pair divisors like rope_freqs (head_dim/2
+    // Phi-3/Phi-4's LongRoPE: per-pair divisors like rope_freqs (n_rot/2
     // each, one pair shared by every layer), the long set when the context
     // per sequence exceeds hp.rope_orig_ctx, else the short (llama.cpp's
     // get_rope_factors). The magnitude comes as rope.scaling.attn_factor.
@@ -131,8 +135,8 @@ template <class Fn> void Model::for_each_weight(Fn&& fn) const {
 // reference dequantizers.
 std::vector<float> to_floats(const Weight& w);
 
-// RoPE's per-pair rates for a layer with base `base` in a context of n_ctx
-// positions per sequence: base^(−2i/head_dim), divided by the model's
+// RoPE's per-pair rates (n_rot/2 of them) for a layer with base `base` in a
+// context of n_ctx positions per sequence: base^(−2i/n_rot), divided by the model's
 // rope_factors(n_ctx) when it has them, and with YaRN mixed per pair
 // (Model::Yarn). The angle of pair i at position p is (p · rope_freq_scale) ·
 // rate[i], in double; its cos and sin are rounded to f32 and then multiplied

@@ -26,7 +26,8 @@ using namespace ptxlm;
 namespace kx = ptxlm::kernels;
 using ptx::DevPtr;
 
-// cos/sin per (position, pair) exactly as the CPU backend computes them.
+// cos/sin per (position, pair) exactly as the CPU backend computes them; hd:
+// the dims rotated (the shape's rot()), hd/2 pairs a position.
 std::vector<float> rope_table(uint32_t n_ctx, uint32_t hd, double base) {
   std::vector<float> t(size_t(n_ctx) * hd);
   for (uint32_t p = 0; p < n_ctx; ++p)
@@ -60,7 +61,7 @@ protected:
     in.v = randv(kv, 1.0f);
     if (s.bias) in.bq = randv(in.q.size(), 0.5f), in.bk = randv(kv, 0.5f), in.bv = randv(kv, 0.5f);
     if (s.qk_norm) in.q_norm = randv(hd, 0.2f), in.k_norm = randv(hd, 0.2f);
-    in.rope = rope_table(s.n_ctx, hd, 10000.0);
+    in.rope = rope_table(s.n_ctx, s.rot(), 10000.0);
     const std::vector<float> kf = randv(size_t(s.n_ctx) * kv, 1.0f), vf = randv(kf.size(), 1.0f);
     for (size_t i = 0; i < kf.size(); ++i) in.k_cache.push_back(f32_to_f16(kf[i])), in.v_cache.push_back(f32_to_f16(vf[i]));
 
@@ -138,6 +139,20 @@ TEST_F(AttentionOnEmu, Mistral3Temperature) {
   EXPECT_GT(run(s, 47, ~0u, ~0u, 0, &plain).bad, 0u) << "the temperature left out passed";
 }
 
+// Phi-4-mini's partial rotary: the first 96 of 128 dims rotate (NEOX pairs
+// (i, i + 48)), the rest pass through; adjacent pairs too (no architecture
+// here has both, the kernel does). The reference rotating the whole head
+// (its table of 64 pairs a position read from the 48-pair one) must fail.
+TEST_F(AttentionOnEmu, Phi4MiniPartialRotary) {
+  const kx::AttentionShape s{4, 2, 128, 256, 0, 0.088f, 64, true, false, false, 1e-5f, 0, 0, 96};
+  for (uint32_t pos : {0u, 37u, 200u}) expect_exact(s, pos);
+  const kx::AttentionShape adjacent{4, 2, 64, 128, 0, 0.125f, 64, false, false, false, 1e-5f, 0, 0, 48};
+  for (uint32_t pos : {5u, 100u}) expect_exact(adjacent, pos);
+  kx::AttentionShape whole = s;
+  whole.n_rot = 0;
+  EXPECT_GT(run(s, 37, ~0u, ~0u, 0, &whole).bad, 0u) << "the whole head rotated passed";
+}
+
 TEST_F(AttentionOnEmu, NegativeControls) {
   const kx::AttentionShape s{4, 2, 128, 128, 16, 0.1f, 32, false, false, false, 1e-5f};
   EXPECT_GT(run(s, 90, 15).bad, 0u) << "a window one too small passed";
@@ -151,6 +166,8 @@ TEST(Attention, RefusesShapesItCannotRun) {
   EXPECT_THROW(kx::attention_kernel({4, 4, 80, 64}), ptx::Error);      // head_dim not a multiple of 64
   EXPECT_THROW(kx::attention_kernel({4, 4, 64, 0}), ptx::Error);       // no context
   EXPECT_THROW(kx::attention_kernel({4, 4, 64, 1u << 20}), ptx::Error);   // more splits than the reduction stages
+  EXPECT_THROW(kx::attention_kernel({4, 4, 64, 64, 0, 1, 64, true, false, false, 1e-5f, 0, 0, 47}), ptx::Error);  // odd n_rot
+  EXPECT_THROW(kx::attention_kernel({4, 4, 64, 64, 0, 1, 64, true, false, false, 1e-5f, 0, 0, 66}), ptx::Error);  // n_rot > hd
 }
 
 }  // namespace

@@ -569,21 +569,59 @@ TEST(ModelLoad, Phi3SplitsFusedMatricesAndPicksLongRopeFactorsByContext) {
     EXPECT_NE(e.find("tensor 'blk.0.attn_qkv.bias' next to a fused attn_qkv is not supported"), std::string::npos) << e;
     e = with(synth::Arch::Phi3, [](gguf::Writer& w) { w.set_u32("phi3.expert_count", 16); });
     EXPECT_NE(e.find("phi3 with experts (phi3.expert_count > 0) is not supported"), std::string::npos) << e;
-    // Phi-4-mini's partial rotary (0.75 of the head): the key's value
-    // rewritten in place (a u32 after the key's name and its type).
-    std::vector<uint8_t> partial = bytes;
-    const std::string key = "phi3.rope.dimension_count";
-    const auto at = std::search(partial.begin(), partial.end(), key.begin(), key.end());
-    ASSERT_NE(at, partial.end());
-    const uint32_t rot = 48;
-    std::memcpy(&*(at + key.size() + 4), &rot, 4);
-    e = load_error(partial);
-    EXPECT_NE(e.find("partial RoPE (rope.dimension_count 48 of head size 64) is not supported"), std::string::npos) << e;
+    // rope.dimension_count rewritten in place (a u32 after the key's name and
+    // its type): the LongRoPE factors must then have n_rot/2 entries
+    // (llama.cpp's {n_rot/2}), and n_rot must be even and at most the head.
+    auto with_rot = [&](uint32_t rot) {
+        std::vector<uint8_t> partial = bytes;
+        const std::string key = "phi3.rope.dimension_count";
+        const auto at = std::search(partial.begin(), partial.end(), key.begin(), key.end());
+        EXPECT_NE(at, partial.end());
+        std::memcpy(&*(at + key.size() + 4), &rot, 4);
+        return load_error(partial);
+    };
+    e = with_rot(48);
+    EXPECT_NE(e.find("tensor 'rope_factors_long.weight' has shape 32, expected 24"), std::string::npos) << e;
+    e = with_rot(47);
+    EXPECT_NE(e.find("rope.dimension_count 47 of head size 64: RoPE rotates pairs"), std::string::npos) << e;
+    e = with_rot(66);
+    EXPECT_NE(e.find("rope.dimension_count 66 of head size 64: RoPE rotates pairs"), std::string::npos) << e;
+    // Partial rotary elsewhere: llama.cpp's llama, qwen2, qwen3 and mistral3
+    // graphs assert whole-head rotation; gemma3's is untested against it.
+    for (synth::Arch arch : {synth::Arch::Llama, synth::Arch::Gemma3}) {
+        const std::string name = synth::gguf_arch(arch);
+        e = with(arch, [&](gguf::Writer& w) { w.set_u32(name + ".rope.dimension_count", 32); });
+        EXPECT_NE(e.find("partial RoPE (rope.dimension_count 32 of head size " + std::to_string(synth::preset(arch, synth::Size::Tiny).head_dim) +
+                         ") is not supported for architecture '" + name + "' (only phi3)"),
+                  std::string::npos) << e;
+    }
     e = with(synth::Arch::Qwen3, [](gguf::Writer& w) {
         w.add_tensor("rope_factors_long.weight", gguf::GgmlType::F32, {64}, std::vector<uint8_t>(64 * 4));
     });
     EXPECT_NE(e.find("tensor 'rope_factors_long.weight' is not used by architecture 'qwen3' (only phi3)"),
               std::string::npos) << e;
+}
+
+// phi4mini: Phi-4-mini's partial rotary, 48 of 64 dims. The rates are
+// ggml_rope_ext's of n_dims = n_rot (base^(-2i/n_rot), over n_rot/2 pairs,
+// each divided by its LongRoPE factor; the rotation itself is checked
+// against llama.cpp by test_vs_llamacpp and check_synth.py).
+TEST(ModelLoad, Phi4MiniRotatesTheFirstNRotDimsOfEachHead) {
+    const synth::Spec spec = synth::preset(synth::Arch::Phi4Mini, synth::Size::Tiny);
+    const std::vector<uint8_t> bytes = synth::model_bytes(spec);
+    const Model m = Model::from_file(gguf::File::parse(bytes, "phi4mini.gguf"));
+    EXPECT_EQ(m.hp.arch, "phi3");
+    EXPECT_EQ(m.head_dim, 64u);
+    EXPECT_EQ(m.n_rot, 48u);
+    EXPECT_EQ(m.rope_factors_long.cols, 24u);
+    const std::vector<double> lng = rope_rates(m, 1e4f, 1024), shrt = rope_rates(m, 1e4f, 256);
+    ASSERT_EQ(lng.size(), 24u);
+    ASSERT_EQ(shrt.size(), 24u);
+    for (uint32_t i = 0; i < 24; ++i) {
+        const double plain = std::pow(1e4, -2.0 * i / 48);
+        EXPECT_NEAR(lng[i] * synth::rope_factor_long(i, 24) / plain, 1.0, 1e-6) << i;
+        EXPECT_NEAR(shrt[i] * synth::rope_factor_short(i, 24) / plain, 1.0, 1e-6) << i;
+    }
 }
 
 }  // namespace

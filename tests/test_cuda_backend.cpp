@@ -79,7 +79,9 @@ std::vector<TokenId> greedy(Backend& cpu, std::vector<TokenId> ids, size_t n, st
 // llama 0.117, qwen2 0.249, gemma3 0.382, each at least twice the bound.
 // Issue 25 (2026-11-27): qwen3 8.35e-4, llama3 1.12e-3, mistral3 2.03e-3,
 // phi3 1.06e-4 (and at a context of 1024, its long factors, 1.06e-4; the
-// short factors' run 5.92 off); controls 0.117, 0.093, 0.196 and 0.178. (mistral3's YaRN and temperature move
+// short factors' run 5.92 off); controls 0.117, 0.093, 0.196 and 0.178;
+// phi4mini (partial rotary, 2026-11-28) 4.22e-4, control 0.247, and the
+// device rotating the whole head 9.49 off. (mistral3's YaRN and temperature move
 // llama.cpp's logits by 9.7 and 0.93 when left out: a device path without
 // either could not pass.)
 constexpr double kTolerance = 5e-3;
@@ -155,8 +157,27 @@ TEST_P(CudaBackendSynth, TeacherForcedLogitsMatchTheCpu) {
 INSTANTIATE_TEST_SUITE_P(Archs, CudaBackendSynth,
                          ::testing::Values(synth::Arch::Llama, synth::Arch::Qwen2, synth::Arch::Gemma3,
                                            synth::Arch::Qwen3, synth::Arch::Llama3, synth::Arch::Mistral3,
-                                           synth::Arch::Phi3),
+                                           synth::Arch::Phi3, synth::Arch::Phi4Mini),
                          [](const auto& info) { return std::string(synth::arch_name(info.param)); });
+
+// phi4mini's partial rotary (48 of 64 dims): the device rotating the whole
+// head instead (the model description's n_rot set to head_dim after the CPU
+// took its rates) is the negative control, far off the CPU's logits.
+TEST(CudaBackendPhi4Mini, WholeHeadRotationIsFarOffThePartialOne) {
+  std::vector<uint8_t> bytes = synth::model_bytes(synth::preset(synth::Arch::Phi4Mini, synth::Size::Tiny));
+  Model m = Model::from_file(gguf::File::parse(bytes, "synth-phi4mini"));
+  ASSERT_LT(m.n_rot, m.head_dim);
+  cpu::CpuBackend cpu(m, 64, KvType::F16, 2);
+  cpu.set_path(cpu::CpuPath::Reference);
+  std::vector<float> ref;
+  const std::vector<TokenId> ids = greedy(cpu, {764, 17, 301, 52}, 12, &ref);
+  m.n_rot = m.head_dim;
+  cuda::CudaBackend whole(m, cuda::Driver::load(), 64, Schedule::Default, kRef);
+  const Comparison off = compare(cpu, whole, ids, kTolerance, &ref);
+  std::printf("[cuda-backend] phi4mini with the whole head rotated on the device: %.2e off (%.0f x the tolerance)\n",
+              off.max_diff, off.max_diff / kTolerance);
+  EXPECT_GE(off.max_diff, 2 * kTolerance);
+}
 
 // phi3 runs above at a context of 64, under its original 512: LongRoPE's
 // short factors. Past it (1024) the device's RoPE table must carry the long

@@ -81,12 +81,14 @@ TEST_P(Persistent, LogitsAreTheGraphSchedulesExactly) { expect_graph_schedules_l
 // mistral3 differs from llama only inside the attention op (its temperature;
 // YaRN lives in the host's RoPE table), so the inline op's bit-exact logits
 // are what it adds here; phi3 only in its weights (views of fused matrices,
-// uploaded each on its own) and its RoPE table; the other checks above are
+// uploaded each on its own) and its RoPE table, phi4mini in the attention
+// op's partial rotary (48 of 64 dims); the other checks above are
 // the schedule's, not the architecture's, and stay on the other presets
 // (each costs ~15 s on emu).
 class PersistentAttentionFeatures : public Persistent {};
 TEST_P(PersistentAttentionFeatures, LogitsAreTheGraphSchedulesExactly) { expect_graph_schedules_logits(GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Archs, PersistentAttentionFeatures, ::testing::Values(synth::Arch::Mistral3, synth::Arch::Phi3),
+INSTANTIATE_TEST_SUITE_P(Archs, PersistentAttentionFeatures, ::testing::Values(synth::Arch::Mistral3, synth::Arch::Phi3,
+                                                                                 synth::Arch::Phi4Mini),
                          [](const auto& info) { return std::string(synth::arch_name(info.param)); });
 
 // Both GEMV paths run inline as they run launched (the default 8-bit

@@ -207,15 +207,17 @@ TEST(Ptxas, GemvKernelsAssembleWithoutSpills) {
   }
 }
 
-// RoPE + KV append and split attention at SmolLM2's, qwen2's, gemma3's and
-// Llama-3-8B's head shapes.
+// RoPE + KV append and split attention at SmolLM2's, qwen2's, gemma3's,
+// Llama-3-8B's and Phi-4-mini's head shapes.
 TEST(Ptxas, AttentionKernelsAssembleWithoutSpills) {
   ASSERT_TRUE(have_ptxas()) << "ptxas missing: see Ptxas.IsAvailable";
-  // SmolLM2, qwen2 (NEOX, biases), gemma3 (NEOX, q/k norms, a window), Llama-3-8B.
+  // SmolLM2, qwen2 (NEOX, biases), gemma3 (NEOX, q/k norms, a window), Llama-3-8B, Phi-4-mini (NEOX,
+  // partial rotary: 96 of 128 dims).
   const std::vector<kx::AttentionShape> attns = {{9, 3, 64, 8192, 0, 0.125f, 256, false, false, false, 1e-5f},
                                                  {14, 2, 64, 32768, 0, 0.125f, 256, true, true, false, 1e-6f},
                                                  {4, 1, 256, 32768, 512, 0.0625f, 256, true, false, true, 1e-6f},
-                                                 {32, 8, 128, 8192, 0, 0.088f, 256, false, false, false, 1e-5f}};
+                                                 {32, 8, 128, 8192, 0, 0.088f, 256, false, false, false, 1e-5f},
+                                                 {24, 8, 128, 131072, 0, 0.088f, 256, true, false, false, 1e-5f, 0, 0, 96}};
   for (const char* arch : kArches) {
     std::vector<GeneratedKernel> ks;
     for (const kx::AttentionShape& a : attns) ks.push_back(kx::attention_kernel(a, Target::parse(arch)));

@@ -137,10 +137,10 @@ std::vector<Want> expected_tensors(const Spec& s) {
     std::vector<Want> w;
     w.push_back({"token_embd.weight", gemma ? GgmlType::Q6_K : GgmlType::Q4_K, {E, V}});
     if (s.arch == Arch::Llama3) w.push_back({"rope_freqs.weight", GgmlType::F32, {s.head_dim / 2}});
-    const bool phi3 = s.arch == Arch::Phi3;   // fused attn_qkv and ffn_up (gate rows, then up's), LongRoPE
+    const bool phi3 = s.phi3();   // fused attn_qkv and ffn_up (gate rows, then up's), LongRoPE of n_rot/2
     if (phi3) {
-        w.push_back({"rope_factors_long.weight", GgmlType::F32, {s.head_dim / 2}});
-        w.push_back({"rope_factors_short.weight", GgmlType::F32, {s.head_dim / 2}});
+        w.push_back({"rope_factors_long.weight", GgmlType::F32, {s.n_rot() / 2}});
+        w.push_back({"rope_factors_short.weight", GgmlType::F32, {s.n_rot() / 2}});
     }
     w.push_back({"output_norm.weight", GgmlType::F32, {E}});
     if (!gemma) w.push_back({"output.weight", GgmlType::Q6_K, {E, V}});
@@ -231,7 +231,7 @@ TEST_P(SynthModel, Metadata) {
     EXPECT_EQ(f.find("tokenizer.ggml.merges")->elem_type, ValueType::STRING);
     EXPECT_EQ(f.find("tokenizer.ggml.token_type")->elem_type, ValueType::I32);
 
-    EXPECT_EQ(f.get_string("general.architecture"), a == Arch::Llama3 ? "llama" : arch_name(a));
+    EXPECT_EQ(f.get_string("general.architecture"), a == Arch::Llama3 ? "llama" : s.phi3() ? "phi3" : arch_name(a));
     EXPECT_EQ(f.get_u32("general.file_type"), 15u);   // MOSTLY_Q4_K_M
     EXPECT_EQ(f.get_u32(p + "embedding_length"), s.n_embd);
     EXPECT_EQ(f.get_u32(p + "block_count"), s.n_layer);
@@ -273,13 +273,15 @@ TEST_P(SynthModel, Metadata) {
         EXPECT_NEAR(*f.get_float(p + "attention.temperature_scale"), 0.1, 1e-7);
         EXPECT_EQ(f.get_float(p + "rope.freq_base"), 1e6);
         EXPECT_EQ(f.find_tensor("rope_freqs.weight"), nullptr);
-    } else if (a == Arch::Phi3) {
+    } else if (s.phi3()) {
         // A LongRoPE Phi-3.5/Phi-4-mini file's keys: no scaling type, the
-        // original context, the magnitude sqrt(1 + ln 2 / ln 512).
+        // original context, the magnitude sqrt(1 + ln 2 / ln 512); phi4mini
+        // rotates 3/4 of each head (Phi-4-mini: 96 of 128), its factors n_rot/2.
         EXPECT_EQ(f.find(p + "rope.scaling.type"), nullptr);
         EXPECT_EQ(f.get_u32(p + "rope.scaling.original_context_length"), 512u);
         EXPECT_NEAR(*f.get_float(p + "rope.scaling.attn_factor"), std::sqrt(1 + std::log(2.0) / std::log(512.0)), 1e-6);
-        EXPECT_EQ(f.get_u32(p + "rope.dimension_count"), s.head_dim);
+        EXPECT_EQ(f.get_u32(p + "rope.dimension_count"), a == Arch::Phi4Mini ? s.head_dim / 4 * 3 : s.head_dim);
+        EXPECT_EQ(f.find_tensor("rope_factors_long.weight")->ne[0], s.n_rot() / 2);
         for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
             const gguf::TensorInfo* rf = f.find_tensor(name);
             ASSERT_NE(rf, nullptr) << name;
@@ -304,7 +306,7 @@ TEST_P(SynthModel, Metadata) {
         EXPECT_EQ(f.get_float(p + "rope.freq_base_swa"), 1e4);
         EXPECT_NE(s.n_head * s.head_dim, s.n_embd);   // as in the real gemma-3: key_length is needed
         EXPECT_GE(s.n_layer, 6u);                      // layer 5 is a global layer
-    } else if (a == Arch::Phi3) {
+    } else if (s.phi3()) {
         EXPECT_EQ(f.get_u32(p + "attention.sliding_window"), 0u);   // Phi-4's
         EXPECT_EQ(s.n_head * s.head_dim, s.n_embd);
     } else {
@@ -361,7 +363,8 @@ INSTANTIATE_TEST_SUITE_P(TinyAndSmall, SynthModel,
                                            std::pair{Arch::Qwen2, Size::Small},
                                            std::pair{Arch::Gemma3, Size::Small}, std::pair{Arch::Qwen3, Size::Tiny},
                                            std::pair{Arch::Qwen3, Size::Small}, std::pair{Arch::Llama3, Size::Tiny},
-                                           std::pair{Arch::Mistral3, Size::Tiny}, std::pair{Arch::Phi3, Size::Tiny}),
+                                           std::pair{Arch::Mistral3, Size::Tiny}, std::pair{Arch::Phi3, Size::Tiny},
+                                           std::pair{Arch::Phi4Mini, Size::Tiny}),
                          param_name);
 
 // ---- presets -------------------------------------------------------------------------
@@ -412,6 +415,13 @@ TEST(SynthPresets, ValidateRejects) {
     EXPECT_EQ(parse_arch("llama3"), Arch::Llama3);
     EXPECT_EQ(parse_arch("mistral3"), Arch::Mistral3);
     EXPECT_EQ(parse_arch("phi3"), Arch::Phi3);
+    EXPECT_EQ(parse_arch("phi4mini"), Arch::Phi4Mini);
+    s = preset(Arch::Phi4Mini, Size::Tiny);
+    s.rope_dims = 47;   // partial rotary rotates pairs
+    EXPECT_THROW(validate(s), std::invalid_argument);
+    s = preset(Arch::Llama, Size::Tiny);
+    s.rope_dims = 48;   // phi3's alone
+    EXPECT_THROW(validate(s), std::invalid_argument);
     s = preset(Arch::Llama, Size::Tiny);
     s.attn_temp_scale = 0.1f;   // mistral3's alone
     EXPECT_THROW(validate(s), std::invalid_argument);

@@ -78,6 +78,10 @@ struct Case {
 //   AVX-512 machine; at the context of 1024, LongRoPE's long factors: without
 //   them 8.654, the short ones instead 9.265, without the magnitude 0.8968,
 //   gate and up swapped 14.87)
+//   synth-phi4mini 5.531e-5 -> 6.9e-5, control 0.1529 (issue 25, 2026-11-28,
+//   an AVX-512 VNNI machine; partial rotary, 48 of 64 dims: the whole head
+//   rotated 8.347, 1.2e5 x the bound; without the factors 7.653, the short
+//   ones 6.906, without the magnitude 0.9467, gate and up swapped 13.39)
 // Quantized file, max |log-prob diff| (llama.cpp's own 8-bit activation noise
 // dominates): scalar (real models: the first two prompts; all eight, as
 // PTXLM_CPU_ISA=scalar runs them: gemma3-270m 1.366, smollm2-135m 1.175) /
@@ -99,6 +103,8 @@ struct Case {
 //   synth-mistral3 0.5057 / 0.6325 / 0.5894 -> 0.79, control 6.137
 //   synth-phi3 0.5298 / 0.5298 / 0.5098 -> 0.67, control 7.630 (2026-11-27,
 //   an AVX-512 machine: avx512 and avx512vnni 0.5298 too)
+//   synth-phi4mini 0.4410 / 0.4410 / 0.4207, avx512 and avx512vnni 0.4514
+//   -> 0.57, control 6.262 (issue 25, 2026-11-28, the AVX-512 VNNI machine)
 // avx512 / avx512vnni, measured 2026-11-28 on an AVX-512 VNNI Xeon (Intel
 // family 6 model 207; the 32-element types on the packed AVX2 kernels):
 // gemma3-270m 0.9317 (2 prompts) / 1.428 (8), smollm2-135m 0.9948 / 1.022,
@@ -115,6 +121,7 @@ const Case kCases[] = {
     {"synth-llama3", "synth:llama3", 6.8e-5f, 0.63f, 0.63f},
     {"synth-mistral3", "synth:mistral3", 7.1e-5f, 0.79f, 0.79f},
     {"synth-phi3", "synth:phi3", 7.1e-5f, 0.67f, 0.67f},
+    {"synth-phi4mini", "synth:phi4mini", 6.9e-5f, 0.57f, 0.57f},
 };
 
 float tol_q(const Case& c, cpu::Isa isa) {
@@ -291,6 +298,7 @@ void expect_removing_fails(const Case& c, const char* what, void (*remove)(Model
     some["prompts"] = json::array({golden["prompts"][0], golden["prompts"][golden["prompts"].size() - 1]});
     const Stats st = compare(b, some, c.tol, false);
     print((std::string("(F32 twin, without its ") + what + ")").c_str(), c, st, c.tol);
+    std::printf("    control: %.1f x the tolerance\n", st.max_logit_diff / c.tol);
     EXPECT_GE(st.max_logit_diff, 2 * c.tol) << "the tolerance is over half of what leaving out " << what << " moves";
 }
 
@@ -357,6 +365,15 @@ TEST_P(VsLlamaCpp, NegativeControlGateAndUpSwappedFails) {
         GetParam(), "gate/up order (swapped)",
         [](Model& m) { for (LayerDesc& l : m.layers) std::swap(l.gate, l.up); },
         [](const Model& m) { return m.hp.arch == "phi3"; });
+}
+
+// Phi-4-mini's partial rotary (n_rot 3/4 of the head): every dim of the head
+// rotated instead, at rates base^(-2i/head_dim) (the LongRoPE factors on the
+// first n_rot/2 pairs only).
+TEST_P(VsLlamaCpp, NegativeControlWholeHeadRotationFails) {
+    expect_removing_fails(
+        GetParam(), "partial rotary (the whole head rotated)", [](Model& m) { m.n_rot = m.head_dim; },
+        [](const Model& m) { return m.n_rot != m.head_dim; });
 }
 
 // The first `n` prompts of a golden file.

@@ -60,7 +60,7 @@ float gelu_tanh(float x) {
 
 struct CpuBackend::Layer {
     std::vector<float> attn_norm, ffn_norm, q_norm, k_norm, attn_post_norm, ffn_post_norm, bq, bk, bv;
-    std::vector<double> inv_freq;   // per rotated pair: base^(−2i/d) / rope_factors(n_ctx)[i]
+    std::vector<double> inv_freq;   // per rotated pair (n_rot/2): base^(−2i/n_rot) / rope_factors(n_ctx)[i]
     LazyBuffer k_cache, v_cache;    // [n_pages · page_size][kv_dim] of f16 or f32
     // The packed copies of wq wk wv wo gate up down, in that order (null:
     // not packed).
@@ -235,9 +235,12 @@ void CpuBackend::debug_set_rope_base(uint32_t layer, float base) {
 
 namespace {
 
+// Rotates the first 2·inv_freq.size() dims (the model's n_rot) of each of
+// n_heads heads of hd; the rest of a head stays as it is (ggml_rope_ext with
+// n_dims < ne0 copies it). NEOX pairs (i, i + n_rot/2).
 void rope(float* v, uint32_t n_heads, uint32_t hd, const std::vector<double>& inv_freq, double pos, RopeStyle style,
           float mscale) {
-    const uint32_t half = hd / 2;
+    const uint32_t half = static_cast<uint32_t>(inv_freq.size());
     for (uint32_t i = 0; i < half; ++i) {
         const auto [c, s] = rope_cos_sin(pos * inv_freq[i], mscale);
         for (uint32_t h = 0; h < n_heads; ++h) {

@@ -24,9 +24,11 @@ AttentionExpected attention_reference(const kernels::AttentionShape& s, const At
                 const float scale = 1.0f / std::sqrt(float(ss / hd) + s.eps);
                 for (uint32_t i = 0; i < hd; ++i) p[i] = (p[i] * scale) * nw[i];
             }
-            for (uint32_t i = 0; i < hd / 2; ++i) {
-                const float c = in.rope[(size_t(pos) * hd / 2 + i) * 2], sn = in.rope[(size_t(pos) * hd / 2 + i) * 2 + 1];
-                const uint32_t a = s.neox ? i : 2 * i, b2 = s.neox ? i + hd / 2 : 2 * i + 1;
+            // The first n_rot dims; the rest pass through (partial rotary).
+            const uint32_t rp = s.rot() / 2;
+            for (uint32_t i = 0; i < rp; ++i) {
+                const float c = in.rope[(size_t(pos) * rp + i) * 2], sn = in.rope[(size_t(pos) * rp + i) * 2 + 1];
+                const uint32_t a = s.neox ? i : 2 * i, b2 = s.neox ? i + rp : 2 * i + 1;
                 const float x0 = p[a], x1 = p[b2];
                 p[a] = x0 * c - x1 * sn;
                 p[b2] = x0 * sn + x1 * c;

@@ -13,7 +13,7 @@ namespace ptxlm::cuda {
 
 // The op's inputs as the kernel reads them. Biases (s.bias) and norm weights
 // (s.qk_norm) are empty when the shape has none; rope holds at least rows
-// 0..pos of the cos/sin table; the caches hold n_ctx rows of n_head_kv·hd
+// 0..pos of the cos/sin table (n_rot/2 pairs a row); the caches hold n_ctx rows of n_head_kv·hd
 // f16 (row pos is what the token replaces).
 struct AttentionInputs {
     std::vector<float> q, k, v, bq, bk, bv, q_norm, k_norm, rope;

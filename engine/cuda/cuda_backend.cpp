@@ -331,7 +331,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     });
     std::map<float, int> bases;
     for (const LayerDesc& l : m.layers) bases[l.rope_base] = 1;
-    const uint64_t per_token = kv_per_token + bases.size() * uint64_t(hd) * 4;   // KV + RoPE tables
+    const uint64_t per_token = kv_per_token + bases.size() * uint64_t(m.n_rot) * 4;   // KV + RoPE tables
     const uint64_t fixed = weight_bytes + 4 * (3 * E + 3 * max_q + 2 * max_kv + max_ff + m.n_vocab) + (64 << 20);
     const Context::MemoryInfo mem = p.ctx.memory_info();
     const uint32_t want = n_ctx ? n_ctx : (hp.n_ctx_train ? hp.n_ctx_train : 4096);
@@ -381,14 +381,16 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     // times the magnitude (YaRN's), as the CPU's rope() takes them.
     for (const auto& [base, unused] : bases) {
         (void)unused;
+        // n_rot/2 pairs a position (partial rotary: the rest of a head is not rotated).
         const std::vector<double> inv = rope_rates(m, base, C);
-        std::vector<float> t(size_t(C) * hd);
+        const size_t rp = inv.size();
+        std::vector<float> t(size_t(C) * 2 * rp);
         for (uint32_t pos = 0; pos < C; ++pos) {
             const double ps = double(pos) * m.rope_freq_scale;
-            for (uint32_t i = 0; i < hd / 2; ++i) {
+            for (size_t i = 0; i < rp; ++i) {
                 const auto [c, s] = rope_cos_sin(ps * inv[i], m.rope_mscale);
-                t[(size_t(pos) * hd / 2 + i) * 2] = c;
-                t[(size_t(pos) * hd / 2 + i) * 2 + 1] = s;
+                t[(size_t(pos) * rp + i) * 2] = c;
+                t[(size_t(pos) * rp + i) * 2 + 1] = s;
             }
         }
         DeviceBuffer b(p.ctx, t.size() * 4);

@@ -39,9 +39,6 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, ui
     const HParams& hp = m.hp;
     const uint32_t E = hp.n_embd, hd = m.head_dim;
     const float eps = hp.rms_eps;
-    if (hp.n_rot != hd)
-        throw ModelError("the GPU path rotates whole heads; this model rotates " + std::to_string(hp.n_rot) + " of " +
-                         std::to_string(hd) + " dimensions");
     if (m.final_softcap > 0) throw ModelError("final logit soft-capping is not on the GPU path yet");
     check_weight(m.output);
     DecodePlan p;
@@ -57,7 +54,7 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, ui
         lp.qkv = gemv(E, {{l.wq.type, q_dim}, {l.wk.type, kv}, {l.wv.type, kv}}, true, eps, false, qi, sms);
         lp.attention = {l.n_head, l.n_head_kv, hd, n_ctx, l.sliding ? hp.sliding_window : 0, m.attn_scale, kAttentionChunk,
                         hp.rope_style == RopeStyle::Neox, bool(l.bq), bool(l.q_norm), eps, m.attn_temp_scale,
-                        m.attn_temp_floor};
+                        m.attn_temp_floor, m.n_rot};
         lp.post_attn_norm = bool(l.attn_post_norm);
         lp.post_ffn_norm = bool(l.ffn_post_norm);
         lp.wo = gemv(q_dim, {{l.wo.type, E}}, false, eps, !lp.post_attn_norm, qi, sms);

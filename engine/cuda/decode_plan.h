@@ -38,7 +38,7 @@ struct DecodePlan {
 // does and multiplies with dp4a (the default path, `--gpu-path quantized`);
 // the others, and all of them without it (`--gpu-path reference`), multiply
 // an f32 input, as the CPU reference does. Throws ModelError naming what the
-// GPU path cannot run (a weight type, a partial rotation, soft-capped logits).
+// GPU path cannot run (a weight type, soft-capped logits).
 // sms: the SMs of the device the GEMV grids are sized for (one wave).
 DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, uint32_t sms);
 

@@ -168,11 +168,12 @@ std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const D
             if (as.qk_norm) in.q_norm = vec(l.q_norm), in.k_norm = vec(l.k_norm);
             // cos/sin of row `pos` only: the kernel reads no other row.
             const std::vector<double> inv = rope_rates(m, l.rope_base, n_ctx);
-            in.rope.assign(size_t(pos + 1) * hd, 0.0f);
-            for (uint32_t i = 0; i < hd / 2; ++i) {
+            const uint32_t rp = as.rot() / 2;   // pairs a row (partial rotary: n_rot/2)
+            in.rope.assign(size_t(pos + 1) * 2 * rp, 0.0f);
+            for (uint32_t i = 0; i < rp; ++i) {
                 const double theta = double(pos) * m.rope_freq_scale * inv[i];
-                in.rope[(size_t(pos) * hd / 2 + i) * 2] = float(std::cos(theta));
-                in.rope[(size_t(pos) * hd / 2 + i) * 2 + 1] = float(std::sin(theta));
+                in.rope[(size_t(pos) * rp + i) * 2] = float(std::cos(theta));
+                in.rope[(size_t(pos) * rp + i) * 2 + 1] = float(std::sin(theta));
             }
             const std::vector<float> kf = r.randv(size_t(n_ctx) * kv, 1.0f), vf = r.randv(kf.size(), 1.0f);
             for (size_t i = 0; i < kf.size(); ++i) in.k_cache.push_back(f32_to_f16(kf[i])), in.v_cache.push_back(f32_to_f16(vf[i]));

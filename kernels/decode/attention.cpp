@@ -31,6 +31,7 @@ void check_attention(const AttentionShape& s) {
     throw Error("attention: head_dim must be 64, 128, 192 or 256");
   if (s.n_ctx == 0 || s.chunk == 0 || s.chunk > 4096) throw Error("attention: bad n_ctx or chunk");
   if (s.temp_scale != 0 && s.temp_floor == 0) throw Error("attention: a temperature needs temp_floor > 0");
+  if (s.rot() % 2 || s.rot() < 2 || s.rot() > s.head_dim) throw Error("attention: n_rot must be even, 2..head_dim");
   if (s.splits() > kMaxSplits)
     throw Error("attention: more than " + std::to_string(kMaxSplits) + " splits (n_ctx / chunk)");
 }
@@ -61,6 +62,7 @@ GeneratedKernel attention_kernel(const AttentionShape& s, Target t, const Inline
   if (s.bias) name.append("_bias");
   if (s.qk_norm) name.append("_qknorm");
   if (s.temp_scale != 0) name.append("_temp").append(std::to_string(s.temp_floor));
+  if (s.rot() != hd) name.append("_r").append(std::to_string(s.rot()));
   Emit emit(in, name.c_str(), t, params, g);
   Kernel& k = emit.k();
   Symbol qs = k.shared_array("qs", Type::f32, hd, 16);
@@ -92,16 +94,38 @@ GeneratedKernel attention_kernel(const AttentionShape& s, Target t, const Inline
   Reg head_off = k.mul_wide(k.mul(kvh, hd), 2u);   // bytes into a cache row
   Reg qs_base = k.shared_addr(qs), sc_base = k.shared_addr(sc), kvs_base = k.shared_addr(kvs);
 
-  k.comment("RoPE: thread i < hd/2 rotates the pair (2i, 2i + 1) or (i, i + hd/2)");
+  // Partial rotary (rp < half): thread i >= rp holds the unrotated pair
+  // (2i, 2i + 1) in either style (2i >= n_rot) and rotates it by cos 1, sin 0,
+  // which leaves both values exactly as they are.
+  const uint32_t rp = s.rot() / 2;
+  k.comment(rp == half ? "RoPE: thread i < hd/2 rotates the pair (2i, 2i + 1) or (i, i + hd/2)"
+                       : "RoPE: thread i < n_rot/2 rotates the pair (2i, 2i + 1) or (i, i + n_rot/2); "
+                         "i < hd/2 passes (2i, 2i + 1) through");
   Reg active = k.setp(Cmp::lt, tid, half);
   Reg i = k.min(tid, half - 1);   // the others compute a copy of the last pair and store nothing
-  Reg ea = s.neox ? i : k.shl(i, 1u);
-  Reg eb = k.add(ea, s.neox ? half : 1u);
+  Reg rotates;                    // partial rotary only: i < n_rot/2
+  if (rp != half) rotates = k.setp(Cmp::lt, i, rp);
+  Reg ea, eb;
+  if (!s.neox) {
+    ea = k.shl(i, 1u);
+    eb = k.add(ea, 1u);
+  } else if (rp == half) {
+    ea = i;
+    eb = k.add(ea, half);
+  } else {
+    ea = k.selp(i, k.shl(i, 1u), rotates, Type::u32);
+    eb = k.add(ea, k.selp(rp, 1u, rotates, Type::u32));
+  }
   Reg oa = k.mul_wide(ea, 4u), ob = k.mul_wide(eb, 4u);
   // Head `head` of `vec` (with its bias, norm), rotated: the pair (y0, y1).
   auto rotate = [&](const char* vec, const char* bias, const char* norm, const Reg& head) {
-    Reg cs_addr = k.add(k.param("rope"), k.mul_wide(k.mad_lo(pos, half, i), 8u));
+    Reg ci = rp == half ? i : k.min(i, rp - 1);   // the pass-through pairs read the last row entry, unused
+    Reg cs_addr = k.add(k.param("rope"), k.mul_wide(k.mad_lo(pos, rp, ci), 8u));
     std::vector<Reg> cs = ld_vec(k, Space::global, Type::f32, 2, cs_addr, 0, true);
+    if (rp != half) {
+      cs[0] = k.selp(cs[0], 1.0f, rotates, Type::f32);
+      cs[1] = k.selp(cs[1], 0.0f, rotates, Type::f32);
+    }
     Reg off = k.mul_wide(head, hd * 4);
     Reg src = k.add(k.param(vec), off);
     Reg x0 = k.ld_global(Type::f32, at(k.add(src, oa)));

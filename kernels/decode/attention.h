@@ -6,9 +6,11 @@
 //
 // The token's position lives in device memory (a u32 the scheduler updates),
 // so one generated kernel serves every position and a captured graph stays
-// valid. RoPE's cos/sin come from a table (n_ctx × head_dim/2 pairs of f32
+// valid. RoPE's cos/sin come from a table (n_ctx × n_rot/2 pairs of f32
 // cos, sin) the engine computes once on the host exactly as the CPU
 // reference does (double angle, then f32), so rotation is bit-equal to it.
+// With n_rot < head_dim (Phi-4-mini's partial rotary) only the first n_rot
+// dims of each head rotate; the rest pass through (llama.cpp's ggml_rope_ext).
 //
 // Block (h, s) handles positions [s·chunk, (s+1)·chunk) ∩ [p0, pos] of query
 // head h (p0 = pos + 1 − window on a sliding layer, else 0):
@@ -35,7 +37,7 @@ namespace ptxlm::kernels {
 struct InlineTarget;   // kernels/examples/common.h: emit inline into a persistent kernel
 
 // Params: q (n_head·hd f32), k, v (n_head_kv·hd f32), [bq, bk, bv (f32)
-// when bias], [q_norm, k_norm (hd f32) when qk_norm], rope (cos/sin table),
+// when bias], [q_norm, k_norm (hd f32) when qk_norm], rope (n_ctx × n_rot/2 × {cos, sin} f32),
 // pos (u32*), k_cache, v_cache ([n_ctx][n_head_kv·hd] f16; row pos is
 // written), part (workspace: n_head × splits × (hd + 2) f32), sync (n_head
 // u32, zero before the first launch; every launch leaves it zero), out
@@ -46,7 +48,7 @@ struct AttentionShape {
   uint32_t window = 0;    // 0: the whole cache
   float scale = 1.0f;     // applied to q·k
   uint32_t chunk = 256;   // positions per split
-  bool neox = false;      // RoPE pairs (i, i + hd/2) instead of (2i, 2i + 1)
+  bool neox = false;      // RoPE pairs (i, i + n_rot/2) instead of (2i, 2i + 1)
   bool bias = false;      // qwen2: q, k, v biases added first
   bool qk_norm = false;   // gemma3: RMSNorm of each head with q_norm / k_norm
   float eps = 1e-6f;
@@ -54,6 +56,8 @@ struct AttentionShape {
   // temp_floor⌋ + 1) (lg2.approx: 2^-22 off the CPU's double log); 0 = off.
   float temp_scale = 0;
   uint32_t temp_floor = 0;
+  uint32_t n_rot = 0;     // dims rotated at the start of each head (even); 0: head_dim
+  uint32_t rot() const { return n_rot ? n_rot : head_dim; }
   uint32_t splits() const { return (n_ctx + chunk - 1) / chunk; }
 };
 ptx::LaunchGeometry attention_geometry(const AttentionShape& s);

@@ -25,11 +25,12 @@ const char* arch_name(Arch a) {
         case Arch::Llama3: return "llama3";
         case Arch::Mistral3: return "mistral3";
         case Arch::Phi3: return "phi3";
+        case Arch::Phi4Mini: return "phi4mini";
     }
     return "?";
 }
 
-const char* gguf_arch(Arch a) { return a == Arch::Llama3 ? "llama" : arch_name(a); }
+const char* gguf_arch(Arch a) { return a == Arch::Llama3 ? "llama" : a == Arch::Phi4Mini ? "phi3" : arch_name(a); }
 
 // llama.cpp's names: "gpt-2" is GPT-2's regex (the older presets keep it so
 // their goldens stay), "qwen2" and "llama-bpe" what Qwen3 and Llama 3.x files
@@ -58,7 +59,7 @@ const char* size_name(Size s) {
 
 const std::vector<Arch>& all_archs() {
     static const std::vector<Arch> v = {Arch::Llama, Arch::Qwen2, Arch::Gemma3, Arch::Qwen3, Arch::Llama3,
-                                         Arch::Mistral3, Arch::Phi3};
+                                         Arch::Mistral3, Arch::Phi3, Arch::Phi4Mini};
     return v;
 }
 
@@ -204,6 +205,13 @@ Spec preset(Arch arch, Size size, uint64_t seed) {
             s.rope_orig_ctx = 512;
             s.rope_attn_factor = float(std::sqrt(1.0 + std::log(double(s.n_ctx) / 512.0) / std::log(512.0)));
             break;
+        case Arch::Phi4Mini:  // phi3's preset with Phi-4-mini's partial rotary: 3/4 of each head
+            s.rms_eps = 1e-5f;
+            s.rope_base = 10000.0f;
+            s.rope_orig_ctx = 512;
+            s.rope_attn_factor = float(std::sqrt(1.0 + std::log(double(s.n_ctx) / 512.0) / std::log(512.0)));
+            s.rope_dims = s.head_dim / 4 * 3;
+            break;
     }
     validate(s);
     return s;
@@ -227,6 +235,8 @@ void validate(const Spec& s) {
     if ((s.rope_yarn_factor != 0 || s.attn_temp_scale != 0) && (s.arch != Arch::Mistral3 || s.rope_orig_ctx == 0))
         fail("YaRN and the attention temperature are mistral3's, with an original context");
     if (s.rope_factors() && s.rope_orig_ctx == 0) fail("phi3's LongRoPE factors need an original context");
+    if (s.rope_dims && (s.rope_dims % 2 || s.rope_dims > s.head_dim || !s.phi3()))
+        fail("rope_dims (partial rotary) must be even, at most head_dim, and phi3's");
 }
 
 // ---- Q4_K_M types ------------------------------------------------------------
@@ -310,8 +320,8 @@ std::vector<TensorSpec> tensor_plan(const Spec& s) {
     add("token_embd.weight", WeightKind::TokenEmbd, -1, {E, V});
     if (s.rope_freqs()) add("rope_freqs.weight", WeightKind::RopeFreqs, -1, {s.head_dim / 2});
     if (s.rope_factors()) {
-        add("rope_factors_long.weight", WeightKind::RopeFactorsLong, -1, {s.head_dim / 2});
-        add("rope_factors_short.weight", WeightKind::RopeFactorsShort, -1, {s.head_dim / 2});
+        add("rope_factors_long.weight", WeightKind::RopeFactorsLong, -1, {s.n_rot() / 2});
+        add("rope_factors_short.weight", WeightKind::RopeFactorsShort, -1, {s.n_rot() / 2});
     }
     for (uint32_t il = 0; il < L; ++il) {
         const int i = int(il);
@@ -584,8 +594,8 @@ void set_metadata(gguf::Writer& w, const Spec& s) {
         w.set_f32(k("rope.scaling.yarn_log_multiplier"), s.yarn_log_mul);
     }
     if (s.attn_temp_scale != 0) w.set_f32(k("attention.temperature_scale"), s.attn_temp_scale);
-    if (s.arch == Arch::Phi3) {   // the keys the converter writes for a LongRoPE model
-        w.set_u32(k("rope.dimension_count"), s.head_dim);
+    if (s.phi3()) {   // the keys the converter writes for a LongRoPE model
+        w.set_u32(k("rope.dimension_count"), s.n_rot());
         w.set_u32(k("rope.scaling.original_context_length"), s.rope_orig_ctx);
         w.set_f32(k("rope.scaling.attn_factor"), s.rope_attn_factor);
         w.set_u32(k("attention.sliding_window"), 0);   // Phi-4's; llama.cpp ignores it for phi3

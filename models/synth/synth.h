@@ -1,7 +1,8 @@
 // ptxlm-synth: synthetic GGUF test models shaped like llama, qwen2, gemma3 and
 // qwen3, plus "llama3": a llama file with Llama 3.x's RoPE features,
 // mistral3 (Ministral 3: YaRN, attention temperature, the tekken tokenizer)
-// and phi3 (Phi-3/Phi-4: fused attn_qkv and gate/up, LongRoPE factors).
+// and phi3 (Phi-3/Phi-4: fused attn_qkv and gate/up, LongRoPE factors), and
+// phi4mini: a phi3 file with Phi-4-mini's partial rotary (3/4 of each head).
 //
 // A model is fully described by a Spec (shapes, RoPE bases, seed). The weights
 // are random but deterministic (same Spec = byte-identical file on any machine),
@@ -27,11 +28,13 @@ namespace ptxlm::synth {
 // Llama3 is general.architecture "llama" with rope_freqs.weight factors, linear
 // RoPE scaling and the llama-bpe pre-tokenizer (a separate preset, so that
 // the plain llama files and their goldens stay as they are).
-enum class Arch { Llama, Qwen2, Gemma3, Qwen3, Llama3, Mistral3, Phi3 };
+// Phi4Mini is general.architecture "phi3" with rope.dimension_count 3/4 of
+// head_dim (LongRoPE factors of n_rot/2), as Phi-4-mini's 96 of 128.
+enum class Arch { Llama, Qwen2, Gemma3, Qwen3, Llama3, Mistral3, Phi3, Phi4Mini };
 enum class Size { Tiny, Small, Medium, Wide4096, Llama3_8B_Slice, Llama3_2_1B_Slice, Llama3_8B };
 
-const char* arch_name(Arch a);   // "llama", "qwen2", "gemma3", "qwen3", "llama3", "mistral3", "phi3": the preset's name
-const char* gguf_arch(Arch a);   // general.architecture: arch_name, but "llama" for Llama3
+const char* arch_name(Arch a);   // "llama", "qwen2", "gemma3", "qwen3", "llama3", "mistral3", "phi3", "phi4mini": the preset's name
+const char* gguf_arch(Arch a);   // general.architecture: arch_name, but "llama" for Llama3, "phi3" for Phi4Mini
 const char* size_name(Size s);   // "tiny", "small", "medium", "wide4096", "llama3-8b-slice",
                                  // "llama3.2-1b-slice", "llama3-8b"
 std::optional<Arch> parse_arch(std::string_view s);
@@ -70,6 +73,7 @@ struct Spec {
     // phi3: rope_factors_long/short.weight with rope_orig_ctx as
     // original_context_length, and <arch>.rope.scaling.attn_factor (0 = not written).
     float rope_attn_factor = 0;
+    uint32_t rope_dims = 0;       // phi4mini: <arch>.rope.dimension_count (even, < head_dim); 0 = head_dim
     uint64_t seed = kDefaultSeed;
     TypeMix types = TypeMix::Q4_K_M;   // the quantization mix of the weights (see mix_type)
 
@@ -79,8 +83,10 @@ struct Spec {
     bool qkv_bias() const { return arch == Arch::Qwen2; }
     bool qk_norm() const { return arch == Arch::Gemma3 || arch == Arch::Qwen3; }   // attn_{q,k}_norm.weight
     bool rope_freqs() const { return arch == Arch::Llama3; }   // rope_freqs.weight
-    bool rope_factors() const { return arch == Arch::Phi3; }  // rope_factors_long/short.weight
-    bool fused() const { return arch == Arch::Phi3; }   // attn_qkv (q, k, v rows) and ffn_up (gate, up rows)
+    uint32_t n_rot() const { return rope_dims ? rope_dims : head_dim; }   // dims RoPE rotates per head
+    bool phi3() const { return arch == Arch::Phi3 || arch == Arch::Phi4Mini; }   // general.architecture "phi3"
+    bool rope_factors() const { return phi3(); }  // rope_factors_long/short.weight (n_rot / 2 each)
+    bool fused() const { return phi3(); }   // attn_qkv (q, k, v rows) and ffn_up (gate, up rows)
     // Written as key_length/value_length (head_dim may differ from n_embd / n_head).
     bool key_length() const { return arch == Arch::Gemma3 || arch == Arch::Qwen3; }
     const char* tokenizer_pre() const;   // tokenizer.ggml.pre
@@ -101,7 +107,7 @@ enum class WeightKind {
     Bias,   // qwen2 attn_{q,k,v}.bias (1-D)
     RopeFreqs,   // llama3 rope_freqs.weight (1-D, head_dim / 2 divisors)
     AttnQkv,     // phi3 attn_qkv.weight: q's rows, then k's, then v's
-    RopeFactorsLong, RopeFactorsShort,   // phi3 (1-D, head_dim / 2 divisors)
+    RopeFactorsLong, RopeFactorsShort,   // phi3 (1-D, n_rot / 2 divisors)
 };
 
 // llama.cpp's "use more bits" layer rule of Q4_K_M (integer division n/8):

@@ -1,10 +1,10 @@
 """The CPU backend's forward pass against a float64 numpy forward pass.
 
 For each architecture's tiny synthetic model (llama, qwen2, gemma3, qwen3,
-llama3, mistral3 and phi3 — the gemma3 model's sliding window of 16 is
-crossed, mistral3's temperature steps at 16 and 32, and phi3 runs at a
-context of 256 (LongRoPE's short factors) and of 1024 (the long ones, past
-its original 512)), `ptxlm logits --full`
+llama3, mistral3, phi3 and phi4mini — the gemma3 model's sliding window of 16 is
+crossed, mistral3's temperature steps at 16 and 32, and phi3 and phi4mini
+(partial rotary: 48 of 64 dims) run at a context of 256 (LongRoPE's short
+factors) and of 1024 (the long ones, past its original 512)), `ptxlm logits --full`
 evaluates a fixed 48-token sequence one token at a time through the KV cache;
 tests/py/check_synth.py's numpy forward pass computes the same logits from
 gguf-py's dequantized weights, all positions at once. On the reference path
@@ -29,6 +29,9 @@ base change turns the angles less). mistral3 (issue 25): f32 8.62e-06, f16
 6.57e-03; controls 9.94e-03 and 9.89e-02. phi3 (issue 25, an AVX-512
 machine): f32 7.49e-06 at 256 and 7.56e-06 at 1024, f16 4.30e-03; controls
 3.92e-02 and 3.63e-01, and the short factors' run 8.17 off the long ones'.
+phi4mini (issue 25, 2026-11-28, an AVX-512 VNNI machine): f32 7.29e-06 at
+256 and 6.84e-06 at 1024, f16 4.71e-03; controls 8.41e-02 and 8.26e-01, the
+short factors' run 8.86 off the long ones'.
 """
 import json
 import os
@@ -64,11 +67,11 @@ def forward_with_rope_defect(W, hp, tokens, factor):
     orig = cs.rope
     calls = {"n": 0}
 
-    def bad_rope(x, pos, base, neox, factors=None, yarn=None, mscale=1.0):
+    def bad_rope(x, pos, base, neox, factors=None, yarn=None, mscale=1.0, n_rot=None):
         # rope() is called twice per layer (q, k); calls 2 and 3 are layer 1.
         layer = calls["n"] // 2
         calls["n"] += 1
-        return orig(x, pos, base * factor if layer == 1 else base, neox, factors, yarn, mscale)
+        return orig(x, pos, base * factor if layer == 1 else base, neox, factors, yarn, mscale, n_rot)
 
     cs.rope = bad_rope
     try:
@@ -77,18 +80,18 @@ def forward_with_rope_defect(W, hp, tokens, factor):
         cs.rope = orig
 
 
-def check_longrope(path, W, hp, tokens, short_run):
-    """phi3 at a context of 1024, past its original 512: the long factors, on
-    both sides; and the short run must not pass for the long one."""
+def check_longrope(arch, path, W, hp, tokens, short_run):
+    """phi3 (and phi4mini) at a context of 1024, past its original 512: the
+    long factors, on both sides; and the short run must not pass for the long one."""
     long_hp = dict(hp, n_ctx_seq=1024)
     ref = cs.forward(W, long_hp, tokens)
     ours = ptxlm_logits(path, tokens, "f32", ctx=1024)
     err = np.abs(ours - ref).max()
     miss = np.abs(short_run - ref).max()
-    print(f"phi3 KV f32, context 1024 (LongRoPE's long factors): max |logit diff| {err:.2e} (tolerance {TOL_F32:.0e}); "
+    print(f"{arch} KV f32, context 1024 (LongRoPE's long factors): max |logit diff| {err:.2e} (tolerance {TOL_F32:.0e}); "
           f"the short factors' run is {miss:.2e} off it (must be at least {2 * TOL_F32:.1e})")
-    check(err <= TOL_F32, f"phi3 context 1024: max |logit diff| {err:.3e} > {TOL_F32:.0e}")
-    check(miss >= 2 * TOL_F32, f"phi3: the long and short factors differ by only {miss:.2e}")
+    check(err <= TOL_F32, f"{arch} context 1024: max |logit diff| {err:.3e} > {TOL_F32:.0e}")
+    check(miss >= 2 * TOL_F32, f"{arch}: the long and short factors differ by only {miss:.2e}")
 
 
 def main():
@@ -117,8 +120,8 @@ def main():
                 print(f"{arch} negative control, KV {kv} against layer 1's RoPE base {100 * (factor - 1):.0f}% off: "
                       f"max |logit diff| {miss:.2e} (must be at least {2 * tol:.1e})")
                 check(miss >= 2 * tol, f"{arch} KV {kv}: the RoPE defect is only {miss:.2e} off: the tolerance cannot see it")
-            if arch == "phi3":
-                check_longrope(path, W, hp, tokens, runs["f32"])
+            if arch in ("phi3", "phi4mini"):
+                check_longrope(arch, path, W, hp, tokens, runs["f32"])
     return finish()
 
 

@@ -1,7 +1,7 @@
 """`ptxlm inspect` reports what gguf.GGUFReader reports.
 
 For each model given (default: the two real models under PTXLM_MODELS_DIR,
-plus tiny synthetic qwen2, gemma3, qwen3, llama3, mistral3 and phi3 models from ptxlm-synth):
+plus tiny synthetic qwen2, gemma3, qwen3, llama3, mistral3, phi3 and phi4mini models from ptxlm-synth):
 architecture, hyperparameters, tokenizer summary, chat-template presence,
 every tensor's name, type, shape and byte size, and the totals per type must
 equal what the reference reader derives from the same file. Then the error
@@ -64,6 +64,7 @@ def expected(path):
         "head_dim_k": scalar(r, f"{arch}.attention.key_length", hd),
         "head_dim_v": scalar(r, f"{arch}.attention.value_length", hd),
         "rope_base": scalar(r, f"{arch}.rope.freq_base", 10000.0),
+        "rope_dims": scalar(r, f"{arch}.rope.dimension_count", scalar(r, f"{arch}.attention.key_length", hd)),
         "rms_eps": scalar(r, f"{arch}.attention.layer_norm_rms_epsilon"),
         "sliding_window": scalar(r, f"{arch}.attention.sliding_window", 0) if arch == "gemma3" else 0,
         "rope_scaling": scalar(r, f"{arch}.rope.scaling.type"),
@@ -165,7 +166,7 @@ def main():
     paths = [Path(p) for p in sys.argv[1:]] or [MODELS / n for n in REAL]
     synth_dir = tempfile.TemporaryDirectory()
     if not sys.argv[1:]:
-        for arch in ("qwen2", "gemma3", "qwen3", "llama3", "mistral3", "phi3"):
+        for arch in ("qwen2", "gemma3", "qwen3", "llama3", "mistral3", "phi3", "phi4mini"):
             out = Path(synth_dir.name) / f"{arch}-tiny.gguf"
             p = subprocess.run([str(SYNTH), "--arch", arch, "--size", "tiny", "--out", str(out)],
                                capture_output=True, text=True, timeout=60)

@@ -3,7 +3,8 @@
 For each architecture (and llama3, a llama file with rope_freqs, linear RoPE
 scaling and the llama-bpe pre-tokenizer; mistral3 with YaRN and the attention
 temperature; phi3 with fused attn_qkv and gate/up matrices and LongRoPE's
-long and short factors), a tiny model is generated into a temporary folder and
+long and short factors; phi4mini, a phi3 file with Phi-4-mini's partial
+rotary: rope.dimension_count 3/4 of the head, factors of n_rot/2), a tiny model is generated into a temporary folder and
 read with gguf.GGUFReader: the architecture key and hyperparameters, every
 tensor's type by llama.cpp's Q4_K_M rule and its shape, the weights'
 statistics after gguf-py's own dequantizers, and a float64 numpy forward pass
@@ -23,6 +24,8 @@ after 14, phi3 at its 4th; only those four may differ), its tokens are replayed 
 llama.cpp's noise of it (check_at_near_ties; phi3: follow_llamacpp_text, as
 llama-simple's context of 256 picks LongRoPE's short factors and the logits
 golden's 1024 the long ones, so only llama-simple's text itself is its run).
+phi4mini's continuation is llama.cpp's byte for byte; its negative control
+(the whole head rotated) shares 0 of the first 5 greedy tokens.
 """
 import hashlib
 import json
@@ -38,8 +41,12 @@ import numpy as np
 from gguf.quants import dequantize
 
 BIN = Path(os.environ.get("PTXLM_BINARY_DIR", "build")) / "models" / "synth" / "ptxlm-synth"
-ARCHS = ["llama", "qwen2", "gemma3", "qwen3", "llama3", "mistral3", "phi3"]
-GGUF_ARCH = {"llama3": "llama"}   # llama3: a llama file with Llama 3.x's RoPE features and tokenizer
+ARCHS = ["llama", "qwen2", "gemma3", "qwen3", "llama3", "mistral3", "phi3", "phi4mini"]
+# llama3: a llama file with Llama 3.x's RoPE features and tokenizer; phi4mini a phi3 file with partial rotary
+GGUF_ARCH = {"llama3": "llama", "phi4mini": "phi3"}
+# PTXLM_SYNTH_ARCHS=a,b checks only those models (by hand; ctest runs them all).
+if os.environ.get("PTXLM_SYNTH_ARCHS"):
+    ARCHS = os.environ["PTXLM_SYNTH_ARCHS"].split(",")
 PRE = {"qwen3": "qwen2", "llama3": "llama-bpe", "mistral3": "tekken"}   # tokenizer.ggml.pre; the others "gpt-2"
 # llama.cpp's 8-bit activations flip a near-tie in their continuation.
 NEAR_TIE_ARCHS = {"qwen3", "llama3", "mistral3", "phi3"}
@@ -73,6 +80,8 @@ def hparams(r):
         arch=a, n_layer=field(r, f"{a}.block_count"), n_embd=n_embd, n_head=n_head,
         n_head_kv=field(r, f"{a}.attention.head_count_kv"), n_ff=field(r, f"{a}.feed_forward_length"),
         head_dim=field(r, f"{a}.attention.key_length", n_embd // n_head),
+        # Dims RoPE rotates at the start of each head (Phi-4-mini: 3/4 of it).
+        n_rot=field(r, f"{a}.rope.dimension_count", field(r, f"{a}.attention.key_length", n_embd // n_head)),
         eps=field(r, f"{a}.attention.layer_norm_rms_epsilon"), rope_base=field(r, f"{a}.rope.freq_base"),
         rope_base_local=field(r, f"{a}.rope.freq_base_swa", 10000.0),
         sliding_window=field(r, f"{a}.attention.sliding_window", 0),
@@ -181,11 +190,15 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, base, neox, factors=None, yarn=None, mscale=1.0):
+def rope(x, pos, base, neox, factors=None, yarn=None, mscale=1.0, n_rot=None):
     """factors: Llama 3.x's rope_freqs or Phi-3's LongRoPE set, dividing each
     pair's rate. yarn: yarn_hparams(), each pair's rate mixed between its own
     and the interpolated one by ggml's ramp, and cos, sin times its magnitude.
-    mscale: cos and sin times rope.scaling.attn_factor (without YaRN)."""
+    mscale: cos and sin times rope.scaling.attn_factor (without YaRN).
+    n_rot: only the first n_rot dims of each head rotate, as rates of n_rot
+    (ggml_rope_ext's n_dims); the rest pass through unchanged."""
+    if n_rot is not None and n_rot < x.shape[-1]:
+        return np.concatenate([rope(x[..., :n_rot], pos, base, neox, factors, yarn, mscale), x[..., n_rot:]], axis=-1)
     d = x.shape[-1]
     inv = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
     if factors is not None:
@@ -245,7 +258,8 @@ def forward(W, hp, tokens, attention=True):
             mask = j_idx == i_idx
         neox, yarn = arch not in ("llama", "mistral3"), hp["yarn"]
         ms = hp["attn_factor"]
-        q, k = rope(q, pos, base, neox, factors, yarn, ms), rope(k, pos, base, neox, factors, yarn, ms)
+        nr = hp["n_rot"]
+        q, k = rope(q, pos, base, neox, factors, yarn, ms, nr), rope(k, pos, base, neox, factors, yarn, ms, nr)
         if hp["temp_scale"]:   # mistral3: q times 1 + scale ln(floor(p / floor) + 1)
             p_idx = np.arange(T, dtype=np.float64)
             q = q * (1 + hp["temp_scale"] * np.log(np.floor(p_idx / hp["temp_floor"]) + 1))[:, None, None]
@@ -282,7 +296,10 @@ def check_model(path, arch):
         check(hp["n_head"] * hp["head_dim"] != hp["n_embd"], f"{arch}: head_dim is n_embd / n_head (key_length unused)")
     if arch == "llama3":
         check(hp["rope_scale"] == 0.25 and hp["rope_freqs"], f"{arch}: no linear RoPE scaling or rope_freqs")
-    if arch == "phi3":
+    if arch == "phi4mini":
+        check(hp["n_rot"] * 4 == hp["head_dim"] * 3 and len(W_rope_factors(r)) == hp["n_rot"] // 2,
+              f"{arch}: rope.dimension_count is not 3/4 of the head, or the factors not n_rot/2")
+    if hp["arch"] == "phi3":
         check(hp["attn_factor"] > 1 and hp["n_ctx_orig"] == 512 and hp["n_ctx_seq"] <= hp["n_ctx_orig"] < 1024,
               f"{arch}: no rope.scaling.attn_factor, or an original context that does not split 256 from 1024")
     if arch == "mistral3":
@@ -379,6 +396,8 @@ def check_llamacpp_golden(path, arch, r, W, hp):
         seq.append(t)
         out += tokens[t].encode() if types_control(r, t) else bytes(u2b[c] for c in tokens[t])
     want = bytes.fromhex(g["continuation_hex"])
+    if hp["n_rot"] < hp["head_dim"]:
+        check_whole_head_rotation_differs(arch, W, hp, g, seq[len(g["prompt_ids"]):])
     if out == want:
         print(f"{arch}: greedy continuation of {golden['prompt']!r} equals llama.cpp's ({len(seq) - len(g['prompt_ids'])} tokens)")
     else:
@@ -390,6 +409,23 @@ def check_llamacpp_golden(path, arch, r, W, hp):
             follow_llamacpp_text(arch, r, W, hp, golden, g, out, want)
         else:
             check_at_near_ties(arch, r, W, hp, golden, g, out, want)
+
+
+def check_whole_head_rotation_differs(arch, W, hp, g, ours):
+    """Negative control for partial rotary: every dim of the head rotated (at
+    rates of head_dim, LongRoPE's factors on the first n_rot/2 pairs only)
+    must leave the greedy continuation that matches llama.cpp's (its first
+    5 tokens: each costs a forward pass)."""
+    hd = hp["head_dim"]
+    W2, hp2 = dict(W), dict(hp, n_rot=hd)
+    for k in ("rope_factors_long.weight", "rope_factors_short.weight"):
+        W2[k] = np.concatenate([W[k], np.ones(hd // 2 - len(W[k]))])
+    seq, ours = list(g["prompt_ids"]), ours[:5]
+    for _ in ours:
+        seq.append(int(forward(W2, hp2, np.array(seq))[-1].argmax()))
+    same = sum(a == b for a, b in zip(seq[len(g["prompt_ids"]):], ours))
+    print(f"{arch}: control, the whole head rotated: {same}/{len(ours)} greedy tokens as with partial rotary")
+    check(same < len(ours) // 2, f"{arch}: rotating the whole head barely changes the continuation ({same}/{len(ours)})")
 
 
 # llama.cpp's logits on a quantized file against the float64 pass, max |diff|
@@ -475,6 +511,10 @@ def follow_llamacpp_text(arch, r, W, hp, golden, g, out, want):
           f"{ties} within {2 * LLAMACPP_Q_NOISE} of it")
     check(not bad and text == want, f"{arch}: llama.cpp's text left at (step, gap) {bad} ({text!r} of {want!r})")
     check(exact >= 0.75 * (exact + ties), f"{arch}: only {exact} of the tokens following llama.cpp's text are our argmax")
+
+
+def W_rope_factors(r):
+    return next(t for t in r.tensors if t.name == "rope_factors_long.weight").data
 
 
 def types_control(r, t):
