@@ -11,6 +11,7 @@
 #include "kernels/decode/attention.h"
 #include "kernels/decode/gemv.h"
 #include "kernels/decode/paged_attention.h"
+#include "kernels/decode/paged_rope.h"
 #include "kernels/examples/examples.h"
 #include "kernels/ptx/ptxas.h"
 
@@ -246,6 +247,31 @@ TEST(Ptxas, PagedAttentionKernelsAssembleWithoutSpills) {
   for (const char* arch : kArches) {
     for (const kx::PagedAttentionShape& s : shapes) {
       const GeneratedKernel g = kx::paged_attention_kernel(s, Target::parse(arch));
+      EXPECT_TRUE(g.hot);
+      PtxasFunctionReport f = assemble(g, arch);
+      std::printf("[ptxas] %-44s %s: %3d registers, %llu B smem, %llu B spills\n", g.name.c_str(), arch, f.registers,
+                  (unsigned long long)f.smem_bytes, (unsigned long long)(f.spill_store_bytes + f.spill_load_bytes));
+    }
+  }
+}
+
+// RoPE + K/V append into pages: Llama-3-8B (one row, a batch of 16),
+// qwen2 (NEOX, biases), gemma3 (head 256, q/k norms), Phi-4-mini (head 96,
+// n_rot 72), Mistral 3's temperature.
+TEST(Ptxas, PagedRopeKernelsAssembleWithoutSpills) {
+  ASSERT_TRUE(have_ptxas()) << "ptxas missing: see Ptxas.IsAvailable";
+  const std::vector<kx::PagedRopeShape> shapes = {
+      {.n_head = 32, .n_head_kv = 8, .head_dim = 128, .max_pages = 512, .scale = 0.088f},
+      {.n_head = 32, .n_head_kv = 8, .head_dim = 128, .max_pages = 512, .tokens = 16, .scale = 0.088f},
+      {.n_head = 14, .n_head_kv = 2, .head_dim = 64, .max_pages = 2048, .scale = 0.125f, .neox = true, .bias = true},
+      {.n_head = 4, .n_head_kv = 1, .head_dim = 256, .max_pages = 2048, .scale = 0.0625f, .neox = true, .qk_norm = true},
+      {.n_head = 24, .n_head_kv = 8, .head_dim = 96, .n_rot = 72, .max_pages = 8192, .scale = 0.102f, .neox = true},
+      {.n_head = 32, .n_head_kv = 8, .head_dim = 128, .max_pages = 512, .scale = 0.088f, .temp_scale = 0.1f,
+       .temp_floor = 8192},
+  };
+  for (const char* arch : kArches) {
+    for (const kx::PagedRopeShape& s : shapes) {
+      const GeneratedKernel g = kx::paged_rope_kernel(s, Target::parse(arch));
       EXPECT_TRUE(g.hot);
       PtxasFunctionReport f = assemble(g, arch);
       std::printf("[ptxas] %-44s %s: %3d registers, %llu B smem, %llu B spills\n", g.name.c_str(), arch, f.registers,

@@ -9,6 +9,7 @@
 
 #include "engine/cuda/attention_reference.h"
 #include "kernels/decode/paged_attention.h"
+#include "kernels/decode/paged_rope.h"
 
 namespace ptxlm::cuda {
 
@@ -35,5 +36,34 @@ struct PagedAttentionInputs {
 // most 2e·Σ w|v|, so tol = 2 × (2·(ln2·δ + (tiles + 4 + batches)·2^-22) +
 // (2m + 6)·u) × Σ w|v|, the leading 2 a stated margin.
 std::vector<Checked> paged_attention_reference(const kernels::PagedAttentionShape& s, const PagedAttentionInputs& in);
+
+// The RoPE + append op's inputs (kernels::paged_rope_kernel): T rows of q
+// (n_head·hd), k and v (n_head_kv·hd); biases and norm weights empty when
+// the shape has none; rope n_ctx × n_rot/2 × {cos, sin}; tables, and per row
+// its position (~0u: unused) and table row.
+struct PagedRopeInputs {
+    std::vector<float> q, k, v, bq, bk, bv, q_norm, k_norm, rope;
+    std::vector<uint32_t> tables;
+    std::vector<uint32_t> pos, row;
+};
+
+// What the op writes. q: T × n_head·hd (an unused row's {0, -1}); k_bits,
+// v_bits: T × n_head_kv·hd, the f16 written at pool element `at[t] +
+// g·page_size·hd + i` for KV head g (at[t]: ~0 for an unused row). The
+// arithmetic mirrors the kernel's f32 operations one by one (the norm's
+// butterflies over 32 pairs and their sums in order, sqrt and division
+// rounded, the rotation as mul, mul, sub / add, the temperature's
+// fmaf(log2f, ·, 1), cvt to f16 by round to nearest even). The kernel's
+// operations are all .rn (ptxas may not contract them) but lg2.approx, so
+// q, K and V are bit-equal on any device but for the temperature: q's
+// tolerance is lg2.approx's 2^-22 (absolute near 1, PTX ISA) times
+// temp_scale·ln 2 and two roundings, (|temp_scale|·2^-21 + 2^-23)·|q| with
+// a temperature, else 0; K and V never see it.
+struct PagedRopeExpected {
+    std::vector<Checked> q;
+    std::vector<uint16_t> k_bits, v_bits;
+    std::vector<size_t> at;
+};
+PagedRopeExpected paged_rope_reference(const kernels::PagedRopeShape& s, const PagedRopeInputs& in);
 
 }  // namespace ptxlm::cuda
