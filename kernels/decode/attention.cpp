@@ -155,13 +155,7 @@ GeneratedKernel attention_kernel(const AttentionShape& s, Target t, const Inline
   };
   {
     auto [y0, y1] = rotate("q", "bq", "q_norm", h);
-    Operand scale = s.scale;
-    if (s.temp_scale != 0) {
-      k.comment("Mistral 3: times 1 + temp_scale * ln(pos / temp_floor + 1), the log as lg2 * ln 2");
-      Reg steps = k.cvt(Type::f32, k.add(k.div(pos, s.temp_floor), 1u), Rnd::rn);
-      Reg temp = k.fma(k.lg2_approx(steps), float(s.temp_scale * 0.6931471805599453), 1.0f);
-      scale = k.mul(temp, s.scale);
-    }
+    const Operand scale = q_scale(k, pos, s.scale, s.temp_scale, s.temp_floor);
     k.comment("q, rotated, times the attention scale, in shared memory");
     k.when(active, [&] {
       k.st_shared(at(k.mad_lo(ea, 4u, qs_base)), k.mul(y0, scale));

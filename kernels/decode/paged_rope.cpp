@@ -182,13 +182,7 @@ GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t) {
     std::vector<std::vector<Reg>> cs = table();
     norm(x, "q_norm");
     rotate(x, cs);
-    Operand scale = s.scale;
-    if (s.temp_scale != 0) {
-      k.comment("Mistral 3: times 1 + temp_scale * ln(pos / temp_floor + 1), the log as lg2 * ln 2");
-      Reg steps = k.cvt(Type::f32, k.add(k.div(pos, s.temp_floor), 1u), Rnd::rn);
-      Reg temp = k.fma(k.lg2_approx(steps), float(s.temp_scale * 0.6931471805599453), 1.0f);
-      scale = k.mul(temp, s.scale);
-    }
+    const Operand scale = q_scale(k, pos, s.scale, s.temp_scale, s.temp_floor);
     Reg dst = k.add(k.param("q_rot"), k.mul_wide(qrow, hd * 4));
     for (uint32_t c = 0; c < slots; ++c) {
       Reg y0 = k.mul(x[c].first, scale), y1 = k.mul(x[c].second, scale);

@@ -32,6 +32,18 @@ inline std::vector<ptx::Reg> ld_v4_nc(ptx::Kernel& k, ptx::Type t, const ptx::Re
   return ld_vec(k, ptx::Space::global, t, 4, a, offset, true);
 }
 
+// q's factor at position `pos`: the attention scale, times Mistral 3's
+// temperature 1 + temp_scale·ln(⌊pos / temp_floor⌋ + 1) when temp_scale is
+// not 0 (the log as lg2.approx · ln 2).
+inline ptx::Operand q_scale(ptx::Kernel& k, const ptx::Reg& pos, float scale, float temp_scale, uint32_t temp_floor) {
+  using namespace ptx;
+  if (temp_scale == 0) return scale;
+  k.comment("Mistral 3: times 1 + temp_scale * ln(pos / temp_floor + 1), the log as lg2 * ln 2");
+  Reg steps = k.cvt(Type::f32, k.add(k.div(pos, temp_floor), 1u), Rnd::rn);
+  Reg temp = k.fma(k.lg2_approx(steps), float(temp_scale * 0.6931471805599453), 1.0f);
+  return k.mul(temp, scale);
+}
+
 // The end of a split block whose splits the last block to finish combines:
 // thread 0 (is_t0) counts the block in at `counter` (a global u32; acq_rel,
 // so the last block sees every part published before a count), and the
