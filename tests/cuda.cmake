@@ -30,6 +30,10 @@ ptxlm_emu_gtest(test_attention_emu test_attention_emu.cpp LIBS ptxlm_engine ptxl
 # same pages (depths, windows, groups, a mixed batch, a wrong page as the
 # negative control), and its counts at Llama-3-8B's heads beside today's kernel.
 ptxlm_emu_gtest(test_paged_attention_emu test_paged_attention_emu.cpp LIBS ptxlm_engine ptxlm_kernels ptxlm_emu_core TIMEOUT 300)
+# RoPE + the K/V append into pages (bit-equal to its f32 mirror, a wrong page
+# id and a shifted position as controls), its counts, and the chain
+# paged_rope -> paged_attention against today's attention over 20 steps.
+ptxlm_emu_gtest(test_paged_rope_emu test_paged_rope_emu.cpp LIBS ptxlm_engine ptxlm_kernels ptxlm_emu_core TIMEOUT 300)
 # The embedding row (bit-equal to gguf's dequantizers) and gemma3's normalised add.
 ptxlm_emu_gtest(test_elementwise_emu test_elementwise_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 120)
 # The GPU decode path end to end on emu against the CPU reference: synthetic
@@ -51,7 +55,7 @@ ptxlm_gtest(test_decode_plan test_decode_plan.cpp LIBS ptxlm_engine ptxlm_synth 
 target_compile_definitions(test_decode_plan PRIVATE PTXLM_PTXAS="${PTXLM_PTXAS_EXECUTABLE}")
 # The kernel tests again with emu's memory-model checking on for every launch
 # (PTXLM_EMU_RACECHECK=1): no kernel of the decode path may race.
-foreach(t test_gemv_emu test_attention_emu test_paged_attention_emu test_elementwise_emu)
+foreach(t test_gemv_emu test_attention_emu test_paged_attention_emu test_paged_rope_emu test_elementwise_emu)
   add_test(NAME ${t}_racecheck COMMAND ${t})
   set_tests_properties(${t}_racecheck PROPERTIES TIMEOUT 300 LABELS "unit"
     ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>;PTXLM_EMU_RACECHECK=1")
@@ -59,7 +63,7 @@ endforeach()
 # The kernel tests and the llama decode path again in emu's hardware-variance
 # mode (PTXLM_EMU_VARIANCE=1): .approx results anywhere within their PTX ISA
 # bounds, plain mul+add fused as ptxas may; the tolerances must survive that.
-foreach(t test_gemv_emu test_attention_emu test_paged_attention_emu test_elementwise_emu test_examples_emu)
+foreach(t test_gemv_emu test_attention_emu test_paged_attention_emu test_paged_rope_emu test_elementwise_emu test_examples_emu)
   add_test(NAME ${t}_variance COMMAND ${t})
   set_tests_properties(${t}_variance PROPERTIES TIMEOUT 300 LABELS "unit"
     ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>;PTXLM_EMU_VARIANCE=1")
