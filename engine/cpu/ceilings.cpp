@@ -1,11 +1,12 @@
 #include "engine/cpu/ceilings.h"
 
+#include "engine/cpu/huge_pages.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -79,10 +80,15 @@ double best_pass(int threads, int reps, Fn fn) {
 
 ReadRate measure_read(int threads, uint64_t bytes, int reps) {
     const uint64_t slice = slice_of("measure_read", threads, reps, bytes);
-    auto free_aligned = [](void* p) { std::free(p); };
-    std::unique_ptr<void, decltype(free_aligned)> buf(std::aligned_alloc(64, slice * threads), free_aligned);
-    if (!buf) throw std::runtime_error("measure_read: cannot allocate " + std::to_string(slice * threads) + " bytes");
-    auto* base = static_cast<unsigned char*>(buf.get());
+    // Huge pages where the system has them, as the packed weights get:
+    // the ceiling a decode is held to must be the best stream the machine runs.
+    HugeBuffer buf;
+    try {
+        buf = HugeBuffer(slice * threads);
+    } catch (const std::bad_alloc&) {
+        throw std::runtime_error("measure_read: cannot allocate " + std::to_string(slice * threads) + " bytes");
+    }
+    unsigned char* base = buf.data();
     // Each thread writes its own slice first (pages land near the thread
     // that reads them), untimed.
     timed_on_threads(threads, [&](int t) {
