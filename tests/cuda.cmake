@@ -94,3 +94,13 @@ set_tests_properties(test_persistent_real PROPERTIES TIMEOUT 900 LABELS "unit"
 add_test(NAME test_persistent_seeds COMMAND test_persistent --gtest_filter=*Seeds*)
 set_tests_properties(test_persistent_seeds PROPERTIES TIMEOUT 900 LABELS "unit"
   ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>")
+# Paged KV in the decode path (--gpu-paged-kv): paged_rope -> paged_attention
+# over one page table row against the contiguous cache and the CPU on the
+# synthetic models, fill_kv_for_count in both layouts, an aliased page as the
+# negative control, the refusals (persistent schedule, head size 96).
+ptxlm_emu_gtest(test_cuda_paged test_cuda_paged.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 600)
+# The same under emu's memory-model checking for every launch: the paged pair
+# in the engine path (graph schedule; chain with programmatic launches).
+add_test(NAME test_cuda_paged_racecheck COMMAND test_cuda_paged --gtest_filter=*ChainSchedule*:*Synth*/llama)
+set_tests_properties(test_cuda_paged_racecheck PROPERTIES TIMEOUT 300 LABELS "unit"
+  ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>;PTXLM_EMU_RACECHECK=1")

@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -45,6 +47,29 @@ struct CudaBackend::Impl {
     DeviceBuffer x, q, k, v, att, o, h, logits, part, state, best;   // h: the FFN's act(gate)·up
     DeviceBuffer att_sync;   // per layer, the attention's split counters (one u32 per head; left zero)
     PinnedBuffer state_host, best_host;
+    // Paged KV (GpuTuning::paged_kv): k_cache / v_cache hold each layer's
+    // pools of n_pages pages ([page][kv_head][kKvPageSize][hd] f16), one
+    // table row lists pages 0..n_pages-1 in order; q_rot is paged_rope's
+    // output (paged_attention's q), paged_part / paged_sync its workspace and
+    // split counters (per layer, one u32 per KV head; left zero).
+    bool paged = false;
+    uint32_t n_pages = 0, sync_heads = 0;   // sync_heads: paged_sync's u32 per layer
+    DeviceBuffer page_table, q_rot, paged_part, paged_sync;
+    // The device state one token reads, written per token from a pinned slot:
+    // {token, pos}; under paged KV {pos, table row 0, token, 0}, so that its
+    // first 8 bytes are the paged kernels' token descriptor (8-byte aligned).
+    uint32_t state_words() const { return paged ? 4 : 2; }
+    void put_state(uint32_t* slot, TokenId token, uint32_t pos) const {
+        if (paged) {
+            slot[0] = pos;
+            slot[1] = 0;
+            slot[2] = uint32_t(token);
+            slot[3] = 0;
+        } else {
+            slot[0] = uint32_t(token);
+            slot[1] = pos;
+        }
+    }
 
     struct Kernel {
         std::unique_ptr<Module> module;
@@ -65,6 +90,10 @@ struct CudaBackend::Impl {
             std::vector<uint32_t> ranges;   // empty: every block of `op`
         };
         std::vector<Dep> deps;
+        // Launched plainly even under target.pdl: a kernel without
+        // griddepcontrol.wait (the paged pair) must not start before the op
+        // before it ends; the op after it waits for it as for any primary.
+        bool plain = false;
     };
     std::vector<Op> chain;
     // The GEMV ops' operands (trace_gemvs): the buffers they read and write.
@@ -99,7 +128,7 @@ struct CudaBackend::Impl {
 
     // target.pdl: programmatic dependent launches (the ops open with griddepcontrol.wait).
     void launch_op(Op& op) {
-        if (target.pdl) launch_programmatic(*op.fn, op.geometry, stream, op.args);
+        if (target.pdl && !op.plain) launch_programmatic(*op.fn, op.geometry, stream, op.args);
         else launch(*op.fn, op.geometry, stream, op.args);
     }
     void launch_chain() {
@@ -121,9 +150,8 @@ struct CudaBackend::Impl {
         check_token(token, pos);
         ctx.make_current();
         auto* host = static_cast<uint32_t*>(state_host.data());
-        host[0] = uint32_t(token);
-        host[1] = pos;
-        state.upload_async(host, 8, stream);
+        put_state(host, token, pos);
+        state.upload_async(host, 4 * state_words(), stream);
     }
 
     void build_persistent();
@@ -314,9 +342,12 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
             throw ModelError("--gpu-pdl: the persistent schedule is one launch; use it with --schedule graph or chain");
         p.target.pdl = true;
     }
+    if (tuning.paged_kv && p.schedule == Schedule::Persistent)
+        throw ModelError("paged KV is not supported under the persistent schedule yet; use --schedule graph or chain");
+    p.paged = tuning.paged_kv;
     const HParams& hp = m.hp;
     const uint32_t E = hp.n_embd, hd = m.head_dim;
-    decode_plan(m, 1, p.quantized, uint32_t(dev.sm_count));   // refuses what the GPU path cannot run before anything is allocated
+    decode_plan(m, 1, p.quantized, uint32_t(dev.sm_count), p.paged);   // refuses what the GPU path cannot run before anything is allocated
 
     // The memory plan, against the device's free memory, before allocating.
     uint64_t max_q = 0, max_kv = 0, max_ff = 0, kv_per_token = 0, weight_bytes = 0;
@@ -332,7 +363,9 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     std::map<float, int> bases;
     for (const LayerDesc& l : m.layers) bases[l.rope_base] = 1;
     const uint64_t per_token = kv_per_token + bases.size() * uint64_t(m.n_rot) * 4;   // KV + RoPE tables
-    const uint64_t fixed = weight_bytes + 4 * (3 * E + 3 * max_q + 2 * max_kv + max_ff + m.n_vocab) + (64 << 20);
+    // (Paged KV rounds the context up to whole pages: at most kKvPageSize - 1 more positions.)
+    const uint64_t fixed = weight_bytes + 4 * (3 * E + 3 * max_q + 2 * max_kv + max_ff + m.n_vocab) + (64 << 20) +
+                           (p.paged ? uint64_t(kKvPageSize) * kv_per_token : 0);
     const Context::MemoryInfo mem = p.ctx.memory_info();
     const uint32_t want = n_ctx ? n_ctx : (hp.n_ctx_train ? hp.n_ctx_train : 4096);
     const uint64_t fits = mem.free > fixed ? (mem.free - fixed) / per_token : 0;
@@ -397,9 +430,12 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         b.upload(t.data(), t.size() * 4);
         p.rope_tables.emplace(base, std::move(b));
     }
+    // The KV cache: C positions a layer, or under paged KV kv_pages(C) whole pages.
+    p.n_pages = p.paged ? kv_pages(C) : 0;
+    const size_t kv_positions = p.paged ? size_t(p.n_pages) * kKvPageSize : C;
     for (uint32_t il = 0; il < m.layers.size(); ++il) {
-        p.k_cache.emplace_back(p.ctx, size_t(C) * m.kv_dim(il) * 2);
-        p.v_cache.emplace_back(p.ctx, size_t(C) * m.kv_dim(il) * 2);
+        p.k_cache.emplace_back(p.ctx, kv_positions * m.kv_dim(il) * 2);
+        p.v_cache.emplace_back(p.ctx, kv_positions * m.kv_dim(il) * 2);
     }
     uint32_t max_heads = 0;
     for (const LayerDesc& l : m.layers) max_heads = std::max(max_heads, l.n_head);
@@ -415,16 +451,36 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     p.part = DeviceBuffer(p.ctx, size_t(max_heads) * splits * (hd + 2) * 4);
     p.att_sync = DeviceBuffer(p.ctx, size_t(m.layers.size()) * max_heads * 4);
     p.att_sync.fill_bytes(0);
-    p.state = DeviceBuffer(p.ctx, 8);
-    p.state_host = PinnedBuffer(p.ctx, 8 * kMaxBatch);   // (token, pos) per token of a batch
+    p.state = DeviceBuffer(p.ctx, 4 * p.state_words());
+    p.state_host = PinnedBuffer(p.ctx, 4 * p.state_words() * kMaxBatch);   // one state per token of a batch
     p.best = DeviceBuffer(p.ctx, 8);
     p.best_host = PinnedBuffer(p.ctx, 8);
-    const DevPtr token_ptr = Impl::ptr(p.state), pos_ptr = Impl::ptr(p.state, 4);
+    const DevPtr token_ptr = Impl::ptr(p.state, p.paged ? 8 : 0), pos_ptr = Impl::ptr(p.state, p.paged ? 0 : 4);
+    const DevPtr desc_ptr = Impl::ptr(p.state);   // paged KV: {pos, table row}
     const DevPtr X = Impl::ptr(p.x), Q = Impl::ptr(p.q), K = Impl::ptr(p.k), V = Impl::ptr(p.v), ATT = Impl::ptr(p.att),
                  O = Impl::ptr(p.o), H = Impl::ptr(p.h), PART = Impl::ptr(p.part);
 
     // The chain, from the plan; the GEMV grids sized for this device's SMs.
-    const DecodePlan plan = decode_plan(m, C, p.quantized, uint32_t(dev.sm_count));
+    const DecodePlan plan = decode_plan(m, C, p.quantized, uint32_t(dev.sm_count), p.paged);
+    if (p.paged) {
+        // One sequence: table row 0 holds pages 0..n_pages-1 in order (pos /
+        // kKvPageSize is its page). Workspaces sized for the widest layer.
+        std::vector<uint32_t> row(p.n_pages);
+        for (uint32_t i = 0; i < p.n_pages; ++i) row[i] = i;
+        p.page_table = DeviceBuffer(p.ctx, row.size() * 4);
+        p.page_table.upload(row.data(), row.size() * 4);
+        uint64_t part_floats = 0;
+        for (const LayerPlan& lp : plan.layers) {
+            const kx::PagedAttentionShape& a = lp.paged_attention;
+            part_floats = std::max<uint64_t>(part_floats, uint64_t(a.n_head) * a.splits * (a.head_dim + 4));
+            p.sync_heads = std::max(p.sync_heads, a.n_head_kv);
+        }
+        p.q_rot = DeviceBuffer(p.ctx, max_q * 4);
+        p.paged_part = DeviceBuffer(p.ctx, part_floats * 4);
+        p.paged_sync = DeviceBuffer(p.ctx, size_t(m.layers.size()) * p.sync_heads * 4);
+        p.paged_sync.fill_bytes(0);
+        p.state.fill_bytes(0);   // the table row word: 0, also before the first token's copy
+    }
     // A generator bound to its shape: called standalone here, inline by the persistent kernel.
     auto bind = [](auto fn, auto shape) -> kx::OpGenerator {
         return [fn, shape](const ptx::Target& t, const kx::InlineTarget* in) { return fn(shape, t, in); };
@@ -436,12 +492,27 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         const LayerDesc& l = m.layers[il];
         const size_t qkv_op = p.add(bind(kx::gemv_kernel, lp.qkv), {X, attn_norm[il], wq[il], Q, wk[il], K, wv[il], V});
         p.gemv_io.push_back({qkv_op, lp.qkv, &l.attn_norm, {&l.wq, &l.wk, &l.wv}, &p.x, {&p.q, &p.k, &p.v}});
-        std::vector<ptx::ParamValue> aa = {Q, K, V};
-        if (lp.attention.bias) aa.insert(aa.end(), {bq[il], bk[il], bv[il]});
-        if (lp.attention.qk_norm) aa.insert(aa.end(), {qn[il], kn[il]});
-        aa.insert(aa.end(), {Impl::ptr(p.rope_tables.at(m.layers[il].rope_base)), pos_ptr, kc, vc, PART,
-                             Impl::ptr(p.att_sync, size_t(il) * max_heads * 4), ATT});
-        p.head_deps(lp, qkv_op, p.add(bind(kx::attention_kernel, lp.attention), aa));
+        const DevPtr rope = Impl::ptr(p.rope_tables.at(m.layers[il].rope_base));
+        if (lp.paged) {
+            // RoPE + the K/V append into the pages, then attention over them:
+            // the same inputs as the contiguous op (biases, norms, the table).
+            const DevPtr table = Impl::ptr(p.page_table), QR = Impl::ptr(p.q_rot);
+            std::vector<ptx::ParamValue> ra = {desc_ptr, table, Q, K, V};
+            if (lp.rope.bias) ra.insert(ra.end(), {bq[il], bk[il], bv[il]});
+            if (lp.rope.qk_norm) ra.insert(ra.end(), {qn[il], kn[il]});
+            ra.insert(ra.end(), {rope, kc, vc, QR});
+            p.chain[p.add(paged_rope_op(lp.rope), ra)].plain = true;
+            p.chain[p.add(paged_attention_op(lp.paged_attention),
+                          {desc_ptr, table, QR, kc, vc, Impl::ptr(p.paged_part),
+                           Impl::ptr(p.paged_sync, size_t(il) * p.sync_heads * 4), ATT})]
+                .plain = true;
+        } else {
+            std::vector<ptx::ParamValue> aa = {Q, K, V};
+            if (lp.attention.bias) aa.insert(aa.end(), {bq[il], bk[il], bv[il]});
+            if (lp.attention.qk_norm) aa.insert(aa.end(), {qn[il], kn[il]});
+            aa.insert(aa.end(), {rope, pos_ptr, kc, vc, PART, Impl::ptr(p.att_sync, size_t(il) * max_heads * 4), ATT});
+            p.head_deps(lp, qkv_op, p.add(bind(kx::attention_kernel, lp.attention), aa));
+        }
         p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, lp.wo), {ATT, wo[il], lp.post_attn_norm ? O : X}), lp.wo, nullptr,
                              {&l.wo}, &p.att, {lp.post_attn_norm ? &p.o : &p.x}});
         if (lp.post_attn_norm) p.add(bind(kx::add_norm_kernel, plan.add_norm), {X, O, post_attn[il]});
@@ -490,7 +561,10 @@ std::string CudaBackend::description() const {
            (!p_->target.prefetch         ? ""
             : p_->persistent ? ", GEMVs prefetching their first weights before waiting for their inputs"
                              : ", GEMVs prefetching their first weights") +
-           ", " + (p_->quantized ? "8-bit" : "f32") + " GEMV inputs, KV f16";
+           ", " + (p_->quantized ? "8-bit" : "f32") + " GEMV inputs, KV f16" +
+           (p_->paged ? " in " + std::to_string(p_->n_pages) + " pages of " + std::to_string(kKvPageSize) +
+                            " (paged attention)"
+                      : "");
 }
 
 ptxlm::DeviceInfo CudaBackend::device_info() const {
@@ -599,16 +673,31 @@ void CudaBackend::fill_kv_for_count(uint32_t from, uint32_t to) {
                                     ") are not inside the context of " + std::to_string(p.n_ctx));
     p.ctx.make_current();
     uint64_t state = 0x9e3779b97f4a7c15ull;
-    std::vector<uint16_t> host;
+    std::vector<uint16_t> host, pages;
     for (size_t il = 0; il < p.k_cache.size(); ++il) {
-        const size_t dim = p.m.kv_dim(uint32_t(il));
+        const size_t dim = p.m.kv_dim(uint32_t(il)), hd = p.m.head_dim, nkv = dim / hd;
         host.resize(size_t(to - from) * dim);
         for (DeviceBuffer* cache : {&p.k_cache[il], &p.v_cache[il]}) {
+            // The same values at the same positions either way ([pos][kv_head·hd] here).
             for (uint16_t& h : host) {
                 state = state * 6364136223846793005ull + 1442695040888963407ull;
                 h = f32_to_f16(float(int64_t(state >> 40) - (1 << 23)) / float(1 << 23));
             }
-            cache->upload(host.data(), host.size() * 2, size_t(from) * dim * 2);
+            if (!p.paged) {
+                cache->upload(host.data(), host.size() * 2, size_t(from) * dim * 2);
+                continue;
+            }
+            if (from == to) continue;
+            // Pages [from / P, ⌈to / P⌉) are contiguous in the pool (the table is
+            // the identity): read them, place each position's heads, write them back.
+            const size_t P = kKvPageSize, first = from / P, last = (size_t(to) + P - 1) / P, page_els = P * dim;
+            pages.resize((last - first) * page_els);
+            cache->download(pages.data(), pages.size() * 2, first * page_els * 2);
+            for (size_t pos = from; pos < to; ++pos)
+                for (size_t g = 0; g < nkv; ++g)
+                    std::copy_n(host.data() + (pos - from) * dim + g * hd, hd,
+                                pages.data() + (pos / P - first) * page_els + (g * P + pos % P) * hd);
+            cache->upload(pages.data(), pages.size() * 2, first * page_els * 2);
         }
     }
 }
@@ -624,6 +713,17 @@ size_t CudaBackend::drop_dependency_for_test(const std::string& prefix, size_t d
     p_->stream.synchronize();   // no launch may read the table being replaced
     p_->upload_op_table();
     return changed;
+}
+
+void CudaBackend::poke_page_table_for_test(uint32_t index, uint32_t page) {
+    Impl& p = *p_;
+    if (!p.paged) throw std::logic_error("poke_page_table_for_test: not paged KV");
+    if (index >= p.n_pages || page >= p.n_pages)
+        throw std::out_of_range("poke_page_table_for_test: entry " + std::to_string(index) + " or page " +
+                                std::to_string(page) + " outside the " + std::to_string(p.n_pages) + " pages");
+    p.ctx.make_current();
+    p.stream.synchronize();   // no queued launch may read the entry being replaced
+    p.page_table.upload(&page, 4, size_t(index) * 4);
 }
 
 std::vector<CudaBackend::Launch> CudaBackend::launches() const {
@@ -666,12 +766,10 @@ void CudaBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, floa
     // batch is queued at once: copy the slot to the device state, run the
     // chain, copy the logits asked for; one synchronisation at the end.
     auto* host = static_cast<uint32_t*>(p.state_host.data());
+    const uint32_t w = p.state_words();
+    for (uint32_t i = 0; i < n; ++i) p.put_state(host + w * i, tokens[i], pos + i);
     for (uint32_t i = 0; i < n; ++i) {
-        host[2 * i] = uint32_t(tokens[i]);
-        host[2 * i + 1] = pos + i;
-    }
-    for (uint32_t i = 0; i < n; ++i) {
-        p.state.upload_async(host + 2 * i, 8, p.stream);
+        p.state.upload_async(host + w * i, 4 * w, p.stream);
         if (p.persistent) p.launch_persistent(1, 0);
         else if (p.graph) p.graph->launch(p.stream);
         else p.launch_chain();
@@ -750,9 +848,8 @@ private:
         kx::PersistentIo* io = p_.io();   // no launch is running: the host owns it
         io->produced = io->cancel = io->stopped = 0;
         auto* host = static_cast<uint32_t*>(p_.state_host.data());
-        host[0] = uint32_t(token_);
-        host[1] = pos_;
-        p_.state.upload_async(host, 8, p_.stream);
+        p_.put_state(host, token_, pos_);
+        p_.state.upload_async(host, 4 * p_.state_words(), p_.stream);
         p_.launch_persistent(steps, n_stop_);
         ++p_.stream_stats.launches;
         seen_ = 0;

@@ -7,6 +7,9 @@
 //   normalised add) → fused RMSNorm + gate/up GEMV → down GEMV of act(gate)·up
 //   (+ residual or normalised add) → final norm + LM head.
 //
+// With GpuTuning::paged_kv the KV cache is a pool of pages and the attention
+// op is two (paged_rope, paged_attention) over the sequence's page table.
+//
 // The token id and position live in device memory (written with a
 // stream-ordered copy from pinned memory before each token), so every launch
 // and its arguments stay the same from token to token. Schedules: `chain`
@@ -28,6 +31,10 @@ namespace ptxlm::cuda {
 struct GpuTuning {
     bool pdl = false;        // launch every op of the chain programmatically (sm_90; griddepcontrol.wait opens each)
     bool prefetch = false;   // each GEMV prefetches its block's first weight rows into L2 at its start (persistent: before its wait)
+    // The KV cache in pages of kKvPageSize (decode_plan.h), [page][kv_head][slot][hd] f16 per layer, and each layer's
+    // attention as paged_rope -> paged_attention over one page table row (pages 0..n-1 in order; chain and graph
+    // schedules; the persistent one refuses it): the first step of issue 22's paged engine path, for A/B runs.
+    bool paged_kv = false;
 };
 
 class CudaBackend final : public Backend {
@@ -133,6 +140,11 @@ public:
     // `prefix`, and re-uploads the table; returns how many ops lost one.
     // emu's race checker must then report what the dropped wait protected.
     size_t drop_dependency_for_test(const std::string& prefix, size_t dep);
+    // For tests only, under paged KV: sets entry `index` of the device page
+    // table (the sequence's page for positions index·kKvPageSize onwards) to
+    // `page`, as a negative control. Throws std::logic_error without paged KV,
+    // std::out_of_range for an index or page outside the pool.
+    void poke_page_table_for_test(uint32_t index, uint32_t page);
 
     struct Impl;
 

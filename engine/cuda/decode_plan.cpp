@@ -1,10 +1,11 @@
 #include "engine/cuda/decode_plan.h"
 
+#include <algorithm>
 #include <set>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/examples/examples.h"
-#include <string>
 
 namespace ptxlm::cuda {
 
@@ -31,9 +32,44 @@ kx::GemvShape gemv(uint32_t n_in, std::vector<kx::GemvSegment> segments, bool no
     return s;
 }
 
+// The paged pair for one layer, from the contiguous op's shape: the same
+// RoPE, biases, norms, scale and temperature; one table row of
+// kv_pages(n_ctx) pages. Splits: one block per SM at T = 1, more where a
+// chunk's page ids would not fit the kernel's shared memory (long contexts).
+void plan_paged(LayerPlan& lp, uint32_t il, uint32_t n_ctx, uint32_t sms) {
+    const kx::AttentionShape& a = lp.attention;
+    const uint32_t hd = a.head_dim;
+    if (hd != 64 && hd != 128 && hd != 256)
+        throw ModelError("paged KV: head size " + std::to_string(hd) + " (layer " + std::to_string(il) +
+                         ") is not supported by the paged attention kernel (64, 128 or 256)");
+    const uint32_t group = a.n_head / a.n_head_kv;
+    if (group > 8 || group * hd > 1024)
+        throw ModelError("paged KV: " + std::to_string(group) + " query heads per KV head at head size " +
+                         std::to_string(hd) + " (layer " + std::to_string(il) +
+                         ") are more than the paged attention kernel serves (8, and group x head size <= 1024)");
+    const uint32_t pages = kv_pages(n_ctx);
+    lp.paged = true;
+    lp.rope = {.n_head = a.n_head, .n_head_kv = a.n_head_kv, .head_dim = hd, .n_rot = a.n_rot, .page_size = kKvPageSize,
+               .max_pages = pages, .tokens = 1, .scale = a.scale, .neox = a.neox, .bias = a.bias, .qk_norm = a.qk_norm,
+               .eps = a.eps, .temp_scale = a.temp_scale, .temp_floor = a.temp_floor};
+    kx::PagedAttentionShape& p = lp.paged_attention;
+    p = {a.n_head, a.n_head_kv, hd, kKvPageSize, pages, 1, kx::paged_attention_splits(a.n_head_kv, 1, sms), a.window};
+    for (;;) {
+        try {
+            kx::paged_attention_geometry(p);
+            return;
+        } catch (const ptx::Error& e) {   // the head size and group are checked above: the chunk's shared memory
+            if (p.splits >= 64)
+                throw ModelError("paged KV: a context of " + std::to_string(n_ctx) + " does not fit the paged attention kernel: " +
+                                 e.what());
+            p.splits = std::min(64u, p.splits * 2);
+        }
+    }
+}
+
 }  // namespace
 
-DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, uint32_t sms) {
+DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, uint32_t sms, bool paged_kv) {
     if (sms == 0) throw std::invalid_argument("decode_plan: a device with no SMs");
     const bool qi = quantized_inputs;
     const HParams& hp = m.hp;
@@ -55,6 +91,7 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, ui
         lp.attention = {l.n_head, l.n_head_kv, hd, n_ctx, l.sliding ? hp.sliding_window : 0, m.attn_scale, kAttentionChunk,
                         hp.rope_style == RopeStyle::Neox, bool(l.bq), bool(l.q_norm), eps, m.attn_temp_scale,
                         m.attn_temp_floor, m.n_rot};
+        if (paged_kv) plan_paged(lp, il, n_ctx, sms);
         lp.post_attn_norm = bool(l.attn_post_norm);
         lp.post_ffn_norm = bool(l.ffn_post_norm);
         lp.wo = gemv(q_dim, {{l.wo.type, E}}, false, eps, !lp.post_attn_norm, qi, sms);
@@ -65,6 +102,20 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, ui
     }
     p.head = gemv(E, {{m.output.type, m.n_vocab}}, true, eps, false, qi, sms);
     return p;
+}
+
+kx::OpGenerator paged_rope_op(const kx::PagedRopeShape& s) {
+    return [s](const ptx::Target& t, const kx::InlineTarget* in) {
+        if (in) throw std::logic_error("paged_rope has no inline form (the persistent schedule refuses paged KV)");
+        return kx::paged_rope_kernel(s, t);
+    };
+}
+
+kx::OpGenerator paged_attention_op(const kx::PagedAttentionShape& s) {
+    return [s](const ptx::Target& t, const kx::InlineTarget* in) {
+        if (in) throw std::logic_error("paged_attention has no inline form (the persistent schedule refuses paged KV)");
+        return kx::paged_attention_kernel(s, t);
+    };
 }
 
 std::vector<kx::OpGenerator> decode_op_kinds(const DecodePlan& plan) {
@@ -80,7 +131,12 @@ std::vector<kx::OpGenerator> decode_op_kinds(const DecodePlan& plan) {
     add(bind(kx::embed_kernel, plan.embed));
     for (const LayerPlan& l : plan.layers) {
         add(bind(kx::gemv_kernel, l.qkv));
-        add(bind(kx::attention_kernel, l.attention));
+        if (l.paged) {
+            add(paged_rope_op(l.rope));
+            add(paged_attention_op(l.paged_attention));
+        } else {
+            add(bind(kx::attention_kernel, l.attention));
+        }
         add(bind(kx::gemv_kernel, l.wo));
         if (l.post_attn_norm) add(bind(kx::add_norm_kernel, plan.add_norm));
         add(bind(kx::gemv_kernel, l.gate_up));

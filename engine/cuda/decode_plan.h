@@ -11,15 +11,27 @@
 #include "kernels/decode/attention.h"
 #include "kernels/decode/elementwise.h"
 #include "kernels/decode/gemv.h"
+#include "kernels/decode/paged_attention.h"
+#include "kernels/decode/paged_rope.h"
 #include "kernels/decode/persistent.h"
 
 namespace ptxlm::cuda {
 
 constexpr uint32_t kAttentionChunk = 256;   // positions per attention split
+constexpr uint32_t kKvPageSize = 16;        // positions per KV page under paged KV (GpuTuning::paged_kv)
+
+// Pages of kKvPageSize positions that hold a context of n_ctx.
+inline uint32_t kv_pages(uint32_t n_ctx) { return (n_ctx + kKvPageSize - 1) / kKvPageSize; }
 
 struct LayerPlan {
     kernels::GemvShape qkv;        // fused attn_norm + Q, K, V
     kernels::AttentionShape attention;   // RoPE, KV append, split attention and its reduction
+    // Paged KV: the attention op above replaced by two, over one page table
+    // row of kv_pages(n_ctx) pages: RoPE + the K/V append into the pages, then
+    // flash-decoding over them (T = 1: one sequence, one token per launch).
+    bool paged = false;
+    kernels::PagedRopeShape rope;
+    kernels::PagedAttentionShape paged_attention;
     kernels::GemvShape wo;         // accumulates into the residual unless post_attn_norm
     kernels::GemvShape gate_up;    // fused ffn_norm + gate, up, writing act(gate)·up
     kernels::GemvShape down;       // accumulates into the residual unless post_ffn_norm
@@ -40,11 +52,19 @@ struct DecodePlan {
 // an f32 input, as the CPU reference does. Throws ModelError naming what the
 // GPU path cannot run (a weight type, soft-capped logits).
 // sms: the SMs of the device the GEMV grids are sized for (one wave).
-DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, uint32_t sms);
+// paged_kv: each layer's attention as paged_rope -> paged_attention over
+// pages of kKvPageSize (LayerPlan::paged); throws ModelError naming a head
+// size or GQA group the paged kernels cannot run.
+DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, uint32_t sms, bool paged_kv = false);
 
 // Whether `path` runs 8-bit GEMV inputs (every schedule: the default, and
 // --gpu-path quantized) or f32 ones (--gpu-path reference).
 inline bool quantized_gemvs(GpuArithmetic path) { return path != GpuArithmetic::Reference; }
+
+// The paged pair as chain ops: standalone kernels only (no inline form: the
+// persistent schedule refuses paged KV), which ignore Target::pdl.
+kernels::OpGenerator paged_rope_op(const kernels::PagedRopeShape& s);
+kernels::OpGenerator paged_attention_op(const kernels::PagedAttentionShape& s);
 
 // Every distinct kernel of the plan, in chain order, as generators bound to
 // their shapes (standalone, or inline in the persistent decoder).

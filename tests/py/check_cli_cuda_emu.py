@@ -186,6 +186,22 @@ def main():
             check(gemv_ratios and all(r is not None and r <= 1.1 for r in gemv_ratios),
                   f"GEMV shared wavefront ratios {gemv_ratios}")
             check(c["n_vocab"] > 0 and c["n_layer"] > 0 and sum(k["part"] == "head" for k in ks) == 1, "counted model fields")
+        # Counted mode with paged KV (--gpu-paged-kv): the paged pair in place of
+        # each layer's attention (gemma3's window layers a shape of their own),
+        # counted as layer kernels, every launch accounted for.
+        b = ptxlm("bench", "-m", gemma, "--device", "cuda", "--gpu-paged-kv", "-p", "0", "-n", "1", "-d", "40", "-r", "1",
+                  "-o", "json", "--project", "a100")
+        if check(b.returncode == 0, f"bench --gpu-paged-kv --project: {b.stderr[-400:]}"):
+            c = json.loads(b.stdout)[0]["counted"]
+            ks = c["kernels"]
+            kernels = int(b.stderr.split(" kernels per token")[0].rsplit(" ", 1)[-1])
+            paged = [k for k in ks if k["kernel"].startswith("paged_")]
+            check(c["launches"] == kernels == sum(k["launches"] for k in ks)
+                  and not any(k["kernel"].startswith("attention_") for k in ks)
+                  and {k["kernel"].split("_")[1] for k in paged} == {"rope", "attention"}
+                  and all(k["part"] == "layer" and k["registers"] and k["spill_bytes"] == 0 for k in paged)
+                  and sum(k["launches"] for k in paged) == 2 * c["n_layer"],
+                  f"paged counted rows: {[(k['kernel'], k['part'], k['launches']) for k in ks]}")
         # The persistent decoder with its GEMV ops prefetching before their
         # handoff waits: emu counts exactly the bytes the GEMVs' plans ask for
         # (kernels::gemv_prefetch_bytes), and the projection hides part of the

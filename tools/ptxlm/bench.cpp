@@ -573,7 +573,8 @@ int run(const Args& a) {
         for (const Test& t : tests) by_depth[t.depth];
         for (auto& [depth, c] : by_depth) {
             std::fprintf(stderr, "bench: counting one token at depth %u on emu\n", depth);
-            c = counted_token(m, sched, parse_gpu_path(a.engine.gpu_path), *gpu, depth, a.engine.gpu_prefetch);
+            c = counted_token(m, sched, parse_gpu_path(a.engine.gpu_path), *gpu, depth, a.engine.gpu_prefetch,
+                              a.engine.gpu_paged_kv);
         }
         for (size_t i = 0; i < all.size(); ++i) all[i]["counted"] = by_depth.at(tests[i].depth);
         for (const auto& [depth, c] : by_depth) {

@@ -33,7 +33,7 @@ struct Counted {
 };
 
 Counted count_one_token(const Model& m, Schedule schedule, GpuArithmetic arith, uint32_t depth, const GpuSpec& gpu,
-                        bool prefetch) {
+                        bool prefetch, bool paged) {
     char path[] = "/tmp/ptxlm-emu-stats-XXXXXX";
     const int fd = mkstemp(path);
     if (fd < 0) throw std::runtime_error("bench: cannot create a file for emu's counters");
@@ -42,7 +42,7 @@ Counted count_one_token(const Model& m, Schedule schedule, GpuArithmetic arith, 
     Counted c;
     try {
         cuda::CudaBackend b(m, cuda::Driver::load(), depth + kCountedContext, schedule, arith, nullptr,
-                            cuda::GpuTuning{false, prefetch});
+                            cuda::GpuTuning{false, prefetch, paged});
         // The grids are sized for the device's SMs: emu must have the GPU's.
         const int sms = b.device_info().units;
         if (sms != int(gpu.sms))
@@ -78,13 +78,13 @@ Counted count_one_token(const Model& m, Schedule schedule, GpuArithmetic arith, 
 // Registers and spill bytes per kernel from ptxas for sm_90; empty when no
 // ptxas is found (the rows then say null).
 std::map<std::string, ptx::PtxasFunctionReport> ptxas_reports(const Model& m, uint32_t ctx, bool q, uint32_t sms,
-                                                             bool prefetch) {
+                                                             bool prefetch, bool paged) {
     std::map<std::string, ptx::PtxasFunctionReport> out;
     const std::string ptxas = ptx::find_ptxas();
     if (ptxas.empty()) return out;
     ptx::Target t = ptx::Target::parse("sm_90");
     t.prefetch = prefetch;
-    for (const ptx::GeneratedKernel& g : cuda::decode_kernels(cuda::decode_plan(m, ctx, q, sms), t)) {
+    for (const ptx::GeneratedKernel& g : cuda::decode_kernels(cuda::decode_plan(m, ctx, q, sms, paged), t)) {
         const ptx::PtxasResult r = ptx::run_ptxas(ptxas, g.ptx, "sm_90");
         if (!r.ok()) throw std::runtime_error("bench: ptxas rejected " + g.name + ":\n" + r.log);
         if (const ptx::PtxasFunctionReport* f = r.find(g.name)) out[g.name] = *f;
@@ -101,9 +101,9 @@ struct ChainParts {
     std::map<std::string, uint64_t> prefetch_bytes;   // per GEMV kernel: what its weight prefetch asks for
 };
 
-ChainParts chain_parts(const Model& m, uint32_t ctx, bool q, uint32_t sms) {
+ChainParts chain_parts(const Model& m, uint32_t ctx, bool q, uint32_t sms, bool paged = false) {
     ChainParts c;
-    const cuda::DecodePlan p = cuda::decode_plan(m, ctx, q, sms);
+    const cuda::DecodePlan p = cuda::decode_plan(m, ctx, q, sms, paged);
     auto add = [&](const kernels::GemvShape& s) {
         std::string name = kernels::gemv_kernel(s).name;
         c.prefetch_bytes[name] = kernels::gemv_prefetch_bytes(s);
@@ -114,6 +114,10 @@ ChainParts chain_parts(const Model& m, uint32_t ctx, bool q, uint32_t sms) {
         for (const ptx::GeneratedKernel& g :
              {kernels::attention_kernel(l.attention), kernels::add_norm_kernel(p.add_norm)})
             c.layer.insert(g.name);
+        if (l.paged)
+            for (const ptx::GeneratedKernel& g :
+                 {kernels::paged_rope_kernel(l.rope), kernels::paged_attention_kernel(l.paged_attention)})
+                c.layer.insert(g.name);
     }
     c.head = add(p.head);
     return c;
@@ -358,14 +362,14 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
 }  // namespace
 
 nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic path, const GpuSpec& gpu, uint32_t depth,
-                             bool prefetch) {
+                             bool prefetch, bool paged_kv) {
     const bool q = cuda::quantized_gemvs(path);
-    const Counted c = count_one_token(m, schedule, path, depth, gpu, prefetch);
+    const Counted c = count_one_token(m, schedule, path, depth, gpu, prefetch, paged_kv);
     if (c.schedule == Schedule::Persistent) return counted_persistent(m, c, gpu, depth, q, prefetch);
     const uint32_t ctx = depth + kCountedContext;
     const nlohmann::json& ks = c.kernels;
-    const std::map<std::string, ptx::PtxasFunctionReport> regs = ptxas_reports(m, ctx, q, gpu.sms, prefetch);
-    const ChainParts parts = chain_parts(m, ctx, q, gpu.sms);
+    const std::map<std::string, ptx::PtxasFunctionReport> regs = ptxas_reports(m, ctx, q, gpu.sms, prefetch, paged_kv);
+    const ChainParts parts = chain_parts(m, ctx, q, gpu.sms, paged_kv);
 
     // Requested: what reaches L2, the 32-byte sectors each warp-level access
     // touches (plus atomics); unique: distinct bytes, summed over kernels.

@@ -29,9 +29,11 @@ namespace ptxlm::cli {
 // GEMV arithmetic `path`, with the GEMVs prefetching their first weights
 // when `prefetch` (--gpu-prefetch); the projection the other way too
 // ("projected_prefetch"), and with programmatic launches ("projected_pdl").
+// paged_kv: the KV cache in pages, attention as paged_rope -> paged_attention
+// (--gpu-paged-kv; chain and graph schedules).
 // Call with no other CudaBackend alive.
 nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic path, const GpuSpec& gpu,
-                             uint32_t depth = 0, bool prefetch = false);
+                             uint32_t depth = 0, bool prefetch = false, bool paged_kv = false);
 
 // The per-kernel rows of `counted` as a Markdown table.
 std::string counted_kernel_table(const nlohmann::json& counted);

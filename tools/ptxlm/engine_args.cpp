@@ -42,6 +42,10 @@ void add_engine_options(CLI::App& app, EngineArgs& a, DefaultModel which) {
                  "while the block stages its input (chain and graph: at the kernel's start, before "
                  "griddepcontrol.wait with --gpu-pdl; persistent: before the op waits for its inputs); off by default "
                  "until a GPU run weighs it");
+    app.add_flag("--gpu-paged-kv", a.gpu_paged_kv,
+                 "GPU, chain and graph schedules: keep the KV cache in pages of 16 positions and run each layer's "
+                 "attention as RoPE + append into the pages, then paged flash-decoding over the sequence's page table "
+                 "(one sequence; the persistent schedule refuses it); off by default until a GPU run weighs it");
     app.add_option("--cpu-isa", a.cpu_isa,
                    "CPU quantized path: the SIMD kernels, scalar, avx2, avx512 or avx512vnni (default: the best this "
                    "CPU runs; the environment variable PTXLM_CPU_ISA caps it)")
@@ -80,6 +84,7 @@ Engine open_engine(const EngineArgs& a) {
     opt.gpu_path = parse_gpu_path(a.gpu_path);
     opt.gpu_pdl = a.gpu_pdl;
     opt.gpu_prefetch = a.gpu_prefetch;
+    opt.gpu_paged_kv = a.gpu_paged_kv;
     std::string note;
     e.backend = make_backend(*e.model, parse_device(a.device), opt, &note);
     std::fprintf(stderr, "ptxlm: %s (%s, %s)\n", path.c_str(), e.model->hp.arch.c_str(),
