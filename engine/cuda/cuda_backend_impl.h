@@ -1,0 +1,237 @@
+// CudaBackend's state, shared by its translation units (cuda_backend.cpp:
+// the chain, its buffers and the Backend calls; cuda_persistent.cpp: the
+// persistent decoder's op table, launch and greedy stream). Private to
+// engine/cuda.
+#pragma once
+
+#include "engine/cuda/cuda_backend.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "engine/cuda/decode_plan.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/launch.h"
+#include "engine/cuda/module.h"
+#include "gguf/f16.h"
+#include "kernels/decode/attention.h"
+#include "kernels/decode/elementwise.h"
+#include "kernels/decode/gemv.h"
+#include "kernels/decode/layout.h"
+#include "kernels/decode/persistent.h"
+#include "kernels/examples/examples.h"
+
+namespace ptxlm::cuda {
+
+namespace kx = ptxlm::kernels;
+using ptx::DevPtr;
+
+struct CudaBackend::Impl {
+    const Model& m;
+    Context ctx;
+    Stream stream;
+    ptx::Target target;
+    uint32_t n_ctx = 0;
+
+    // By first row in the file: a tied LM head shares the embedding; the views
+    // of a fused matrix (phi3's attn_qkv, ffn_up) start at different rows and
+    // are uploaded each as a matrix of its own, in the device's padded rows.
+    std::map<const uint8_t*, DeviceBuffer> weights;
+    std::vector<DeviceBuffer> vectors;                 // norms and biases as f32
+    std::map<float, DeviceBuffer> rope_tables;         // by RoPE base
+    std::vector<DeviceBuffer> k_cache, v_cache;
+    DeviceBuffer x, q, k, v, att, o, h, logits, part, state, best;   // h: the FFN's act(gate)·up
+    DeviceBuffer att_sync;   // per layer, the attention's split counters (one u32 per head; left zero)
+    PinnedBuffer state_host, best_host;
+    // Paged KV (GpuTuning::paged_kv): k_cache / v_cache hold each layer's
+    // pools of n_pages pages ([page][kv_head][kKvPageSize][hd] f16), one
+    // table row lists pages 0..n_pages-1 in order; q_rot is paged_rope's
+    // output (paged_attention's q), paged_part / paged_sync its workspace and
+    // split counters (per layer, one u32 per KV head; left zero).
+    bool paged = false;
+    uint32_t n_pages = 0, sync_heads = 0;   // sync_heads: paged_sync's u32 per layer
+    DeviceBuffer page_table, q_rot, paged_part, paged_sync;
+    // The device state one token reads, written per token from a pinned slot:
+    // {token, pos}; under paged KV {pos, table row 0, token, 0}, so that its
+    // first 8 bytes are the paged kernels' token descriptor (8-byte aligned).
+    uint32_t state_words() const { return paged ? 4 : 2; }
+    void put_state(uint32_t* slot, TokenId token, uint32_t pos) const {
+        if (paged) {
+            slot[0] = pos;
+            slot[1] = 0;
+            slot[2] = uint32_t(token);
+            slot[3] = 0;
+        } else {
+            slot[0] = uint32_t(token);
+            slot[1] = pos;
+        }
+    }
+
+    struct Kernel {
+        std::unique_ptr<Module> module;
+        std::unique_ptr<Function> fn;
+    };
+    std::map<std::string, Kernel> kernels;   // by kernel name (names encode shapes)
+    struct Op {
+        std::string kernel;
+        const Function* fn;   // null under the persistent schedule (no standalone module)
+        ptx::LaunchGeometry geometry;
+        ptx::ParamPack args;
+        uint32_t kind = 0;    // index into kinds
+        // What the op reads under the persistent schedule; empty: all of the
+        // op before it. A dependency with ranges (one first, count, stride
+        // triple per virtual block) waits only for those producer blocks.
+        struct Dep {
+            uint32_t op = 0;
+            std::vector<uint32_t> ranges;   // empty: every block of `op`
+        };
+        std::vector<Dep> deps;
+        // Launched plainly even under target.pdl: a kernel without
+        // griddepcontrol.wait (the paged pair) must not start before the op
+        // before it ends; the op after it waits for it as for any primary.
+        bool plain = false;
+    };
+    std::vector<Op> chain;
+    // The GEMV ops' operands (trace_gemvs): the buffers they read and write.
+    struct GemvIo {
+        size_t op = 0;
+        kx::GemvShape shape;
+        const Weight* norm = nullptr;
+        std::vector<const Weight*> matrices;
+        const DeviceBuffer* in = nullptr;
+        std::vector<const DeviceBuffer*> outs;
+    };
+    std::vector<GemvIo> gemv_io;
+    bool quantized = true;   // decode_plan's quantized_inputs
+    std::vector<kx::OpGenerator> kinds;   // the distinct kernels, in chain order
+    std::map<std::string, uint32_t> kind_of;
+    Schedule schedule = Schedule::Graph;
+    std::unique_ptr<GraphExec> graph;   // the chain, captured once (graph schedule)
+
+    // The persistent schedule: one cooperative kernel walks `ops` (the chain
+    // as a device-side table, kernels/decode/persistent.h).
+    struct Persistent {
+        Kernel kernel;
+        ptx::LaunchGeometry geometry;   // grid: resident blocks (occupancy x SMs)
+        ptx::ParamList params;
+        DeviceBuffer ops, args, sync, ranges, stop_ids;
+        MappedBuffer io;
+        static constexpr uint32_t kMaxSteps = 256;   // tokens per launch (io's capacity)
+        static constexpr uint32_t kMaxStop = 16;
+    };
+    std::unique_ptr<Persistent> persistent;
+    CudaBackend::StreamStats stream_stats;
+
+    // target.pdl: programmatic dependent launches (the ops open with griddepcontrol.wait).
+    void launch_op(Op& op) {
+        if (target.pdl && !op.plain) launch_programmatic(*op.fn, op.geometry, stream, op.args);
+        else launch(*op.fn, op.geometry, stream, op.args);
+    }
+    void launch_chain() {
+        for (Op& op : chain) launch_op(op);
+    }
+
+    // One token's id and position, as eval_argmax and start_greedy take them.
+    void check_token(TokenId token, uint32_t pos) const {
+        if (token < 0 || uint32_t(token) >= m.n_vocab)
+            throw ModelError("token id " + std::to_string(token) + " is outside the vocabulary (0.." +
+                             std::to_string(m.n_vocab - 1) + ")");
+        if (pos >= n_ctx)
+            throw ModelError("position " + std::to_string(pos) + " is past the context of " + std::to_string(n_ctx) +
+                             " tokens");
+    }
+
+    // Checks one token and queues its (id, position) to the device state.
+    void queue_state(TokenId token, uint32_t pos) {
+        check_token(token, pos);
+        ctx.make_current();
+        auto* host = static_cast<uint32_t*>(state_host.data());
+        put_state(host, token, pos);
+        state.upload_async(host, 4 * state_words(), stream);
+    }
+
+    void build_persistent();
+    void upload_op_table();
+    // Queues one persistent launch of up to `steps` tokens from the state
+    // already queued; n_stop ids at stop_ids end it early.
+    void launch_persistent(uint32_t steps, uint32_t n_stop);
+    const uint32_t* io_tokens() const {
+        return reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(persistent->io.data()) + kx::kPersistentIoHeader);
+    }
+    kx::PersistentIo* io() const { return static_cast<kx::PersistentIo*>(persistent->io.data()); }
+
+    Impl(const Model& model, std::shared_ptr<const Driver> drv) : m(model), ctx(std::move(drv)), stream(ctx) {}
+
+    DevPtr weight(const Weight& w) {
+        auto it = weights.find(w.data);
+        if (it != weights.end()) return DevPtr{it->second.ptr()};
+        const kx::RowLayout l = kx::row_layout(w.type, uint32_t(w.cols));
+        const std::vector<uint8_t> bytes = kx::repack_rows(l, w.data, w.rows);
+        DeviceBuffer b(ctx, bytes.size());
+        b.upload(bytes.data(), bytes.size());
+        return DevPtr{weights.emplace(w.data, std::move(b)).first->second.ptr()};
+    }
+    DevPtr vector(const Weight& w) {
+        const std::vector<float> f = to_floats(w);
+        vectors.emplace_back(ctx, f.size() * 4);
+        vectors.back().upload(f.data(), f.size() * 4);
+        return DevPtr{vectors.back().ptr()};
+    }
+    static DevPtr ptr(const DeviceBuffer& b, size_t offset = 0) { return DevPtr{b.ptr() + offset}; }
+
+    // Appends one launch of the kernel `gen` makes (a generator bound to its
+    // shape, so the persistent schedule can emit it inline too).
+    size_t add(const kx::OpGenerator& gen, const std::vector<ptx::ParamValue>& args) {
+        const ptx::GeneratedKernel g = gen(target, nullptr);
+        auto [kit, fresh] = kind_of.emplace(g.name, uint32_t(kinds.size()));
+        if (fresh) kinds.push_back(gen);
+        const Function* fn = nullptr;
+        if (schedule != Schedule::Persistent) {
+            auto it = kernels.find(g.name);
+            if (it == kernels.end()) {
+                Kernel k;
+                k.module = std::make_unique<Module>(ctx, g.ptx);
+                k.fn = std::make_unique<Function>(k.module->function(g.name));
+                it = kernels.emplace(g.name, std::move(k)).first;
+            }
+            fn = it->second.fn.get();
+        }
+        chain.push_back({g.name, fn, g.geometry, g.params.pack(args), kit->second, {}});
+        return chain.size() - 1;
+    }
+
+    // The persistent schedule's per-head dependencies of one layer's
+    // attention op (the rest wait for the whole op before them: those are the
+    // true all-to-all points, a full vector in: QKV, output GEMV, gate/up,
+    // down). Attention block (h, s) = h + s * n_head reads q head h and, for
+    // the token's own row, k and v head h / group.
+    void head_deps(const LayerPlan& lp, size_t qkv, size_t attention) {
+        const kx::AttentionShape& a = lp.attention;
+        const uint32_t hd = a.head_dim, q_dim = a.n_head * hd, kv_dim = a.n_head_kv * hd;
+        const uint32_t rpb = kx::gemv_plan(lp.qkv).rows_per_block, group = a.n_head / a.n_head_kv;
+        auto rows = [&](Op::Dep& d, uint32_t lo) {   // the qkv blocks holding rows [lo, lo + hd)
+            d.ranges.insert(d.ranges.end(), {lo / rpb, (lo + hd - 1) / rpb - lo / rpb + 1, 1u});
+        };
+        Op::Dep q{uint32_t(qkv), {}}, k{uint32_t(qkv), {}}, v{uint32_t(qkv), {}};
+        for (uint32_t s = 0; s < a.splits(); ++s)
+            for (uint32_t h = 0; h < a.n_head; ++h) {
+                rows(q, h * hd);
+                rows(k, q_dim + h / group * hd);
+                rows(v, q_dim + kv_dim + h / group * hd);
+            }
+        chain[attention].deps = {q, k, v};
+    }
+
+};
+
+}  // namespace ptxlm::cuda
