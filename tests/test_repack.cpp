@@ -10,8 +10,9 @@
 //   - what has no packed kernel, or too few rows, is not packed;
 //   - matmul with packed jobs equals matmul without them, for rows that are
 //     not a multiple of the group and one or many inputs;
-//   - the AVX-512 VNNI kernels (vpdpbusd, vpternlogd) equal the AVX2 ones
-//     (vpmaddubsw) bit for bit, at the extremes of codes and inputs too.
+//   - the AVX-512 VNNI kernels (vpdpbusd, vpternlogd; ymm and zmm) equal
+//     the AVX2 ones (vpmaddubsw) bit for bit, at the extremes of codes and
+//     inputs too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -163,18 +164,26 @@ TEST(Repack, VnniEqualsAvx2BitForBit) {
             ASSERT_TRUE(a && v) << what;
             ASSERT_EQ(a.group_bytes, v.group_bytes) << what;
             EXPECT_EQ(std::memcmp(a.group(0), v.group(0), a.group_bytes), 0) << what << ": layouts differ";
-            for (int n_x : {1, 2, 4, cpu::kQDotMaxInputs}) {
-                const uint64_t stride = cpu::kPackRows + 1;
-                std::vector<float> oa(n_x * stride, -1.f), ov(n_x * stride, -2.f);
-                a.fn(a.group(0), xs.data(), n_x, n, oa.data(), stride);
-                v.fn(v.group(0), xs.data(), n_x, n, ov.data(), stride);
-                for (uint64_t o = 0; o < oa.size(); ++o) {
-                    if (o % stride >= uint64_t(cpu::kPackRows)) continue;
-                    EXPECT_TRUE(same_bits(oa[o], ov[o]))
-                        << what << " n_x=" << n_x << " row " << o % stride << " input " << o / stride << ": avx2 "
-                        << oa[o] << " vs avx512vnni " << ov[o];
+            // The ymm kernels and the zmm ones (two words per vector, the
+            // halves added per block), on the same packed bytes.
+            const int slot = cpu::detail::qdot_slot(t);
+            const std::pair<const char*, cpu::PackedDotFn> vnni[] = {
+                {"avx512vnni ymm", cpu::detail::kPackedAvx512Vnni[slot]},
+                {"avx512vnni zmm", cpu::detail::kPackedAvx512VnniZmm[slot]}};
+            for (const auto& [kernel, fn] : vnni)
+                for (int n_x : {1, 2, 3, 4, 5, cpu::kQDotMaxInputs}) {
+                    ASSERT_NE(fn, nullptr) << what << " " << kernel;
+                    const uint64_t stride = cpu::kPackRows + 1;
+                    std::vector<float> oa(n_x * stride, -1.f), ov(n_x * stride, -2.f);
+                    a.fn(a.group(0), xs.data(), n_x, n, oa.data(), stride);
+                    fn(v.group(0), xs.data(), n_x, n, ov.data(), stride);
+                    for (uint64_t o = 0; o < oa.size(); ++o) {
+                        if (o % stride >= uint64_t(cpu::kPackRows)) continue;
+                        EXPECT_TRUE(same_bits(oa[o], ov[o]))
+                            << what << " n_x=" << n_x << " row " << o % stride << " input " << o / stride << ": avx2 "
+                            << oa[o] << " vs " << kernel << " " << ov[o];
+                    }
                 }
-            }
         }
     }
 }

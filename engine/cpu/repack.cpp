@@ -75,7 +75,15 @@ PackedDotFn packed_fn(Isa isa, gguf::GgmlType type) {
         case Isa::Scalar: return nullptr;
         case Isa::Avx2:
         case Isa::Avx512: return detail::kPackedAvx2[slot];
-        case Isa::Avx512Vnni: return detail::kPackedAvx512Vnni[slot];
+        case Isa::Avx512Vnni: {
+            // PTXLM_CPU_PACK_ZMM=1 takes the zmm kernels (an A/B diagnostic:
+            // the same bits, slower here, repack.h).
+            static const bool zmm = [] {
+                const char* e = std::getenv("PTXLM_CPU_PACK_ZMM");
+                return e && std::strcmp(e, "1") == 0;
+            }();
+            return zmm ? detail::kPackedAvx512VnniZmm[slot] : detail::kPackedAvx512Vnni[slot];
+        }
     }
     return nullptr;
 }

@@ -54,14 +54,24 @@ using PackedDotFn = void (*)(const uint8_t* group, const void* const* xs, int n_
                              uint64_t out_stride);
 
 // The packed kernel for (isa, type), nullptr when there is none (then the
-// weight stays unpacked). isa must be runnable. Every kernel is 256 bits
-// wide on the same layout: Avx2 and Avx512 take the AVX2 kernels (on an
-// AVX-512 VNNI Xeon, 2026-11-28, docs/benchmarks.md, they decode SmolLM2 at
-// twice the rate of the one-row AVX-512 kernels, which pay a horizontal sum
-// per row); Avx512Vnni takes the same algorithms with vpdpbusd products and
-// vpternlogd Q5 merges (repack_avx512vnni.cpp), whose results equal the
-// AVX2 kernels' bit for bit, so a packed weight gives the same bits on the
-// three SIMD Isas (whose input quantizers give the same bits too).
+// weight stays unpacked). isa must be runnable. Every kernel that runs by
+// default is 256 bits wide on the same layout: Avx2 and Avx512 take the AVX2
+// kernels (on an AVX-512 VNNI Xeon, 2026-11-28, docs/benchmarks.md, they
+// decode SmolLM2 at twice the rate of the one-row AVX-512 kernels, which pay
+// a horizontal sum per row); Avx512Vnni takes the same algorithms with
+// vpdpbusd products and vpternlogd Q5 merges (repack_avx512vnni.cpp), whose
+// results equal the AVX2 kernels' bit for bit, so a packed weight gives the
+// same bits on the three SIMD Isas (whose input quantizers give the same
+// bits too).
+// A zmm build of the VNNI kernels exists (two adjacent words per vector,
+// the input's two 4-byte groups in the halves, the halves added per block;
+// the same bits, Repack.VnniEqualsAvx2BitForBit) but is not the default:
+// with one group of 8 rows per call each input word meets only 8 rows, so a
+// zmm's input costs a masked broadcast (a port-0/5 op) per two words, which
+// gives back what halving the vpdpbusd saves. On an Emerald Rapids Xeon
+// (2026-11-28, 1 thread) it ran pp512 at 0.98× (SmolLM2 Q4_1) and 0.94×
+// (gemma-3-270m) of the ymm kernels, tg alike. PTXLM_CPU_PACK_ZMM=1 selects
+// it (repack.cpp) for A/B runs.
 PackedDotFn packed_fn(Isa isa, gguf::GgmlType type);
 
 struct PackedWeight {
@@ -95,7 +105,8 @@ namespace detail {
 // In qdot.h's slot order, nullptr entries where no kernel exists; defined in
 // repack_avx2.cpp and repack_avx512vnni.cpp (repack_kernels.h's templates).
 extern const std::array<PackedDotFn, kQDotSlots> kPackedAvx2;
-extern const std::array<PackedDotFn, kQDotSlots> kPackedAvx512Vnni;
+extern const std::array<PackedDotFn, kQDotSlots> kPackedAvx512Vnni;      // ymm
+extern const std::array<PackedDotFn, kQDotSlots> kPackedAvx512VnniZmm;   // zmm, the same algorithms
 }  // namespace detail
 
 }  // namespace ptxlm::cpu

@@ -14,7 +14,7 @@
 namespace ptxlm::cpu {
 namespace {
 
-struct DotMaddubs {
+struct DotMaddubs : Ymm {
     static constexpr bool kInt32Parts = false;
     static constexpr int kPartWords4 = 4, kPartWords5 = 2;   // int16 partial sums, bounded above
     static __m256i pair_sums(__m256i u, __m256i s) { return _mm256_maddubs_epi16(u, s); }

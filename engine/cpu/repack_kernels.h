@@ -4,18 +4,30 @@
 // flags:
 //   - repack_avx2.cpp, DotMaddubs: vpmaddubsw into int16 pairs, vpmaddwd by
 //     ones into int32 (the int16 staging is bounded there);
-//   - repack_avx512vnni.cpp, DotVnni: vpdpbusd (ymm, AVX512-VNNI + VL) adds
-//     4 u8·s8 products straight into int32 lanes, and vpternlogd merges a
-//     Q5 nibble with its fifth bit.
-// Both give the same int32 sum per (row, block): the products are exact on
-// both (no saturation), so with the float steps written once here the two
+//   - repack_avx512vnni.cpp, DotVnni<Ymm>: vpdpbusd (ymm, AVX512-VNNI + VL)
+//     adds 4 u8·s8 products straight into int32 lanes, and vpternlogd
+//     merges a Q5 nibble with its fifth bit; DotVnni<Zmm>: the same at 512
+//     bits, two packed words per zmm.
+// All give the same int32 sum per (row, block): the products are exact on
+// every one (no saturation), so with the float steps written once here the
 // Isas give the same bits.
 //
-// A policy provides, on 256-bit vectors of 8 int32 lanes (one per row):
+// A policy's vector side (Ymm below, or Zmm in repack_avx512vnni.cpp):
+//   V, kWords: the vector type and how many packed words (8 rows × 4 bytes
+//       each, adjacent in the layout) one V holds: 1 (ymm, one int32 lane
+//       per row) or 2 (zmm: word c in the low half, c + 1 in the high one);
+//   load(p): kWords words; xwords(q): input bytes q[4i .. 4i + 4) in every
+//       lane of word i's half; bytes, and_, xor_, srl4 (per 16 bits),
+//       table16, shuffle (vpshufb per 128 bits): the unpacking;
+//   start(v): a sum that starts at v (counted once: in one half only);
+//   fold(s): the int32 sum per row of s, 8 lanes (zmm: its halves added);
+//   Qh, load_qh(p), fifth<C, High>(qh): the Q5 fifth bits of words [C, C +
+//       kWords) at bit 4 of each byte (the low or high nibbles' bits).
+// and its products, on V:
 //   kInt32Parts: whether partial sums are int32 lanes already (then a
 //       block's words go straight into one sum that starts at the offset,
 //       and the signed types' weights go in as unsigned w + 128, the sum
-//       starting at −128·Σq);
+//       starting at −128·Σq); int16 ones only at kWords 1;
 //   kPartWords4, kPartWords5: how many 4-byte words of 4- or 5-bit codes a
 //       partial sum may hold before it is widened;
 //   part2(p, u0, s0, u1, s1): partial sum p plus u0·s0 + u1·s1 (each u·s:
@@ -52,12 +64,44 @@ inline __m256i bcast4(const int8_t* p) {
     return _mm256_set1_epi32(v);
 }
 
+// The vector side of a policy at 256 bits: one packed word (8 rows × 4
+// bytes) per vector, so an input's 4 bytes are one broadcast.
+struct Ymm {
+    using V = __m256i;
+    using Qh = __m256i;
+    static constexpr int kWords = 1;
+    static V load(const uint8_t* p) { return loadu(p); }
+    static V xwords(const int8_t* q) { return bcast4(q); }
+    static V bytes(char c) { return _mm256_set1_epi8(c); }
+    static V and_(V a, V b) { return _mm256_and_si256(a, b); }
+    static V xor_(V a, V b) { return _mm256_xor_si256(a, b); }
+    static V srl4(V v) { return _mm256_srli_epi16(v, 4); }
+    static V table16(const int8_t* t) {
+        return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
+    }
+    static V shuffle(V table, V idx) { return _mm256_shuffle_epi8(table, idx); }
+    static V start(int32_t v) { return _mm256_set1_epi32(v); }
+    static __m256i fold(V v) { return v; }
+    static Qh load_qh(const uint8_t* p) { return loadu(p); }
+    // qh with the fifth bits of word C's low (High false) or high nibbles at
+    // bit 4 of each byte (the other bits are the other words', for merge5 to
+    // mask): packed spread (repack.cpp, spread_qh), they sit at bit C (low)
+    // and bit 4 + C (high) of each byte.
+    template <int C, bool High>
+    static V fifth(Qh qh) {
+        return High ? _mm256_srli_epi32(qh, C) : _mm256_slli_epi32(qh, 4 - C);
+    }
+};
+
 // An empty asm that claims to change v: GCC may not move additions across
 // it. Without it, GCC regroups a block's integer sums into a tree whose
 // products are all computed first, and with four inputs their partial sums
 // (32 registers) spill to the stack. "v": any register the TU's flags allow
-// (ymm0-15 on AVX2, ymm0-31 with AVX-512 VL).
-inline void keep_in_register(__m256i& v) { asm volatile("" : "+v"(v)); }
+// (ymm0-15 on AVX2, ymm0-31 or zmm0-31 with AVX-512).
+template <class V>
+inline void keep_in_register(V& v) {
+    asm volatile("" : "+v"(v));
+}
 
 // Software prefetch, `kPrefetch` bytes ahead of the block in use, on the
 // first pass over a row group (later passes of the same group, for more
@@ -73,6 +117,28 @@ inline void prefetch_block(const uint8_t* g, uint64_t bytes) {
     for (uint64_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetch + o), _MM_HINT_T0);
 }
 
+// A pass's inputs and its float accumulators, one per input (the set-up and
+// the stores every kernel's run shares): out[r + k · out_stride] = acc[k]
+// lane r at the end.
+template <int NX>
+struct Inputs {
+    const BlockQ8x32* y[NX];
+    __m256 acc[NX];
+    explicit Inputs(const void* const* xs) {
+        for (int k = 0; k < NX; ++k) {
+            y[k] = static_cast<const BlockQ8x32*>(xs[k]);
+            acc[k] = _mm256_setzero_ps();
+        }
+    }
+    // acc[k] += d_w · d_x · s (the block's int32 sums, one lane per row).
+    void scale_add(int k, __m256 d, uint64_t b, __m256i s) {
+        acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y[k][b].d)), _mm256_cvtepi32_ps(s), acc[k]);
+    }
+    void store(float* out, uint64_t out_stride) const {
+        for (int k = 0; k < NX; ++k) _mm256_storeu_ps(out + k * out_stride, acc[k]);
+    }
+};
+
 // The 4- and 5-bit types: Q4_0, Q4_1 (Fifth false), Q5_0, Q5_1, with a
 // min (Q4_1, Q5_1) or without. Packed block: d[8], m[8] where HasMin, the
 // 8 rows' qh words where Fifth, then 4 words of nibbles × 8 rows: 144, 160,
@@ -82,31 +148,32 @@ inline void prefetch_block(const uint8_t* g, uint64_t bytes) {
 // m · s is added per block.
 template <class Dot, bool HasMin, bool Fifth>
 struct Nibbles8 {
+    using V = typename Dot::V;
     static constexpr int kOffset = Fifth ? 16 : 8;
     static constexpr uint64_t kQh = HasMin ? 32 : 16, kQs = kQh + (Fifth ? 32 : 0), kBlock = kQs + 128;
     // Words summed per partial sum; a block's 4 words are 4 / kPart of them.
     static constexpr int kPart = Fifth ? Dot::kPartWords5 : Dot::kPartWords4;
-    static_assert(kPart > 0 && 4 % kPart == 0);
-    // qh with the fifth bits of word c's low (High false) or high nibbles at
-    // bit 4 of each byte (the other bits are the other words', for merge5 to
-    // mask): packed spread (repack.cpp, spread_qh), they sit at bit c (low)
-    // and bit 4 + c (high) of each byte.
-    template <int C, bool High>
-    static __m256i fifth(__m256i qh) {
-        return High ? _mm256_srli_epi32(qh, C) : _mm256_slli_epi32(qh, 4 - C);
-    }
+    static_assert(kPart > 0 && 4 % kPart == 0 && 4 % Dot::kWords == 0);
+    static_assert(Dot::kInt32Parts || Dot::kWords == 1);
+    // Words [C, C + Dot::kWords) of block b: every input's two products per
+    // word (low nibbles against input bytes 4C.., high ones against 16 +
+    // 4C..) into part. A C that is not a multiple of kWords was done with
+    // the words before it.
     template <int C, int NX>
-    static void word(const uint8_t* g, __m256i qh, const BlockQ8x32* const* y, uint64_t b, __m256i* part) {
-        const __m256i m4 = _mm256_set1_epi8(0x0F);
-        const __m256i v = loadu(g + kQs + 32 * C);
-        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        if constexpr (Fifth) {
-            lo = Dot::merge5(lo, fifth<C, false>(qh));
-            hi = Dot::merge5(hi, fifth<C, true>(qh));
-        }
-        for (int k = 0; k < NX; ++k) {
-            part[k] = Dot::part2(part[k], lo, bcast4(y[k][b].qs + 4 * C), hi, bcast4(y[k][b].qs + 16 + 4 * C));
-            keep_in_register(part[k]);
+    static void word(const uint8_t* g, typename Dot::Qh qh, const BlockQ8x32* const* y, uint64_t b, V* part) {
+        if constexpr (C % Dot::kWords == 0) {
+            const V m4 = Dot::bytes(0x0F);
+            const V v = Dot::load(g + kQs + 32 * C);
+            V lo = Dot::and_(v, m4), hi = Dot::and_(Dot::srl4(v), m4);
+            if constexpr (Fifth) {
+                lo = Dot::merge5(lo, Dot::template fifth<C, false>(qh));
+                hi = Dot::merge5(hi, Dot::template fifth<C, true>(qh));
+            }
+            for (int k = 0; k < NX; ++k) {
+                part[k] = Dot::part2(part[k], lo, Dot::xwords(y[k][b].qs + 4 * C), hi,
+                                     Dot::xwords(y[k][b].qs + 16 + 4 * C));
+                keep_in_register(part[k]);
+            }
         }
     }
     // Words [C0, C0 + kPart) of block b into a partial sum (zeroed first),
@@ -115,60 +182,56 @@ struct Nibbles8 {
     // With int32 partial sums (Dot::kInt32Parts) the words go straight into
     // isum, which holds its start value.
     template <int C0, int NX>
-    static void words(const uint8_t* g, __m256i qh, const BlockQ8x32* const* y, uint64_t b, __m256i* isum) {
+    static void words(const uint8_t* g, typename Dot::Qh qh, const BlockQ8x32* const* y, uint64_t b, V* isum) {
         if constexpr (Dot::kInt32Parts) {
             word<0, NX>(g, qh, y, b, isum);
             word<1, NX>(g, qh, y, b, isum);
             word<2, NX>(g, qh, y, b, isum);
             word<3, NX>(g, qh, y, b, isum);
-            return;
+        } else {
+            V part[NX];
+            for (int k = 0; k < NX; ++k) part[k] = _mm256_setzero_si256();
+            // Written out: a fold over an integer_sequence in a lambda made GCC
+            // schedule the AVX2 kernel worse (21 more instructions per block at 4
+            // inputs: extra vpaddw and register moves).
+            word<C0, NX>(g, qh, y, b, part);
+            if constexpr (kPart > 1) word<C0 + 1, NX>(g, qh, y, b, part);
+            if constexpr (kPart > 2) word<C0 + 2, NX>(g, qh, y, b, part);
+            if constexpr (kPart > 3) word<C0 + 3, NX>(g, qh, y, b, part);
+            for (int k = 0; k < NX; ++k) {
+                const V w = Dot::widen(part[k]);
+                isum[k] = C0 == 0 ? w : _mm256_add_epi32(isum[k], w);
+                if constexpr (kPart < 4) keep_in_register(isum[k]);
+            }
+            if constexpr (C0 + kPart < 4) words<C0 + kPart, NX>(g, qh, y, b, isum);
         }
-        __m256i part[NX];
-        for (int k = 0; k < NX; ++k) part[k] = _mm256_setzero_si256();
-        // Written out: a fold over an integer_sequence in a lambda made GCC
-        // schedule the AVX2 kernel worse (21 more instructions per block at 4
-        // inputs: extra vpaddw and register moves).
-        word<C0, NX>(g, qh, y, b, part);
-        if constexpr (kPart > 1) word<C0 + 1, NX>(g, qh, y, b, part);
-        if constexpr (kPart > 2) word<C0 + 2, NX>(g, qh, y, b, part);
-        if constexpr (kPart > 3) word<C0 + 3, NX>(g, qh, y, b, part);
-        for (int k = 0; k < NX; ++k) {
-            const __m256i w = Dot::widen(part[k]);
-            isum[k] = C0 == 0 ? w : _mm256_add_epi32(isum[k], w);
-            if constexpr (kPart < 4) keep_in_register(isum[k]);
-        }
-        if constexpr (C0 + kPart < 4) words<C0 + kPart, NX>(g, qh, y, b, isum);
     }
     // One int32 accumulator and one float accumulator per input, so that
     // NX = 4 fits the 16 registers (the min term goes into the same float
     // accumulator, a second FMA on it).
     template <int NX>
     static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
-        const BlockQ8x32* y[NX];
-        __m256 acc[NX];
-        for (int k = 0; k < NX; ++k) {
-            y[k] = static_cast<const BlockQ8x32*>(xs[k]);
-            acc[k] = _mm256_setzero_ps();
-        }
+        Inputs<NX> in(xs);
+        const BlockQ8x32* const* y = in.y;
         for (uint64_t b = 0; b < n / 32; ++b, g += kBlock) {
             if (pf) prefetch_block(g, kBlock);
-            const __m256i qh = Fifth ? loadu(g + kQh) : _mm256_setzero_si256();
+            const typename Dot::Qh qh = Fifth ? Dot::load_qh(g + kQh) : typename Dot::Qh{};
             // The offset term −Offset·Σq: int32 partial sums start from it,
             // int16 ones (which could not hold it) take it off at the end.
-            __m256i isum[NX];
+            V isum[NX];
             if constexpr (Dot::kInt32Parts)
-                for (int k = 0; k < NX; ++k)
-                    isum[k] = HasMin ? _mm256_setzero_si256() : _mm256_set1_epi32(-kOffset * y[k][b].sum);
+                for (int k = 0; k < NX; ++k) isum[k] = Dot::start(HasMin ? 0 : -kOffset * y[k][b].sum);
             words<0, NX>(g, qh, y, b, isum);
             const __m256 d = f16x8(g);
             for (int k = 0; k < NX; ++k) {
+                __m256i s = Dot::fold(isum[k]);
                 if constexpr (!HasMin && !Dot::kInt32Parts)
-                    isum[k] = _mm256_sub_epi32(isum[k], _mm256_set1_epi32(kOffset * y[k][b].sum));
-                acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y[k][b].d)), _mm256_cvtepi32_ps(isum[k]), acc[k]);
-                if constexpr (HasMin) acc[k] = _mm256_fmadd_ps(f16x8(g + 16), _mm256_set1_ps(y[k][b].s), acc[k]);
+                    s = _mm256_sub_epi32(s, _mm256_set1_epi32(kOffset * y[k][b].sum));
+                in.scale_add(k, d, b, s);
+                if constexpr (HasMin) in.acc[k] = _mm256_fmadd_ps(f16x8(g + 16), _mm256_set1_ps(y[k][b].s), in.acc[k]);
             }
         }
-        for (int k = 0; k < NX; ++k) _mm256_storeu_ps(out + k * out_stride, acc[k]);
+        in.store(out, out_stride);
     }
 };
 
@@ -186,24 +249,17 @@ struct Signed8 {
     static constexpr uint64_t kBlock = K::kBlock;
     template <int NX>
     static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
-        const BlockQ8x32* y[NX];
-        __m256 acc[NX];
-        for (int k = 0; k < NX; ++k) {
-            y[k] = static_cast<const BlockQ8x32*>(xs[k]);
-            acc[k] = _mm256_setzero_ps();
-        }
+        Inputs<NX> in(xs);
+        const BlockQ8x32* const* y = in.y;
         for (uint64_t b = 0; b < n / 32; ++b, g += kBlock) {
             if (pf) prefetch_block(g, kBlock);
-            __m256i s32[NX];
-            for (int k = 0; k < NX; ++k)
-                s32[k] = Dot::kInt32Parts ? _mm256_set1_epi32(-128 * y[k][b].sum) : _mm256_setzero_si256();
+            typename Dot::V s32[NX];
+            for (int k = 0; k < NX; ++k) s32[k] = Dot::start(Dot::kInt32Parts ? -128 * y[k][b].sum : 0);
             K::template sums<NX>(g, y, b, s32);
             const __m256 d = f16x8(g);
-            for (int k = 0; k < NX; ++k)
-                acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y[k][b].d)), _mm256_cvtepi32_ps(s32[k]),
-                                         acc[k]);
+            for (int k = 0; k < NX; ++k) in.scale_add(k, d, b, Dot::fold(s32[k]));
         }
-        for (int k = 0; k < NX; ++k) _mm256_storeu_ps(out + k * out_stride, acc[k]);
+        in.store(out, out_stride);
     }
 };
 
@@ -211,23 +267,24 @@ struct Signed8 {
 template <class D>
 struct Q8_0Sums {
     using Dot = D;
+    using V = typename Dot::V;
     static constexpr uint64_t kBlock = 272;
     template <int NX>
-    static void sums(const uint8_t* g, const BlockQ8x32* const* y, uint64_t b, __m256i* s32) {
-        for (int c = 0; c < 8; ++c) {
-            const __m256i w = loadu(g + 16 + 32 * c);
+    static void sums(const uint8_t* g, const BlockQ8x32* const* y, uint64_t b, V* s32) {
+        for (int c = 0; c < 8; c += Dot::kWords) {
+            const V w = Dot::load(g + 16 + 32 * c);
             if constexpr (Dot::kInt32Parts) {
-                const __m256i u = _mm256_xor_si256(w, _mm256_set1_epi8(char(0x80)));   // w + 128
+                const V u = Dot::xor_(w, Dot::bytes(char(0x80)));   // w + 128
                 for (int k = 0; k < NX; ++k) {
-                    s32[k] = Dot::add32(s32[k], u, bcast4(y[k][b].qs + 4 * c));
+                    s32[k] = Dot::add32(s32[k], u, Dot::xwords(y[k][b].qs + 4 * c));
                     keep_in_register(s32[k]);
                 }
-                continue;
-            }
-            const __m256i aw = _mm256_sign_epi8(w, w);
-            for (int k = 0; k < NX; ++k) {
-                s32[k] = Dot::add32(s32[k], aw, _mm256_sign_epi8(bcast4(y[k][b].qs + 4 * c), w));
-                keep_in_register(s32[k]);
+            } else {
+                const V aw = _mm256_sign_epi8(w, w);
+                for (int k = 0; k < NX; ++k) {
+                    s32[k] = Dot::add32(s32[k], aw, _mm256_sign_epi8(Dot::xwords(y[k][b].qs + 4 * c), w));
+                    keep_in_register(s32[k]);
+                }
             }
         }
     }
@@ -239,29 +296,30 @@ struct Q8_0Sums {
 template <class D>
 struct IQ4_NLSums {
     using Dot = D;
+    using V = typename Dot::V;
     static constexpr uint64_t kBlock = 144;
     template <int NX>
-    static void sums(const uint8_t* g, const BlockQ8x32* const* y, uint64_t b, __m256i* s32) {
-        __m256i table =
-            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gguf::kIQ4Values)));
-        if constexpr (Dot::kInt32Parts) table = _mm256_xor_si256(table, _mm256_set1_epi8(char(0x80)));   // value + 128
-        const __m256i m4 = _mm256_set1_epi8(0x0F);
-        for (int c = 0; c < 4; ++c) {
-            const __m256i v = loadu(g + 16 + 32 * c);
-            const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, m4));
-            const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+    static void sums(const uint8_t* g, const BlockQ8x32* const* y, uint64_t b, V* s32) {
+        V table = Dot::table16(gguf::kIQ4Values);
+        if constexpr (Dot::kInt32Parts) table = Dot::xor_(table, Dot::bytes(char(0x80)));   // value + 128
+        const V m4 = Dot::bytes(0x0F);
+        for (int c = 0; c < 4; c += Dot::kWords) {
+            const V v = Dot::load(g + 16 + 32 * c);
+            const V lo = Dot::shuffle(table, Dot::and_(v, m4));
+            const V hi = Dot::shuffle(table, Dot::and_(Dot::srl4(v), m4));
             if constexpr (Dot::kInt32Parts) {
                 for (int k = 0; k < NX; ++k) {
-                    s32[k] = Dot::add32x2(s32[k], lo, bcast4(y[k][b].qs + 4 * c), hi, bcast4(y[k][b].qs + 16 + 4 * c));
+                    s32[k] = Dot::add32x2(s32[k], lo, Dot::xwords(y[k][b].qs + 4 * c), hi,
+                                          Dot::xwords(y[k][b].qs + 16 + 4 * c));
                     keep_in_register(s32[k]);
                 }
-                continue;
-            }
-            const __m256i alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
-            for (int k = 0; k < NX; ++k) {
-                s32[k] = Dot::add32x2(s32[k], alo, _mm256_sign_epi8(bcast4(y[k][b].qs + 4 * c), lo), ahi,
-                                      _mm256_sign_epi8(bcast4(y[k][b].qs + 16 + 4 * c), hi));
-                keep_in_register(s32[k]);
+            } else {
+                const V alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
+                for (int k = 0; k < NX; ++k) {
+                    s32[k] = Dot::add32x2(s32[k], alo, _mm256_sign_epi8(Dot::xwords(y[k][b].qs + 4 * c), lo), ahi,
+                                          _mm256_sign_epi8(Dot::xwords(y[k][b].qs + 16 + 4 * c), hi));
+                    keep_in_register(s32[k]);
+                }
             }
         }
     }
