@@ -285,6 +285,37 @@ TEST(Repack, CorruptedScaleMovesOnlyItsRow) {
         }
 }
 
+// Packs from an arena: the same bytes as a pack of its own; pieces 64-byte
+// aligned and consecutive in a chunk whose start is 2 MiB-aligned (a huge
+// page where the system has them); a piece larger than what is left of the
+// chunk starts a new one; a chunk lives while a piece of it does.
+TEST(Repack, ArenaPiecesAndOwnership) {
+    std::mt19937 rng(11);
+    const GgmlType t = GgmlType::Q4_1;
+    const uint64_t n = 256, rows = 3 * cpu::kPackRows;
+    const std::vector<uint8_t> data = make_rows(t, rows, n, rng);
+    const Isa isa = packing_isas(t).at(0);
+    cpu::PackArena arena;
+    const cpu::PackedWeight own = cpu::pack_weight(weight(t, rows, n, data), isa);
+    const cpu::PackedWeight a = cpu::pack_weight(weight(t, rows, n, data), isa, nullptr, nullptr, &arena);
+    const cpu::PackedWeight b = cpu::pack_weight(weight(t, rows, n, data), isa, nullptr, nullptr, &arena);
+    ASSERT_TRUE(own && a && b);
+    const uint64_t bytes = a.groups * a.group_bytes;   // 3 groups of 8 Q4_1 rows: 3840 bytes, a multiple of 64
+    EXPECT_EQ(std::memcmp(own.group(0), a.group(0), bytes), 0);
+    EXPECT_EQ(std::memcmp(own.group(0), b.group(0), bytes), 0);
+    const auto addr = [](const uint8_t* p) { return reinterpret_cast<uintptr_t>(p); };
+    EXPECT_EQ(addr(a.group(0)) % cpu::HugeBuffer::kHugePage, 0u);
+    EXPECT_EQ(addr(b.group(0)), addr(a.group(0)) + (bytes + 63) / 64 * 64);
+    EXPECT_EQ(a.data.use_count(), 3);   // the arena's chunk, a and b share one owner
+    std::shared_ptr<uint8_t> big = arena.take(cpu::PackArena::kChunk);   // no room left in the first chunk
+    EXPECT_EQ(addr(big.get()) % cpu::HugeBuffer::kHugePage, 0u);
+    EXPECT_EQ(a.data.use_count(), 2);   // the arena moved to a new chunk; a and b keep the old one
+    EXPECT_EQ(big.use_count(), 2);
+    std::shared_ptr<uint8_t> next = arena.take(64);   // the big piece filled its chunk: another one
+    EXPECT_EQ(big.use_count(), 1);
+    EXPECT_EQ(next.use_count(), 2);
+}
+
 TEST(Repack, WhatIsNotPacked) {
     std::mt19937 rng(9);
     const std::vector<uint8_t> few = make_rows(GgmlType::Q4_1, cpu::kPackRows - 1, 64, rng);

@@ -132,6 +132,7 @@ void CpuBackend::pack_weights() {
     const bool wanted = arith_.path == CpuPath::Quantized && !off;
     if (wanted ? packed_isa_ == arith_.isa : !packed_isa_) return;
     packed_.clear();
+    pack_arena_ = {};
     packed_isa_.reset();
     output_pack_ = nullptr;
     for (Layer& l : layers_) l.packs = {};
@@ -158,7 +159,7 @@ void CpuBackend::pack_weights() {
             const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
             d.from = std::max(d.from, reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(end) / page * page));
         };
-        PackedWeight p = pack_weight(w, arith_.isa, dropped, &drop);
+        PackedWeight p = pack_weight(w, arith_.isa, dropped, &drop, &pack_arena_);
         const PackedWeight* out = nullptr;
         if (p) {
             packed_.push_back(std::make_unique<PackedWeight>(std::move(p)));

@@ -127,6 +127,7 @@ private:
     // The packs (stable addresses: they are pointed at from Layer and
     // output_pack_), the Isa they were made for, and whether any were made.
     std::vector<std::unique_ptr<PackedWeight>> packed_;
+    PackArena pack_arena_;   // where packed_ lives (each pack holds its chunk)
     std::optional<Isa> packed_isa_;
     const PackedWeight* output_pack_ = nullptr;
     std::shared_ptr<ThreadPool> pool_;

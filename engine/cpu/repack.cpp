@@ -32,8 +32,6 @@ BlockShape block_shape(gguf::GgmlType t) {
     }
 }
 
-void free_aligned(uint8_t* p) { std::free(p); }
-
 // A Q5 block's 32 fifth bits (bit j: value j) rearranged so that a packed
 // kernel finds word c's at bit 4 of each byte with one shift: bit 8i + c is
 // value 4c + i's (word c's low nibble in byte i), bit 8i + 4 + c is value
@@ -88,7 +86,18 @@ PackedDotFn packed_fn(Isa isa, gguf::GgmlType type) {
     return nullptr;
 }
 
-PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied, void* ctx) {
+std::shared_ptr<uint8_t> PackArena::take(uint64_t bytes) {
+    bytes = (bytes + 63) / 64 * 64;
+    if (!chunk_ || chunk_->size() - used_ < bytes) {
+        chunk_ = std::make_shared<HugeBuffer>(std::max(bytes, kChunk));
+        used_ = 0;
+    }
+    std::shared_ptr<uint8_t> piece(chunk_, chunk_->data() + used_);   // shares the chunk's ownership
+    used_ += bytes;
+    return piece;
+}
+
+PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied, void* ctx, PackArena* arena) {
     PackedWeight p;
     const BlockShape shape = block_shape(w.type);
     const PackedDotFn fn = packed_fn(isa, w.type);
@@ -100,9 +109,13 @@ PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied, void* ct
     p.groups = w.rows / kPackRows;
     p.group_bytes = kPackRows * w.row_bytes;
     const uint64_t bytes = p.groups * p.group_bytes;
-    auto* mem = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-    if (!mem) throw std::bad_alloc();
-    p.data = {mem, free_aligned};
+    if (arena) {
+        p.data = arena->take(bytes);
+    } else {
+        auto own = std::make_shared<HugeBuffer>(bytes);
+        p.data = std::shared_ptr<uint8_t>(own, own->data());
+    }
+    uint8_t* mem = p.data.get();
     const uint64_t hb = 2 * kPackRows, wb = 4 * kPackRows;   // bytes of one packed field, one packed word
     const uint64_t groups_per_run = std::max<uint64_t>(1, (uint64_t(1) << 20) / p.group_bytes);
     for (uint64_t g = 0; g < p.groups; ++g) {

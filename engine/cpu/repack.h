@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "engine/cpu/huge_pages.h"
 #include "engine/cpu/qdot.h"
 #include "engine/model.h"
 
@@ -80,7 +81,7 @@ struct PackedWeight {
     uint64_t groups = 0;        // full groups: rows [0, kPackRows · groups) are packed
     uint64_t group_bytes = 0;   // kPackRows · the row's bytes
     PackedDotFn fn = nullptr;
-    std::unique_ptr<uint8_t[], void (*)(uint8_t*)> data{nullptr, nullptr};
+    std::shared_ptr<uint8_t> data;   // in a PackArena's chunk (holding it) or its own buffer
 
     explicit operator bool() const { return fn != nullptr; }
     const uint8_t* group(uint64_t g) const { return data.get() + g * group_bytes; }
@@ -88,12 +89,30 @@ struct PackedWeight {
 
 // w packed for isa: empty (false) when (isa, w.type) has no packed kernel or
 // w has fewer than kPackRows rows. `copied`, when given, is called as the
+// Where packed weights live: 64-byte-aligned pieces of chunks of at least
+// kChunk bytes (HugeBuffer: huge pages where the system has them, so a
+// decode streams them with one TLB entry per 2 MiB), handed out in order. A
+// chunk lives as long as any piece of it; the unused end of the last one is
+// never touched, so it is not resident (beyond the huge page the last piece
+// ends in).
+class PackArena {
+public:
+    static constexpr uint64_t kChunk = uint64_t(32) << 20;
+    std::shared_ptr<uint8_t> take(uint64_t bytes);
+
+private:
+    std::shared_ptr<HugeBuffer> chunk_;
+    uint64_t used_ = 0;
+};
+
 // copy goes with each further run of w's rows that has been read, [p, p + n)
 // (runs of about 1 MiB, in order): the caller may release those bytes
 // (CpuBackend drops the file's pages), so a large matrix is never resident
 // twice.
 using PackProgress = void (*)(void* ctx, const uint8_t* p, uint64_t n);
-PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied = nullptr, void* ctx = nullptr);
+// arena: where the packed copy goes (nullptr: a buffer of its own).
+PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied = nullptr, void* ctx = nullptr,
+                         PackArena* arena = nullptr);
 
 // Row r (< kPackRows · p.groups) of p back in the file's layout, row_bytes
 // written to out: the embedding lookup of a model whose output matrix is its
