@@ -11,8 +11,9 @@
 // reference's within test_cuda_backend's tolerance. fill_kv_for_count puts
 // the same K/V at the same positions in either layout. Negative control: one
 // page-table entry pointed at another page (two pages aliased) moves the
-// logits far outside the bound. Refusals: the persistent schedule, head size
-// 96.
+// logits far outside the bound. Head size 96 (no synthetic preset has it: a
+// widened phi4mini), which the contiguous cache does not serve: the paged
+// path against the CPU. Refusals: the persistent schedule, head size 80.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -151,6 +152,50 @@ INSTANTIATE_TEST_SUITE_P(Archs, CudaPagedSynth,
                                            synth::Arch::Qwen3, synth::Arch::Mistral3, synth::Arch::Phi4Mini),
                          [](const auto& info) { return std::string(synth::arch_name(info.param)); });
 
+// Head size 96 (Phi-4-mini's, which the contiguous attention op does not
+// serve): phi4mini's tiny preset widened to 8 query heads over 2 KV heads of
+// 96 (n_embd 768, partial rotary 72 of 96). Teacher-forced on the CPU's
+// greedy continuation, the paged path's logits are the CPU reference's within
+// test_cuda_backend's tolerance with the same argmax; the aliased page of the
+// negative control above moves them far outside it.
+TEST(CudaPaged, HeadSize96LogitsAreTheCpus) {
+  synth::Spec spec = synth::preset(synth::Arch::Phi4Mini, synth::Size::Tiny);
+  spec.n_embd = 768;
+  spec.n_head = 8;
+  spec.n_head_kv = 2;
+  spec.head_dim = 96;
+  spec.rope_dims = 72;
+  const std::vector<uint8_t> bytes = synth::model_bytes(spec);
+  const Model m = Model::from_file(gguf::File::parse(bytes, "synth-phi4mini-hd96"));
+  ASSERT_EQ(m.head_dim, 96u);
+  const size_t nv = m.n_vocab;
+  cpu::CpuBackend cpu(m, kCtx, KvType::F16, 2);
+  cpu.set_path(cpu::CpuPath::Reference);
+  std::vector<TokenId> ids = {764, 17, 301, 52};
+  std::vector<float> ref(kTokens * nv);
+  for (uint32_t i = 0; i < kTokens; ++i) {
+    cpu.eval(ids[i], i, ref.data() + i * nv);
+    if (i + 1 == ids.size() && ids.size() < kTokens) ids.push_back(TokenId(argmax(ref.data() + i * nv, nv)));
+  }
+  ASSERT_EQ(ids.size(), kTokens);
+  cuda::CudaBackend pg(m, cuda::Driver::load(), kCtx, Schedule::Graph, kRef, nullptr, paged());
+  const std::vector<float> b = logits_of(pg, ids, 7);
+  size_t argmax_diff = 0;
+  for (uint32_t i = 0; i < kTokens; ++i)
+    argmax_diff += argmax(ref.data() + i * nv, nv) != argmax(b.data() + i * nv, nv);
+  const double d_cpu = max_abs_diff(ref, b);
+  pg.poke_page_table_for_test(1, 0);
+  std::vector<float> c(4 * nv);
+  pg.eval_batch({ids.data() + 16, 4}, 16, c.data(), 4);
+  const double d_bad = max_abs_diff(std::vector<float>(b.begin() + 16 * long(nv), b.end()), c);
+  std::printf("[cuda-paged] phi4mini at head 96 (8/2 heads): max |logit diff| paged vs CPU %.3g (tolerance %.1e), %zu "
+              "argmax differences; with page-table entry 1 -> page 0: %.3g\n",
+              d_cpu, kCpuTolerance, argmax_diff, d_bad);
+  EXPECT_LE(d_cpu, kCpuTolerance);
+  EXPECT_EQ(argmax_diff, 0u) << "greedy tokens differ between the paged cache and the CPU";
+  EXPECT_GE(d_bad, 100 * kCpuTolerance) << "an aliased page passed";
+}
+
 // Free-running greedy decoding (eval_argmax: only the argmax key comes back)
 // under the chain schedule with paged KV and programmatic launches (the
 // paged pair has no griddepcontrol.wait: launched plainly) gives the graph
@@ -173,7 +218,7 @@ TEST(CudaPaged, ChainScheduleGreedyTokensAreTheContiguousGraphs) {
   EXPECT_EQ(a, b);
 }
 
-TEST(CudaPaged, RefusesThePersistentScheduleAndHeadSize96) {
+TEST(CudaPaged, RefusesThePersistentScheduleAndHeadSize80) {
   std::vector<uint8_t> bytes;
   Model m = tiny(synth::Arch::Llama, bytes);
   try {
@@ -183,13 +228,13 @@ TEST(CudaPaged, RefusesThePersistentScheduleAndHeadSize96) {
     EXPECT_NE(std::string(e.what()).find("paged KV is not supported under the persistent schedule yet"),
               std::string::npos) << e.what();
   }
-  // Head size 96 (Phi-3-mini's): paged_attention serves 64, 128 and 256.
-  m.head_dim = 96;
+  // Head size 80: paged_attention serves 64, 96, 128 and 256.
+  m.head_dim = 80;
   try {
     cuda::CudaBackend b(m, cuda::Driver::load(), kCtx, Schedule::Graph, kRef, nullptr, paged());
-    ADD_FAILURE() << "head size 96 was taken";
+    ADD_FAILURE() << "head size 80 was taken";
   } catch (const ModelError& e) {
-    EXPECT_NE(std::string(e.what()).find("head size 96"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("paged KV: head size 80"), std::string::npos) << e.what();
   }
   EXPECT_THROW(cuda::CudaBackend(m, cuda::Driver::load(), kCtx, Schedule::Chain, kRef, nullptr, paged()), ModelError);
   // Without paged KV, the contiguous backend has no table to poke.

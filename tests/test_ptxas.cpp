@@ -232,7 +232,8 @@ TEST(Ptxas, AttentionKernelsAssembleWithoutSpills) {
 }
 
 // Paged flash-decoding attention: groups of 1, 4, 7 and 8 query heads per KV
-// head, head_dim 64, 128 and 256, a sliding window, a batch of 16 rows.
+// head, head_dim 64, 96 (a row on 16 lanes, 4 idle), 128 and 256, a sliding
+// window, a batch of 16 rows.
 TEST(Ptxas, PagedAttentionKernelsAssembleWithoutSpills) {
   ASSERT_TRUE(have_ptxas()) << "ptxas missing: see Ptxas.IsAvailable";
   const std::vector<kx::PagedAttentionShape> shapes = {
@@ -242,6 +243,9 @@ TEST(Ptxas, PagedAttentionKernelsAssembleWithoutSpills) {
       {28, 4, 128, 16, 2048, 1, 32, 0},    // Qwen2.5-7B: a group of 7
       {64, 8, 128, 16, 512, 1, 32, 0},     // a group of 8
       {16, 16, 64, 32, 256, 1, 16, 0},     // a group of 1, pages of 32
+      {32, 32, 96, 16, 256, 1, 4, 0},      // Phi-3-mini: head 96, a group of 1
+      {24, 8, 96, 16, 256, 1, 16, 0},      // Phi-4-mini: head 96, a group of 3
+      {24, 8, 96, 16, 256, 16, 2, 0},      // ... a batch of 16
       {4, 1, 256, 16, 2048, 1, 64, 512},   // gemma3's sliding layers
   };
   for (const char* arch : kArches) {

@@ -39,9 +39,9 @@ kx::GemvShape gemv(uint32_t n_in, std::vector<kx::GemvSegment> segments, bool no
 void plan_paged(LayerPlan& lp, uint32_t il, uint32_t n_ctx, uint32_t sms) {
     const kx::AttentionShape& a = lp.attention;
     const uint32_t hd = a.head_dim;
-    if (hd != 64 && hd != 128 && hd != 256)
+    if (hd != 64 && hd != 96 && hd != 128 && hd != 256)
         throw ModelError("paged KV: head size " + std::to_string(hd) + " (layer " + std::to_string(il) +
-                         ") is not supported by the paged attention kernel (64, 128 or 256)");
+                         ") is not supported by the paged attention kernel (64, 96, 128 or 256)");
     const uint32_t group = a.n_head / a.n_head_kv;
     if (group > 8 || group * hd > 1024)
         throw ModelError("paged KV: " + std::to_string(group) + " query heads per KV head at head size " +

@@ -22,14 +22,20 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 uint32_t log2u(uint32_t x) { return uint32_t(std::countr_zero(x)); }
 
+// Lanes per K row: hd/8 (8 f16 each) rounded up to a power of two, so that a
+// warp load covers whole rows and the butterfly stays within one; at head 96
+// a row takes 16 lanes, the last 4 idle (their loads off, their products 0).
+uint32_t lanes_per_row(uint32_t hd) { return std::bit_ceil(hd / 8); }
+
 void check(const PagedAttentionShape& s) {
   if (s.n_head == 0 || s.n_head_kv == 0 || s.n_head % s.n_head_kv)
     throw Error("paged_attention: n_head must be a positive multiple of n_head_kv");
   if (s.group() > 8) throw Error("paged_attention: at most 8 query heads per KV head");
   if (s.group() * s.head_dim > 1024) throw Error("paged_attention: group × head_dim over 1024 (the warps' V sums)");
-  if (s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256)
-    throw Error("paged_attention: head_dim must be 64, 128 or 256");
-  const uint32_t rows_per_load = 32 / (s.head_dim / 8);
+  if (s.head_dim != 64 && s.head_dim != 96 && s.head_dim != 128 && s.head_dim != 256)
+    throw Error("paged_attention: head_dim " + std::to_string(s.head_dim) +
+                " not supported (64, 96, 128 or 256: the sizes with a test on emu)");
+  const uint32_t rows_per_load = 32 / lanes_per_row(s.head_dim);
   if (!std::has_single_bit(s.page_size) || s.page_size < rows_per_load)
     throw Error("paged_attention: page_size must be a power of two of at least " + std::to_string(rows_per_load));
   if (s.max_pages == 0 || uint64_t(s.max_pages) * s.page_size > (1u << 30))
@@ -50,7 +56,7 @@ uint32_t paged_attention_splits(uint32_t n_head_kv, uint32_t tokens, uint32_t sm
 // (K and V words, the K row as f32, a score per head and row): U shrinks as
 // the group grows so that ptxas keeps everything in registers (test_ptxas).
 uint32_t paged_attention_unroll(const PagedAttentionShape& s) {
-  const uint32_t g = s.group(), rows_per_load = 32 / (s.head_dim / 8);
+  const uint32_t g = s.group(), rows_per_load = 32 / lanes_per_row(s.head_dim);
   // At head 64 a load covers 4 rows: 4 loads already make a 16-position tile
   // (and ptxas spilled at 8 with a group of 1).
   const uint32_t u = std::min(g <= 2 ? 8u : g <= 4 ? 4u : 2u, s.head_dim == 64 ? 4u : 8u);
@@ -58,7 +64,7 @@ uint32_t paged_attention_unroll(const PagedAttentionShape& s) {
 }
 
 uint32_t paged_attention_tile(const PagedAttentionShape& s) {
-  return paged_attention_unroll(s) * (32 / (s.head_dim / 8));
+  return paged_attention_unroll(s) * (32 / lanes_per_row(s.head_dim));
 }
 
 namespace {
@@ -89,7 +95,8 @@ LaunchGeometry paged_attention_geometry(const PagedAttentionShape& s) {
 GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t) {
   const LaunchGeometry geo = paged_attention_geometry(s);
   const uint32_t hd = s.head_dim, G = s.group(), ps = s.page_size, S = s.splits, nkv = s.n_head_kv;
-  const uint32_t lpr = hd / 8, rpl = 32 / lpr;   // lanes per row (8 f16 each), rows per warp load
+  const uint32_t lpr = lanes_per_row(hd), rpl = 32 / lpr;   // lanes per row, rows per warp load
+  const uint32_t dpr = hd / 8;                     // lanes of a row that hold data (8 f16 each): lpr but at 96
   const uint32_t U = paged_attention_unroll(s), tile = paged_attention_tile(s);
   uint32_t pages_max = 0;   // page ids of the longest chunk
   shared_bytes(s, &pages_max);
@@ -139,15 +146,24 @@ GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t) {
   Reg page_lo = k.shr(lo, log2u(ps));
   Reg npages = k.sub(k.add(k.shr(k.sub(hi, 1u), log2u(ps)), 1u), page_lo);
 
+  // x / n and x mod n: a shift and a mask for a power of two (every n but at
+  // head 96: 24 float4 columns, 12 data lanes).
+  auto div_by = [&](const Reg& x, uint32_t n) { return std::has_single_bit(n) ? k.shr(x, log2u(n)) : k.div(x, n); };
+  auto mod_by = [&](const Reg& x, uint32_t n) {
+    if (std::has_single_bit(n)) return k.and_(x, n - 1);
+    Reg r = k.reg(Type::u32);
+    k.rem(r, x, n);
+    return r;
+  };
   // Shared copies of q and of the warps' V sums keep a head's float4 columns
   // as [half][lane of the row]: column 2·dl + h at h·(hd/8) + dl, so that a
   // warp's 16-byte reads of its lanes' first (second) halves are contiguous
   // (no bank conflicts). Threads walk the shared order; this is the column
   // of the output a shared index holds.
   auto column_of = [&](const Reg& si) {
-    Reg r = k.and_(si, hd / 4 - 1);
-    Reg h = k.shr(r, log2u(lpr));
-    Reg pair = k.mad_lo(k.and_(r, lpr - 1), 2u, h);
+    Reg r = mod_by(si, hd / 4);
+    Reg h = div_by(r, dpr);
+    Reg pair = k.mad_lo(mod_by(r, dpr), 2u, h);
     return k.add(k.sub(si, r), pair);
   };
   k.comment("the group's q rows and the chunk's page ids, in one round trip");
@@ -193,7 +209,10 @@ GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t) {
   Reg rsub = k.shr(lane, log2u(lpr));
   Reg dl = k.and_(lane, lpr - 1);
   Reg lane_off = k.mul_wide(k.mad_lo(rsub, hd, k.shl(dl, 3u)), 2u);
-  Reg q_lane = k.mad_lo(dl, 16u, qs_base);
+  // An idle lane (head 96) reads the row's last lane's q: finite, times its K of 0.
+  Reg q_lane = k.mad_lo(dpr == lpr ? dl : k.min(dl, dpr - 1), 16u, qs_base);
+  Reg data_lane;   // head 96: lanes 12..15 of a row hold no dims
+  if (dpr != lpr) data_lane = k.setp(Cmp::lo, dl, dpr);
   Reg kpool = k.param("k_pool"), vpool = k.param("v_pool");
   std::vector<Reg> m(G), l(G);
   std::vector<std::vector<Reg>> acc(G);
@@ -223,21 +242,22 @@ GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t) {
     Reg off = k.add(k.mul_wide(rowidx, hd * 2), lane_off);
     Reg ka = k.add(kpool, off), va = k.add(vpool, off);
     Reg jr = k.add(tstart, rsub);
-    std::vector<Reg> valid(U);
+    std::vector<Reg> valid(U), load(U);   // the row is visible; and this lane holds dims of it
     std::vector<std::vector<Reg>> kw(U), vw(U);
     for (uint32_t u = 0; u < U; ++u) {
       Reg j = k.add(jr, u * rpl);
       Reg above = k.setp(Cmp::hs, j, p0);
       valid[u] = k.and_(above, k.setp(Cmp::lo, j, hi));
+      load[u] = data_lane.valid() ? k.and_(valid[u], data_lane) : valid[u];
       for (int e = 0; e < 4; ++e) kw[u].push_back(k.mov(Type::u32, 0u)), vw[u].push_back(k.mov(Type::u32, 0u));
     }
     MemOpt nc;
     nc.nc = true;
     k.comment("K and V of the tile in flight together; rows outside [p0, hi) are not read (kNoPage below p0)");
     for (uint32_t u = 0; u < U; ++u)
-      k.when(valid[u], [&] { k.ld(Space::global, kw[u], at(ka, int64_t(u) * rpl * hd * 2), nc); });
+      k.when(load[u], [&] { k.ld(Space::global, kw[u], at(ka, int64_t(u) * rpl * hd * 2), nc); });
     for (uint32_t u = 0; u < U; ++u)
-      k.when(valid[u], [&] { k.ld(Space::global, vw[u], at(va, int64_t(u) * rpl * hd * 2), nc); });
+      k.when(load[u], [&] { k.ld(Space::global, vw[u], at(va, int64_t(u) * rpl * hd * 2), nc); });
     std::vector<std::vector<Reg>> kf(U);
     for (uint32_t u = 0; u < U; ++u) kf[u] = to_f32(kw[u]);
     std::vector<std::vector<Reg>> sc(G, std::vector<Reg>(U));
@@ -286,7 +306,8 @@ GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t) {
       for (int e = 0; e < 8; ++e) k.add(acc[g][e], acc[g][e], k.shfl_bfly(acc[g][e], b));
     }
   Reg wacc_base = k.shared_addr(wacc), wml_base = k.shared_addr(wml);
-  k.if_(k.setp(Cmp::eq, rsub, 0u), [&] {
+  // The first row's data lanes store the warp's sums.
+  k.if_(data_lane.valid() ? k.setp(Cmp::lo, lane, dpr) : k.setp(Cmp::eq, rsub, 0u), [&] {
     Reg a = k.mad_lo(warp, G * hd * 4, k.mad_lo(dl, 16u, wacc_base));
     for (uint32_t g = 0; g < G; ++g) {
       k.st(Space::shared, at(a, int64_t(g) * hd * 4), std::vector<Operand>(acc[g].begin(), acc[g].begin() + 4));
@@ -308,8 +329,8 @@ GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t) {
     Reg si = k.add(tid, it * kThreads);   // shared order; c: the output's column
     auto body = [&] {
       Reg c = column_of(si);
-      Reg g = k.shr(c, log2u(hd / 4));
-      Reg d4 = k.and_(c, hd / 4 - 1);
+      Reg g = div_by(c, hd / 4);
+      Reg d4 = mod_by(c, hd / 4);
       Reg ml = k.mad_lo(g, 8u, wml_base);
       Reg mx = k.ld_shared(Type::f32, at(ml));
       for (uint32_t w = 1; w < kWarps; ++w) mx = k.max(mx, k.ld_shared(Type::f32, at(ml, int64_t(w) * G * 8)));
@@ -350,9 +371,9 @@ GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t) {
   for (uint32_t it = 0; it < col_iters; ++it) {
     Reg c = k.add(tid, it * kThreads);
     auto body = [&] {
-      Reg g = k.shr(c, log2u(hd / 4));
+      Reg g = div_by(c, hd / 4);
       Reg head = k.add(part_head, k.mul_wide(g, S * pstride));
-      Reg col = k.add(head, k.mul_wide(k.and_(c, hd / 4 - 1), 16u));
+      Reg col = k.add(head, k.mul_wide(mod_by(c, hd / 4), 16u));
       Reg mx = k.mov(Type::f32, kNegInf), sum = k.mov(Type::f32, 0.0f);
       std::vector<Reg> a4;
       for (int e = 0; e < 4; ++e) a4.push_back(k.mov(Type::f32, 0.0f));

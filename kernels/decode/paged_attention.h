@@ -21,15 +21,16 @@
 // length, into at most `splits` chunks of whole tiles; blocks past the last
 // chunk exit at once, so the grid does not grow with the context. Each warp
 // takes every 8th tile of its block's chunk: U 16-byte K loads and U V loads
-// per lane in flight together (a tile is U × (32 / (hd/8)) positions), the
-// group's scores by a butterfly over the lanes of a row, an online softmax
-// per head, the V sum per lane over its rows; warps, then splits, combine by
-// their (max, sum). The splits are combined by the last block of (t, g) to
-// finish (a counter per (t, g), acq_rel, left at zero), its reads of the
-// parts 16 splits at a time: a second kernel would add a launch (1.3 µs in
-// a graph) and its own fill round trip to the same reads, where the fused
-// reduction adds the counter's round trip (docs/efficiency.md, "Paged
-// attention").
+// per lane in flight together (a tile is U × (32 / lanes) positions, a row
+// on hd/8 lanes rounded up to a power of two: at head 96, 16 lanes of which
+// the last 4 load nothing and add exact zeros), the group's scores by a
+// butterfly over the lanes of a row, an online softmax per head, the V sum
+// per lane over its rows; warps, then splits, combine by their (max, sum).
+// The splits are combined by the last block of (t, g) to finish (a counter
+// per (t, g), acq_rel, left at zero), its reads of the parts 16 splits at a
+// time: a second kernel would add a launch (1.3 µs in a graph) and its own
+// fill round trip to the same reads, where the fused reduction adds the
+// counter's round trip (docs/efficiency.md, "Paged attention").
 //
 // Everything a token needs is in device memory (tokens, tables, q), so a
 // captured graph stays valid from step to step.
