@@ -23,15 +23,21 @@ namespace {
 void assemble_all(const Model& m, const std::string& what) {
   ASSERT_FALSE(std::string(PTXLM_PTXAS).empty()) << "ptxas not found: these tests never skip";
   // The standalone kernels of both GEMV paths (8-bit inputs, the default,
-  // and f32 inputs, --gpu-path reference), then the persistent decoder on
-  // each path.
+  // and f32 inputs, --gpu-path reference) and of paged KV, then the
+  // persistent decoder on each path.
   const cuda::DecodePlan plan = cuda::decode_plan(m, 4096, true, kernels::kH100SxmSms),
-                         ref = cuda::decode_plan(m, 4096, false, kernels::kH100SxmSms);
+                         ref = cuda::decode_plan(m, 4096, false, kernels::kH100SxmSms),
+                         paged = cuda::decode_plan(m, 4096, true, kernels::kH100SxmSms, true);
   for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90"}) {
     std::vector<ptx::GeneratedKernel> ks = cuda::decode_kernels(plan, ptx::Target::parse(arch));
     EXPECT_GE(ks.size(), 8u);
     for (ptx::GeneratedKernel& g : cuda::decode_kernels(ref, ptx::Target::parse(arch)))
       if (g.name.starts_with("gemv")) ks.push_back(std::move(g));
+    // Paged KV (--gpu-paged-kv): paged_rope and paged_attention per layer shape.
+    size_t n_paged = 0;
+    for (ptx::GeneratedKernel& g : cuda::decode_kernels(paged, ptx::Target::parse(arch)))
+      if (g.name.starts_with("paged_")) ks.push_back(std::move(g)), ++n_paged;
+    EXPECT_GE(n_paged, 2u) << what;
     // The persistent decoder on each path: every kind inline in one kernel, also hot.
     const size_t standalone = ks.size();
     for (const cuda::DecodePlan* p : {&plan, &ref})
