@@ -304,11 +304,11 @@ TEST(Repack, ArenaPiecesAndOwnership) {
     EXPECT_EQ(std::memcmp(own.group(0), a.group(0), bytes), 0);
     EXPECT_EQ(std::memcmp(own.group(0), b.group(0), bytes), 0);
     const auto addr = [](const uint8_t* p) { return reinterpret_cast<uintptr_t>(p); };
-    EXPECT_EQ(addr(a.group(0)) % cpu::HugeBuffer::kHugePage, 0u);
+    EXPECT_EQ(addr(a.group(0)) % cpu::LazyBuffer::kHugePage, 0u);
     EXPECT_EQ(addr(b.group(0)), addr(a.group(0)) + (bytes + 63) / 64 * 64);
     EXPECT_EQ(a.data.use_count(), 3);   // the arena's chunk, a and b share one owner
     std::shared_ptr<uint8_t> big = arena.take(cpu::PackArena::kChunk);   // no room left in the first chunk
-    EXPECT_EQ(addr(big.get()) % cpu::HugeBuffer::kHugePage, 0u);
+    EXPECT_EQ(addr(big.get()) % cpu::LazyBuffer::kHugePage, 0u);
     EXPECT_EQ(a.data.use_count(), 2);   // the arena moved to a new chunk; a and b keep the old one
     EXPECT_EQ(big.use_count(), 2);
     std::shared_ptr<uint8_t> next = arena.take(64);   // the big piece filled its chunk: another one

@@ -1,6 +1,6 @@
 #include "engine/cpu/ceilings.h"
 
-#include "engine/cpu/huge_pages.h"
+#include "engine/cpu/lazy_buffer.h"
 
 #include <algorithm>
 #include <atomic>
@@ -82,9 +82,9 @@ ReadRate measure_read(int threads, uint64_t bytes, int reps) {
     const uint64_t slice = slice_of("measure_read", threads, reps, bytes);
     // Huge pages where the system has them, as the packed weights get:
     // the ceiling a decode is held to must be the best stream the machine runs.
-    HugeBuffer buf;
+    LazyBuffer buf;
     try {
-        buf = HugeBuffer(slice * threads);
+        buf = LazyBuffer(slice * threads, LazyBuffer::Pages::Huge);
     } catch (const std::bad_alloc&) {
         throw std::runtime_error("measure_read: cannot allocate " + std::to_string(slice * threads) + " bytes");
     }

@@ -22,7 +22,7 @@ struct ReadRate {
 // cache), each of `threads` threads summing its slice with 32-byte loads
 // (8-byte ones on a CPU without AVX2);
 // the best of `reps` passes after one untimed one (which also faults the
-// pages in), on huge pages where the system has them (huge_pages.h). Throws
+// pages in), on huge pages where the system has them (lazy_buffer.h). Throws
 // std::invalid_argument for no threads, no repetitions or
 // fewer bytes than 4 KiB per thread.
 ReadRate measure_read(int threads, uint64_t bytes, int reps = 6);

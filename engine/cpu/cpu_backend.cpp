@@ -1,6 +1,5 @@
 #include "engine/cpu/cpu_backend.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,32 +14,13 @@
 #include <unordered_map>
 
 #include "engine/cpu/elementwise.h"
+#include "engine/cpu/lazy_buffer.h"
 #include "engine/cpu/matvec.h"
 #include "gguf/f16.h"
 
 namespace ptxlm::cpu {
 
 namespace {
-
-// Anonymous memory committed page by page as it is touched: a long context
-// costs resident memory only as far as it is used.
-class LazyBuffer {
-public:
-    LazyBuffer() = default;
-    explicit LazyBuffer(size_t bytes) : n_(bytes) {
-        if (!bytes) return;
-        void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (p == MAP_FAILED) throw std::bad_alloc();
-        p_ = static_cast<uint8_t*>(p);
-    }
-    LazyBuffer(LazyBuffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr; o.n_ = 0; }
-    LazyBuffer& operator=(LazyBuffer&& o) noexcept { std::swap(p_, o.p_); std::swap(n_, o.n_); return *this; }
-    ~LazyBuffer() { if (p_) munmap(p_, n_); }
-    uint8_t* data() const { return p_; }
-private:
-    uint8_t* p_ = nullptr;
-    size_t n_ = 0;
-};
 
 // out = x / rms(x) · weight (weight may be null: plain normalisation).
 void rms_norm(const float* x, const float* weight, float* out, uint64_t n, float eps) {
@@ -99,8 +79,8 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_pt
         l.bv = to_floats(d.bv);
         l.inv_freq = rope_rates(m, d.rope_base, n_ctx);
         const uint64_t el = kv == KvType::F16 ? 2 : 4;
-        l.k_cache = LazyBuffer(kv_rows * m.kv_dim(il) * el);
-        l.v_cache = LazyBuffer(kv_rows * m.kv_dim(il) * el);
+        l.k_cache = LazyBuffer(kv_rows * m.kv_dim(il) * el, LazyBuffer::Pages::Small);
+        l.v_cache = LazyBuffer(kv_rows * m.kv_dim(il) * el, LazyBuffer::Pages::Small);
         max_q = std::max<uint64_t>(max_q, uint64_t(d.n_head) * hd);
         max_kv = std::max<uint64_t>(max_kv, m.kv_dim(il));
         max_ff = std::max<uint64_t>(max_ff, d.n_ff);

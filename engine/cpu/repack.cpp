@@ -89,7 +89,7 @@ PackedDotFn packed_fn(Isa isa, gguf::GgmlType type) {
 std::shared_ptr<uint8_t> PackArena::take(uint64_t bytes) {
     bytes = (bytes + 63) / 64 * 64;
     if (!chunk_ || chunk_->size() - used_ < bytes) {
-        chunk_ = std::make_shared<HugeBuffer>(std::max(bytes, kChunk));
+        chunk_ = std::make_shared<LazyBuffer>(std::max(bytes, kChunk), LazyBuffer::Pages::Huge);
         used_ = 0;
     }
     std::shared_ptr<uint8_t> piece(chunk_, chunk_->data() + used_);   // shares the chunk's ownership
@@ -112,7 +112,7 @@ PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied, void* ct
     if (arena) {
         p.data = arena->take(bytes);
     } else {
-        auto own = std::make_shared<HugeBuffer>(bytes);
+        auto own = std::make_shared<LazyBuffer>(bytes, LazyBuffer::Pages::Huge);
         p.data = std::shared_ptr<uint8_t>(own, own->data());
     }
     uint8_t* mem = p.data.get();

@@ -40,7 +40,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "engine/cpu/huge_pages.h"
+#include "engine/cpu/lazy_buffer.h"
 #include "engine/cpu/qdot.h"
 #include "engine/model.h"
 
@@ -90,7 +90,7 @@ struct PackedWeight {
 // w packed for isa: empty (false) when (isa, w.type) has no packed kernel or
 // w has fewer than kPackRows rows. `copied`, when given, is called as the
 // Where packed weights live: 64-byte-aligned pieces of chunks of at least
-// kChunk bytes (HugeBuffer: huge pages where the system has them, so a
+// kChunk bytes (LazyBuffer on huge pages where the system has them, so a
 // decode streams them with one TLB entry per 2 MiB), handed out in order. A
 // chunk lives as long as any piece of it; the unused end of the last one is
 // never touched, so it is not resident (beyond the huge page the last piece
@@ -101,7 +101,7 @@ public:
     std::shared_ptr<uint8_t> take(uint64_t bytes);
 
 private:
-    std::shared_ptr<HugeBuffer> chunk_;
+    std::shared_ptr<LazyBuffer> chunk_;
     uint64_t used_ = 0;
 };
 

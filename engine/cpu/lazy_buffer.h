@@ -1,6 +1,8 @@
-// Anonymous memory for data streamed from DRAM (packed weights, the read
-// bandwidth measurement): mapped lazily (a page is committed when touched)
-// and, from 2 MiB up, aligned to 2 MiB and marked MADV_HUGEPAGE, so that
+// Anonymous memory mapped lazily (a page is committed when touched): the KV
+// cache on 4 KiB pages (resident only as far as a context is used), and
+// data streamed from DRAM (packed weights, the read bandwidth measurement)
+// with Pages::Huge: from 2 MiB up, aligned to 2 MiB and marked
+// MADV_HUGEPAGE, so that
 // where transparent huge pages are enabled (`always` or `madvise` in
 // /sys/kernel/mm/transparent_hugepage/enabled) a stream takes one TLB entry
 // per 2 MiB instead of per 4 KiB. On a 2-core Xeon (docs/benchmarks.md,
@@ -18,15 +20,16 @@
 
 namespace ptxlm::cpu {
 
-class HugeBuffer {
+class LazyBuffer {
 public:
+    enum class Pages { Small, Huge };
     static constexpr size_t kHugePage = size_t(2) << 20;
 
-    HugeBuffer() = default;
+    LazyBuffer() = default;
     // Throws std::bad_alloc when the mapping fails.
-    explicit HugeBuffer(size_t bytes) : n_(bytes) {
+    LazyBuffer(size_t bytes, Pages pages) : n_(bytes) {
         if (!bytes) return;
-        const bool huge = bytes >= kHugePage;
+        const bool huge = pages == Pages::Huge && bytes >= kHugePage;
         map_ = bytes + (huge ? kHugePage : 0);   // room to align the start
         void* m = mmap(nullptr, map_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (m == MAP_FAILED) throw std::bad_alloc();
@@ -35,14 +38,14 @@ public:
         p_ = huge ? reinterpret_cast<uint8_t*>((a + kHugePage - 1) & ~uintptr_t(kHugePage - 1)) : base_;
         if (huge) madvise(p_, bytes, MADV_HUGEPAGE);   // advice only: its failure leaves 4 KiB pages
     }
-    HugeBuffer(HugeBuffer&& o) noexcept { swap(o); }
-    HugeBuffer& operator=(HugeBuffer&& o) noexcept {
+    LazyBuffer(LazyBuffer&& o) noexcept { swap(o); }
+    LazyBuffer& operator=(LazyBuffer&& o) noexcept {
         swap(o);
         return *this;
     }
-    HugeBuffer(const HugeBuffer&) = delete;
-    HugeBuffer& operator=(const HugeBuffer&) = delete;
-    ~HugeBuffer() {
+    LazyBuffer(const LazyBuffer&) = delete;
+    LazyBuffer& operator=(const LazyBuffer&) = delete;
+    ~LazyBuffer() {
         if (base_) munmap(base_, map_);
     }
 
@@ -50,7 +53,7 @@ public:
     size_t size() const { return n_; }
 
 private:
-    void swap(HugeBuffer& o) noexcept {
+    void swap(LazyBuffer& o) noexcept {
         std::swap(base_, o.base_);
         std::swap(p_, o.p_);
         std::swap(n_, o.n_);
