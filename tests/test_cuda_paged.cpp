@@ -73,6 +73,21 @@ std::vector<float> logits_of(Backend& b, const std::vector<TokenId>& ids, uint32
   return out;
 }
 
+// The CPU reference's greedy continuation of a fixed 4-token prompt to
+// kTokens tokens, and its logits at every position (kTokens × n_vocab).
+std::vector<TokenId> cpu_greedy(const Model& m, std::vector<float>& ref) {
+  const size_t nv = m.n_vocab;
+  cpu::CpuBackend cpu(m, kCtx, KvType::F16, 2);
+  cpu.set_path(cpu::CpuPath::Reference);
+  std::vector<TokenId> ids = {764, 17, 301, 52};
+  ref.assign(kTokens * nv, 0.0f);
+  for (uint32_t i = 0; i < kTokens; ++i) {
+    cpu.eval(ids[i], i, ref.data() + i * nv);
+    if (i + 1 == ids.size() && ids.size() < kTokens) ids.push_back(TokenId(argmax(ref.data() + i * nv, nv)));
+  }
+  return ids;
+}
+
 cuda::GpuTuning paged() {
   cuda::GpuTuning t;
   t.paged_kv = true;
@@ -88,14 +103,8 @@ TEST_P(CudaPagedSynth, PagedLogitsAreTheContiguousCachesAndTheCpus) {
   const size_t nv = m.n_vocab;
 
   // The CPU reference's greedy continuation and its logits.
-  cpu::CpuBackend cpu(m, kCtx, KvType::F16, 2);
-  cpu.set_path(cpu::CpuPath::Reference);
-  std::vector<TokenId> ids = {764, 17, 301, 52};
-  std::vector<float> ref(kTokens * nv);
-  for (uint32_t i = 0; i < kTokens; ++i) {
-    cpu.eval(ids[i], i, ref.data() + i * nv);
-    if (i + 1 == ids.size() && ids.size() < kTokens) ids.push_back(TokenId(argmax(ref.data() + i * nv, nv)));
-  }
+  std::vector<float> ref;
+  const std::vector<TokenId> ids = cpu_greedy(m, ref);
   ASSERT_EQ(ids.size(), kTokens);
 
   cuda::CudaBackend flat(m, cuda::Driver::load(), kCtx, Schedule::Graph, kRef);
@@ -169,14 +178,8 @@ TEST(CudaPaged, HeadSize96LogitsAreTheCpus) {
   const Model m = Model::from_file(gguf::File::parse(bytes, "synth-phi4mini-hd96"));
   ASSERT_EQ(m.head_dim, 96u);
   const size_t nv = m.n_vocab;
-  cpu::CpuBackend cpu(m, kCtx, KvType::F16, 2);
-  cpu.set_path(cpu::CpuPath::Reference);
-  std::vector<TokenId> ids = {764, 17, 301, 52};
-  std::vector<float> ref(kTokens * nv);
-  for (uint32_t i = 0; i < kTokens; ++i) {
-    cpu.eval(ids[i], i, ref.data() + i * nv);
-    if (i + 1 == ids.size() && ids.size() < kTokens) ids.push_back(TokenId(argmax(ref.data() + i * nv, nv)));
-  }
+  std::vector<float> ref;
+  const std::vector<TokenId> ids = cpu_greedy(m, ref);
   ASSERT_EQ(ids.size(), kTokens);
   cuda::CudaBackend pg(m, cuda::Driver::load(), kCtx, Schedule::Graph, kRef, nullptr, paged());
   const std::vector<float> b = logits_of(pg, ids, 7);
