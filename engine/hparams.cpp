@@ -5,7 +5,7 @@
 namespace ptxlm {
 
 const std::vector<std::string>& supported_architectures() {
-    static const std::vector<std::string> archs = {"llama", "qwen2", "gemma3", "qwen3", "mistral3", "phi3"};
+    static const std::vector<std::string> archs = {"llama", "qwen2", "gemma3", "qwen3", "mistral3", "phi3", "gemma4"};
     return archs;
 }
 
@@ -15,6 +15,7 @@ bool HParams::uniform(const std::vector<uint32_t>& v) const {
 
 bool HParams::is_sliding_layer(uint32_t il) const {
     if (sliding_window == 0) return false;
+    if (!swa_layers.empty()) return il < swa_layers.size() && swa_layers[il];
     if (sliding_period == 0) return true;
     return il % sliding_period != sliding_period - 1;
 }
@@ -34,6 +35,33 @@ struct Keys {
         return *v;
     }
 };
+
+// Gemma 4's keys, as llama.cpp's llama_model_gemma4::load_arch_hparams and
+// the generic loader read them: the pattern, the window, the sliding layers'
+// head size and the per-layer embedding width are required there; the rest
+// optional with llama.cpp's defaults.
+void read_gemma4(const gguf::File& f, const Keys& k, HParams& h) {
+    const std::string pat = k.k("attention.sliding_window_pattern");
+    const gguf::KeyValue* kv = f.find(pat);
+    if (!kv) throw ModelError(f.path() + ": required key '" + pat + "' is missing");
+    if (!kv->is_array() || kv->count != h.n_layer)
+        throw ModelError(f.path() + ": '" + pat + "' must be an array of one bool per layer (" + std::to_string(h.n_layer) +
+                         ")");
+    if (kv->elem_type == gguf::ValueType::BOOL) {
+        for (uint64_t il = 0; il < kv->count; ++il) h.swa_layers.push_back(kv->raw[il] != 0);
+    } else {
+        const std::vector<int64_t> v = *f.get_int_array(pat);   // gguf::Error if not integers
+        for (int64_t x : v) h.swa_layers.push_back(x != 0);
+    }
+    h.sliding_window = k.required_u32("attention.sliding_window");
+    h.head_dim_k_swa = k.required_u32("attention.key_length_swa");
+    h.head_dim_v_swa = k.required_u32("attention.value_length_swa");
+    h.n_rot_swa = f.get_u32(k.k("rope.dimension_count_swa")).value_or(h.n_rot);
+    h.rope_base_local = static_cast<float>(f.get_float(k.k("rope.freq_base_swa")).value_or(10000.0));
+    h.shared_kv_layers = f.get_u32(k.k("attention.shared_kv_layers")).value_or(0);
+    h.n_embd_per_layer = k.required_u32("embedding_length_per_layer_input");
+    h.n_expert = f.get_u32(k.k("expert_count")).value_or(0);
+}
 
 }  // namespace
 
@@ -99,7 +127,8 @@ HParams read_hparams(const gguf::File& f) {
     h.yarn_log_mul = f32_or("rope.scaling.yarn_log_multiplier", 0.0f);
     h.rope_attn_factor = f32_or("rope.scaling.attn_factor", 1.0f);
     h.attn_temp_scale = f32_or("attention.temperature_scale", 0.0f);
-    if (h.arch == "qwen2" || h.arch == "gemma3" || h.arch == "qwen3" || h.arch == "phi3") h.rope_style = RopeStyle::Neox;
+    if (h.arch == "qwen2" || h.arch == "gemma3" || h.arch == "qwen3" || h.arch == "phi3" || h.arch == "gemma4")
+        h.rope_style = RopeStyle::Neox;
     // phi3 files carry attention.sliding_window (Phi-4's is 0); llama.cpp
     // turns phi3's sliding-window attention off ("Phi SWA is currently
     // disabled"), and so does ptxlm, to compute what llama.cpp computes:
@@ -111,6 +140,7 @@ HParams read_hparams(const gguf::File& f) {
         h.sliding_period = 6;
         h.rope_base_local = 10000.0f;
     }
+    if (h.arch == "gemma4") read_gemma4(f, k, h);
 
     h.tokenizer_model = std::string(f.get_string("tokenizer.ggml.model").value_or(""));
     h.tokenizer_pre = std::string(f.get_string("tokenizer.ggml.pre").value_or(""));

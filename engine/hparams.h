@@ -20,7 +20,7 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-enum class RopeStyle { Adjacent, Neox };   // llama: pairs (2i, 2i+1); qwen2/gemma3/qwen3/phi3: (i, i+d/2)
+enum class RopeStyle { Adjacent, Neox };   // llama: pairs (2i, 2i+1); qwen2/gemma3/qwen3/phi3/gemma4: (i, i+d/2)
 
 // Architectures the engine runs. Other architectures can still be inspected.
 const std::vector<std::string>& supported_architectures();
@@ -40,8 +40,10 @@ struct HParams {
     uint32_t head_dim_v = 0;       // <arch>.attention.value_length, else n_embd / n_head
     uint32_t n_rot = 0;            // <arch>.rope.dimension_count, else head_dim_k
     float rms_eps = 0;
-    float rope_base = 10000.0f;    // <arch>.rope.freq_base (gemma3: global layers)
-    std::optional<float> rope_base_local;   // gemma3 local layers (10000, fixed by the architecture)
+    float rope_base = 10000.0f;    // <arch>.rope.freq_base (gemma3, gemma4: global layers)
+    // gemma3 local layers (10000, fixed by the architecture); gemma4 sliding
+    // layers (rope.freq_base_swa, llama.cpp's default 10000)
+    std::optional<float> rope_base_local;
     RopeStyle rope_style = RopeStyle::Adjacent;
     std::string rope_scaling;      // <arch>.rope.scaling.type ("" when absent; Model accepts none and linear)
     float rope_scaling_factor = 0; // <arch>.rope.scaling.factor, else the older rope.scale_linear; 0 when absent
@@ -53,6 +55,15 @@ struct HParams {
     float attn_temp_scale = 0;     // <arch>.attention.temperature_scale (Mistral 3; 0 = off)
     uint32_t sliding_window = 0;   // 0 = none
     uint32_t sliding_period = 0;   // gemma3: layer il is global iff il % period == period - 1
+    // Gemma 4 (gemma4). Which layers slide: <arch>.attention.sliding_window_pattern,
+    // one bool (or integer) per layer, true = sliding (empty elsewhere).
+    std::vector<bool> swa_layers;
+    uint32_t head_dim_k_swa = 0;   // <arch>.attention.key_length_swa (sliding layers' head size; 0 = absent)
+    uint32_t head_dim_v_swa = 0;   // <arch>.attention.value_length_swa
+    uint32_t n_rot_swa = 0;        // <arch>.rope.dimension_count_swa, else n_rot
+    uint32_t shared_kv_layers = 0; // <arch>.attention.shared_kv_layers: the last N layers attend over an earlier layer's K/V
+    uint32_t n_embd_per_layer = 0; // <arch>.embedding_length_per_layer_input (per-layer embeddings; 0 = none)
+    uint32_t n_expert = 0;         // <arch>.expert_count (gemma4 26B-A4B: refused by Model)
     uint32_t file_type = 0;        // general.file_type, 0 if absent
 
     // Tokenizer summary.

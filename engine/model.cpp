@@ -58,6 +58,95 @@ private:
 
 std::string blk(uint32_t il, const char* what) { return "blk." + std::to_string(il) + "." + what; }
 
+// Gemma 4's model-level numbers, from the keys read_hparams read (llama.cpp's
+// llama_model_gemma4::load_arch_hparams and the generic loader): what differs
+// from gemma3 and the refusals.
+void read_gemma4(Model& m) {
+    const HParams& hp = m.hp;
+    const std::string& path = m.file.path();
+    if (hp.n_expert > 0 || std::any_of(m.file.tensors().begin(), m.file.tensors().end(), [](const gguf::TensorInfo& t) {
+            return t.name.find(".ffn_gate_inp.") != std::string::npos;
+        }))
+        throw ModelError(path + ": gemma4 with experts (the 26B-A4B mixture of experts) is not supported");
+    if (hp.head_dim_k_swa != hp.head_dim_v_swa || hp.head_dim_k_swa == 0 || hp.head_dim_k_swa % 2)
+        throw ModelError(path + ": gemma4.attention.key_length_swa (" + std::to_string(hp.head_dim_k_swa) +
+                         ") and value_length_swa (" + std::to_string(hp.head_dim_v_swa) +
+                         ") must be equal, even and positive");
+    if (hp.n_rot_swa == 0 || hp.n_rot_swa % 2 || hp.n_rot_swa > hp.head_dim_k_swa)
+        throw ModelError(path + ": rope.dimension_count_swa " + std::to_string(hp.n_rot_swa) + " of head size " +
+                         std::to_string(hp.head_dim_k_swa) + ": RoPE rotates pairs of a head");
+    // llama.cpp scales the full layers' positions only (the sliding ones keep
+    // rope_freq_scale_train_swa = 1); no Gemma 4 file has a scaling.
+    if (!hp.rope_scaling.empty() && hp.rope_scaling != "none")
+        throw ModelError(path + ": RoPE scaling '" + hp.rope_scaling + "' is not supported for gemma4");
+    if (hp.rope_scaling_factor != 0)
+        throw ModelError(path + ": RoPE scaling (rope.scaling.factor) is not supported for gemma4");
+    const bool any_swa = std::any_of(hp.swa_layers.begin(), hp.swa_layers.end(), [](bool swa) { return swa; });
+    if (any_swa && hp.sliding_window == 0)
+        throw ModelError(path + ": gemma4 has sliding layers but attention.sliding_window is 0");
+    if (hp.shared_kv_layers && (hp.shared_kv_layers > hp.n_layer || hp.n_layer - hp.shared_kv_layers < 2))
+        throw ModelError(path + ": attention.shared_kv_layers " + std::to_string(hp.shared_kv_layers) + " of " +
+                         std::to_string(hp.n_layer) + " layers leaves fewer than 2 layers with their own K/V");
+    m.head_dim_swa = hp.head_dim_k_swa;
+    m.n_rot_swa = hp.n_rot_swa;
+    m.attn_scale = 1.0f;   // q and k are RMS-normed; llama.cpp's f_attention_scale 1
+    m.n_embd_per_layer = hp.n_embd_per_layer;
+}
+
+// One Gemma 4 layer (llama_model_gemma4::load_arch_tensors): q always; k, v
+// and k's norm only on layers with their own K/V (v optional: k's projection
+// serves as v); the post norms; per-layer embedding weights; an optional
+// output scale. The last shared_kv_layers layers read the K/V of layer
+// n_kv - 2 (sliding) or n_kv - 1 (full), n_kv the count of layers with their
+// own (llama.cpp's layer_reuse_cb), which must be of the same kind and shape.
+void load_gemma4_layer(Model& m, Loader& L, uint32_t il) {
+    const HParams& hp = m.hp;
+    const std::string& path = m.file.path();
+    LayerDesc& l = m.layers[il];
+    const uint64_t E = hp.n_embd, hd = m.head_dim_of(il);
+    const uint64_t q_dim = uint64_t(l.n_head) * hd, kv_dim = uint64_t(l.n_head_kv) * hd;
+    const uint32_t n_kv = hp.n_layer - hp.shared_kv_layers;
+    if (il >= n_kv) {
+        const uint32_t src = n_kv - (l.sliding ? 2 : 1);
+        const LayerDesc& s = m.layers[src];
+        if (s.sliding != l.sliding || s.n_head_kv != l.n_head_kv || m.head_dim_of(src) != hd)
+            throw ModelError(path + ": shared-KV layer " + std::to_string(il) + " (" + (l.sliding ? "sliding" : "full") +
+                             ") would read layer " + std::to_string(src) + "'s K/V, which is " +
+                             (s.sliding ? "sliding" : "full") + " with " + std::to_string(s.n_head_kv) + " KV heads of " +
+                             std::to_string(m.head_dim_of(src)) + " (not supported)");
+        l.kv_layer = src;
+    }
+    const bool own = l.kv_layer == il;
+    if (m.file.find_tensor(blk(il, "attn_qkv.weight")))
+        throw ModelError(path + ": tensor '" + blk(il, "attn_qkv.weight") + "' (fused QKV) is not supported for gemma4");
+    l.rope_factors = !l.sliding;   // proportional RoPE on the full layers only
+    l.v_norm = true;
+    l.wq = L.get(blk(il, "attn_q.weight"), E, q_dim, true);
+    if (own) {
+        l.wk = L.get(blk(il, "attn_k.weight"), E, kv_dim, true);
+        l.wv = L.get(blk(il, "attn_v.weight"), E, kv_dim, false);   // absent: v is k's projection
+        l.k_norm = L.vec(blk(il, "attn_k_norm.weight"), hd);
+    }
+    l.wo = L.get(blk(il, "attn_output.weight"), q_dim, E, true);
+    l.q_norm = L.vec(blk(il, "attn_q_norm.weight"), hd);
+    l.attn_post_norm = L.vec(blk(il, "post_attention_norm.weight"), E);
+    l.out_scale = L.vec(blk(il, "layer_output_scale.weight"), 1, false);
+    l.ffn_norm = L.vec(blk(il, "ffn_norm.weight"), E);
+    l.gate = L.get(blk(il, "ffn_gate.weight"), E, l.n_ff, true);
+    l.up = L.get(blk(il, "ffn_up.weight"), E, l.n_ff, true);
+    l.down = L.get(blk(il, "ffn_down.weight"), l.n_ff, E, true);
+    l.ffn_post_norm = L.vec(blk(il, "post_ffw_norm.weight"), E);
+    if (const uint64_t P = hp.n_embd_per_layer) {
+        l.ple_gate = L.get(blk(il, "inp_gate.weight"), E, P, true);
+        l.ple_proj = L.get(blk(il, "proj.weight"), P, E, true);
+        l.ple_post_norm = L.vec(blk(il, "post_norm.weight"), E);
+    }
+    for (const char* t : {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias", "ffn_gate.bias", "ffn_up.bias",
+                          "ffn_down.bias"})
+        if (m.file.find_tensor(blk(il, t)))
+            throw ModelError(path + ": tensor '" + blk(il, t) + "' (a bias) is not supported for gemma4");
+}
+
 // Rows [first, first + n) of a 2-D weight, as a weight of its own.
 Weight rows_of(const Weight& w, uint64_t first, uint64_t n) {
     Weight v = w;
@@ -92,14 +181,18 @@ Model Model::from_file(gguf::File file) {
     // which rotates the first n_rot dims and copies the rest; its llama,
     // qwen2, qwen3 and mistral3 graphs assert n_rot == head size, and gemma3's
     // takes layer 0's (rope.dimension_count_swa on a sliding layer 0): refused.
-    if (hp.n_rot != hp.head_dim_k && hp.arch != "phi3")
+    // gemma4 passes each layer's n_rot too (rope.dimension_count on the full
+    // layers, rope.dimension_count_swa on the sliding ones).
+    if (hp.n_rot != hp.head_dim_k && hp.arch != "phi3" && hp.arch != "gemma4")
         throw ModelError(path + ": partial RoPE (" + rot_of + ") is not supported for architecture '" + hp.arch +
-                         "' (only phi3)");
+                         "' (only phi3 and gemma4)");
     m.head_dim = hp.head_dim_k;
     m.n_rot = hp.n_rot;
     m.attn_scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
 
     const std::string a = hp.arch;
+    const bool gemma4 = a == "gemma4";
+    if (gemma4) read_gemma4(m);
     // rope.scaling.type linear with rope.scaling.factor, or (older files) no
     // type and rope.scale_linear: positions divided by the factor.
     if (hp.rope_scaling == "linear" || (hp.rope_scaling.empty() && m.file.find(a + ".rope.scale_linear"))) {
@@ -142,7 +235,7 @@ Model Model::from_file(gguf::File file) {
     if (m.file.get_float(a + ".attn_logit_softcapping").value_or(0.0) != 0.0)
         throw ModelError(path + ": attention logit soft-capping (Gemma 2) is not supported");
 
-    const bool gemma = a == "gemma3";
+    const bool gemma = a == "gemma3" || gemma4;   // post norms, √n_embd input scale, GeGLU
     const bool qk_norm = gemma || a == "qwen3";   // per-head RMSNorm of q and k before RoPE
     if (gemma) {
         m.embd_scale = std::sqrt(static_cast<float>(hp.n_embd));
@@ -166,10 +259,13 @@ Model Model::from_file(gguf::File file) {
     // Llama 3.x's per-pair divisors (llama.cpp's mistral3 graph reads them
     // too); its other graphs here do not, so a file that has them is refused
     // rather than run differently.
-    m.rope_freqs = L.vec("rope_freqs.weight", m.n_rot / 2, false);
-    if (m.rope_freqs && a != "llama" && a != "mistral3")
+    // gemma4: the full layers' proportional RoPE (head_dim/2 divisors, huge
+    // past the rotated fraction), required when a layer is full.
+    const bool any_full = std::any_of(hp.swa_layers.begin(), hp.swa_layers.end(), [](bool swa) { return !swa; });
+    m.rope_freqs = L.vec("rope_freqs.weight", gemma4 ? m.head_dim / 2 : m.n_rot / 2, gemma4 && any_full);
+    if (m.rope_freqs && a != "llama" && a != "mistral3" && !gemma4)
         throw ModelError(path + ": tensor 'rope_freqs.weight' is not used by architecture '" + a +
-                         "' (only llama and mistral3)");
+                         "' (only llama, mistral3 and gemma4)");
     const bool phi3 = a == "phi3";
     // LongRoPE (Phi-3/Phi-4): llama.cpp loads either set alone too (the
     // other then means no factors).
@@ -185,6 +281,13 @@ Model Model::from_file(gguf::File file) {
             throw ModelError(path + ": phi3 with experts (phi3.expert_count > 0) is not supported");
     }
 
+    if (gemma4 && hp.n_embd_per_layer) {
+        const uint64_t PL = uint64_t(hp.n_embd_per_layer) * hp.n_layer;
+        m.per_layer_tok_embd = L.get("per_layer_token_embd.weight", PL, m.n_vocab, true);
+        m.per_layer_model_proj = L.get("per_layer_model_proj.weight", E, PL, true);
+        m.per_layer_proj_norm = L.vec("per_layer_proj_norm.weight", hp.n_embd_per_layer);
+    }
+
     m.layers.resize(hp.n_layer);
     for (uint32_t il = 0; il < hp.n_layer; ++il) {
         LayerDesc& l = m.layers[il];
@@ -194,9 +297,15 @@ Model Model::from_file(gguf::File file) {
         if (l.n_head_kv == 0 || l.n_ff == 0)
             throw ModelError(path + ": layer " + std::to_string(il) + " has no KV heads or no feed-forward (not supported)");
         l.sliding = hp.is_sliding_layer(il);
-        l.rope_base = l.sliding && hp.sliding_period ? base_local : hp.rope_base;
-        const uint64_t q_dim = uint64_t(l.n_head) * m.head_dim, kv_dim = uint64_t(l.n_head_kv) * m.head_dim;
+        l.rope_base = l.sliding && hp.rope_base_local ? base_local : hp.rope_base;
+        l.kv_layer = il;
+        const uint64_t hd = m.head_dim_of(il);
+        const uint64_t q_dim = uint64_t(l.n_head) * hd, kv_dim = uint64_t(l.n_head_kv) * hd;
         l.attn_norm = L.vec(blk(il, "attn_norm.weight"), E);
+        if (gemma4) {
+            load_gemma4_layer(m, L, il);
+            continue;
+        }
         // phi3: q, k and v fused in one matrix, or separate as elsewhere.
         const Weight qkv = phi3 ? L.get(blk(il, "attn_qkv.weight"), E, q_dim + 2 * kv_dim, false) : Weight{};
         if (qkv) {
@@ -269,11 +378,13 @@ const Weight& Model::rope_factors(uint32_t n_ctx) const {
     return n_ctx > hp.rope_orig_ctx ? rope_factors_long : rope_factors_short;
 }
 
-std::vector<double> rope_rates(const Model& m, float base, uint32_t n_ctx) {
+namespace {
+
+std::vector<double> rope_rates(const Model& m, float base, uint32_t n_ctx, uint32_t n_rot, bool with_factors) {
     // ggml_rope_ext's n_dims: theta_scale = base^(-2/n_dims), YaRN's
     // correction dims of n_dims (ggml-cpu ops.cpp).
-    const uint32_t hd = m.n_rot;
-    const std::vector<float> factors = to_floats(m.rope_factors(n_ctx));
+    const uint32_t hd = n_rot;
+    const std::vector<float> factors = with_factors ? to_floats(m.rope_factors(n_ctx)) : std::vector<float>{};
     std::vector<double> f(hd / 2);
     for (uint32_t i = 0; i < hd / 2; ++i) {
         f[i] = std::pow(double(base), -2.0 * double(i) / double(hd));
@@ -300,6 +411,16 @@ std::vector<double> rope_rates(const Model& m, float base, uint32_t n_ctx) {
     return f;
 }
 
+}  // namespace
+
+std::vector<double> rope_rates(const Model& m, float base, uint32_t n_ctx) {
+    return rope_rates(m, base, n_ctx, m.n_rot, true);
+}
+
+std::vector<double> rope_rates(const Model& m, uint32_t il, float base, uint32_t n_ctx) {
+    return rope_rates(m, base, n_ctx, m.n_rot_of(il), m.layers[il].rope_factors);
+}
+
 float yarn_mscale(float factor, float log_mul) {
     // llama.cpp divides its attn_factor by 1 + 0.1·ln f and ggml's RoPE
     // multiplies it back; the product is the ratio itself (within an f32 ulp).
@@ -319,13 +440,15 @@ float Model::attn_temperature(uint32_t pos) const {
 PassTraffic pass_traffic(const Model& m) {
     PassTraffic t;
     m.for_each_weight([&](const Weight& w) {
-        if (&w != &m.tok_embd && &w != &m.output_norm) t.weights += w.rows * w.row_bytes;
-        if (&w != &m.tok_embd && &w != &m.output && w.rows > 1) t.weight_macs += w.rows * w.cols;
+        // The embedding tables are looked up a row per token.
+        const bool table = &w == &m.tok_embd || &w == &m.per_layer_tok_embd;
+        if (!table && &w != &m.output_norm) t.weights += w.rows * w.row_bytes;
+        if (!table && &w != &m.output && w.rows > 1) t.weight_macs += w.rows * w.cols;
     });
     t.lm_head = m.output.rows * m.output.row_bytes + m.output_norm.rows * m.output_norm.row_bytes;
     t.lm_head_macs = m.output.rows * m.output.cols;
     if (!m.tied_embeddings()) t.weights -= m.output.rows * m.output.row_bytes;
-    t.embd_row = m.tok_embd.row_bytes;
+    t.embd_row = m.tok_embd.row_bytes + (m.per_layer_tok_embd ? m.per_layer_tok_embd.row_bytes : 0);
     return t;
 }
 
@@ -344,15 +467,16 @@ MemoryPlan plan_memory(const Model& m, uint32_t n_ctx, uint32_t kv_bytes_per_el)
     p.weights = m.weight_bytes();
     uint64_t max_ff = 0, max_q = 0;
     for (uint32_t il = 0; il < m.layers.size(); ++il) {
-        p.kv_cache += 2ull * n_ctx * m.kv_dim(il) * kv_bytes_per_el;
+        if (m.has_kv(il)) p.kv_cache += 2ull * n_ctx * m.kv_dim(il) * kv_bytes_per_el;
         max_ff = std::max<uint64_t>(max_ff, m.layers[il].n_ff);
-        max_q = std::max<uint64_t>(max_q, uint64_t(m.layers[il].n_head) * m.head_dim);
+        max_q = std::max<uint64_t>(max_q, uint64_t(m.layers[il].n_head) * m.head_dim_of(il));
     }
     // Residual, normed input, q/k/v/attention output, two FFN vectors, the
     // attention scores of one head per thread (bounded by 64 threads here),
     // logits.
     const uint64_t E = m.hp.n_embd;
-    p.activations = 4 * (4 * E + 3 * max_q + 2 * max_ff + 64ull * n_ctx + m.n_vocab);
+    p.activations = 4 * (4 * E + 3 * max_q + 2 * max_ff + 64ull * n_ctx + m.n_vocab +
+                         2ull * m.n_embd_per_layer * (m.layers.size() + 1));
     return p;
 }
 

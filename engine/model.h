@@ -38,10 +38,22 @@ enum class FfnKind { SwiGLU, GeGLU };   // silu(gate)·up (llama, qwen2, qwen3),
 // and gate, up are then views of consecutive rows of that one tensor (data
 // points at the first row; name() is the fused tensor's), so the backends
 // multiply them as separate matrices.
+//
+// Gemma 4 (gemma4) adds per layer: the sliding layers' own head size and
+// rotary dims (Model::head_dim_of, n_rot_of), RoPE factors on the full layers
+// only, K/V shared with an earlier layer (kv_layer), v RMS-normed without a
+// weight (and, without attn_v, taken from k's projection), per-layer
+// embeddings (ple_*) and an output scale.
 struct LayerDesc {
     uint32_t n_head = 0, n_head_kv = 0, n_ff = 0;
     bool sliding = false;          // attends to the last `window` positions only
     float rope_base = 10000.0f;
+    bool rope_factors = true;      // takes the model's rope_factors (gemma4: its full layers only)
+    // The layer whose K/V cache attention reads: this layer's own index, or
+    // (gemma4's last shared_kv_layers layers) an earlier layer's, in which
+    // case this layer computes q only and stores nothing.
+    uint32_t kv_layer = 0;
+    bool v_norm = false;           // gemma4: v RMS-normed per head without a weight
 
     Weight attn_norm;
     Weight wq, wk, wv, wo;
@@ -51,6 +63,12 @@ struct LayerDesc {
     Weight ffn_norm;
     Weight gate, up, down;
     Weight ffn_post_norm;          // gemma3
+    // Gemma 4's per-layer embeddings, after the FFN's residual:
+    // x += rmsnorm(ple_proj · (gelu(ple_gate · x) ⊙ this layer's input slice), ple_post_norm).
+    Weight ple_gate;               // blk.N.inp_gate (n_embd_per_layer, n_embd)
+    Weight ple_proj;               // blk.N.proj (n_embd, n_embd_per_layer)
+    Weight ple_post_norm;          // blk.N.post_norm (n_embd)
+    Weight out_scale;              // blk.N.layer_output_scale (1): the residual stream times it at the layer's end
 };
 
 struct Model {
@@ -60,7 +78,9 @@ struct Model {
     HParams hp;
 
     uint32_t n_vocab = 0;          // rows of token_embd
-    uint32_t head_dim = 0;         // key/value head size (key_length == value_length here)
+    uint32_t head_dim = 0;         // key/value head size (key_length == value_length here); gemma4: the full layers'
+    uint32_t head_dim_swa = 0;     // gemma4: the sliding layers' head size (key_length_swa); 0 = head_dim
+    uint32_t n_rot_swa = 0;        // gemma4: the sliding layers' rotary dims (rope.dimension_count_swa); 0 = n_rot
     // Dims RoPE rotates at the start of each head (rope.dimension_count, even,
     // ≤ head_dim; Phi-4-mini: 96 of 128); the rest of the head passes through
     // unrotated, as ggml_rope_ext with n_dims < ne0. NEOX pairs (i, i + n_rot/2).
@@ -86,6 +106,15 @@ struct Model {
     float attn_temp_scale = 0;
     uint32_t attn_temp_floor = 0;  // YaRN's original context (llama.cpp's n_attn_temp_floor_scale)
     FfnKind ffn = FfnKind::SwiGLU;
+    // Gemma 4's per-layer embeddings (n_embd_per_layer > 0): each token's
+    // input to layer il is the slice il of
+    //   (per_layer_tok_embd[token] · √n_embd_per_layer
+    //    + rmsnorm_slices(per_layer_model_proj · x₀ / √n_embd, per_layer_proj_norm)) / √2
+    // with x₀ the scaled input embedding; LayerDesc::ple_* consume it.
+    uint32_t n_embd_per_layer = 0;
+    Weight per_layer_tok_embd;     // (n_vocab, n_embd_per_layer · n_layer): looked up, never multiplied
+    Weight per_layer_model_proj;   // (n_embd_per_layer · n_layer, n_embd)
+    Weight per_layer_proj_norm;    // n_embd_per_layer
 
     Weight tok_embd;
     Weight output_norm;
@@ -111,7 +140,10 @@ struct Model {
     template <class Fn> void for_each_weight(Fn&& fn) const;
     bool tied_embeddings() const { return output.data == tok_embd.data; }
     float attn_temperature(uint32_t pos) const;   // the factor on q at `pos` (1 when off)
-    uint32_t kv_dim(uint32_t il) const { return layers[il].n_head_kv * head_dim; }
+    uint32_t head_dim_of(uint32_t il) const { return layers[il].sliding && head_dim_swa ? head_dim_swa : head_dim; }
+    uint32_t n_rot_of(uint32_t il) const { return layers[il].sliding && n_rot_swa ? n_rot_swa : n_rot; }
+    uint32_t kv_dim(uint32_t il) const { return layers[il].n_head_kv * head_dim_of(il); }
+    bool has_kv(uint32_t il) const { return layers[il].kv_layer == il; }   // keeps a K/V cache of its own
     // The per-pair divisors RoPE uses with a context of n_ctx positions per
     // sequence: rope_freqs, else LongRoPE's long or short set, else none.
     const Weight& rope_factors(uint32_t n_ctx) const;
@@ -125,9 +157,13 @@ template <class Fn> void Model::for_each_weight(Fn&& fn) const {
     visit(rope_freqs);
     visit(rope_factors_long);
     visit(rope_factors_short);
+    visit(per_layer_tok_embd);
+    visit(per_layer_model_proj);
+    visit(per_layer_proj_norm);
     for (const LayerDesc& l : layers)
         for (const Weight* w : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
-                                &l.attn_post_norm, &l.ffn_norm, &l.gate, &l.up, &l.down, &l.ffn_post_norm})
+                                &l.attn_post_norm, &l.ffn_norm, &l.gate, &l.up, &l.down, &l.ffn_post_norm,
+                                &l.ple_gate, &l.ple_proj, &l.ple_post_norm, &l.out_scale})
             visit(*w);
 }
 
@@ -142,6 +178,9 @@ std::vector<float> to_floats(const Weight& w);
 // rate[i], in double; its cos and sin are rounded to f32 and then multiplied
 // by rope_mscale (rope_cos_sin).
 std::vector<double> rope_rates(const Model& m, float base, uint32_t n_ctx);
+// The same for layer il: its rotary dims (Model::n_rot_of) and the model's
+// factors only where the layer takes them (LayerDesc::rope_factors), at `base`.
+std::vector<double> rope_rates(const Model& m, uint32_t il, float base, uint32_t n_ctx);
 struct RopeCosSin {
     float c, s;
 };

@@ -106,6 +106,17 @@ const std::vector<PreSpec>& pre_specs() {
     return specs;
 }
 
+// Gemma 4's tokenizer (tokenizer.ggml.model "gemma4", llama.cpp's
+// LLAMA_VOCAB_PRE_TYPE_GEMMA4 whatever tokenizer.ggml.pre says): BPE in
+// SentencePiece's spelling. Spaces become U+2581, the text is cut into runs
+// of newlines and runs of anything else only, the merges run on raw UTF-8
+// characters (no byte-to-unicode map), bytes without a token of their own
+// fall back to <0xXX> tokens, and BOS is always added.
+const PreSpec& gemma4_spec() {
+    static const PreSpec spec{"gemma4", {"[^\\n]+|[\\n]+"}, false, true};
+    return spec;
+}
+
 class Regex {
 public:
     explicit Regex(const char* pattern) {
@@ -183,6 +194,7 @@ struct Tokenizer::Impl {
     // BPE
     std::vector<std::unique_ptr<Regex>> regexes;
     bool ignore_merges = false;
+    bool spm_bpe = false;   // Gemma 4's SentencePiece-style BPE (gemma4_spec)
     std::unordered_map<std::string, int32_t> merge_rank;   // "left right" -> rank
     TokenId byte_token[256] = {};   // -1: the vocabulary has no token for the byte
     // Both: the output bytes of each token (control tokens: their text).
@@ -202,9 +214,10 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
     auto model = f.get_string("tokenizer.ggml.model");
     if (!model) throw ModelError(where + "required key 'tokenizer.ggml.model' is missing");
     t.model_ = std::string(*model);
-    if (t.model_ != "llama" && t.model_ != "gpt2")
+    if (t.model_ != "llama" && t.model_ != "gpt2" && t.model_ != "gemma4")
         throw ModelError(where + "tokenizer.ggml.model '" + t.model_ +
-                         "' is not supported (supported: llama (SentencePiece), gpt2 (byte-level BPE))");
+                         "' is not supported (supported: llama (SentencePiece), gpt2 (byte-level BPE), gemma4 "
+                         "(SentencePiece-style BPE))");
     t.pre_ = std::string(f.get_string("tokenizer.ggml.pre").value_or(""));
     auto tokens = f.get_string_array("tokenizer.ggml.tokens");
     if (!tokens || tokens->empty()) throw ModelError(where + "required key 'tokenizer.ggml.tokens' is missing or empty");
@@ -302,9 +315,12 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
         t.eog_[*s] = false;
         t.types_[*s] = kNormal;
     }
-    const bool spm = t.model_ == "llama";
+    const bool spm = t.model_ == "llama", spm_bpe = t.model_ == "gemma4";
     const PreSpec* spec = nullptr;
-    if (!spm) {
+    if (spm_bpe) {
+        spec = &gemma4_spec();
+        t.pre_ = spec->name;   // llama.cpp's choice for this tokenizer model
+    } else if (!spm) {
         const auto& specs = pre_specs();
         auto it = std::find_if(specs.begin(), specs.end(), [&](const PreSpec& p) { return t.pre_ == p.name; });
         if (it == specs.end()) {
@@ -318,6 +334,7 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
         spec = &*it;
     }
     t.add_bos_ = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spm || spec->add_bos);
+    if (spm_bpe) t.add_bos_ = true;   // llama.cpp overrides a false add_bos_token for Gemma 4
     t.add_space_prefix_ = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
     if (t.add_bos_ && !t.bos_) throw ModelError(where + "tokenizer.ggml.add_bos_token is set but there is no bos_token_id");
 
@@ -401,13 +418,16 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
     } else {
         for (const char* r : spec->regexes) impl->regexes.push_back(std::make_unique<Regex>(r));
         impl->ignore_merges = spec->ignore_merges;
+        impl->spm_bpe = spm_bpe;
         auto merges = f.get_string_array("tokenizer.ggml.merges");
         if (!merges) throw ModelError(where + "required key 'tokenizer.ggml.merges' is missing");
         for (size_t r = 0; r < merges->size(); ++r) impl->merge_rank.emplace(std::string((*merges)[r]), int32_t(r));
         const ByteMap& bm = byte_map();
         for (int b = 0; b < 256; ++b) {
             // A vocabulary may lack tokens for bytes its training text never had.
-            impl->byte_token[b] = t.find(bm.to_unicode[b]).value_or(-1);
+            char hex[8];
+            std::snprintf(hex, sizeof hex, "<0x%02X>", unsigned(b));
+            impl->byte_token[b] = t.find(spm_bpe ? std::string(hex) : bm.to_unicode[b]).value_or(-1);
         }
         std::string out;
         for (size_t i = 0; i < n; ++i) {
@@ -415,6 +435,17 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
             out.clear();
             if (t.types_[i] != kNormal && t.types_[i] != kByte) {
                 if (renders_as_text(t.types_[i])) out = s;
+                impl->pieces.push_back(out);
+                continue;
+            }
+            if (spm_bpe) {   // llama.cpp: <0xXX> byte tokens are their byte, U+2581 a space
+                if (t.types_[i] == kByte && s.size() == 6 && s.substr(0, 3) == "<0x")
+                    out = char(std::stoi(std::string(s.substr(3, 2)), nullptr, 16));
+                else
+                    for (size_t k = 0; k < s.size();) {
+                        if (s.substr(k, 3) == "\xE2\x96\x81") { out += ' '; k += 3; }
+                        else out += s[k++];
+                    }
                 impl->pieces.push_back(out);
                 continue;
             }
@@ -487,6 +518,17 @@ std::string Tokenizer::decode(std::span<const TokenId> ids, bool render_special)
     return s;
 }
 
+namespace {
+
+[[noreturn]] void throw_unrepresentable(uint8_t byte) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02X", unsigned(byte));
+    throw std::invalid_argument(std::string("the text contains byte ") + hex +
+                                ", which this model's vocabulary cannot represent");
+}
+
+}  // namespace
+
 void Tokenizer::encode_text(std::string_view text, bool prev_special, std::vector<TokenId>& out) const {
     const Impl& im = *impl_;
     if (im.spm) {
@@ -499,6 +541,14 @@ void Tokenizer::encode_text(std::string_view text, bool prev_special, std::vecto
         return;
     }
     // Byte-level BPE: the regexes cut the text into words, each merged on its own.
+    std::string escaped;
+    if (im.spm_bpe) {   // Gemma 4: spaces spelled U+2581 first
+        for (char c : text) {
+            if (c == ' ') escaped += "\xE2\x96\x81";
+            else escaped += c;
+        }
+        text = escaped;
+    }
     std::vector<std::string_view> words{text}, next;
     for (const auto& re : im.regexes) {
         next.clear();
@@ -508,15 +558,28 @@ void Tokenizer::encode_text(std::string_view text, bool prev_special, std::vecto
     const ByteMap& bm = byte_map();
     struct Sym { std::string text; int prev, next; bool alive; };
     for (std::string_view w : words) {
-        std::string mapped;
-        for (unsigned char c : w) mapped += bm.to_unicode[c];
-        if (im.ignore_merges) {
-            if (auto id = find(mapped)) { out.push_back(*id); continue; }
-        }
         std::vector<Sym> sym;
-        for (unsigned char c : w) {
-            const int i = int(sym.size());
-            sym.push_back({bm.to_unicode[c], i - 1, i + 1, true});
+        if (im.spm_bpe) {
+            // Gemma 4: a run of newlines that is a token is taken whole
+            // (llama.cpp's fix for it); else the word's UTF-8 characters.
+            if (w.find_first_not_of('\n') == std::string_view::npos)
+                if (auto id = find(w)) { out.push_back(*id); continue; }
+            for (size_t k = 0; k < w.size();) {
+                const size_t len = std::min(utf8_len(static_cast<unsigned char>(w[k])), w.size() - k);
+                const int i = int(sym.size());
+                sym.push_back({std::string(w.substr(k, len)), i - 1, i + 1, true});
+                k += len;
+            }
+        } else {
+            std::string mapped;
+            for (unsigned char c : w) mapped += bm.to_unicode[c];
+            if (im.ignore_merges) {
+                if (auto id = find(mapped)) { out.push_back(*id); continue; }
+            }
+            for (unsigned char c : w) {
+                const int i = int(sym.size());
+                sym.push_back({bm.to_unicode[c], i - 1, i + 1, true});
+            }
         }
         if (sym.empty()) continue;
         sym.back().next = -1;
@@ -553,18 +616,20 @@ void Tokenizer::encode_text(std::string_view text, bool prev_special, std::vecto
             }
             // Not in the vocabulary: its bytes, one token each.
             const std::string& s = sym[i].text;
+            if (im.spm_bpe) {   // raw bytes, each its <0xXX> token
+                for (unsigned char c : s) {
+                    if (im.byte_token[c] < 0) throw_unrepresentable(c);
+                    out.push_back(im.byte_token[c]);
+                }
+                continue;
+            }
             for (size_t k = 0; k < s.size();) {
                 const size_t len = std::min(utf8_len(static_cast<unsigned char>(s[k])), s.size() - k);
                 auto it = bm.to_byte.find(s.substr(k, len));
                 // Symbols are built from mapped bytes only, so every character maps back.
                 if (it == bm.to_byte.end()) throw std::logic_error("byte-level BPE symbol with an unmapped character");
                 const TokenId bt = im.byte_token[it->second];
-                if (bt < 0) {
-                    char hex[8];
-                    std::snprintf(hex, sizeof hex, "0x%02X", unsigned(it->second));
-                    throw std::invalid_argument(std::string("the text contains byte ") + hex +
-                                                ", which this model's vocabulary cannot represent");
-                }
+                if (bt < 0) throw_unrepresentable(it->second);
                 out.push_back(bt);
                 k += len;
             }

@@ -495,3 +495,91 @@ TEST(SynthVocab, ChatTemplateIsChatML) {
 }
 
 }  // namespace
+
+// ---- gemma4 ----------------------------------------------------------------------------
+
+namespace {
+
+// gemma4 (issue 25; tiny and small only, not in all_archs): the tensors
+// llama.cpp's gemma4 loader creates for these shapes (q only on the shared-KV
+// layers, attn_v only on the sliding ones, the sliding layers' own head
+// size), its keys, and the same determinism as the other presets.
+TEST(SynthGemma4, TensorsMetadataAndDeterminism) {
+    EXPECT_EQ(parse_arch("gemma4"), Arch::Gemma4);
+    EXPECT_THROW(preset(Arch::Gemma4, Size::Medium), std::invalid_argument);
+    for (Size z : {Size::Tiny, Size::Small}) {
+        const Spec s = preset(Arch::Gemma4, z);
+        SCOPED_TRACE(s.name());
+        const gguf::File f = parse(Arch::Gemma4, z);
+        const uint64_t E = s.n_embd, F = s.n_ff, V = s.n_vocab, L = s.n_layer, P = s.n_embd_per_layer;
+        std::vector<Want> want = {{"token_embd.weight", GgmlType::Q6_K, {E, V}},
+                                  {"rope_freqs.weight", GgmlType::F32, {s.head_dim / 2}},
+                                  {"per_layer_token_embd.weight", GgmlType::Q4_K, {P * L, V}},
+                                  {"per_layer_model_proj.weight", GgmlType::F32, {E, P * L}},
+                                  {"per_layer_proj_norm.weight", GgmlType::F32, {P}},
+                                  {"output_norm.weight", GgmlType::F32, {E}}};
+        const uint32_t n_kv = s.n_layer - s.shared_kv_layers;
+        ASSERT_TRUE(s.is_swa(n_kv - 2) && !s.is_swa(n_kv - 1));   // llama.cpp's reuse sources
+        for (uint32_t i = 0; i < L; ++i) {
+            const std::string p = "blk." + std::to_string(i) + ".";
+            const uint64_t hd = i % 2 == 0 ? s.head_dim / 2 : s.head_dim, Q = s.n_head * hd, KV = s.n_head_kv * hd;
+            const GgmlType vd = q4_k_m_more_bits(i, s.n_layer) ? GgmlType::Q6_K : GgmlType::Q4_K;
+            want.push_back({p + "attn_q.weight", GgmlType::Q4_K, {E, Q}});
+            want.push_back({p + "attn_q_norm.weight", GgmlType::F32, {hd}});
+            if (i < n_kv) {
+                want.push_back({p + "attn_k.weight", GgmlType::Q4_K, {E, KV}});
+                want.push_back({p + "attn_k_norm.weight", GgmlType::F32, {hd}});
+                if (i % 2 == 0) want.push_back({p + "attn_v.weight", vd, {E, KV}});
+            }
+            want.push_back({p + "attn_output.weight", GgmlType::Q4_K, {Q, E}});
+            want.push_back({p + "ffn_down.weight", vd, {F, E}});
+            want.push_back({p + "inp_gate.weight", GgmlType::Q4_K, {E, P}});
+            want.push_back({p + "proj.weight", GgmlType::Q4_K, {P, E}});
+            want.push_back({p + "layer_output_scale.weight", GgmlType::F32, {1}});
+            for (const char* n : {"attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm", "post_norm"})
+                want.push_back({p + n + ".weight", GgmlType::F32, {E}});
+            for (const char* n : {"ffn_gate", "ffn_up"}) want.push_back({p + n + ".weight", GgmlType::Q4_K, {E, F}});
+        }
+        EXPECT_EQ(f.tensors().size(), want.size());
+        for (const Want& w : want) {
+            const gguf::TensorInfo* t = f.find_tensor(w.name);
+            ASSERT_NE(t, nullptr) << w.name;
+            EXPECT_EQ(t->ggml_type(), w.type) << w.name;
+            ASSERT_EQ(t->n_dims, w.ne.size()) << w.name;
+            for (size_t d = 0; d < w.ne.size(); ++d) EXPECT_EQ(t->ne[d], w.ne[d]) << w.name;
+        }
+        // Proportional RoPE: 1 on the first quarter of the full head's pairs, 1e30 past it.
+        const float* rf = reinterpret_cast<const float*>(f.find_tensor("rope_freqs.weight")->data);
+        EXPECT_EQ(rf[s.head_dim / 8 - 1], 1.0f);
+        EXPECT_EQ(rf[s.head_dim / 8], 1e30f);
+        const std::string k = "gemma4.";
+        EXPECT_EQ(f.get_u32(k + "attention.key_length"), s.head_dim);
+        EXPECT_EQ(f.get_u32(k + "attention.key_length_swa"), s.head_dim / 2);
+        EXPECT_EQ(f.get_u32(k + "attention.value_length_swa"), s.head_dim / 2);
+        EXPECT_EQ(f.get_u32(k + "rope.dimension_count_swa"), s.head_dim / 2);
+        EXPECT_EQ(f.get_u32(k + "attention.shared_kv_layers"), 2u);
+        EXPECT_EQ(f.get_u32(k + "embedding_length_per_layer_input"), 256u);
+        EXPECT_EQ(f.get_u32(k + "attention.sliding_window"), 16u);
+        EXPECT_EQ(f.get_float(k + "rope.freq_base_swa"), 1e4);
+        EXPECT_EQ(f.get_float(k + "final_logit_softcapping"), 30.0);
+        const gguf::KeyValue* pat = f.find(k + "attention.sliding_window_pattern");
+        ASSERT_NE(pat, nullptr);
+        ASSERT_EQ(pat->elem_type, ValueType::BOOL);   // as gguf-py writes a list of bools
+        ASSERT_EQ(pat->count, L);
+        for (uint32_t i = 0; i < L; ++i) EXPECT_EQ(pat->raw[i], i % 2 == 0 ? 1 : 0) << i;
+    }
+    Options one, four;
+    one.threads = 1;
+    four.threads = 4;
+    const auto b1 = model_bytes(preset(Arch::Gemma4, Size::Tiny, 7), one);
+    EXPECT_EQ(b1, model_bytes(preset(Arch::Gemma4, Size::Tiny, 7), four));
+    EXPECT_NE(b1, model_bytes(preset(Arch::Gemma4, Size::Tiny, 8), one));
+    Spec bad = preset(Arch::Gemma4, Size::Tiny);
+    bad.shared_kv_layers = 3;   // layer n_kv - 1 would slide
+    EXPECT_THROW(validate(bad), std::invalid_argument);
+    bad = preset(Arch::Llama, Size::Tiny);
+    bad.n_embd_per_layer = 256;   // gemma4's alone
+    EXPECT_THROW(validate(bad), std::invalid_argument);
+}
+
+}  // namespace

@@ -39,12 +39,15 @@ float gelu_tanh(float x) {
 }  // namespace
 
 struct CpuBackend::Layer {
-    std::vector<float> attn_norm, ffn_norm, q_norm, k_norm, attn_post_norm, ffn_post_norm, bq, bk, bv;
+    std::vector<float> attn_norm, ffn_norm, q_norm, k_norm, attn_post_norm, ffn_post_norm, bq, bk, bv, ple_post_norm;
+    float out_scale = 1.0f;         // gemma4's layer_output_scale (1 when absent)
     std::vector<double> inv_freq;   // per rotated pair (n_rot/2): base^(−2i/n_rot) / rope_factors(n_ctx)[i]
-    LazyBuffer k_cache, v_cache;    // [n_pages · page_size][kv_dim] of f16 or f32
-    // The packed copies of wq wk wv wo gate up down, in that order (null:
-    // not packed).
-    std::array<const PackedWeight*, 7> packs{};
+    // [n_pages · page_size][kv_dim] of f16 or f32; empty on a layer that
+    // reads another layer's (LayerDesc::kv_layer).
+    LazyBuffer k_cache, v_cache;
+    // The packed copies of wq wk wv wo gate up down ple_gate ple_proj, in
+    // that order (null: not packed).
+    std::array<const PackedWeight*, 9> packs{};
 };
 
 CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, int threads)
@@ -62,8 +65,8 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_pt
     const uint64_t kv_rows = uint64_t(pages_.n_pages) * pages_.page_size;
     arith_.path = CpuPath::Quantized;
     arith_.isa = best_isa();
-    const uint64_t E = m.hp.n_embd, hd = m.head_dim;
-    uint64_t max_q = 0, max_kv = 0, max_ff = 0;
+    const uint64_t E = m.hp.n_embd;
+    uint64_t max_q = 0, max_kv = 0, max_ff = 0, max_hd = 0;
     layers_.resize(m.layers.size());
     for (size_t il = 0; il < m.layers.size(); ++il) {
         const LayerDesc& d = m.layers[il];
@@ -77,15 +80,25 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_pt
         l.bq = to_floats(d.bq);
         l.bk = to_floats(d.bk);
         l.bv = to_floats(d.bv);
-        l.inv_freq = rope_rates(m, d.rope_base, n_ctx);
+        l.ple_post_norm = to_floats(d.ple_post_norm);
+        if (d.out_scale) l.out_scale = to_floats(d.out_scale)[0];
+        l.inv_freq = rope_rates(m, uint32_t(il), d.rope_base, n_ctx);
         const uint64_t el = kv == KvType::F16 ? 2 : 4;
-        l.k_cache = LazyBuffer(kv_rows * m.kv_dim(il) * el, LazyBuffer::Pages::Small);
-        l.v_cache = LazyBuffer(kv_rows * m.kv_dim(il) * el, LazyBuffer::Pages::Small);
+        if (m.has_kv(uint32_t(il))) {
+            l.k_cache = LazyBuffer(kv_rows * m.kv_dim(il) * el, LazyBuffer::Pages::Small);
+            l.v_cache = LazyBuffer(kv_rows * m.kv_dim(il) * el, LazyBuffer::Pages::Small);
+        }
+        const uint64_t hd = m.head_dim_of(uint32_t(il));
+        max_hd = std::max(max_hd, hd);
         max_q = std::max<uint64_t>(max_q, uint64_t(d.n_head) * hd);
         max_kv = std::max<uint64_t>(max_kv, m.kv_dim(il));
         max_ff = std::max<uint64_t>(max_ff, d.n_ff);
     }
     output_norm_ = to_floats(m.output_norm);
+    ple_norm_ = to_floats(m.per_layer_proj_norm);
+    ple_w_ = uint64_t(m.n_embd_per_layer) * m.layers.size();
+    ple_.resize(kMaxBatch * ple_w_);
+    pg_.resize(kMaxBatch * m.n_embd_per_layer);
     q_w_ = max_q;
     kv_w_ = max_kv;
     ff_w_ = max_ff;
@@ -99,7 +112,7 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_pt
     g_.resize(kMaxBatch * max_ff);
     u_.resize(kMaxBatch * max_ff);
     scores_.resize(uint64_t(pool_->size()) * n_ctx);
-    rows_.resize(uint64_t(pool_->size()) * hd);
+    rows_.resize(uint64_t(pool_->size()) * max_hd);
 }
 
 void CpuBackend::pack_weights() {
@@ -115,6 +128,7 @@ void CpuBackend::pack_weights() {
     pack_arena_ = {};
     packed_isa_.reset();
     output_pack_ = nullptr;
+    ple_model_pack_ = nullptr;
     for (Layer& l : layers_) l.packs = {};
     if (!wanted) return;
     packed_isa_ = arith_.isa;
@@ -151,9 +165,11 @@ void CpuBackend::pack_weights() {
     for (size_t il = 0; il < m_.layers.size(); ++il) {
         const LayerDesc& d = m_.layers[il];
         size_t i = 0;
-        for (const Weight* w : {&d.wq, &d.wk, &d.wv, &d.wo, &d.gate, &d.up, &d.down}) layers_[il].packs[i++] = pack(*w);
+        for (const Weight* w : {&d.wq, &d.wk, &d.wv, &d.wo, &d.gate, &d.up, &d.down, &d.ple_gate, &d.ple_proj})
+            layers_[il].packs[i++] = pack(*w);
     }
     output_pack_ = pack(m_.output);
+    ple_model_pack_ = pack(m_.per_layer_model_proj);
 }
 
 void CpuBackend::embedding(uint64_t token, float* out) const {
@@ -211,7 +227,7 @@ DeviceInfo CpuBackend::device_info() const {
 }
 
 void CpuBackend::debug_set_rope_base(uint32_t layer, float base) {
-    layers_.at(layer).inv_freq = rope_rates(m_, base, n_ctx_);
+    layers_.at(layer).inv_freq = rope_rates(m_, layer, base, n_ctx_);
 }
 
 namespace {
@@ -267,9 +283,32 @@ inline const float* cache_row(const uint8_t* cache, KvType kv, uint64_t i, uint3
 
 }  // namespace
 
+void CpuBackend::per_layer_inputs(std::span<const TokenId> tokens, uint32_t n) {
+    // llama.cpp's gemma4 graph (project_per_layer_inputs): the projection of
+    // the scaled input, times 1/√n_embd, RMS-normed per layer slice, plus the
+    // token's per-layer embedding row times √n_embd_per_layer, times 1/√2.
+    const uint64_t E = m_.hp.n_embd, P = m_.n_embd_per_layer, PL = ple_w_;
+    matmul(*pool_, {job(m_.per_layer_model_proj, ple_model_pack_, ple_.data(), PL)}, x_.data(), n, E, arith_);
+    const float proj_scale = 1.0f / std::sqrt(float(E)), embd_scale = std::sqrt(float(P));
+    const float sum_scale = 1.0f / std::sqrt(2.0f);
+    const auto one = [&](uint32_t t) {
+        float* pl = &ple_[t * PL];
+        thread_local std::vector<float> row;
+        row.resize(PL);
+        dequantize_row(m_.per_layer_tok_embd, uint64_t(tokens[t]), row.data());
+        for (uint64_t i = 0; i < PL; ++i) pl[i] *= proj_scale;
+        for (uint64_t j = 0; j < PL; j += P) rms_norm(pl + j, ple_norm_.data(), pl + j, P, m_.hp.rms_eps);
+        for (uint64_t i = 0; i < PL; ++i) pl[i] = (pl[i] + row[i] * embd_scale) * sum_scale;
+    };
+    if (n == 1) return one(0);
+    pool_->parallel_for(n, 1, [&](uint64_t b, uint64_t e, int) {
+        for (uint64_t t = b; t < e; ++t) one(static_cast<uint32_t>(t));
+    });
+}
+
 AttentionArgs CpuBackend::attention_args(uint32_t il, uint32_t row0, const SeqStep& s) {
     const LayerDesc& d = m_.layers[il];
-    const Layer& l = layers_[il];
+    const Layer& l = layers_[d.kv_layer];   // its own cache, or the layer's it shares
     AttentionArgs a;
     a.q = q_.data() + row0 * q_w_;
     a.ldq = q_w_;
@@ -281,7 +320,7 @@ AttentionArgs CpuBackend::attention_args(uint32_t il, uint32_t row0, const SeqSt
     a.kv_dim = m_.kv_dim(il);
     a.n_head = d.n_head;
     a.n_head_kv = d.n_head_kv;
-    a.head_dim = m_.head_dim;
+    a.head_dim = m_.head_dim_of(il);
     a.scale = m_.attn_scale;
     a.pos = s.pos;
     a.n = static_cast<uint32_t>(s.tokens.size());
@@ -295,8 +334,8 @@ void CpuBackend::attention(uint32_t il, uint32_t row0, const SeqStep& s) {
     const uint32_t pos = s.pos, n = static_cast<uint32_t>(s.tokens.size());
     const uint32_t* pages = s.pages.data();
     const LayerDesc& d = m_.layers[il];
-    const Layer& l = layers_[il];
-    const uint32_t hd = m_.head_dim, group = d.n_head / d.n_head_kv;
+    const Layer& l = layers_[d.kv_layer];   // its own cache, or the layer's it shares
+    const uint32_t hd = m_.head_dim_of(il), group = d.n_head / d.n_head_kv;
     const uint64_t kv_dim = m_.kv_dim(il);
     const uint32_t window = m_.hp.sliding_window;
     // The reference: one task per (token, head); token t of the batch sits at position pos + t
@@ -349,6 +388,7 @@ void CpuBackend::copy_page(uint32_t from, uint32_t to, uint32_t positions) {
                                     " pages of " + std::to_string(pages_.page_size));
     const uint64_t el = kv_ == KvType::F16 ? 2 : 4;
     for (uint32_t il = 0; il < m_.layers.size(); ++il) {
+        if (!m_.has_kv(il)) continue;
         const uint64_t row = m_.kv_dim(il) * el, page = row * pages_.page_size;
         for (uint8_t* c : {layers_[il].k_cache.data(), layers_[il].v_cache.data()})
             std::memmove(c + to * page, c + from * page, positions * row);
@@ -395,7 +435,6 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
     if (n == 0) return;
     const HParams& hp = m_.hp;
     const uint64_t E = hp.n_embd;
-    const uint32_t hd = m_.head_dim;
     const float eps = hp.rms_eps;
 
     // The per-token work between the products runs over the batch's tokens
@@ -415,36 +454,51 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
         if (m_.embd_scale != 1.0f)
             for (uint64_t i = 0; i < E; ++i) x[i] *= m_.embd_scale;
     });
+    if (m_.n_embd_per_layer) per_layer_inputs(tokens, n);
 
     for (uint32_t il = 0; il < m_.layers.size(); ++il) {
         const LayerDesc& d = m_.layers[il];
         Layer& l = layers_[il];
+        const uint32_t hd = m_.head_dim_of(il);
         const uint64_t q_dim = uint64_t(d.n_head) * hd, kv_dim = m_.kv_dim(il);
+        // gemma4: the shared-KV layers compute q only; without attn_v, k's
+        // projection serves as v.
+        const bool own_kv = m_.has_kv(il);
 
         each_token([&](uint32_t t) { rms_norm(&x_[t * E], l.attn_norm.data(), &xn_[t * E], E, eps); });
-        matmul(*pool_, {job(d.wq, l.packs[0], q_.data(), q_w_), job(d.wk, l.packs[1], k_.data(), kv_w_),
-                        job(d.wv, l.packs[2], v_.data(), kv_w_)},
-               xn_.data(), n, E, arith_);
+        if (!own_kv)
+            matmul(*pool_, {job(d.wq, l.packs[0], q_.data(), q_w_)}, xn_.data(), n, E, arith_);
+        else if (!d.wv)
+            matmul(*pool_, {job(d.wq, l.packs[0], q_.data(), q_w_), job(d.wk, l.packs[1], k_.data(), kv_w_)},
+                   xn_.data(), n, E, arith_);
+        else
+            matmul(*pool_, {job(d.wq, l.packs[0], q_.data(), q_w_), job(d.wk, l.packs[1], k_.data(), kv_w_),
+                            job(d.wv, l.packs[2], v_.data(), kv_w_)},
+                   xn_.data(), n, E, arith_);
         each_token([&](uint32_t t) {
             float* q = &q_[t * q_w_];
             float* k = &k_[t * kv_w_];
             float* v = &v_[t * kv_w_];
+            if (own_kv && !d.wv) std::memcpy(v, k, kv_dim * 4);
             if (!l.bq.empty()) {
                 for (uint64_t i = 0; i < q_dim; ++i) q[i] += l.bq[i];
                 for (uint64_t i = 0; i < kv_dim; ++i) k[i] += l.bk[i];
                 for (uint64_t i = 0; i < kv_dim; ++i) v[i] += l.bv[i];
             }
-            if (!l.q_norm.empty()) {
+            if (!l.q_norm.empty())
                 for (uint32_t h = 0; h < d.n_head; ++h) rms_norm(&q[h * hd], l.q_norm.data(), &q[h * hd], hd, eps);
+            if (!l.k_norm.empty() && own_kv)
                 for (uint32_t h = 0; h < d.n_head_kv; ++h) rms_norm(&k[h * hd], l.k_norm.data(), &k[h * hd], hd, eps);
-            }
+            if (d.v_norm && own_kv)
+                for (uint32_t h = 0; h < d.n_head_kv; ++h) rms_norm(&v[h * hd], nullptr, &v[h * hd], hd, eps);
             const double p = double(rows[t].pos) * m_.rope_freq_scale;
             rope(q, d.n_head, hd, l.inv_freq, p, hp.rope_style, m_.rope_mscale);
-            rope(k, d.n_head_kv, hd, l.inv_freq, p, hp.rope_style, m_.rope_mscale);
             if (m_.attn_temp_scale != 0) {   // Mistral 3: q scaled by the position's temperature
                 const float temp = m_.attn_temperature(rows[t].pos);
                 for (uint64_t i = 0; i < q_dim; ++i) q[i] *= temp;
             }
+            if (!own_kv) return;
+            rope(k, d.n_head_kv, hd, l.inv_freq, p, hp.rope_style, m_.rope_mscale);
             store_row(l.k_cache.data(), kv_, rows[t].kv_row, k, kv_dim);
             store_row(l.v_cache.data(), kv_, rows[t].kv_row, v, kv_dim);
         });
@@ -482,6 +536,28 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
             if (!l.ffn_post_norm.empty()) rms_norm(o, l.ffn_post_norm.data(), o, E, eps);
             for (uint64_t i = 0; i < E; ++i) x[i] += o[i];
         });
+        if (d.ple_gate) {
+            // gemma4: x += rmsnorm(proj · (gelu(gate · x) ⊙ this layer's input slice)).
+            const uint64_t P = m_.n_embd_per_layer;
+            matmul(*pool_, {job(d.ple_gate, l.packs[7], pg_.data(), P)}, x_.data(), n, E, arith_);
+            each_token([&](uint32_t t) {
+                float* g = &pg_[t * P];
+                const float* slice = &ple_[t * ple_w_ + il * P];
+                if (fast) return ew.gelu_mul(g, slice, uint32_t(P));
+                for (uint64_t i = 0; i < P; ++i) g[i] = gelu_tanh(g[i]) * slice[i];
+            });
+            matmul(*pool_, {job(d.ple_proj, l.packs[8], o_.data(), E)}, pg_.data(), n, P, arith_);
+            each_token([&](uint32_t t) {
+                float* o = &o_[t * E];
+                float* x = &x_[t * E];
+                rms_norm(o, l.ple_post_norm.data(), o, E, eps);
+                for (uint64_t i = 0; i < E; ++i) x[i] += o[i];
+            });
+        }
+        if (l.out_scale != 1.0f)
+            each_token([&](uint32_t t) {
+                for (float *x = &x_[t * E], *e = x + E; x < e; ++x) *x *= l.out_scale;
+            });
     }
     if (wanted == 0) return;
     // The wanted rows normalised one after another, one product with the

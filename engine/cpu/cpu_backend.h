@@ -111,6 +111,9 @@ private:
     void pack_weights();
     // Token `token`'s embedding as floats (n_embd of them, before any scale).
     void embedding(uint64_t token, float* out) const;
+    // gemma4: every layer's per-layer input of the step's n tokens into
+    // ple_, from their scaled embeddings in x_ (Model::per_layer_tok_embd).
+    void per_layer_inputs(std::span<const TokenId> tokens, uint32_t n);
     // A product's job: w into y (outputs ldy apart), with w's packed rows
     // (null where w is not packed).
     static MatVec job(const Weight& w, const PackedWeight* packed, float* y, uint64_t ldy) {
@@ -130,13 +133,18 @@ private:
     PackArena pack_arena_;   // where packed_ lives (each pack holds its chunk)
     std::optional<Isa> packed_isa_;
     const PackedWeight* output_pack_ = nullptr;
+    const PackedWeight* ple_model_pack_ = nullptr;   // gemma4's per_layer_model_proj
     std::shared_ptr<ThreadPool> pool_;
     std::vector<Layer> layers_;
     Attention fast_attention_;   // the quantized path's; the reference path's is attention()
     std::vector<AttentionArgs> attn_args_;   // a step's sequences, for fast_attention_
-    std::vector<float> output_norm_;
+    std::vector<float> output_norm_, ple_norm_;
     // Activations of up to kMaxBatch tokens, row t of each at t × its width.
     std::vector<float> x_, xn_, q_, k_, v_, att_, o_, g_, u_, scores_, rows_;
+    // gemma4's per-layer inputs (ple_w_ = n_embd_per_layer · n_layer per
+    // token) and the per-layer gate's outputs (n_embd_per_layer per token).
+    std::vector<float> ple_, pg_;
+    uint64_t ple_w_ = 0;
     std::vector<float> step_logits_;   // a step of several sequences: the wanted rows' logits, then copied out
     uint64_t q_w_ = 0, kv_w_ = 0, ff_w_ = 0;
 };

@@ -71,6 +71,7 @@ void plan_paged(LayerPlan& lp, uint32_t il, uint32_t n_ctx, uint32_t sms) {
 
 DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, uint32_t sms, bool paged_kv) {
     if (sms == 0) throw std::invalid_argument("decode_plan: a device with no SMs");
+    if (m.hp.arch == "gemma4") throw ModelError("architecture gemma4 is not supported on the GPU path yet");
     const bool qi = quantized_inputs;
     const HParams& hp = m.hp;
     const uint32_t E = hp.n_embd, hd = m.head_dim;

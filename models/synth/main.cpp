@@ -1,10 +1,11 @@
 // ptxlm-synth: writes a synthetic GGUF test model.
-//   ptxlm-synth --arch llama|qwen2|gemma3|qwen3|llama3|mistral3|phi3|phi4mini --size tiny|small|medium|wide4096|llama3-8b-slice|llama3.2-1b-slice|llama3-8b [--seed N] --out FILE
+//   ptxlm-synth --arch llama|qwen2|gemma3|qwen3|llama3|mistral3|phi3|phi4mini|gemma4 --size tiny|small|medium|wide4096|llama3-8b-slice|llama3.2-1b-slice|llama3-8b [--seed N] --out FILE
 //   ptxlm-synth --list
 #include <chrono>
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -23,7 +24,9 @@ void print_list() {
     std::printf("%-8s %-9s %6s %6s %5s %4s %4s %6s %6s %5s %11s\n", "arch", "size", "n_embd", "layers", "heads",
                 "kv", "hd", "n_ff", "vocab", "ctx", "params");
     for (Size z : all_sizes()) {
-        for (Arch a : all_archs()) {
+        std::vector<Arch> archs = all_archs();
+        if (z == Size::Tiny || z == Size::Small) archs.push_back(Arch::Gemma4);   // gemma4: these two only
+        for (Arch a : archs) {
             const Spec s = preset(a, z);
             std::printf("%-8s %-9s %6u %6u %5u %4u %4u %6u %6u %5u %11llu\n", arch_name(a), size_name(z), s.n_embd,
                         s.n_layer, s.n_head, s.n_head_kv, s.head_dim, s.n_ff, s.n_vocab, s.n_ctx,
@@ -40,7 +43,7 @@ int main(int argc, char** argv) {
     uint64_t seed = kDefaultSeed;
     unsigned threads = 0;
     bool list = false;
-    app.add_option("--arch", arch_s, "llama, qwen2, gemma3, qwen3, llama3 (llama with Llama 3.x RoPE and tokenizer), mistral3, phi3 (Phi-3/Phi-4: fused QKV and gate/up, LongRoPE) or phi4mini (phi3 with Phi-4-mini's partial rotary: 3/4 of each head)");
+    app.add_option("--arch", arch_s, "llama, qwen2, gemma3, qwen3, llama3 (llama with Llama 3.x RoPE and tokenizer), mistral3, phi3 (Phi-3/Phi-4: fused QKV and gate/up, LongRoPE), phi4mini (phi3 with Phi-4-mini's partial rotary: 3/4 of each head) or gemma4 (Gemma 4 dense: tiny and small)");
     app.add_option("--size", size_s, "tiny, small, medium, wide4096, llama3-8b-slice, llama3.2-1b-slice or llama3-8b (see --list)");
     app.add_option("--seed", seed, "seed of the weights (default 1)");
     app.add_option("--out", out, "the GGUF file to write");
@@ -61,7 +64,7 @@ int main(int argc, char** argv) {
     }
     if (arch_s.empty() || size_s.empty() || out.empty()) return usage_error("--arch, --size and --out are required");
     const auto arch = parse_arch(arch_s);
-    if (!arch) return usage_error("unknown --arch '" + arch_s + "' (llama, qwen2, gemma3, qwen3, llama3, mistral3, phi3 or phi4mini)");
+    if (!arch) return usage_error("unknown --arch '" + arch_s + "' (llama, qwen2, gemma3, qwen3, llama3, mistral3, phi3, phi4mini or gemma4)");
     const auto size = parse_size(size_s);
     if (!size) return usage_error("unknown --size '" + size_s + "' (tiny, small, medium, wide4096, llama3-8b-slice, llama3.2-1b-slice or llama3-8b)");
 

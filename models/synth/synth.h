@@ -2,7 +2,10 @@
 // qwen3, plus "llama3": a llama file with Llama 3.x's RoPE features,
 // mistral3 (Ministral 3: YaRN, attention temperature, the tekken tokenizer)
 // and phi3 (Phi-3/Phi-4: fused attn_qkv and gate/up, LongRoPE factors), and
-// phi4mini: a phi3 file with Phi-4-mini's partial rotary (3/4 of each head).
+// phi4mini: a phi3 file with Phi-4-mini's partial rotary (3/4 of each head),
+// and gemma4 (Gemma 4 dense: sliding and full layers of different head sizes,
+// shared-KV layers, per-layer embeddings, proportional RoPE on the full
+// layers; CPU only, so it is not in all_archs(), tiny and small only).
 //
 // A model is fully described by a Spec (shapes, RoPE bases, seed). The weights
 // are random but deterministic (same Spec = byte-identical file on any machine),
@@ -30,7 +33,7 @@ namespace ptxlm::synth {
 // the plain llama files and their goldens stay as they are).
 // Phi4Mini is general.architecture "phi3" with rope.dimension_count 3/4 of
 // head_dim (LongRoPE factors of n_rot/2), as Phi-4-mini's 96 of 128.
-enum class Arch { Llama, Qwen2, Gemma3, Qwen3, Llama3, Mistral3, Phi3, Phi4Mini };
+enum class Arch { Llama, Qwen2, Gemma3, Qwen3, Llama3, Mistral3, Phi3, Phi4Mini, Gemma4 };
 enum class Size { Tiny, Small, Medium, Wide4096, Llama3_8B_Slice, Llama3_2_1B_Slice, Llama3_8B };
 
 const char* arch_name(Arch a);   // "llama", "qwen2", "gemma3", "qwen3", "llama3", "mistral3", "phi3", "phi4mini": the preset's name
@@ -39,6 +42,8 @@ const char* size_name(Size s);   // "tiny", "small", "medium", "wide4096", "llam
                                  // "llama3.2-1b-slice", "llama3-8b"
 std::optional<Arch> parse_arch(std::string_view s);
 std::optional<Size> parse_size(std::string_view s);
+// The presets both devices run, in every size (gemma4, which the GPU path
+// refuses, is parsed and named but left out).
 const std::vector<Arch>& all_archs();
 const std::vector<Size>& all_sizes();
 
@@ -74,21 +79,36 @@ struct Spec {
     // original_context_length, and <arch>.rope.scaling.attn_factor (0 = not written).
     float rope_attn_factor = 0;
     uint32_t rope_dims = 0;       // phi4mini: <arch>.rope.dimension_count (even, < head_dim); 0 = head_dim
+    // gemma4: layer il slides iff il is even (llama.cpp's reuse needs the
+    // last layer with its own K/V full, the one before it sliding); the
+    // sliding layers' head size (key_length_swa; head_dim is the full ones'),
+    // the last shared_kv_layers layers attend over layer n_kv-2's (sliding)
+    // or n_kv-1's (full) K/V, per-layer embeddings of n_embd_per_layer,
+    // attn_v only on the sliding layers (k's projection serves as v on the
+    // full ones), final_logit_softcapping (0 = not written).
+    uint32_t head_dim_swa = 0;
+    uint32_t shared_kv_layers = 0;
+    uint32_t n_embd_per_layer = 0;
+    float final_softcap = 0;
     uint64_t seed = kDefaultSeed;
     TypeMix types = TypeMix::Q4_K_M;   // the quantization mix of the weights (see mix_type)
 
     uint32_t q_dim() const { return n_head * head_dim; }     // attn_q rows, attn_output input
     uint32_t kv_dim() const { return n_head_kv * head_dim; } // attn_k / attn_v rows
-    bool tied_embeddings() const { return arch == Arch::Gemma3; }  // no output.weight
+    bool gemma() const { return arch == Arch::Gemma3 || arch == Arch::Gemma4; }
+    bool is_swa(uint32_t il) const { return arch == Arch::Gemma4 && il % 2 == 0; }   // gemma4's sliding layers
+    uint32_t head_dim_of(uint32_t il) const { return is_swa(il) ? head_dim_swa : head_dim; }
+    bool has_kv(uint32_t il) const { return il + shared_kv_layers < n_layer; }   // gemma4: its own K/V
+    bool tied_embeddings() const { return gemma(); }  // no output.weight
     bool qkv_bias() const { return arch == Arch::Qwen2; }
-    bool qk_norm() const { return arch == Arch::Gemma3 || arch == Arch::Qwen3; }   // attn_{q,k}_norm.weight
-    bool rope_freqs() const { return arch == Arch::Llama3; }   // rope_freqs.weight
+    bool qk_norm() const { return gemma() || arch == Arch::Qwen3; }   // attn_{q,k}_norm.weight
+    bool rope_freqs() const { return arch == Arch::Llama3 || arch == Arch::Gemma4; }   // rope_freqs.weight
     uint32_t n_rot() const { return rope_dims ? rope_dims : head_dim; }   // dims RoPE rotates per head
     bool phi3() const { return arch == Arch::Phi3 || arch == Arch::Phi4Mini; }   // general.architecture "phi3"
     bool rope_factors() const { return phi3(); }  // rope_factors_long/short.weight (n_rot / 2 each)
     bool fused() const { return phi3(); }   // attn_qkv (q, k, v rows) and ffn_up (gate, up rows)
     // Written as key_length/value_length (head_dim may differ from n_embd / n_head).
-    bool key_length() const { return arch == Arch::Gemma3 || arch == Arch::Qwen3; }
+    bool key_length() const { return gemma() || arch == Arch::Qwen3; }
     const char* tokenizer_pre() const;   // tokenizer.ggml.pre
     std::string name() const;     // general.name, e.g. "ptxlm-synth llama tiny" (phi3: "ptxlm-synth phi tiny")
 };
@@ -108,6 +128,12 @@ enum class WeightKind {
     RopeFreqs,   // llama3 rope_freqs.weight (1-D, head_dim / 2 divisors)
     AttnQkv,     // phi3 attn_qkv.weight: q's rows, then k's, then v's
     RopeFactorsLong, RopeFactorsShort,   // phi3 (1-D, n_rot / 2 divisors)
+    // gemma4's per-layer embeddings: per_layer_token_embd (a lookup table)
+    // and each layer's inp_gate and proj (Q4_K, as llama.cpp's quantizer
+    // gives any other 2-D weight), per_layer_model_proj (F32: llama.cpp's
+    // quantizer leaves it as it is).
+    PleTokEmbd, PleModelProj, PleGate, PleProj,
+    Scale,   // gemma4's layer_output_scale.weight (1 element, F32)
 };
 
 // llama.cpp's "use more bits" layer rule of Q4_K_M (integer division n/8):
@@ -176,6 +202,10 @@ float synth_normal(uint64_t key, uint64_t index);
 // llama3's rope_freqs factor of RoPE pair i of n: 1 for the first quarter,
 // 8 for the last, a linear ramp between (exact float arithmetic).
 float rope_freq_factor(uint32_t i, uint32_t n);
+// gemma4's rope_freqs (the converter's "proportional" RoPE with a partial
+// rotary factor of 1/4): 1 on the first quarter of the pairs, 1e30 (no
+// rotation) on the rest.
+float rope_freq_factor_proportional(uint32_t i, uint32_t n);
 // phi3's LongRoPE factors of pair i of n, shaped like Phi-3.5-mini's: the
 // long set rises from 1 to 16 over the pairs, the short one from 1 to 2.
 float rope_factor_long(uint32_t i, uint32_t n);

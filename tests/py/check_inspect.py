@@ -1,7 +1,7 @@
 """`ptxlm inspect` reports what gguf.GGUFReader reports.
 
 For each model given (default: the two real models under PTXLM_MODELS_DIR,
-plus tiny synthetic qwen2, gemma3, qwen3, llama3, mistral3, phi3 and phi4mini models from ptxlm-synth):
+plus tiny synthetic qwen2, gemma3, qwen3, llama3, mistral3, phi3, phi4mini and gemma4 models from ptxlm-synth):
 architecture, hyperparameters, tokenizer summary, chat-template presence,
 every tensor's name, type, shape and byte size, and the totals per type must
 equal what the reference reader derives from the same file. Then the error
@@ -66,7 +66,7 @@ def expected(path):
         "rope_base": scalar(r, f"{arch}.rope.freq_base", 10000.0),
         "rope_dims": scalar(r, f"{arch}.rope.dimension_count", scalar(r, f"{arch}.attention.key_length", hd)),
         "rms_eps": scalar(r, f"{arch}.attention.layer_norm_rms_epsilon"),
-        "sliding_window": scalar(r, f"{arch}.attention.sliding_window", 0) if arch == "gemma3" else 0,
+        "sliding_window": scalar(r, f"{arch}.attention.sliding_window", 0) if arch in ("gemma3", "gemma4") else 0,
         "rope_scaling": scalar(r, f"{arch}.rope.scaling.type"),
         "rope_scaling_factor": scalar(r, f"{arch}.rope.scaling.factor", scalar(r, f"{arch}.rope.scale_linear")),
         "rope_orig_ctx": scalar(r, f"{arch}.rope.scaling.original_context_length", scalar(r, f"{arch}.context_length")),
@@ -74,7 +74,16 @@ def expected(path):
         "rope_attn_factor": scalar(r, f"{arch}.rope.scaling.attn_factor"),
         "rope_factors": [s for s in ("long", "short") if any(t.name == f"rope_factors_{s}.weight" for t in r.tensors)],
         "sliding_window_unused": scalar(r, f"{arch}.attention.sliding_window", 0) if arch == "phi3" else 0,
+        "final_logit_softcapping": scalar(r, f"{arch}.final_logit_softcapping"),
     }
+    g4 = arch == "gemma4"   # Gemma 4's keys, read for gemma4 only
+    pattern = scalar(r, f"{arch}.attention.sliding_window_pattern") if g4 else None
+    hp["sliding_layers"] = None if pattern is None else [i for i, v in enumerate(pattern) if v]
+    hp["head_dim_k_swa"] = scalar(r, f"{arch}.attention.key_length_swa") if g4 else None
+    hp["head_dim_v_swa"] = scalar(r, f"{arch}.attention.value_length_swa") if g4 else None
+    hp["rope_dims_swa"] = scalar(r, f"{arch}.rope.dimension_count_swa", hp["rope_dims"]) if g4 else None
+    hp["shared_kv_layers"] = scalar(r, f"{arch}.attention.shared_kv_layers", 0) if g4 else 0
+    hp["n_embd_per_layer"] = scalar(r, f"{arch}.embedding_length_per_layer_input", 0) if g4 else 0
     tok = {
         "model": scalar(r, "tokenizer.ggml.model", ""),
         "pre": scalar(r, "tokenizer.ggml.pre", ""),
@@ -146,6 +155,12 @@ def compare(path):
     if hpw["attn_temperature_scale"] is not None:
         check(f"every {hpw['rope_orig_ctx']} positions" in rows.get("attn temperature", ""),
               f"{path.name}: human-readable attention temperature {rows.get('attn temperature')!r}")
+    if hpw["sliding_layers"] is not None:
+        check(rows.get("sliding layers", "") == " ".join(map(str, hpw["sliding_layers"])) and
+              f"sliding layers {hpw['head_dim_k_swa']}" in rows.get("head dim", "") and
+              f"the last {hpw['shared_kv_layers']} layers" in rows.get("shared kv", "") and
+              rows.get("per-layer embd", "").startswith(str(hpw["n_embd_per_layer"])),
+              f"{path.name}: human-readable gemma4 rows {rows!r}")
     if hpw["rope_factors"]:
         check(rows.get("longrope", "").startswith("factors " + ", ".join(hpw["rope_factors"])) and
               f"original context of {hpw['rope_orig_ctx']}" in rows.get("longrope", ""),
@@ -166,7 +181,7 @@ def main():
     paths = [Path(p) for p in sys.argv[1:]] or [MODELS / n for n in REAL]
     synth_dir = tempfile.TemporaryDirectory()
     if not sys.argv[1:]:
-        for arch in ("qwen2", "gemma3", "qwen3", "llama3", "mistral3", "phi3", "phi4mini"):
+        for arch in ("qwen2", "gemma3", "qwen3", "llama3", "mistral3", "phi3", "phi4mini", "gemma4"):
             out = Path(synth_dir.name) / f"{arch}-tiny.gguf"
             p = subprocess.run([str(SYNTH), "--arch", arch, "--size", "tiny", "--out", str(out)],
                                capture_output=True, text=True, timeout=60)

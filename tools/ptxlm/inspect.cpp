@@ -65,6 +65,19 @@ json describe(const gguf::File& f) {
         if (f.find_tensor(std::string("rope_factors_") + set + ".weight")) longrope.push_back(set);
     hp["rope_factors"] = longrope;
     hp["sliding_window_unused"] = h.arch == "phi3" ? f.get_u32(h.arch + ".attention.sliding_window").value_or(0) : 0;
+    // Gemma 4: which layers slide (sliding_window_pattern), their head size
+    // and rotary dims, the shared-KV layers, the per-layer embedding width.
+    json sliding = json::array();
+    for (uint32_t il = 0; il < h.swa_layers.size(); ++il)
+        if (h.swa_layers[il]) sliding.push_back(il);
+    hp["sliding_layers"] = h.swa_layers.empty() ? json(nullptr) : sliding;
+    hp["head_dim_k_swa"] = h.head_dim_k_swa ? json(h.head_dim_k_swa) : json(nullptr);
+    hp["head_dim_v_swa"] = h.head_dim_v_swa ? json(h.head_dim_v_swa) : json(nullptr);
+    hp["rope_dims_swa"] = h.arch == "gemma4" ? json(h.n_rot_swa) : json(nullptr);
+    hp["shared_kv_layers"] = h.shared_kv_layers;
+    hp["n_embd_per_layer"] = h.n_embd_per_layer;
+    const auto softcap = f.get_float(h.arch + ".final_logit_softcapping");
+    hp["final_logit_softcapping"] = softcap ? json(*softcap) : json(nullptr);
     j["hparams"] = hp;
 
     json tok;
@@ -148,12 +161,14 @@ void print_human(const json& j) {
     row("layers", str(hp["n_layer"]));
     row("embedding", str(hp["n_embd"]));
     row("heads", str(hp["n_head"]) + " (KV heads " + str(hp["n_head_kv"]) + ")");
-    row("head dim", str(hp["head_dim_k"]) + (hp["head_dim_v"] == hp["head_dim_k"] ? "" : " (v " + str(hp["head_dim_v"]) + ")"));
+    row("head dim", str(hp["head_dim_k"]) + (hp["head_dim_v"] == hp["head_dim_k"] ? "" : " (v " + str(hp["head_dim_v"]) + ")") +
+                        (hp["head_dim_k_swa"].is_null() ? "" : " (sliding layers " + str(hp["head_dim_k_swa"]) + ")"));
     row("feed-forward", str(hp["n_ff"]));
     row("context", str(hp["n_ctx_train"]) + " (trained)");
     std::string rope = "base " + str(hp["rope_base"]);
     if (!hp["rope_base_local"].is_null()) rope += " global, " + str(hp["rope_base_local"]) + " local";
-    row("rope", rope + ", " + str(hp["rope_style"]) + ", " + str(hp["rope_dims"]) + " dims");
+    row("rope", rope + ", " + str(hp["rope_style"]) + ", " + str(hp["rope_dims"]) + " dims" +
+                    (hp["rope_dims_swa"].is_null() ? "" : " (sliding layers " + str(hp["rope_dims_swa"]) + ")"));
     if (!hp["rope_scaling"].is_null() || !hp["rope_scaling_factor"].is_null())
         row("rope scaling", (hp["rope_scaling"].is_null() ? std::string("linear") : str(hp["rope_scaling"])) +
                                 (hp["rope_scaling_factor"].is_null() ? "" : ", factor " + str(hp["rope_scaling_factor"])) +
@@ -171,10 +186,20 @@ void print_human(const json& j) {
                           : hp["sliding_window_unused"] != 0
                               ? "none (the file's " + str(hp["sliding_window_unused"]) + " is not applied, as in llama.cpp)"
                               : "none");
+    if (!hp["sliding_layers"].is_null()) {
+        std::string layers;
+        for (const json& il : hp["sliding_layers"]) layers += (layers.empty() ? "" : " ") + il.dump();
+        row("sliding layers", layers.empty() ? "none" : layers);
+    }
+    if (hp["shared_kv_layers"] != 0)
+        row("shared kv", "the last " + str(hp["shared_kv_layers"]) + " layers attend over earlier layers' K/V");
+    if (hp["n_embd_per_layer"] != 0) row("per-layer embd", str(hp["n_embd_per_layer"]) + " per layer and token");
+    if (!hp["final_logit_softcapping"].is_null()) row("logit softcap", str(hp["final_logit_softcapping"]));
     row("rms eps", str(hp["rms_eps"]));
     std::string t = str(tok["model"]);
     if (tok["model"] == "llama") t += " (SentencePiece)";
     else if (tok["model"] == "gpt2") t += " (byte-level BPE)";
+    else if (tok["model"] == "gemma4") t += " (SentencePiece-style BPE)";
     row("tokenizer", t + ", pre " + str(tok["pre"]) + ", " + str(tok["n_vocab"]) + " tokens");
     row("special tokens", "bos " + str(tok["bos_id"]) + ", eos " + str(tok["eos_id"]) + ", eot " + str(tok["eot_id"]) +
                               ", add bos " + str(tok["add_bos"]));
