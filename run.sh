@@ -71,12 +71,13 @@ build() {
   cmake --build "$BUILD" -j "$JOBS" || die "build failed"
 }
 
+# "$@": models/fetch's options (--test-data: also the tokenizer test data).
 fetch_models() {
-  step "fetching the real models"
-  .venv/bin/python models/fetch || die "models/fetch failed"
+  step "fetching the real models${1:+ and the test data}"
+  .venv/bin/python models/fetch "$@" || die "models/fetch failed"
 }
 
-setup() { setup_apt; setup_venv; build; fetch_models; }
+setup() { setup_apt; setup_venv; build; fetch_models "$@"; }
 
 run_tests() {
   local t0=$SECONDS
@@ -104,7 +105,7 @@ case "$cmd" in
     sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
     exit 0 ;;
   test)
-    setup
+    setup --test-data
     run_tests ;;
   chat)
     setup

@@ -120,16 +120,12 @@ const Golden kGolden[] = {
     {"smollm2-as-gpt-4o", "SmolLM2-135M-Instruct.Q4_1.gguf", "gpt-4o"},
     {"synth-tiny", "synth:llama:tiny", ""},   // ptxlm-synth's 768-token vocabulary, generated here
     // Gemma 4's SentencePiece-style BPE (tokenizer.ggml.model "gemma4"): the
-    // vocab-only file in the peer's sdist (bench/setup-peer), skipped without it.
-    {"gemma4", "peer:ggml-vocab-gemma-4.gguf", ""},
+    // vocab-only file of llama.cpp's tokenizer tests (models/fetch --test-data).
+    {"gemma4", "ggml-vocab-gemma-4.gguf", ""},
 };
-
-constexpr const char* kPeerModels = "/build-peer/src/llama_cpp_python-0.3.36/vendor/llama.cpp/models/";
 
 // The model file of a golden case: a real model, or a synthetic one written now.
 std::string model_path(const Golden& g, const std::string& tmp_name) {
-    if (std::string_view(g.model).starts_with("peer:"))
-        return std::string(PTXLM_SOURCE_DIR) + kPeerModels + (g.model + 5);
     if (std::string_view(g.model) != "synth:llama:tiny") return std::string(PTXLM_MODELS_DIR) + "/" + g.model;
     const auto bytes = synth::model_bytes(synth::preset(synth::Arch::Llama, synth::Size::Tiny));
     const auto path = std::filesystem::temp_directory_path() /
@@ -142,11 +138,10 @@ class TokenizerGolden : public ::testing::TestWithParam<Golden> {
 protected:
     void SetUp() override {
         const std::string model = model_path(GetParam(), GetParam().name);
-        const bool peer = std::string_view(GetParam().model).starts_with("peer:");
-        if (peer && !std::filesystem::exists(model)) GTEST_SKIP() << model << " is absent (bench/setup-peer puts it there)";
+        ASSERT_TRUE(std::filesystem::exists(model)) << model << " is absent: run models/fetch --test-data";
         path_ = vocab_only(model, GetParam().pre, GetParam().name, GetParam().space_prefix, GetParam().general_name,
                            GetParam().rename);
-        if (!peer && model.rfind(PTXLM_MODELS_DIR, 0) != 0) std::filesystem::remove(model);
+        if (model.rfind(PTXLM_MODELS_DIR, 0) != 0) std::filesystem::remove(model);
     }
     void TearDown() override {
         if (!path_.empty()) std::filesystem::remove(path_);
