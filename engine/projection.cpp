@@ -5,6 +5,8 @@
 #include <map>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 namespace ptxlm {
 
 namespace {
@@ -140,6 +142,30 @@ Projection project(std::span<const LaunchCost> launches, uint32_t tokens, const 
     p.bound_us.assign(by.begin(), by.end());
     std::sort(p.bound_us.begin(), p.bound_us.end(), [](auto& a, auto& b) { return a.second > b.second; });
     return p;
+}
+
+LaunchCost counted_launch_cost(const nlohmann::json& k, uint64_t blocks, uint32_t threads, int fit) {
+    const double n = double(k.at("launches").get<uint64_t>());
+    const nlohmann::json& c = k.at("instructions_by_class");
+    auto cls = [&](const char* name) { return c.at(name).get<double>() / n; };
+    auto per_launch = [&](const char* name) { return k.at(name).get<double>() / n; };
+    LaunchCost l;
+    l.blocks = blocks;
+    l.bytes = uint64_t(per_launch("unique_global_bytes"));
+    l.threads = threads;
+    l.blocks_per_sm = fit;
+    l.warp_instructions = per_launch("warp_instructions") - cls("mov");
+    l.pipe[size_t(Pipe::Fp32)] = cls("fp");
+    l.pipe[size_t(Pipe::Int)] = cls("alu") + cls("imad") + cls("dp4a");
+    l.pipe[size_t(Pipe::Cvt)] = cls("cvt");
+    l.pipe[size_t(Pipe::Sfu)] = cls("sfu");
+    l.pipe[size_t(Pipe::Shfl)] = cls("shfl");
+    l.shared_wavefronts = per_launch("shared_load_wavefronts") + per_launch("shared_store_wavefronts");
+    l.load_waits = per_launch("inflight_batches");
+    l.prologue_waits = per_launch("prologue_waits");
+    l.fills = 1;
+    l.prefetch_bytes = uint64_t(per_launch("prefetch_bytes"));
+    return l;
 }
 
 }  // namespace ptxlm

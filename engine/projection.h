@@ -41,6 +41,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace ptxlm {
 
 // Per-SM pipes whose warp instructions a launch counts (emu's classes,
@@ -121,6 +123,14 @@ struct LaunchTerms {
 };
 
 LaunchTerms launch_terms(const LaunchCost& l, const GpuSpec& gpu);
+
+// One launch's counted work from emu's counters (emu::Stats::to_json, summed
+// over the kernel's `launches` and divided per launch): instruction classes
+// map to the pipes whose throughput they share (emu/inst_class.h), moves are
+// not issued work, a launch starts from an idle DRAM once (fills 1). Blocks,
+// threads and the blocks that fit an SM are the caller's (the launch's
+// geometry).
+LaunchCost counted_launch_cost(const nlohmann::json& stats, uint64_t blocks, uint32_t threads, int fit);
 
 struct Projection {
     double us_per_token = 0;

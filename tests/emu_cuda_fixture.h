@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <memory>
 #include <random>
 #include <vector>
@@ -62,5 +64,19 @@ protected:
   static inline cuda::Context* ctx_ = nullptr;
   std::mt19937 rng_{7};
 };
+
+// The attention kernels' RoPE table as the CPU backend computes it (the angle in
+// double, then f32): for each position p < n_ctx and pair
+// i < n_rot / 2, cos and sin of p · base^(-2i / n_rot), interleaved.
+inline std::vector<float> rope_table(uint32_t n_ctx, uint32_t n_rot, double base) {
+  std::vector<float> t(size_t(n_ctx) * n_rot);
+  for (uint32_t p = 0; p < n_ctx; ++p)
+    for (uint32_t i = 0; i < n_rot / 2; ++i) {
+      const double theta = double(p) * std::pow(base, -2.0 * i / n_rot);
+      t[(size_t(p) * n_rot / 2 + i) * 2] = float(std::cos(theta));
+      t[(size_t(p) * n_rot / 2 + i) * 2 + 1] = float(std::sin(theta));
+    }
+  return t;
+}
 
 }  // namespace ptxlm::testing_util

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "emu/interp.h"
 #include "emu/stats.h"
 #include "engine/projection.h"
@@ -81,22 +83,8 @@ inline Summary summarize(const emu::Stats& st, uint64_t kv_sectors, uint64_t blo
   const uint32_t warps = threads / 32;
   const uint64_t live = blocks - exited;
   const double waits = double(st.inflight_batches) - double(exited * warps);
-  auto cls = [&](emu::InstClass c) { return double(st.by_class[size_t(c)]); };
-  LaunchCost l;
-  l.blocks = live;
-  l.bytes = st.unique_global_bytes;
-  l.threads = threads;
-  l.blocks_per_sm = fit;
-  l.warp_instructions = double(st.warp_instructions) - cls(emu::InstClass::Mov);
-  l.pipe[size_t(Pipe::Fp32)] = cls(emu::InstClass::Fp);
-  l.pipe[size_t(Pipe::Int)] = cls(emu::InstClass::Alu) + cls(emu::InstClass::Imad) + cls(emu::InstClass::Dp4a);
-  l.pipe[size_t(Pipe::Cvt)] = cls(emu::InstClass::Cvt);
-  l.pipe[size_t(Pipe::Sfu)] = cls(emu::InstClass::Sfu);
-  l.pipe[size_t(Pipe::Shfl)] = cls(emu::InstClass::Shfl);
-  l.shared_wavefronts = double(st.shared_load_wavefronts + st.shared_store_wavefronts);
+  LaunchCost l = counted_launch_cost(nlohmann::json::parse(st.to_json()), live, threads, fit);
   l.load_waits = waits;
-  l.prologue_waits = double(st.prologue_waits);
-  l.fills = 1;
   Summary s;
   s.kv_requested = 32.0 * double(kv_sectors);
   s.waits_per_warp = waits / double(live * warps);

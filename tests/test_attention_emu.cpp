@@ -26,19 +26,6 @@ using namespace ptxlm;
 namespace kx = ptxlm::kernels;
 using ptx::DevPtr;
 
-// cos/sin per (position, pair) exactly as the CPU backend computes them; hd:
-// the dims rotated (the shape's rot()), hd/2 pairs a position.
-std::vector<float> rope_table(uint32_t n_ctx, uint32_t hd, double base) {
-  std::vector<float> t(size_t(n_ctx) * hd);
-  for (uint32_t p = 0; p < n_ctx; ++p)
-    for (uint32_t i = 0; i < hd / 2; ++i) {
-      const double theta = double(p) * std::pow(base, -2.0 * i / hd);
-      t[(size_t(p) * hd / 2 + i) * 2] = float(std::cos(theta));
-      t[(size_t(p) * hd / 2 + i) * 2 + 1] = float(std::sin(theta));
-    }
-  return t;
-}
-
 struct Launched {
   size_t bad = 0;        // values outside the tolerance
   double worst = 0;      // the largest error as a share of its tolerance
@@ -61,7 +48,7 @@ protected:
     in.v = randv(kv, 1.0f);
     if (s.bias) in.bq = randv(in.q.size(), 0.5f), in.bk = randv(kv, 0.5f), in.bv = randv(kv, 0.5f);
     if (s.qk_norm) in.q_norm = randv(hd, 0.2f), in.k_norm = randv(hd, 0.2f);
-    in.rope = rope_table(s.n_ctx, s.rot(), 10000.0);
+    in.rope = testing_util::rope_table(s.n_ctx, s.rot(), 10000.0);
     const std::vector<float> kf = randv(size_t(s.n_ctx) * kv, 1.0f), vf = randv(kf.size(), 1.0f);
     for (size_t i = 0; i < kf.size(); ++i) in.k_cache.push_back(f32_to_f16(kf[i])), in.v_cache.push_back(f32_to_f16(vf[i]));
 

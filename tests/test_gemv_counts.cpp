@@ -10,6 +10,8 @@
 #include <tuple>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "emu/interp.h"
 #include "emu/stats.h"
 #include "engine/projection.h"
@@ -185,21 +187,7 @@ TEST(GemvCounts, SixteenBitFloatsAreDramBoundOnAnH100) {
     const Counted c = count(s);
     const emu::Stats& st = c.stats;
     auto cls = [&](emu::InstClass k) { return double(st.by_class[size_t(k)]); };
-    LaunchCost l;
-    l.blocks = geo.grid.x;
-    l.bytes = st.unique_global_bytes;
-    l.threads = geo.block.x;
-    l.blocks_per_sm = 1;
-    l.warp_instructions = double(st.warp_instructions) - cls(emu::InstClass::Mov);
-    l.pipe[size_t(Pipe::Fp32)] = cls(emu::InstClass::Fp);
-    l.pipe[size_t(Pipe::Int)] = cls(emu::InstClass::Alu) + cls(emu::InstClass::Imad) + cls(emu::InstClass::Dp4a);
-    l.pipe[size_t(Pipe::Cvt)] = cls(emu::InstClass::Cvt);
-    l.pipe[size_t(Pipe::Sfu)] = cls(emu::InstClass::Sfu);
-    l.pipe[size_t(Pipe::Shfl)] = cls(emu::InstClass::Shfl);
-    l.shared_wavefronts = double(st.shared_load_wavefronts + st.shared_store_wavefronts);
-    l.load_waits = double(st.inflight_batches);
-    l.prologue_waits = double(st.prologue_waits);
-    l.fills = 1;
+    const LaunchCost l = counted_launch_cost(nlohmann::json::parse(st.to_json()), geo.grid.x, geo.block.x, 1);
     const LaunchTerms lt = launch_terms(l, gpu);
     const double bytes = double(c.weight_bytes), weights = 4096.0 * 1056;
     std::printf("[gemv counts] %-4s n_in 4096, 1056 rows: warp instructions per weight byte %.4f; per 1024 weights: "

@@ -42,19 +42,6 @@ using namespace ptxlm::paged_test;
 namespace kx = ptxlm::kernels;
 using ptx::DevPtr;
 
-// cos/sin per (position, pair) for the first n_rot dims, as the CPU backend
-// computes them (double angle with n_rot as the rotary dimension, then f32).
-std::vector<float> rope_pairs(uint32_t n_ctx, uint32_t n_rot, double base) {
-  std::vector<float> t(size_t(n_ctx) * n_rot);
-  for (uint32_t p = 0; p < n_ctx; ++p)
-    for (uint32_t i = 0; i < n_rot / 2; ++i) {
-      const double theta = double(p) * std::pow(base, -2.0 * i / n_rot);
-      t[(size_t(p) * n_rot / 2 + i) * 2] = float(std::cos(theta));
-      t[(size_t(p) * n_rot / 2 + i) * 2 + 1] = float(std::sin(theta));
-    }
-  return t;
-}
-
 bool variance_mode() {
   const char* v = std::getenv("PTXLM_EMU_VARIANCE");
   return v && std::string(v) == "1";
@@ -89,7 +76,7 @@ protected:
     uint32_t n_ctx = 1;
     for (uint32_t p : pos)
       if (p != kUnused) n_ctx = std::max(n_ctx, p + 2);
-    in.rope = rope_pairs(n_ctx, s.rot(), 10000.0);
+    in.rope = testing_util::rope_table(n_ctx, s.rot(), 10000.0);
     in.tables = tables;
     in.pos = pos;
     in.row = row;
@@ -338,7 +325,7 @@ protected:
                  paged = load(kx::paged_attention_kernel(p));
     std::vector<uint32_t> table(max_pages);
     for (uint32_t i = 0; i < max_pages; ++i) table[i] = (i * 5 + 3) % n_pages;   // scattered, each once
-    const std::vector<float> rope_t = rope_pairs(a.n_ctx, a.rot(), 10000.0);
+    const std::vector<float> rope_t = testing_util::rope_table(a.n_ctx, a.rot(), 10000.0);
     std::vector<float> bq, bk, bv, qn, kn;
     if (a.bias) bq = randv(size_t(a.n_head) * hd, 0.5f), bk = randv(kv, 0.5f), bv = randv(kv, 0.5f);
     if (a.qk_norm) qn = randv(hd, 0.2f), kn = randv(hd, 0.2f);

@@ -151,33 +151,6 @@ nlohmann::json wavefront_ratio(const Wavefronts& w) {
     return w.ideal ? nlohmann::json(double(w.actual) / double(w.ideal)) : nlohmann::json(nullptr);
 }
 
-// One launch's counted work for the projection: emu's counters for a kernel
-// (summed over its `launches`) divided per launch. Instruction classes map to
-// the pipes whose throughput they share (emu/inst_class.h, engine/projection.h).
-LaunchCost launch_work(const nlohmann::json& k, uint64_t blocks, uint32_t threads, int fit) {
-    const double n = double(k.at("launches").get<uint64_t>());
-    const nlohmann::json& c = k.at("instructions_by_class");
-    auto cls = [&](const char* name) { return c.at(name).get<double>() / n; };
-    LaunchCost l;
-    l.blocks = blocks;
-    l.bytes = uint64_t(double(k.at("unique_global_bytes").get<uint64_t>()) / n);
-    l.threads = threads;
-    l.blocks_per_sm = fit;
-    l.warp_instructions = k.at("warp_instructions").get<double>() / n - cls("mov");
-    l.pipe[size_t(Pipe::Fp32)] = cls("fp");
-    l.pipe[size_t(Pipe::Int)] = cls("alu") + cls("imad") + cls("dp4a");
-    l.pipe[size_t(Pipe::Cvt)] = cls("cvt");
-    l.pipe[size_t(Pipe::Sfu)] = cls("sfu");
-    l.pipe[size_t(Pipe::Shfl)] = cls("shfl");
-    const Wavefronts wf = shared_wavefronts(k);
-    l.shared_wavefronts = double(wf.actual) / n;
-    l.load_waits = k.at("inflight_batches").get<double>() / n;
-    l.prologue_waits = k.at("prologue_waits").get<double>() / n;
-    l.fills = 1;   // a chain's launch starts once, after the one before has finished
-    l.prefetch_bytes = uint64_t(k.at("prefetch_bytes").get<double>() / n);
-    return l;
-}
-
 // What emu counted of a kernel's instructions and loads in flight, for its row.
 void add_work_counts(nlohmann::json& row, const nlohmann::json& k, uint64_t weight_bytes) {
     row["warp_instructions"] = k.at("warp_instructions");
@@ -275,7 +248,7 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
     // emu runs the persistent grid with its own block count; the work per
     // token is the same on any grid, spread over this one.
     // Spinning is emu's artefact (its blocks run one after another), not work.
-    std::vector<LaunchCost> costs = {launch_work(k, grid, g.geometry.block.x, std::max(fit, 1))};
+    std::vector<LaunchCost> costs = {counted_launch_cost(k, grid, g.geometry.block.x, std::max(fit, 1))};
     costs[0].warp_instructions -= k.at("spin_instructions").get<double>() / k.at("launches").get<double>();
     // Each op starts after its handoff as a launch of the chain does: it
     // streams from an idle DRAM, after a prologue emu counts only for the
@@ -397,7 +370,7 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
     // from these rows).
     std::map<std::string, double> kernel_us_ahead;
     for (const cuda::CudaBackend::Launch& l : c.launches) {
-        const LaunchCost w = launch_work(ks.at(l.kernel), l.blocks, l.threads, fit_of(l));
+        const LaunchCost w = counted_launch_cost(ks.at(l.kernel), l.blocks, l.threads, fit_of(l));
         const LaunchTerms t = launch_terms(w, gpu);
         auto& ku = kernel_us[l.kernel];
         ku.first += t.bound_us();
