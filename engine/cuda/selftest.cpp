@@ -13,6 +13,7 @@
 #include "engine/cuda/gemv_reference.h"
 #include "engine/cuda/launch.h"
 #include "engine/cuda/module.h"
+#include "engine/cuda/paged_attention_reference.h"
 #include "gguf/f16.h"
 #include "kernels/decode/layout.h"
 #include "kernels/examples/examples.h"
@@ -124,13 +125,104 @@ Worst check_gemv(Runner& r, const kx::GemvShape& s, const std::vector<const Weig
     return worst;
 }
 
+// The RoPE table as the backend uploads it, filled at row `pos` only (the
+// kernels read no other row): cos and sin of pos · freq_scale · rate_i.
+std::vector<float> rope_row(const Model& m, const LayerDesc& l, uint32_t n_ctx, uint32_t pos, uint32_t pairs) {
+    const std::vector<double> inv = rope_rates(m, l.rope_base, n_ctx);
+    std::vector<float> t(size_t(pos + 1) * 2 * pairs, 0.0f);
+    for (uint32_t i = 0; i < pairs; ++i) {
+        const double theta = double(pos) * m.rope_freq_scale * inv[i];
+        t[(size_t(pos) * pairs + i) * 2] = float(std::cos(theta));
+        t[(size_t(pos) * pairs + i) * 2 + 1] = float(std::sin(theta));
+    }
+    return t;
+}
+
+// A page-table row for a sequence of n_ctx positions: the pool's pages
+// (one spare) in a shuffled order, so no page sits where its index says.
+std::vector<uint32_t> shuffled_pages(Runner& r, uint32_t max_pages, uint32_t n_pages) {
+    std::vector<uint32_t> pages(n_pages);
+    for (uint32_t i = 0; i < n_pages; ++i) pages[i] = i;
+    for (uint32_t i = n_pages - 1; i > 0; --i) std::swap(pages[i], pages[r.rand_below(i + 1)]);
+    pages.resize(max_pages);
+    return pages;
+}
+
+// Paged KV's first op: q, k, v of one token at `pos` (biases, q/k norms,
+// RoPE, the temperature) into q_rot and the K/V slot of its page. q_rot
+// within the reference's bound, the K/V slot bit-equal, no other pool
+// element written.
+Worst check_paged_rope(Runner& r, const Model& m, const LayerDesc& l, const kx::PagedRopeShape& s, uint32_t n_ctx,
+                       uint32_t pos) {
+    const uint32_t hd = s.head_dim, nkv = s.n_head_kv, n_pages = s.max_pages + 1;
+    PagedRopeInputs in;
+    in.q = r.randv(size_t(s.n_head) * hd, 1.0f);
+    in.k = r.randv(size_t(nkv) * hd, 1.0f);
+    in.v = r.randv(in.k.size(), 1.0f);
+    if (s.bias) in.bq = vec(l.bq), in.bk = vec(l.bk), in.bv = vec(l.bv);
+    if (s.qk_norm) in.q_norm = vec(l.q_norm), in.k_norm = vec(l.k_norm);
+    in.rope = rope_row(m, l, n_ctx, pos, s.rot() / 2);
+    in.tables = shuffled_pages(r, s.max_pages, n_pages);
+    in.pos = {pos};
+    in.row = {0};
+    const size_t pool = size_t(n_pages) * nkv * s.page_size * hd;
+    const uint16_t sentinel = 0x5a5a;   // an f16 the op cannot write by chance
+    std::vector<ptx::ParamValue> args = {r.up(std::vector<uint32_t>{pos, 0}), r.up(in.tables), r.up(in.q), r.up(in.k),
+                                         r.up(in.v)};
+    if (s.bias) args.insert(args.end(), {r.up(in.bq), r.up(in.bk), r.up(in.bv)});
+    if (s.qk_norm) args.insert(args.end(), {r.up(in.q_norm), r.up(in.k_norm)});
+    const DevPtr kp = r.up(std::vector<uint16_t>(pool, sentinel)), vp = r.up(std::vector<uint16_t>(pool, sentinel));
+    const DevPtr out = r.up(std::vector<float>(in.q.size()));
+    args.insert(args.end(), {r.up(in.rope), kp, vp, out});
+    r.launch(kx::paged_rope_kernel(s, r.target()), args);
+    const PagedRopeExpected e = paged_rope_reference(s, in);
+    Worst w;
+    const std::vector<float> got = r.down<float>(out, in.q.size());
+    for (size_t i = 0; i < got.size(); ++i) w.add(std::fabs(got[i] - e.q[i].value), e.q[i].tol);
+    const std::vector<uint16_t> gk = r.down<uint16_t>(kp, pool), gv = r.down<uint16_t>(vp, pool);
+    std::vector<int64_t> owner(pool, -1);
+    for (uint32_t g = 0; g < nkv; ++g)
+        for (uint32_t i = 0; i < hd; ++i) owner[e.at[0] + size_t(g) * s.page_size * hd + i] = int64_t(g) * hd + i;
+    for (size_t i = 0; i < pool; ++i) {
+        const bool ok = owner[i] < 0 ? gk[i] == sentinel && gv[i] == sentinel
+                                     : gk[i] == e.k_bits[size_t(owner[i])] && gv[i] == e.v_bits[size_t(owner[i])];
+        w.add(ok ? 0.0 : 1.0, 0.0);
+    }
+    return w;
+}
+
+// Paged KV's second op: one token at `pos` attending over a page-table row
+// of shuffled pages filled with random K/V (the window's on a sliding
+// layer), against paged_attention_reference.
+Worst check_paged_attention(Runner& r, const kx::PagedAttentionShape& s, uint32_t pos) {
+    const uint32_t hd = s.head_dim, n_pages = s.max_pages + 1;
+    PagedAttentionInputs in;
+    in.q = r.randv(size_t(s.n_head) * hd, 0.3f);
+    const std::vector<float> kf = r.randv(size_t(n_pages) * s.n_head_kv * s.page_size * hd, 1.0f),
+                             vf = r.randv(kf.size(), 1.0f);
+    for (size_t i = 0; i < kf.size(); ++i) in.k_pool.push_back(f32_to_f16(kf[i])), in.v_pool.push_back(f32_to_f16(vf[i]));
+    in.tables = shuffled_pages(r, s.max_pages, n_pages);
+    in.pos = {pos};
+    in.row = {0};
+    const DevPtr out = r.up(std::vector<float>(in.q.size()));
+    r.launch(kx::paged_attention_kernel(s, r.target()),
+             {r.up(std::vector<uint32_t>{pos, 0}), r.up(in.tables), r.up(in.q), r.up(in.k_pool), r.up(in.v_pool),
+              r.up(std::vector<float>(size_t(s.n_head) * s.splits * (hd + 4))), r.up(std::vector<uint32_t>(s.n_head_kv, 0u)),
+              out});
+    const std::vector<Checked> e = paged_attention_reference(s, in);
+    const std::vector<float> got = r.down<float>(out, in.q.size());
+    Worst w;
+    for (size_t i = 0; i < got.size(); ++i) w.add(std::fabs(got[i] - e[i].value), e[i].tol);
+    return w;
+}
+
 }  // namespace
 
 std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx,
                                          uint32_t seed, const std::function<void(const SelftestResult&)>& report,
-                                         bool quantized_inputs) {
+                                         bool quantized_inputs, bool paged_kv) {
     Runner r(m, std::move(driver), seed);
-    const DecodePlan plan = decode_plan(m, n_ctx, quantized_inputs, r.sms());
+    const DecodePlan plan = decode_plan(m, n_ctx, quantized_inputs, r.sms(), paged_kv);
     const ptx::Target& T = r.target();
     std::vector<SelftestResult> out;
     std::set<std::string> done;
@@ -156,8 +248,14 @@ std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const D
         const LayerPlan& lp = plan.layers[il];
         const LayerDesc& l = m.layers[il];
         once(kx::gemv_kernel(lp.qkv, T).name, "attn_norm + Q, K, V", [&] { return check_gemv(r, lp.qkv, {&l.wq, &l.wk, &l.wv}, &l.attn_norm); });
+        if (lp.paged) {
+            once(kx::paged_rope_kernel(lp.rope, T).name, "RoPE, K/V append into a page",
+                 [&] { return check_paged_rope(r, m, l, lp.rope, n_ctx, pos); });
+            once(kx::paged_attention_kernel(lp.paged_attention, T).name, "attention over shuffled pages",
+                 [&] { return check_paged_attention(r, lp.paged_attention, pos); });
+        }
         const kx::AttentionShape& as = lp.attention;
-        once(kx::attention_kernel(as, T).name, "RoPE, KV append, attention", [&] {
+        if (!lp.paged) once(kx::attention_kernel(as, T).name, "RoPE, KV append, attention", [&] {
             const uint32_t q_dim = as.n_head * hd, kv = as.n_head_kv * hd;
             AttentionInputs in;
             in.pos = pos;
@@ -166,15 +264,7 @@ std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const D
             in.v = r.randv(kv, 1.0f);
             if (as.bias) in.bq = vec(l.bq), in.bk = vec(l.bk), in.bv = vec(l.bv);
             if (as.qk_norm) in.q_norm = vec(l.q_norm), in.k_norm = vec(l.k_norm);
-            // cos/sin of row `pos` only: the kernel reads no other row.
-            const std::vector<double> inv = rope_rates(m, l.rope_base, n_ctx);
-            const uint32_t rp = as.rot() / 2;   // pairs a row (partial rotary: n_rot/2)
-            in.rope.assign(size_t(pos + 1) * 2 * rp, 0.0f);
-            for (uint32_t i = 0; i < rp; ++i) {
-                const double theta = double(pos) * m.rope_freq_scale * inv[i];
-                in.rope[(size_t(pos) * rp + i) * 2] = float(std::cos(theta));
-                in.rope[(size_t(pos) * rp + i) * 2 + 1] = float(std::sin(theta));
-            }
+            in.rope = rope_row(m, l, n_ctx, pos, as.rot() / 2);   // pairs a row (partial rotary: n_rot/2)
             const std::vector<float> kf = r.randv(size_t(n_ctx) * kv, 1.0f), vf = r.randv(kf.size(), 1.0f);
             for (size_t i = 0; i < kf.size(); ++i) in.k_cache.push_back(f32_to_f16(kf[i])), in.v_cache.push_back(f32_to_f16(vf[i]));
             std::vector<ptx::ParamValue> args = {r.up(in.q), r.up(in.k), r.up(in.v)};

@@ -28,8 +28,12 @@ struct SelftestResult {
 // RoPE angles, the fullest cache).
 // quantized_inputs: the GEMVs as the default path runs them, checked against
 // the CPU quantized path's arithmetic (false: f32 inputs, the CPU reference).
+// paged_kv: the attention as the backend runs it under GpuTuning::paged_kv
+// (RoPE + the K/V append into a page, then attention over a page-table row
+// of shuffled pages, against paged_rope_reference and
+// paged_attention_reference) instead of the contiguous cache's op.
 std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx,
                                          uint32_t seed, const std::function<void(const SelftestResult&)>& report,
-                                         bool quantized_inputs = true);
+                                         bool quantized_inputs = true, bool paged_kv = false);
 
 }  // namespace ptxlm::cuda
