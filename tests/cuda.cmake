@@ -34,6 +34,9 @@ ptxlm_emu_gtest(test_paged_attention_emu test_paged_attention_emu.cpp LIBS ptxlm
 # id and a shifted position as controls), its counts, and the chain
 # paged_rope -> paged_attention against today's attention over 20 steps.
 ptxlm_emu_gtest(test_paged_rope_emu test_paged_rope_emu.cpp LIBS ptxlm_engine ptxlm_kernels ptxlm_emu_core TIMEOUT 300)
+# Copy-on-write of KV pages in every pool (a partial page, a whole one, a
+# skipped entry; controls: one row short, the wrong source page).
+ptxlm_emu_gtest(test_kv_copy_emu test_kv_copy_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 120)
 # The embedding row (bit-equal to gguf's dequantizers) and gemma3's normalised add.
 ptxlm_emu_gtest(test_elementwise_emu test_elementwise_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 120)
 # The GPU decode path end to end on emu against the CPU reference: synthetic
@@ -55,7 +58,8 @@ ptxlm_gtest(test_decode_plan test_decode_plan.cpp LIBS ptxlm_engine ptxlm_synth 
 target_compile_definitions(test_decode_plan PRIVATE PTXLM_PTXAS="${PTXLM_PTXAS_EXECUTABLE}")
 # The kernel tests again with emu's memory-model checking on for every launch
 # (PTXLM_EMU_RACECHECK=1): no kernel of the decode path may race.
-foreach(t test_gemv_emu test_attention_emu test_paged_attention_emu test_paged_rope_emu test_elementwise_emu)
+foreach(t test_gemv_emu test_attention_emu test_paged_attention_emu test_paged_rope_emu test_kv_copy_emu
+          test_elementwise_emu)
   add_test(NAME ${t}_racecheck COMMAND ${t})
   set_tests_properties(${t}_racecheck PROPERTIES TIMEOUT 300 LABELS "unit"
     ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>;PTXLM_EMU_RACECHECK=1")

@@ -11,6 +11,7 @@
 #include "kernels/decode/attention.h"
 #include "kernels/decode/gemv.h"
 #include "kernels/decode/paged_attention.h"
+#include "kernels/decode/kv_copy.h"
 #include "kernels/decode/paged_rope.h"
 #include "kernels/examples/examples.h"
 #include "kernels/ptx/ptxas.h"
@@ -277,6 +278,19 @@ TEST(Ptxas, PagedRopeKernelsAssembleWithoutSpills) {
     for (const kx::PagedRopeShape& s : shapes) {
       const GeneratedKernel g = kx::paged_rope_kernel(s, Target::parse(arch));
       EXPECT_TRUE(g.hot);
+      PtxasFunctionReport f = assemble(g, arch);
+      std::printf("[ptxas] %-44s %s: %3d registers, %llu B smem, %llu B spills\n", g.name.c_str(), arch, f.registers,
+                  (unsigned long long)f.smem_bytes, (unsigned long long)(f.spill_store_bytes + f.spill_load_bytes));
+    }
+  }
+}
+
+// Copy-on-write of KV pages: 64 pools (32 layers), pages of 16 and 32.
+TEST(Ptxas, KvCopyKernelsAssembleWithoutSpills) {
+  ASSERT_TRUE(have_ptxas()) << "ptxas missing: see Ptxas.IsAvailable";
+  for (const char* arch : kArches) {
+    for (uint32_t page : {16u, 32u}) {
+      const GeneratedKernel g = kx::kv_copy_kernel({64, page, 16}, Target::parse(arch));
       PtxasFunctionReport f = assemble(g, arch);
       std::printf("[ptxas] %-44s %s: %3d registers, %llu B smem, %llu B spills\n", g.name.c_str(), arch, f.registers,
                   (unsigned long long)f.smem_bytes, (unsigned long long)(f.spill_store_bytes + f.spill_load_bytes));
