@@ -1,7 +1,8 @@
 // The embedding row and the normalised residual add (kernels/decode/
 // elementwise) on emu: the embedding bit-equal to gguf's reference
 // dequantizer for every type the GPU path stores; add_norm against the CPU
-// reference's formula.
+// reference's formula; their batch forms (T rows, issue 22) and the argmax's
+// and slot clear's row by row bit-equal to the single-token kernels.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include "gguf/quant.h"
 #include "kernels/decode/elementwise.h"
 #include "kernels/decode/layout.h"
+#include "kernels/examples/examples.h"
 #include "tests/emu_cuda_fixture.h"
 
 namespace {
@@ -62,6 +64,64 @@ TEST_F(ElementwiseOnEmu, AddNormMatchesTheReferenceFormula) {
     const float ref = x[i] + (o[i] * scale) * w[i];
     EXPECT_NEAR(got[i], ref, 1e-6 * (1 + std::fabs(ref))) << i;
   }
+}
+
+// The batch step's forms (T = 3 rows of distinct inputs): each row of the
+// embedding, the normalised add and the argmax bit-equal to the
+// single-token kernel run on that row alone, so a row reading another's
+// input (or all writing row 0) fails; the slot clear zeroes exactly its
+// slots.
+TEST_F(ElementwiseOnEmu, BatchRowsEqualTheSingleTokenKernels) {
+  const uint32_t n = 512, T = 3, rows = 7;
+  const GgmlType type = GgmlType::Q4_K;
+  const auto& tt = gguf::type_traits(type);
+  std::vector<uint8_t> file(rows * (n / tt.block_elems) * tt.block_bytes);
+  for (uint32_t r = 0; r < rows; ++r) {
+    const std::vector<float> w = randv(n, 0.1f);
+    tt.quantize_row(w.data(), file.data() + r * (file.size() / rows), n);
+  }
+  const kx::RowLayout l = kx::row_layout(type, n);
+  auto dw = upload(kx::repack_rows(l, file.data(), rows));
+  const std::vector<uint32_t> tokens = {5, 0, 3};
+  auto dtok = upload(tokens);
+  auto dx = upload(std::vector<float>(size_t(T) * n, NAN));
+  launch(kx::embed_kernel({type, n, 16.0f, T}), {DevPtr{dw.ptr()}, DevPtr{dtok.ptr()}, DevPtr{dx.ptr()}});
+  const std::vector<float> batch = download<float>(dx, size_t(T) * n);
+  // add_norm over the three rows, o random per row.
+  const std::vector<float> o = randv(size_t(T) * n, 3.0f), nw = randv(n, 0.5f);
+  auto dob = upload(o), dnw = upload(nw);
+  launch(kx::add_norm_kernel({n, 1e-6f, T}), {DevPtr{dx.ptr()}, DevPtr{dob.ptr()}, DevPtr{dnw.ptr()}});
+  const std::vector<float> added = download<float>(dx, size_t(T) * n);
+  // argmax over the rows of `added`, one slot each.
+  auto dslots = upload(std::vector<uint64_t>(T + 2, ~0ull));
+  launch(kx::clear_u64_kernel({}, nullptr, T), {DevPtr{dslots.ptr()}});
+  const std::vector<uint64_t> cleared = download<uint64_t>(dslots, T + 2);
+  EXPECT_EQ(cleared, (std::vector<uint64_t>{0, 0, 0, ~0ull, ~0ull}));
+  launch(kx::argmax_kernel({.n = n, .columns = T}), {DevPtr{dx.ptr()}, DevPtr{dslots.ptr()}});
+  const std::vector<uint64_t> keys = download<uint64_t>(dslots, T);
+
+  for (uint32_t t = 0; t < T; ++t) {
+    SCOPED_TRACE(t);
+    auto d1 = upload(std::vector<float>(n, NAN));
+    auto dt1 = upload(std::vector<uint32_t>{tokens[t]});
+    launch(kx::embed_kernel({type, n, 16.0f}), {DevPtr{dw.ptr()}, DevPtr{dt1.ptr()}, DevPtr{d1.ptr()}});
+    EXPECT_EQ(download<float>(d1, n), std::vector<float>(batch.begin() + long(t) * n, batch.begin() + long(t + 1) * n));
+    auto do1 = upload(std::vector<float>(o.begin() + long(t) * n, o.begin() + long(t + 1) * n));
+    launch(kx::add_norm_kernel({n, 1e-6f}), {DevPtr{d1.ptr()}, DevPtr{do1.ptr()}, DevPtr{dnw.ptr()}});
+    const std::vector<float> one = download<float>(d1, n);
+    EXPECT_EQ(one, std::vector<float>(added.begin() + long(t) * n, added.begin() + long(t + 1) * n));
+    auto ds1 = upload(std::vector<uint64_t>{0});
+    launch(kx::argmax_kernel({.n = n}), {DevPtr{d1.ptr()}, DevPtr{ds1.ptr()}});
+    EXPECT_EQ(download<uint64_t>(ds1, 1)[0], keys[t]);
+    EXPECT_EQ(kx::argmax_index(keys[t]), uint32_t(std::max_element(one.begin(), one.end()) - one.begin()));
+  }
+  EXPECT_NE(kx::argmax_index(keys[0]), kx::argmax_index(keys[1]));   // distinct rows, or the check is blind
+}
+
+TEST(ElementwiseBatch, RefusesEmptyBatches) {
+  EXPECT_THROW(kx::embed_geometry({GgmlType::Q4_K, 512, 1.0f, 0}), ptx::Error);
+  EXPECT_THROW(kx::add_norm_geometry({512, 1e-6f, 0}), ptx::Error);
+  EXPECT_THROW(kx::argmax_geometry({.n = 512, .columns = 0}), ptx::Error);
 }
 
 }  // namespace

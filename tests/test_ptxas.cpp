@@ -11,6 +11,7 @@
 #include "kernels/decode/attention.h"
 #include "kernels/decode/gemv.h"
 #include "kernels/decode/paged_attention.h"
+#include "kernels/decode/elementwise.h"
 #include "kernels/decode/kv_copy.h"
 #include "kernels/decode/paged_rope.h"
 #include "kernels/examples/examples.h"
@@ -278,6 +279,21 @@ TEST(Ptxas, PagedRopeKernelsAssembleWithoutSpills) {
     for (const kx::PagedRopeShape& s : shapes) {
       const GeneratedKernel g = kx::paged_rope_kernel(s, Target::parse(arch));
       EXPECT_TRUE(g.hot);
+      PtxasFunctionReport f = assemble(g, arch);
+      std::printf("[ptxas] %-44s %s: %3d registers, %llu B smem, %llu B spills\n", g.name.c_str(), arch, f.registers,
+                  (unsigned long long)f.smem_bytes, (unsigned long long)(f.spill_store_bytes + f.spill_load_bytes));
+    }
+  }
+}
+
+// The batch step's forms of the small kernels (16 rows): the embedding,
+// the normalised add, the slot clear and the argmax per column.
+TEST(Ptxas, BatchElementwiseKernelsAssembleWithoutSpills) {
+  ASSERT_TRUE(have_ptxas()) << "ptxas missing: see Ptxas.IsAvailable";
+  for (const char* arch : kArches) {
+    const Target t = Target::parse(arch);
+    for (const GeneratedKernel& g : std::vector<GeneratedKernel>{kx::embed_kernel({ptxlm::gguf::GgmlType::Q4_K, 4096, 1.0f, 16}, t), kx::add_norm_kernel({4096, 1e-6f, 16}, t),
+          kx::clear_u64_kernel(t, nullptr, 16), kx::argmax_kernel({.n = 128256, .columns = 16}, t)}) {
       PtxasFunctionReport f = assemble(g, arch);
       std::printf("[ptxas] %-44s %s: %3d registers, %llu B smem, %llu B spills\n", g.name.c_str(), arch, f.registers,
                   (unsigned long long)f.smem_bytes, (unsigned long long)(f.spill_store_bytes + f.spill_load_bytes));

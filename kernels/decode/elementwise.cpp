@@ -181,9 +181,16 @@ Reg dequant_element(Kernel& k, const RowLayout& l, const Reg& row, const Reg& e)
 
 }  // namespace
 
+// A batch kernel (T rows, grid.y) has no inline form in a persistent kernel.
+static void check_batch(const char* op, uint32_t tokens, const InlineTarget* in) {
+  if (tokens == 0 || tokens > 65535) throw Error(std::string(op) + ": tokens must be 1..65535");
+  if (tokens > 1 && in) throw Error(std::string(op) + ": a batch of tokens has no inline form");
+}
+
 LaunchGeometry embed_geometry(const EmbedShape& s) {
   row_layout(s.type, s.n);   // checks the type and the width
-  return LaunchGeometry{{ceil_div(s.n, kThreads), 1, 1}, {kThreads, 1, 1}, 0};
+  check_batch("embed", s.tokens, nullptr);
+  return LaunchGeometry{{ceil_div(s.n, kThreads), s.tokens, 1}, {kThreads, 1, 1}, 0};
 }
 
 GeneratedKernel embed_kernel(const EmbedShape& s, Target t, const InlineTarget* in) {
@@ -195,10 +202,17 @@ GeneratedKernel embed_kernel(const EmbedShape& s, Target t, const InlineTarget* 
   for (char& c : type) c = char(std::tolower(static_cast<unsigned char>(c)));
   std::string name("embed_");
   name.append(std::to_string(s.n)).append("_").append(type);
+  check_batch("embed", s.tokens, in);
+  if (s.tokens > 1) name.append("_t").append(std::to_string(s.tokens));
   Emit emit(in, name.c_str(), t, params, g);
   Kernel& k = emit.k();
   Reg e = k.global_index_x();
   Reg w = k.param("w"), tok = k.param("token"), x = k.param("x");
+  if (s.tokens > 1) {   // row t: token t, x + t·n
+    Reg row = k.special(Sreg::ctaid_y);
+    tok = k.add(tok, k.mul_wide(row, 4u));
+    x = k.add(x, k.mul_wide(row, s.n * 4));
+  }
   k.if_(k.setp(Cmp::lt, e, s.n), [&] {
     Reg token = k.ld_global(Type::u32, at(tok));
     Reg row = k.add(w, k.mul_wide(token, l.row_bytes));
@@ -211,7 +225,8 @@ GeneratedKernel embed_kernel(const EmbedShape& s, Target t, const InlineTarget* 
 
 LaunchGeometry add_norm_geometry(const AddNormShape& s) {
   if (s.n == 0 || s.n % 4) throw Error("add_norm: n must be a positive multiple of 4");
-  return LaunchGeometry{{1, 1, 1}, {kThreads, 1, 1}, 0};
+  check_batch("add_norm", s.tokens, nullptr);
+  return LaunchGeometry{{s.tokens, 1, 1}, {kThreads, 1, 1}, 0};
 }
 
 GeneratedKernel add_norm_kernel(const AddNormShape& s, Target t, const InlineTarget* in) {
@@ -220,10 +235,17 @@ GeneratedKernel add_norm_kernel(const AddNormShape& s, Target t, const InlineTar
   params.add_ptr("x").add_ptr("o").add_ptr("w");
   std::string name("add_norm_");
   name.append(std::to_string(s.n));
+  check_batch("add_norm", s.tokens, in);
+  if (s.tokens > 1) name.append("_t").append(std::to_string(s.tokens));
   Emit emit(in, name.c_str(), t, params, g);
   Kernel& k = emit.k();
   Symbol red = k.shared_array("red", Type::f32, kThreads / 32);
   Reg x = k.param("x"), o = k.param("o"), w = k.param("w");
+  if (s.tokens > 1) {   // block t: rows x + t·n, o + t·n
+    Reg row = k.mul_wide(k.special(Sreg::ctaid_x), s.n * 4);
+    x = k.add(x, row);
+    o = k.add(o, row);
+  }
   Reg tid = k.special(Sreg::tid_x);
   Reg i = k.reg(Type::u32);
   Reg ss = k.mov(Type::f32, 0.0f);
@@ -246,14 +268,22 @@ GeneratedKernel add_norm_kernel(const AddNormShape& s, Target t, const InlineTar
   return emit.done(true);
 }
 
-GeneratedKernel clear_u64_kernel(Target t, const InlineTarget* in) {
+GeneratedKernel clear_u64_kernel(Target t, const InlineTarget* in, uint32_t slots) {
   const LaunchGeometry g{{1, 1, 1}, {32, 1, 1}, 0};
+  check_batch("clear_u64", slots, in);
   ParamList params;
   params.add_ptr("out");
-  Emit emit(in, "clear_u64", t, params, g);
+  const std::string name = slots > 1 ? "clear_u64_x" + std::to_string(slots) : "clear_u64";
+  Emit emit(in, name.c_str(), t, params, g);
   Kernel& k = emit.k();
   Reg out = k.param("out");
-  k.when(k.setp(Cmp::eq, k.special(Sreg::tid_x), 0u), [&] { k.st_global(at(out), k.mov(Type::u64, 0ull)); });
+  if (slots == 1) {
+    k.when(k.setp(Cmp::eq, k.special(Sreg::tid_x), 0u), [&] { k.st_global(at(out), k.mov(Type::u64, 0ull)); });
+  } else {
+    Reg i = k.reg(Type::u32);
+    k.for_range(i, k.special(Sreg::tid_x), slots, 32u,
+                [&] { k.st_global(at(k.add(out, k.mul_wide(i, 8u))), k.mov(Type::u64, 0ull)); });
+  }
   return emit.done(true);
 }
 

@@ -16,25 +16,34 @@ struct InlineTarget;   // kernels/examples/common.h: emit inline into a persiste
 // kernels/decode/layout.h) times `scale`, computed as gguf's reference
 // dequantizers compute each element (so bit-equal to the CPU's row).
 // Params: w, token (u32*), x (n f32).
+// tokens T > 1 (a batch step, issue 22): T token ids, x T rows of n one
+// after another (row t at t·n, the GEMVs' column order); grid.y = T; not
+// inline. T = 1 is the single-token kernel, unchanged.
 struct EmbedShape {
   gguf::GgmlType type = gguf::GgmlType::F32;
   uint32_t n = 0;
   float scale = 1.0f;
+  uint32_t tokens = 1;
 };
 ptx::LaunchGeometry embed_geometry(const EmbedShape& s);
 ptx::GeneratedKernel embed_kernel(const EmbedShape& s, ptx::Target t = {}, const InlineTarget* in = nullptr);
 
 // x += rmsnorm(o) ∘ w (gemma3's post-attention and post-FFN norms), one
 // block. Params: x (n f32, updated), o (n f32), w (n f32).
+// tokens T > 1: x and o T rows of n (row t at t·n), a block per row, w
+// shared; not inline. T = 1 is the single-token kernel, unchanged.
 struct AddNormShape {
   uint32_t n = 0;
   float eps = 1e-6f;
+  uint32_t tokens = 1;
 };
 ptx::LaunchGeometry add_norm_geometry(const AddNormShape& s);
 ptx::GeneratedKernel add_norm_kernel(const AddNormShape& s, ptx::Target t = {}, const InlineTarget* in = nullptr);
 
 // *out = 0 (one thread): clears the argmax slot before each token's argmax
 // (kernels/examples argmax_kernel accumulates with red.max). Params: out.
-ptx::GeneratedKernel clear_u64_kernel(ptx::Target t = {}, const InlineTarget* in = nullptr);
+// slots > 1: out[0 .. slots) (a batch's argmax slots, one per column), one
+// block of 32 threads; not inline.
+ptx::GeneratedKernel clear_u64_kernel(ptx::Target t = {}, const InlineTarget* in = nullptr, uint32_t slots = 1);
 
 }  // namespace ptxlm::kernels

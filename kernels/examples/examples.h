@@ -49,11 +49,14 @@ void softmax_ref(const SoftmaxShape& s, const float* x, float* y);
 // a packed key (orderable value bits << 32 | ~index) and does one
 // red.global.max.u64: the largest value wins, ties go to the lowest index,
 // +NaN ranks above +inf. Params: x (n f32), out (one u64, zeroed by the
-// caller before the launch).
+// caller before the launch). columns C > 1 (a batch step's logits, issue
+// 22): x C rows of n one after another, out C slots, row c's argmax in
+// slot c; grid.y = C; not inline. C = 1 is the single-row kernel, unchanged.
 struct ArgmaxShape {
   uint32_t n = 0;
   uint32_t block = 256;
   uint32_t items_per_thread = 8;
+  uint32_t columns = 1;
 };
 LaunchGeometry argmax_geometry(const ArgmaxShape& s);
 GeneratedKernel argmax_kernel(const ArgmaxShape& s, Target t = {}, const InlineTarget* in = nullptr);

@@ -36,18 +36,28 @@ LaunchGeometry chunked_geometry(const char* what, uint32_t n, uint32_t block, ui
 // ---------------------------------------------------------------- argmax
 
 LaunchGeometry argmax_geometry(const ArgmaxShape& s) {
-  return chunked_geometry("argmax", s.n, s.block, s.items_per_thread);
+  if (s.columns == 0 || s.columns > 65535) throw Error("argmax: columns must be 1..65535");
+  LaunchGeometry g = chunked_geometry("argmax", s.n, s.block, s.items_per_thread);
+  g.grid.y = s.columns;
+  return g;
 }
 
 GeneratedKernel argmax_kernel(const ArgmaxShape& s, Target t, const InlineTarget* in) {
   const LaunchGeometry g = argmax_geometry(s);
+  if (s.columns > 1 && in) throw Error("argmax: several columns have no inline form");
   ParamList params;
   params.add_ptr("x").add_ptr("out");
-  Emit emit(in, "argmax", t, params, g);
+  const std::string name = s.columns > 1 ? "argmax_x" + std::to_string(s.columns) : "argmax";
+  Emit emit(in, name.c_str(), t, params, g);
   Kernel& k = emit.k();
   Symbol scratch = k.shared_array("red", Type::u64, s.block / 32);
 
   Reg x = k.param("x"), out = k.param("out");
+  if (s.columns > 1) {   // column c: x + c·n, slot c
+    Reg c = k.special(Sreg::ctaid_y);
+    x = k.add(x, k.mul_wide(c, s.n * 4));
+    out = k.add(out, k.mul_wide(c, 8u));
+  }
   auto [first, end] = block_chunk(k, s.block * s.items_per_thread, s.n);
   Reg best = k.mov(Type::u64, 0u);  // below every real key: ~index is never 0 for index < 2^32-1
   Reg i = k.reg(Type::u32);
