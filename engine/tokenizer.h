@@ -61,6 +61,9 @@ public:
     std::optional<TokenId> eos() const { return eos_; }
     std::optional<TokenId> eot() const { return eot_; }
     bool add_bos() const { return add_bos_; }
+    // SentencePiece's dummy prefix: a space before the text (and, as
+    // llama.cpp does, after each special token).
+    bool add_space_prefix() const { return add_space_prefix_; }
     // End of generation: EOS, EOT, and the end-of-turn control tokens models use.
     bool is_eog(TokenId id) const;
     bool is_control(TokenId id) const;

@@ -119,9 +119,14 @@ const Golden kGolden[] = {
     {"smollm2-as-dbrx", "SmolLM2-135M-Instruct.Q4_1.gguf", "dbrx"},
     {"smollm2-as-gpt-4o", "SmolLM2-135M-Instruct.Q4_1.gguf", "gpt-4o"},
     {"synth-tiny", "synth:llama:tiny", ""},   // ptxlm-synth's 768-token vocabulary, generated here
-    // Gemma 4's SentencePiece-style BPE (tokenizer.ggml.model "gemma4"): the
-    // vocab-only file of llama.cpp's tokenizer tests (models/fetch --test-data).
+    // The vocab-only files of llama.cpp's tokenizer tests (models/fetch
+    // --test-data): Gemma 4's SentencePiece-style BPE (tokenizer.ggml.model
+    // "gemma4"), Llama 3's 128k and Qwen2/Qwen3's 151k byte-level BPEs with
+    // their own pre-tokenizers, Phi-3's SentencePiece.
     {"gemma4", "ggml-vocab-gemma-4.gguf", ""},
+    {"llama-bpe", "ggml-vocab-llama-bpe.gguf", ""},
+    {"qwen2", "ggml-vocab-qwen2.gguf", ""},
+    {"phi-3", "ggml-vocab-phi-3.gguf", ""},
 };
 
 // The model file of a golden case: a real model, or a synthetic one written now.
@@ -194,7 +199,7 @@ TEST_P(TokenizerGolden, EndOfGenerationAndControlTokensEqualLlamaCpp) {
 TEST_P(TokenizerGolden, DecodeInvertsEncode) {
     const Tokenizer tok = Tokenizer::from_gguf(gguf::File::open(path_));
     for (const char* s : {"Hello world", "  two  spaces ", "Café 日本語 🎉\n\n\tend", "x\ny", "1234567"}) {
-        const bool prefix = GetParam().space_prefix == 1;
+        const bool prefix = tok.add_space_prefix();   // gemma3-space-prefix, Phi-3
         // Gemma's whitespace runs are user-defined tokens, and llama.cpp gives
         // the text after every special token a dummy prefix too (the golden
         // cases check that): no round trip there.
