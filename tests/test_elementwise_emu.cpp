@@ -21,7 +21,19 @@ namespace kx = ptxlm::kernels;
 using gguf::GgmlType;
 using ptx::DevPtr;
 
-class ElementwiseOnEmu : public testing_util::EmuCudaTest {};
+class ElementwiseOnEmu : public testing_util::EmuCudaTest {
+protected:
+  // `rows` rows of n random weights quantized to `type`, as a file holds them.
+  std::vector<uint8_t> quantized_rows(GgmlType type, uint32_t n, uint32_t rows) {
+    const auto& tt = gguf::type_traits(type);
+    std::vector<uint8_t> file(rows * (n / tt.block_elems) * tt.block_bytes);
+    for (uint32_t r = 0; r < rows; ++r) {
+      const std::vector<float> w = randv(n, 0.1f);
+      tt.quantize_row(w.data(), file.data() + r * (file.size() / rows), n);
+    }
+    return file;
+  }
+};
 
 TEST_F(ElementwiseOnEmu, EmbeddingRowIsTheReferenceDequantization) {
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
@@ -31,11 +43,7 @@ TEST_F(ElementwiseOnEmu, EmbeddingRowIsTheReferenceDequantization) {
     SCOPED_TRACE(tt.name);
     const uint32_t n = 512, rows = 5, token = 3;
     const float scale = 22.627417f;   // √512, gemma3's embedding scale
-    std::vector<uint8_t> file(rows * (n / tt.block_elems) * tt.block_bytes);
-    for (uint32_t r = 0; r < rows; ++r) {
-      const std::vector<float> w = randv(n, 0.1f);
-      tt.quantize_row(w.data(), file.data() + r * (file.size() / rows), n);
-    }
+    const std::vector<uint8_t> file = quantized_rows(t, n, rows);
     const kx::RowLayout l = kx::row_layout(t, n);
     auto dw = upload(kx::repack_rows(l, file.data(), rows));
     auto dtok = upload(std::vector<uint32_t>{token});
@@ -74,12 +82,7 @@ TEST_F(ElementwiseOnEmu, AddNormMatchesTheReferenceFormula) {
 TEST_F(ElementwiseOnEmu, BatchRowsEqualTheSingleTokenKernels) {
   const uint32_t n = 512, T = 3, rows = 7;
   const GgmlType type = GgmlType::Q4_K;
-  const auto& tt = gguf::type_traits(type);
-  std::vector<uint8_t> file(rows * (n / tt.block_elems) * tt.block_bytes);
-  for (uint32_t r = 0; r < rows; ++r) {
-    const std::vector<float> w = randv(n, 0.1f);
-    tt.quantize_row(w.data(), file.data() + r * (file.size() / rows), n);
-  }
+  const std::vector<uint8_t> file = quantized_rows(type, n, rows);
   const kx::RowLayout l = kx::row_layout(type, n);
   auto dw = upload(kx::repack_rows(l, file.data(), rows));
   const std::vector<uint32_t> tokens = {5, 0, 3};

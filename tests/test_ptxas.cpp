@@ -58,6 +58,13 @@ PtxasFunctionReport assemble(const GeneratedKernel& g, const std::string& arch) 
   return *f;
 }
 
+// assemble(), then one line of its registers, shared memory and spills.
+void assemble_and_print(const GeneratedKernel& g, const char* arch) {
+  const PtxasFunctionReport f = assemble(g, arch);
+  std::printf("[ptxas] %-44s %s: %3d registers, %llu B smem, %llu B spills\n", g.name.c_str(), arch, f.registers,
+              (unsigned long long)f.smem_bytes, (unsigned long long)(f.spill_store_bytes + f.spill_load_bytes));
+}
+
 }  // namespace
 
 TEST(Ptxas, IsAvailable) {
@@ -254,9 +261,7 @@ TEST(Ptxas, PagedAttentionKernelsAssembleWithoutSpills) {
     for (const kx::PagedAttentionShape& s : shapes) {
       const GeneratedKernel g = kx::paged_attention_kernel(s, Target::parse(arch));
       EXPECT_TRUE(g.hot);
-      PtxasFunctionReport f = assemble(g, arch);
-      std::printf("[ptxas] %-44s %s: %3d registers, %llu B smem, %llu B spills\n", g.name.c_str(), arch, f.registers,
-                  (unsigned long long)f.smem_bytes, (unsigned long long)(f.spill_store_bytes + f.spill_load_bytes));
+      assemble_and_print(g, arch);
     }
   }
 }
@@ -279,9 +284,7 @@ TEST(Ptxas, PagedRopeKernelsAssembleWithoutSpills) {
     for (const kx::PagedRopeShape& s : shapes) {
       const GeneratedKernel g = kx::paged_rope_kernel(s, Target::parse(arch));
       EXPECT_TRUE(g.hot);
-      PtxasFunctionReport f = assemble(g, arch);
-      std::printf("[ptxas] %-44s %s: %3d registers, %llu B smem, %llu B spills\n", g.name.c_str(), arch, f.registers,
-                  (unsigned long long)f.smem_bytes, (unsigned long long)(f.spill_store_bytes + f.spill_load_bytes));
+      assemble_and_print(g, arch);
     }
   }
 }
@@ -294,9 +297,7 @@ TEST(Ptxas, BatchElementwiseKernelsAssembleWithoutSpills) {
     const Target t = Target::parse(arch);
     for (const GeneratedKernel& g : std::vector<GeneratedKernel>{kx::embed_kernel({ptxlm::gguf::GgmlType::Q4_K, 4096, 1.0f, 16}, t), kx::add_norm_kernel({4096, 1e-6f, 16}, t),
           kx::clear_u64_kernel(t, nullptr, 16), kx::argmax_kernel({.n = 128256, .columns = 16}, t)}) {
-      PtxasFunctionReport f = assemble(g, arch);
-      std::printf("[ptxas] %-44s %s: %3d registers, %llu B smem, %llu B spills\n", g.name.c_str(), arch, f.registers,
-                  (unsigned long long)f.smem_bytes, (unsigned long long)(f.spill_store_bytes + f.spill_load_bytes));
+      assemble_and_print(g, arch);
     }
   }
 }
@@ -307,9 +308,7 @@ TEST(Ptxas, KvCopyKernelsAssembleWithoutSpills) {
   for (const char* arch : kArches) {
     for (uint32_t page : {16u, 32u}) {
       const GeneratedKernel g = kx::kv_copy_kernel({64, page, 16}, Target::parse(arch));
-      PtxasFunctionReport f = assemble(g, arch);
-      std::printf("[ptxas] %-44s %s: %3d registers, %llu B smem, %llu B spills\n", g.name.c_str(), arch, f.registers,
-                  (unsigned long long)f.smem_bytes, (unsigned long long)(f.spill_store_bytes + f.spill_load_bytes));
+      assemble_and_print(g, arch);
     }
   }
 }
