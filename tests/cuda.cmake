@@ -89,7 +89,7 @@ add_test(NAME test_cuda_backend_deferred COMMAND test_cuda_backend --gtest_filte
 set_tests_properties(test_cuda_backend_deferred PROPERTIES TIMEOUT 300 LABELS "unit"
   ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>;PTXLM_EMU_DEFERRED=1")
 # The persistent decoder on emu: logits equal to the graph schedule's, greedy
-# streams, seeds with memory-model checking, cancel within a token.
+# streams, seeds with memory-model checking (paged KV's too), cancel within a token.
 ptxlm_emu_gtest(test_persistent test_persistent.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 900)
 set_property(TEST test_persistent APPEND PROPERTY ENVIRONMENT "GTEST_FILTER=-*Seeds*:*Real*")
 add_test(NAME test_persistent_real COMMAND test_persistent --gtest_filter=*Real*)
@@ -101,7 +101,9 @@ set_tests_properties(test_persistent_seeds PROPERTIES TIMEOUT 900 LABELS "unit"
 # Paged KV in the decode path (--gpu-paged-kv): paged_rope -> paged_attention
 # over one page table row against the contiguous cache and the CPU on the
 # synthetic models, fill_kv_for_count in both layouts, an aliased page as the
-# negative control, the refusals (persistent schedule, head size 96).
+# negative control; the persistent schedule with paged KV against the paged
+# graph schedule bit for bit, a dropped dependency reported as a race; the
+# refusal (head size 80).
 ptxlm_emu_gtest(test_cuda_paged test_cuda_paged.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 600)
 # The same under emu's memory-model checking for every launch: the paged pair
 # in the engine path (graph schedule; chain with programmatic launches).

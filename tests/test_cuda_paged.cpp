@@ -13,11 +13,15 @@
 // page-table entry pointed at another page (two pages aliased) moves the
 // logits far outside the bound. Head size 96 (no synthetic preset has it: a
 // widened phi4mini), which the contiguous cache does not serve: the paged
-// path against the CPU. Refusals: the persistent schedule, head size 80.
+// path against the CPU. The persistent schedule with paged KV against the
+// graph schedule with it, bit for bit, and a dropped dependency as a race.
+// Refusal: head size 80.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -221,16 +225,119 @@ TEST(CudaPaged, ChainScheduleGreedyTokensAreTheContiguousGraphs) {
   EXPECT_EQ(a, b);
 }
 
-TEST(CudaPaged, RefusesThePersistentScheduleAndHeadSize80) {
+// The persistent schedule with paged KV: paged_rope and paged_attention
+// inline in the cooperative decoder, each waiting only for the blocks it
+// reads (CudaBackend::Impl::paged_deps). Teacher-forced on the CPU's greedy
+// continuation, its logits are the graph schedule's with paged KV bit for
+// bit (the same code; no bound is needed, none is allowed), on the presets
+// whose attention features the pair carries (llama; gemma3: sliding window,
+// q/k norms, NEOX, post norms; qwen2: biases; mistral3: temperature;
+// phi4mini: partial rotary). Its greedy stream (one launch of 16 tokens
+// across a page boundary: the decoder's advance writes the paged state
+// {pos, table row, token}) gives the
+// paged graph's eval_argmax tokens. Control: the aliased page of the test
+// above moves its logits as far.
+class CudaPagedPersistent : public ::testing::TestWithParam<synth::Arch> {};
+
+TEST_P(CudaPagedPersistent, LogitsAreThePagedGraphSchedulesExactly) {
+  const char* arch = synth::arch_name(GetParam());
+  std::vector<uint8_t> bytes;
+  const Model m = tiny(GetParam(), bytes);
+  const size_t nv = m.n_vocab;
+  std::vector<float> ref;
+  const std::vector<TokenId> ids = cpu_greedy(m, ref);
+  ASSERT_EQ(ids.size(), kTokens);
+  cuda::CudaBackend graph(m, cuda::Driver::load(), kCtx, Schedule::Graph, GpuArithmetic::Default, nullptr, paged());
+  cuda::CudaBackend pers(m, cuda::Driver::load(), kCtx, Schedule::Persistent, GpuArithmetic::Default, nullptr, paged());
+  EXPECT_NE(pers.description().find("pages of 16"), std::string::npos) << pers.description();
+  EXPECT_EQ(pers.launches_per_token(), 1u);
+  size_t ropes = 0, attns = 0;
+  for (const cuda::CudaBackend::Launch& l : pers.launches()) {
+    ropes += l.kernel.starts_with("paged_rope");
+    attns += l.kernel.starts_with("paged_attention");
+    if (l.kernel.starts_with("paged_")) {
+      EXPECT_EQ(l.all_to_all_waits, 0u) << l.kernel << ": waits for a whole op";
+    }
+  }
+  EXPECT_EQ(ropes, m.layers.size());
+  EXPECT_EQ(attns, m.layers.size());
+  // The paged pair adds no grid-wide wait: the layer's four GEMV inputs, the
+  // LM head's and argmax's at most, as test_persistent bounds the contiguous cache.
+  EXPECT_LE(pers.all_to_all_waits(), 4 * m.layers.size() + 2);
+
+  const std::vector<float> a = logits_of(graph, ids, 7), b = logits_of(pers, ids, 7);
+  size_t differ = 0, argmax_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+  for (uint32_t i = 0; i < kTokens; ++i) argmax_diff += argmax(a.data() + i * nv, nv) != argmax(b.data() + i * nv, nv);
+
+  // Control: table entry 1 -> page 0, positions 16..19 again; then the
+  // identity table back (the stream below rewrites every position it reads).
+  pers.poke_page_table_for_test(1, 0);
+  std::vector<float> c(4 * nv);
+  pers.eval_batch({ids.data() + 16, 4}, 16, c.data(), 4);
+  const double d_bad = max_abs_diff(std::vector<float>(a.begin() + 16 * long(nv), a.end()), c);
+  pers.poke_page_table_for_test(1, 1);
+
+  // Greedy from position 3 to 18 (across the page boundary at 16): the paged
+  // graph's tokens one eval_argmax at a time, the persistent decoder's as one stream.
+  constexpr uint32_t kStream = 16;
+  const std::vector<TokenId> prompt(ids.begin(), ids.begin() + 4);
+  graph.eval_batch({prompt.data(), 3}, 0, nullptr, 0);
+  std::vector<TokenId> want;
+  for (TokenId t = prompt.back(); want.size() < kStream;) want.push_back(t = graph.eval_argmax(t, uint32_t(3 + want.size())));
+  pers.eval_batch({prompt.data(), 3}, 0, nullptr, 0);
+  std::vector<TokenId> got;
+  {
+    auto st = pers.start_greedy(prompt.back(), 3, kStream, {});
+    ASSERT_NE(st, nullptr);
+    while (std::optional<TokenId> t = st->next()) got.push_back(*t);
+  }
+
+  const double bound = paged_bound(GetParam());
+  std::printf("[cuda-paged] %s, persistent schedule, paged KV: %zu of %zu logits differ from the paged graph's, %zu "
+              "argmax differences; greedy stream of %zu tokens in %llu launch(es): %s; with page-table entry 1 -> page "
+              "0: %.3g (%.0fx the paged bound)\n",
+              arch, differ, a.size(), argmax_diff, got.size(), (unsigned long long)pers.stream_stats().launches,
+              got == want ? "the paged graph's tokens" : "DIFFERENT", d_bad, d_bad / bound);
+  EXPECT_EQ(differ, 0u) << "the persistent decoder's paged ops are the standalone kernels' code";
+  EXPECT_EQ(argmax_diff, 0u);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(pers.stream_stats().launches, 1u);
+  EXPECT_GE(d_bad, 100 * bound) << "an aliased page passed under the persistent schedule";
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, CudaPagedPersistent,
+                         ::testing::Values(synth::Arch::Llama, synth::Arch::Qwen2, synth::Arch::Gemma3,
+                                           synth::Arch::Mistral3, synth::Arch::Phi4Mini),
+                         [](const auto& info) { return std::string(synth::arch_name(info.param)); });
+
+// The negative control of the paged pair's dependencies: without
+// paged_attention's wait on the rope block that appends this token's K/V
+// (its dependency 1), a block reads the slot while it is written, and emu's
+// memory-model checking (on for every cooperative launch) must say so.
+TEST(CudaPaged, PersistentWithoutTheKvSlotWaitIsReportedAsARace) {
+  std::vector<uint8_t> bytes;
+  const Model m = tiny(synth::Arch::Llama, bytes);
+  cuda::CudaBackend b(m, cuda::Driver::load(), kCtx, Schedule::Persistent, GpuArithmetic::Default, nullptr, paged());
+  ASSERT_EQ(b.drop_dependency_for_test("paged_attention", 1), m.layers.size());
+  const std::vector<TokenId> ids = {764, 17, 301, 52};
+  std::vector<float> logits(ids.size() * m.n_vocab);
+  ::testing::internal::CaptureStderr();
+  std::string error;
+  try {
+    b.eval_batch({ids.data(), ids.size()}, 0, logits.data(), uint32_t(ids.size()));
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  std::printf("[cuda-paged] persistent, paged KV, dropped K/V slot wait: %s\n%s", error.c_str(), log.c_str());
+  EXPECT_NE(log.find("race: kernel 'persistent"), std::string::npos) << log;
+  EXPECT_NE(error, "") << "the race must fail the launch";
+}
+
+TEST(CudaPaged, RefusesHeadSize80) {
   std::vector<uint8_t> bytes;
   Model m = tiny(synth::Arch::Llama, bytes);
-  try {
-    cuda::CudaBackend b(m, cuda::Driver::load(), kCtx, Schedule::Persistent, kRef, nullptr, paged());
-    ADD_FAILURE() << "the persistent schedule took paged KV";
-  } catch (const ModelError& e) {
-    EXPECT_NE(std::string(e.what()).find("paged KV is not supported under the persistent schedule yet"),
-              std::string::npos) << e.what();
-  }
   // Head size 80: paged_attention serves 64, 96, 128 and 256.
   m.head_dim = 80;
   try {

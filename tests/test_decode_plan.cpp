@@ -1,7 +1,7 @@
 // Every kernel the decode chains of the real models and the synthetic ones
-// need, and their persistent decoders, assembled by ptxas for sm_80, sm_86,
-// sm_89 and sm_90: accepted, no warnings, and no spills or stack frames
-// (they are all hot).
+// need, and their persistent decoders (paged KV's too), assembled by ptxas
+// for sm_80, sm_86, sm_89 and sm_90: accepted, no warnings, and no spills or
+// stack frames (they are all hot).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -45,6 +45,12 @@ void assemble_all(const Model& m, const std::string& what) {
     ptx::Target prefetching = ptx::Target::parse(arch);   // --gpu-prefetch: GEMV ops prefetch before their wait
     prefetching.prefetch = true;
     ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(plan), prefetching).kernel);
+    // --gpu-paged-kv: paged_rope and paged_attention inline, the advance
+    // writing paged KV's state {pos, table row, token}.
+    ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(paged), ptx::Target::parse(arch),
+                                            kernels::PersistentState{8, 0}).kernel);
+    EXPECT_NE(ks.back().ptx.find("inline op paged_rope"), std::string::npos) << what;
+    EXPECT_NE(ks.back().ptx.find("inline op paged_attention"), std::string::npos) << what;
     int max_regs = 0;
     std::vector<int> persistent_regs;
     for (const ptx::GeneratedKernel& g : ks) {
@@ -59,10 +65,11 @@ void assemble_all(const Model& m, const std::string& what) {
       if (size_t(&g - ks.data()) >= standalone) persistent_regs.push_back(f->registers);
       else max_regs = std::max(max_regs, f->registers);
     }
-    ASSERT_EQ(persistent_regs.size(), 3u);
+    ASSERT_EQ(persistent_regs.size(), 4u);
     std::printf("[decode-plan] %s %s: %zu kernels, at most %d registers, no spills (persistent decoder: %d registers, "
-                "%d with f32 GEMV inputs, %d prefetching)\n",
-                what.c_str(), arch, standalone, max_regs, persistent_regs[0], persistent_regs[1], persistent_regs[2]);
+                "%d with f32 GEMV inputs, %d prefetching, %d with paged KV)\n",
+                what.c_str(), arch, standalone, max_regs, persistent_regs[0], persistent_regs[1], persistent_regs[2],
+                persistent_regs[3]);
   }
 }
 

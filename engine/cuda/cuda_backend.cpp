@@ -23,8 +23,6 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
             throw ModelError("--gpu-pdl: the persistent schedule is one launch; use it with --schedule graph or chain");
         p.target.pdl = true;
     }
-    if (tuning.paged_kv && p.schedule == Schedule::Persistent)
-        throw ModelError("paged KV is not supported under the persistent schedule yet; use --schedule graph or chain");
     p.paged = tuning.paged_kv;
     const HParams& hp = m.hp;
     const uint32_t E = hp.n_embd, hd = m.head_dim;
@@ -182,11 +180,12 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
             if (lp.rope.bias) ra.insert(ra.end(), {bq[il], bk[il], bv[il]});
             if (lp.rope.qk_norm) ra.insert(ra.end(), {qn[il], kn[il]});
             ra.insert(ra.end(), {rope, kc, vc, QR});
-            p.chain[p.add(paged_rope_op(lp.rope), ra)].plain = true;
-            p.chain[p.add(paged_attention_op(lp.paged_attention),
-                          {desc_ptr, table, QR, kc, vc, Impl::ptr(p.paged_part),
-                           Impl::ptr(p.paged_sync, size_t(il) * p.sync_heads * 4), ATT})]
-                .plain = true;
+            const size_t rope_op = p.add(paged_rope_op(lp.rope), ra);
+            const size_t attn_op = p.add(paged_attention_op(lp.paged_attention),
+                                         {desc_ptr, table, QR, kc, vc, Impl::ptr(p.paged_part),
+                                          Impl::ptr(p.paged_sync, size_t(il) * p.sync_heads * 4), ATT});
+            p.chain[rope_op].plain = p.chain[attn_op].plain = true;
+            p.paged_deps(lp, qkv_op, rope_op, attn_op);
         } else {
             std::vector<ptx::ParamValue> aa = {Q, K, V};
             if (lp.attention.bias) aa.insert(aa.end(), {bq[il], bk[il], bv[il]});

@@ -65,16 +65,13 @@ struct CudaBackend::Impl {
     // {token, pos}; under paged KV {pos, table row 0, token, 0}, so that its
     // first 8 bytes are the paged kernels' token descriptor (8-byte aligned).
     uint32_t state_words() const { return paged ? 4 : 2; }
+    // Byte offsets of the token and the position (the persistent decoder's advance writes them).
+    kx::PersistentState state_layout() const { return cuda::state_layout(paged); }
     void put_state(uint32_t* slot, TokenId token, uint32_t pos) const {
-        if (paged) {
-            slot[0] = pos;
-            slot[1] = 0;
-            slot[2] = uint32_t(token);
-            slot[3] = 0;
-        } else {
-            slot[0] = uint32_t(token);
-            slot[1] = pos;
-        }
+        const kx::PersistentState l = state_layout();
+        std::fill_n(slot, state_words(), 0u);   // paged: the table row word, 0
+        slot[l.token / 4] = uint32_t(token);
+        slot[l.pos / 4] = pos;
     }
 
     struct Kernel {
@@ -230,6 +227,51 @@ struct CudaBackend::Impl {
                 rows(v, q_dim + kv_dim + h / group * hd);
             }
         chain[attention].deps = {q, k, v};
+    }
+
+    // The same for the paged pair (one token row): paged_rope's virtual
+    // block b serves head units [4b, 4b + 4) (query heads, then KV heads:
+    // K and V), so it reads q rows of its query heads and k, v rows of its
+    // KV heads (a range of none where it has none); paged_attention's
+    // (split s, KV head g) = s + g * splits reads q_rot of g's group, written
+    // by the rope blocks of those query heads, and this token's K/V slot of
+    // head g, written by the rope block of unit n_head + g (earlier
+    // positions: earlier tokens). Their other inputs and the buffers they
+    // overwrite are the layer before's, which every QKV block waited for.
+    void paged_deps(const LayerPlan& lp, size_t qkv, size_t rope, size_t attention) {
+        const kx::PagedRopeShape& r = lp.rope;
+        const uint32_t hd = r.head_dim, nh = r.n_head, nkv = r.n_head_kv, q_dim = nh * hd, kv_dim = nkv * hd;
+        const uint32_t rpb = kx::gemv_plan(lp.qkv).rows_per_block, W = kx::kPagedRopeWarps;
+        const uint32_t units = nh + nkv, rope_blocks = (units + W - 1) / W;
+        if (r.tokens != 1 || chain[rope].geometry.grid.count() != rope_blocks)
+            throw std::logic_error("paged_deps: a paged_rope grid of other than one token row");
+        // The qkv blocks holding output rows [lo, hi), as a (first, count, 1) triple; none when empty.
+        auto rows = [&](Op::Dep& d, uint32_t lo, uint32_t hi) {
+            if (lo >= hi) d.ranges.insert(d.ranges.end(), {0u, 0u, 1u});
+            else d.ranges.insert(d.ranges.end(), {lo / rpb, (hi - 1) / rpb - lo / rpb + 1, 1u});
+        };
+        Op::Dep q{uint32_t(qkv), {}}, k{uint32_t(qkv), {}}, v{uint32_t(qkv), {}};
+        for (uint32_t b = 0; b < rope_blocks; ++b) {
+            const uint32_t u0 = b * W, u1 = std::min(u0 + W, units);
+            const uint32_t h0 = std::min(u0, nh), h1 = std::min(u1, nh);         // its query heads
+            const uint32_t g0 = std::max(u0, nh) - nh, g1 = std::max(u1, nh) - nh;   // its KV heads
+            rows(q, h0 * hd, h1 * hd);
+            rows(k, q_dim + g0 * hd, q_dim + g1 * hd);
+            rows(v, q_dim + kv_dim + g0 * hd, q_dim + kv_dim + g1 * hd);
+        }
+        chain[rope].deps = {q, k, v};
+        const kx::PagedAttentionShape& a = lp.paged_attention;
+        const uint32_t group = nh / nkv;
+        if (chain[attention].geometry.grid.count() != a.splits * nkv)
+            throw std::logic_error("paged_deps: a paged_attention grid of other than one token row");
+        Op::Dep heads{uint32_t(rope), {}}, slot{uint32_t(rope), {}};
+        for (uint32_t g = 0; g < nkv; ++g)
+            for (uint32_t s = 0; s < a.splits; ++s) {   // virtual block s + g * splits
+                const uint32_t first = g * group / W, last = (g * group + group - 1) / W;
+                heads.ranges.insert(heads.ranges.end(), {first, last - first + 1, 1u});
+                slot.ranges.insert(slot.ranges.end(), {(nh + g) / W, 1u, 1u});
+            }
+        chain[attention].deps = {heads, slot};
     }
 
 };

@@ -12,7 +12,8 @@ namespace ptxlm::cuda {
 
 void CudaBackend::Impl::build_persistent() {
     auto ps = std::make_unique<Persistent>();
-    const kx::PersistentKernel pk = kx::persistent_kernel(kinds, target);
+    // The advance writes the next token's input where put_state puts it.
+    const kx::PersistentKernel pk = kx::persistent_kernel(kinds, target, state_layout());
     // The inline ops take the same arguments as the standalone kernels: the
     // records below are the chain's own argument packs (made from each
     // kind's standalone parameter list when the chain was built).

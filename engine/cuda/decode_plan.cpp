@@ -106,17 +106,11 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, ui
 }
 
 kx::OpGenerator paged_rope_op(const kx::PagedRopeShape& s) {
-    return [s](const ptx::Target& t, const kx::InlineTarget* in) {
-        if (in) throw std::logic_error("paged_rope has no inline form (the persistent schedule refuses paged KV)");
-        return kx::paged_rope_kernel(s, t);
-    };
+    return [s](const ptx::Target& t, const kx::InlineTarget* in) { return kx::paged_rope_kernel(s, t, in); };
 }
 
 kx::OpGenerator paged_attention_op(const kx::PagedAttentionShape& s) {
-    return [s](const ptx::Target& t, const kx::InlineTarget* in) {
-        if (in) throw std::logic_error("paged_attention has no inline form (the persistent schedule refuses paged KV)");
-        return kx::paged_attention_kernel(s, t);
-    };
+    return [s](const ptx::Target& t, const kx::InlineTarget* in) { return kx::paged_attention_kernel(s, t, in); };
 }
 
 std::vector<kx::OpGenerator> decode_op_kinds(const DecodePlan& plan) {

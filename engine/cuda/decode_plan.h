@@ -61,9 +61,16 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, ui
 // --gpu-path quantized) or f32 ones (--gpu-path reference).
 inline bool quantized_gemvs(GpuArithmetic path) { return path != GpuArithmetic::Reference; }
 
-// The paged pair as chain ops: standalone kernels only (no inline form: the
-// persistent schedule refuses paged KV), which ignore Target::pdl.
+// The paged pair as chain ops: standalone kernels that ignore Target::pdl
+// (launched plainly), or inline in the persistent decoder.
 kernels::OpGenerator paged_rope_op(const kernels::PagedRopeShape& s);
+// Where the per-token device state holds the token and the position (what
+// the persistent decoder's advance writes): {token, pos}, or under paged KV
+// {pos, table row, token, 0}, whose first 8 bytes are the paged kernels'
+// token descriptor.
+inline kernels::PersistentState state_layout(bool paged_kv) {
+    return paged_kv ? kernels::PersistentState{8, 0} : kernels::PersistentState{0, 4};
+}
 kernels::OpGenerator paged_attention_op(const kernels::PagedAttentionShape& s);
 
 // Every distinct kernel of the plan, in chain order, as generators bound to

@@ -92,7 +92,7 @@ LaunchGeometry paged_attention_geometry(const PagedAttentionShape& s) {
   return LaunchGeometry{{s.splits, s.n_head_kv, s.tokens}, {kThreads, 1, 1}, 0};
 }
 
-GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t) {
+GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t, const InlineTarget* in) {
   const LaunchGeometry geo = paged_attention_geometry(s);
   const uint32_t hd = s.head_dim, G = s.group(), ps = s.page_size, S = s.splits, nkv = s.n_head_kv;
   const uint32_t lpr = lanes_per_row(hd), rpl = 32 / lpr;   // lanes per row, rows per warp load
@@ -111,7 +111,17 @@ GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t) {
                      std::to_string(hd) + "_p" + std::to_string(ps) + "_t" + std::to_string(s.tokens) + "_s" +
                      std::to_string(S);
   if (s.window) name += "_w" + std::to_string(s.window);
-  Kernel k = start_kernel(name.c_str(), t, params, geo);
+  if (in && s.tokens != 1) throw Error("paged_attention: inline (the persistent decoder) serves one token row, not " +
+                                       std::to_string(s.tokens));
+  t.pdl = false;   // launched plainly (see the header)
+  // Inline, a thread has 65536 / the decoder's threads registers (its block
+  // is the widest op's: 384 or 512 for all but the tiny synthetic models;
+  // 128 registers at 512, where gemma-3-270m's group of 4 at head 256
+  // spilled): a tile's V loads go out after its scores (one more round trip
+  // per tile; no spills at 104), the same arithmetic in the same order.
+  const bool lean = in != nullptr;
+  Emit emit(in, name.c_str(), t, params, geo);
+  Kernel& k = emit.k();
   Symbol qs = k.shared_array("qs", Type::f32, G * hd, 16);          // the group's q rows, times log2 e
   Symbol pg = k.shared_array("pg", Type::u32, pages_max, 4);        // the chunk's page ids
   Symbol wml = k.shared_array("wml", Type::f32, kWarps * G * 2, 8); // per warp and head: max, sum
@@ -249,15 +259,22 @@ GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t) {
       Reg above = k.setp(Cmp::hs, j, p0);
       valid[u] = k.and_(above, k.setp(Cmp::lo, j, hi));
       load[u] = data_lane.valid() ? k.and_(valid[u], data_lane) : valid[u];
-      for (int e = 0; e < 4; ++e) kw[u].push_back(k.mov(Type::u32, 0u)), vw[u].push_back(k.mov(Type::u32, 0u));
+      for (int e = 0; e < 4; ++e) {
+        kw[u].push_back(k.mov(Type::u32, 0u));
+        if (!lean) vw[u].push_back(k.mov(Type::u32, 0u));
+      }
     }
     MemOpt nc;
     nc.nc = true;
-    k.comment("K and V of the tile in flight together; rows outside [p0, hi) are not read (kNoPage below p0)");
+    auto load_v = [&] {
+      for (uint32_t u = 0; u < U; ++u)
+        k.when(load[u], [&] { k.ld(Space::global, vw[u], at(va, int64_t(u) * rpl * hd * 2), nc); });
+    };
+    k.comment(lean ? "K of the tile in flight (V after the scores); rows outside [p0, hi) are not read (kNoPage below p0)"
+                   : "K and V of the tile in flight together; rows outside [p0, hi) are not read (kNoPage below p0)");
     for (uint32_t u = 0; u < U; ++u)
       k.when(load[u], [&] { k.ld(Space::global, kw[u], at(ka, int64_t(u) * rpl * hd * 2), nc); });
-    for (uint32_t u = 0; u < U; ++u)
-      k.when(load[u], [&] { k.ld(Space::global, vw[u], at(va, int64_t(u) * rpl * hd * 2), nc); });
+    if (!lean) load_v();
     std::vector<std::vector<Reg>> kf(U);
     for (uint32_t u = 0; u < U; ++u) kf[u] = to_f32(kw[u]);
     std::vector<std::vector<Reg>> sc(G, std::vector<Reg>(U));
@@ -270,6 +287,11 @@ GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t) {
         for (int e = 1; e < 8; ++e) k.fma(d, q[e], kf[u][e], d);
         sc[g][u] = d;
       }
+    }
+    if (lean) {   // V now: the K words and their f32 copies are dead
+      for (uint32_t u = 0; u < U; ++u)
+        for (int e = 0; e < 4; ++e) vw[u].push_back(k.mov(Type::u32, 0u));
+      load_v();
     }
     k.comment("scores: a butterfly over the row's lanes; the online softmax per head (log2 units)");
     for (uint32_t g = 0; g < G; ++g) {
@@ -413,7 +435,7 @@ GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t) {
     if ((it + 1) * kThreads <= cols) body();
     else k.if_(k.setp(Cmp::lt, c, cols), body);
   }
-  return finish(k, params, geo, true);
+  return emit.done(true);
 }
 
 }  // namespace ptxlm::kernels

@@ -34,6 +34,16 @@
 //
 // Everything a token needs is in device memory (tokens, tables, q), so a
 // captured graph stays valid from step to step.
+//
+// Inline (the persistent decoder, InlineTarget): the same code on a virtual
+// block (ctaid.x the split, ctaid.y the KV head) for one token row (T = 1:
+// the token's ctaid.z is 0 inline, and the decoder takes 2-D grids only).
+// Its shared arrays are regions of the decoder's window, bar.sync counts
+// the op's 256 threads, and its returns (an unused slot, a split past the
+// last, a lone split, a block that is not the last to finish) are uniform
+// over the block and end the virtual block. The split counters work as
+// standalone: a virtual block never waits for another of its op. A tile's
+// V loads follow its scores inline (registers; the same arithmetic).
 #pragma once
 
 #include <cstdint>
@@ -42,6 +52,8 @@
 #include "kernels/ptx/params.h"
 
 namespace ptxlm::kernels {
+
+struct InlineTarget;   // kernels/examples/common.h: emit inline into a persistent kernel
 
 // Params: tokens (T × {pos, table row} u32; pos ~0u: an unused slot, all its
 // blocks exit), tables (rows × max_pages u32 page ids), q (T × n_head·hd
@@ -73,6 +85,9 @@ uint32_t paged_attention_unroll(const PagedAttentionShape& s);
 uint32_t paged_attention_tile(const PagedAttentionShape& s);
 
 ptx::LaunchGeometry paged_attention_geometry(const PagedAttentionShape& s);
-ptx::GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, ptx::Target t = {});
+// Standalone, it ignores t.pdl (no griddepcontrol.wait: the chain launches
+// it plainly); `in`: inline into a persistent kernel (tokens must be 1).
+ptx::GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, ptx::Target t = {},
+                                            const InlineTarget* in = nullptr);
 
 }  // namespace ptxlm::kernels

@@ -37,7 +37,7 @@ LaunchGeometry paged_rope_geometry(const PagedRopeShape& s) {
   return LaunchGeometry{{(s.n_head + s.n_head_kv + kWarps - 1) / kWarps, s.tokens, 1}, {kThreads, 1, 1}, 0};
 }
 
-GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t) {
+GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t, const InlineTarget* in) {
   const LaunchGeometry geo = paged_rope_geometry(s);
   const uint32_t hd = s.head_dim, half = hd / 2, rp = s.rot() / 2, nkv = s.n_head_kv, ps = s.page_size;
   const uint32_t slots = (half + 31) / 32;   // pairs per lane
@@ -54,7 +54,9 @@ GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t) {
   if (s.bias) name += "_bias";
   if (s.qk_norm) name += "_qknorm";
   if (s.temp_scale != 0) name += "_temp" + std::to_string(s.temp_floor);
-  Kernel k = start_kernel(name.c_str(), t, params, geo);
+  t.pdl = false;   // launched plainly (see the header)
+  Emit emit(in, name.c_str(), t, params, geo);
+  Kernel& k = emit.k();
 
   Reg blk = k.special(Sreg::ctaid_x), tok = k.special(Sreg::ctaid_y), tid = k.special(Sreg::tid_x);
   Reg lane = k.and_(tid, 31u), warp = k.shr(tid, 5u);
@@ -225,7 +227,7 @@ GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t) {
     Reg vd = k.add(vdst, k.mul_wide(lane, 2u));
     for (uint32_t i = 0; i < vper; ++i) k.st_global(at(vd, int64_t(i) * 64), k.cvt(Type::f16, vv[i]));
   });
-  return finish(k, params, geo, true);
+  return emit.done(true);
 }
 
 }  // namespace ptxlm::kernels

@@ -28,6 +28,12 @@
 // the head's loads are in flight with the token descriptor's, then the page
 // id and cos/sin (one more round trip), then the stores
 // (docs/efficiency.md, "Paged attention").
+//
+// Inline (the persistent decoder, InlineTarget): the same code on a virtual
+// block (ctaid.x, ctaid.y = the token row). Its two returns end the virtual
+// block: `unused` is uniform over the block (one token row per block), the
+// one past the last head unit is uniform over a warp; neither precedes a
+// barrier (the kernel has none), so either may skip to the op's end.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +42,8 @@
 #include "kernels/ptx/params.h"
 
 namespace ptxlm::kernels {
+
+struct InlineTarget;   // kernels/examples/common.h: emit inline into a persistent kernel
 
 // Params: tokens (T × {pos, table row} u32), tables (rows × max_pages u32),
 // q (T × n_head·hd f32), k, v (T × n_head_kv·hd f32), [bq, bk, bv (f32) when
@@ -65,6 +73,8 @@ struct PagedRopeShape {
 constexpr uint32_t kPagedRopeWarps = 4;
 
 ptx::LaunchGeometry paged_rope_geometry(const PagedRopeShape& s);
-ptx::GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, ptx::Target t = {});
+// Standalone, it ignores t.pdl (no griddepcontrol.wait: the chain launches
+// it plainly); `in`: inline into a persistent kernel.
+ptx::GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, ptx::Target t = {}, const InlineTarget* in = nullptr);
 
 }  // namespace ptxlm::kernels

@@ -17,8 +17,9 @@ constexpr uint32_t kRecordBytes = sizeof(OpRecord);
 
 }  // namespace
 
-PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, Target t) {
+PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, Target t, PersistentState st) {
   if (kinds.empty()) throw Error("persistent_kernel: no op kinds");
+  if (st.token % 4 || st.pos % 4 || st.token == st.pos) throw Error("persistent_kernel: a bad state layout");
   // Standalone first: each op's block size, so the kernel's is their maximum.
   std::vector<GeneratedKernel> alone;
   uint32_t threads = 32, arg_bytes = 8;
@@ -214,8 +215,8 @@ PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, Target
         k.ld(Space::global, cancel, at(io, 4), acq_sys);
         k.when(k.setp(Cmp::ne, cancel, 0u), [&] { k.mov(stop, 3u); });
         k.when(k.setp(Cmp::ne, stop, 0u), [&] { k.st_global(at(io, 8), stop); });
-        k.st_global(at(state), token);
-        k.st_global(at(state, 4), k.add(k.ld_global(Type::u32, at(state, 4)), 1u));
+        k.st_global(at(state, st.token), token);
+        k.st_global(at(state, st.pos), k.add(k.ld_global(Type::u32, at(state, st.pos)), 1u));
         k.st_global(at(best), k.mov(Type::u64, 0ull));
         k.st_global(at(go_addr, 4), stop);
         k.st_release_gpu(at(go_addr), epoch);

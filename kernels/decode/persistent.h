@@ -1,8 +1,9 @@
 // The persistent decoder: one cooperative launch runs whole tokens. Its
 // resident blocks walk a device-side op table (the same ops the chain
 // launches one by one: embedding, per layer fused norm + QKV, attention
-// (RoPE, KV append, splits and their reduction), output GEMV, gate/up, down, then the
-// LM head and the argmax), each op's code emitted inline from the op's own
+// (RoPE, KV append, splits and their reduction; under paged KV paged_rope
+// then paged_attention), output GEMV, gate/up, down, then the LM head and
+// the argmax), each op's code emitted inline from the op's own
 // generator (ptx::InlineOp), so the kernels are the same code in both
 // schedules.
 //
@@ -93,11 +94,19 @@ struct PersistentKernel {
   std::vector<ptx::GeneratedKernel> kinds;  // per kind: name, params, geometry (shared = its use of the window)
 };
 
+// Where the advance writes the next token's input in `state`: byte offsets
+// of the u32 token and the u32 position. Default {token, pos}; paged KV's
+// {pos, table row, token, 0} starts with the paged ops' token descriptor.
+struct PersistentState {
+  uint32_t token = 0, pos = 4;
+};
+
 // Params: ops (OpRecord[n_ops]), n_ops, sync (persistent_sync_bytes),
 // ranges (u32 triples, see OpRecord),
-// state (u32 token, u32 pos), best (u64 argmax key), io (PersistentIo +
-// tokens), steps, stop_ids (u32[n_stop]), n_stop. The argmax key is decoded
-// as kernels/examples argmax_index does (~low 32 bits).
-PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, ptx::Target t = {});
+// state (u32 token and pos, where `layout` places them), best (u64 argmax key),
+// io (PersistentIo + tokens), steps, stop_ids (u32[n_stop]), n_stop. The
+// argmax key is decoded as kernels/examples argmax_index does (~low 32 bits).
+PersistentKernel persistent_kernel(const std::vector<OpGenerator>& kinds, ptx::Target t = {},
+                                   PersistentState layout = {});
 
 }  // namespace ptxlm::kernels

@@ -101,7 +101,7 @@ struct ChainParts {
     std::map<std::string, uint64_t> prefetch_bytes;   // per GEMV kernel: what its weight prefetch asks for
 };
 
-ChainParts chain_parts(const Model& m, uint32_t ctx, bool q, uint32_t sms, bool paged = false) {
+ChainParts chain_parts(const Model& m, uint32_t ctx, bool q, uint32_t sms, bool paged) {
     ChainParts c;
     const cuda::DecodePlan p = cuda::decode_plan(m, ctx, q, sms, paged);
     auto add = [&](const kernels::GemvShape& s) {
@@ -111,13 +111,13 @@ ChainParts chain_parts(const Model& m, uint32_t ctx, bool q, uint32_t sms, bool 
     };
     for (const cuda::LayerPlan& l : p.layers) {
         for (const kernels::GemvShape* s : {&l.qkv, &l.wo, &l.gate_up, &l.down}) c.layer.insert(add(*s));
-        for (const ptx::GeneratedKernel& g :
-             {kernels::attention_kernel(l.attention), kernels::add_norm_kernel(p.add_norm)})
-            c.layer.insert(g.name);
-        if (l.paged)
+        c.layer.insert(kernels::add_norm_kernel(p.add_norm).name);
+        if (l.paged)   // the contiguous cache's kernel is not built (it refuses head size 96)
             for (const ptx::GeneratedKernel& g :
                  {kernels::paged_rope_kernel(l.rope), kernels::paged_attention_kernel(l.paged_attention)})
                 c.layer.insert(g.name);
+        else
+            c.layer.insert(kernels::attention_kernel(l.attention).name);
     }
     c.head = add(p.head);
     return c;
@@ -199,7 +199,7 @@ nlohmann::json projected_json(const Projection& p, const GpuSpec& gpu, Schedule 
 // one row; what it adds is the waiting: grid-wide syncs, counter waits and
 // the instructions spent spinning.
 nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpec& gpu, uint32_t depth, bool q,
-                                  bool prefetch) {
+                                  bool prefetch, bool paged) {
     const uint32_t ctx = depth + kCountedContext;
     const nlohmann::json& k = c.kernels.at("persistent_decoder");
     const uint64_t requested = 32 * (k.at("global_load_sectors").get<uint64_t>() + k.at("global_store_sectors").get<uint64_t>()) +
@@ -208,14 +208,16 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
     const auto [w_unique, w_sectors] = weight_traffic(k, c.weights);
     // All-to-all waits inside the layers (the rest: the embedding's and the
     // LM head's gathers).
-    const ChainParts parts = chain_parts(m, ctx, q, gpu.sms);
+    const ChainParts parts = chain_parts(m, ctx, q, gpu.sms, paged);
     uint64_t layer_a2a = 0;
     for (const cuda::CudaBackend::Launch& l : c.launches)
         if (parts.layer.count(l.kernel)) layer_a2a += l.all_to_all_waits;
     ptx::Target t = ptx::Target::parse("sm_90");
     t.prefetch = prefetch;
     const ptx::GeneratedKernel g =
-        kernels::persistent_kernel(cuda::decode_op_kinds(cuda::decode_plan(m, ctx, q, gpu.sms)), t).kernel;
+        kernels::persistent_kernel(cuda::decode_op_kinds(cuda::decode_plan(m, ctx, q, gpu.sms, paged)), t,
+                                   cuda::state_layout(paged))
+            .kernel;
     nlohmann::json row = {{"kernel", g.name}, {"part", "token"}, {"launches", k.at("launches")}, {"blocks", nullptr},
                           {"threads", g.geometry.block.x}, {"dynamic_shared_bytes", g.geometry.shared_bytes},
                           {"unique_bytes", unique}, {"requested_bytes", requested}, {"weight_bytes", w_unique},
@@ -338,7 +340,7 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
                              bool prefetch, bool paged_kv) {
     const bool q = cuda::quantized_gemvs(path);
     const Counted c = count_one_token(m, schedule, path, depth, gpu, prefetch, paged_kv);
-    if (c.schedule == Schedule::Persistent) return counted_persistent(m, c, gpu, depth, q, prefetch);
+    if (c.schedule == Schedule::Persistent) return counted_persistent(m, c, gpu, depth, q, prefetch, paged_kv);
     const uint32_t ctx = depth + kCountedContext;
     const nlohmann::json& ks = c.kernels;
     const std::map<std::string, ptx::PtxasFunctionReport> regs = ptxas_reports(m, ctx, q, gpu.sms, prefetch, paged_kv);

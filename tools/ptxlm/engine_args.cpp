@@ -43,9 +43,9 @@ void add_engine_options(CLI::App& app, EngineArgs& a, DefaultModel which) {
                  "griddepcontrol.wait with --gpu-pdl; persistent: before the op waits for its inputs); off by default "
                  "until a GPU run weighs it");
     app.add_flag("--gpu-paged-kv", a.gpu_paged_kv,
-                 "GPU, chain and graph schedules: keep the KV cache in pages of 16 positions and run each layer's "
-                 "attention as RoPE + append into the pages, then paged flash-decoding over the sequence's page table "
-                 "(one sequence; the persistent schedule refuses it); off by default until a GPU run weighs it");
+                 "GPU: keep the KV cache in pages of 16 positions and run each layer's attention as RoPE + append "
+                 "into the pages, then paged flash-decoding over the sequence's page table (one sequence; every "
+                 "schedule, inline in the persistent decoder); off by default until a GPU run weighs it");
     app.add_option("--cpu-isa", a.cpu_isa,
                    "CPU quantized path: the SIMD kernels, scalar, avx2, avx512 or avx512vnni (default: the best this "
                    "CPU runs; the environment variable PTXLM_CPU_ISA caps it)")
