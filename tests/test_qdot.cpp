@@ -8,6 +8,9 @@
 //     double;
 //   - the result stays close to the float dot with the unquantized input;
 //   - a corrupted scale byte changes the result (the tests can fail);
+//   - the AVX-512 tables hold their own IQ4_NL/IQ4_XS/Q2_K/Q3_K kernels,
+//     equal to the scalar kernel at edge values, and bit for bit where every
+//     float step is exact (with a changed code and scale as controls);
 //   - PTXLM_CPU_ISA selects, and rejects, as documented.
 #include <gtest/gtest.h>
 
@@ -267,16 +270,186 @@ TEST(QDot, MultiInputMatchesSingleInputBitForBit) {
     EXPECT_EQ(cpu::qdot_multi_fn(Isa::Scalar, GgmlType::BF16), nullptr);
 }
 
-// IQ4_NL, IQ4_XS, Q2_K and Q3_K have no AVX-512 kernels (none could be run
-// here): both AVX-512 Isas dispatch to the AVX2 kernels, single and multi
-// input (qdot_fn only reads the tables, so this holds on any CPU).
-TEST(QDot, Avx512UsesTheAvx2KernelsForTheNewTypes) {
-    for (GgmlType t : {GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::Q2_K, GgmlType::Q3_K}) {
+// The types that ran the AVX2 kernels under the AVX-512 Isas until they had
+// their own (qdot_avx512.cpp).
+const GgmlType kAvx512NewTypes[] = {GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::Q2_K, GgmlType::Q3_K};
+
+// Both AVX-512 tables hold kernels of their own for these types, single and
+// multi input, and VNNI's differ from plain AVX-512's (vpdpbusd / vpdpwssd).
+// qdot_fn only reads the tables, so this holds on any CPU.
+TEST(QDot, Avx512HasItsOwnKernelsForTheNewTypes) {
+    for (GgmlType t : kAvx512NewTypes) {
+        const char* name = gguf::type_traits(t).name;
         for (Isa isa : {Isa::Avx512, Isa::Avx512Vnni}) {
-            EXPECT_EQ(cpu::qdot_fn(isa, t), cpu::qdot_fn(Isa::Avx2, t)) << gguf::type_traits(t).name;
-            EXPECT_EQ(cpu::qdot_multi_fn(isa, t), cpu::qdot_multi_fn(Isa::Avx2, t)) << gguf::type_traits(t).name;
+            for (Isa other : {Isa::Scalar, Isa::Avx2}) {
+                EXPECT_NE(cpu::qdot_fn(isa, t), cpu::qdot_fn(other, t)) << name << " " << cpu::isa_name(isa);
+                EXPECT_NE(cpu::qdot_multi_fn(isa, t), cpu::qdot_multi_fn(other, t))
+                    << name << " " << cpu::isa_name(isa);
+            }
+            EXPECT_NE(cpu::qdot_fn(isa, t), nullptr) << name;
+            EXPECT_NE(cpu::qdot_multi_fn(isa, t), nullptr) << name;
         }
-        EXPECT_NE(cpu::qdot_fn(Isa::Avx2, t), cpu::qdot_fn(Isa::Scalar, t));
+        EXPECT_NE(cpu::qdot_fn(Isa::Avx512, t), cpu::qdot_fn(Isa::Avx512Vnni, t)) << name;
+        EXPECT_NE(cpu::qdot_multi_fn(Isa::Avx512, t), cpu::qdot_multi_fn(Isa::Avx512Vnni, t)) << name;
+    }
+}
+
+// Edge rows: every byte of the row from a pattern, then the f16 fields of
+// block b set to d[b % d.size()] (and dmin to the same bits with the exponent
+// one lower, where the type has one).
+enum class EdgeBytes {
+    AllValues,  // byte i = 37·i + 11: every byte value once per 256 bytes (codes, scales, mins, hmask bits)
+    Zeros,      // code 0 (IQ4: −127), IQ4_XS/Q3_K multiplier −32, Q2_K scale and min 0
+    Ones,       // code 15 (IQ4: 113), Q3_K code 7, IQ4_XS/Q3_K multiplier 31, Q2_K scale and min 15
+    Random,
+};
+std::vector<uint8_t> make_edge_row(GgmlType t, uint64_t n, EdgeBytes kind, const std::vector<uint16_t>& d,
+                                   std::mt19937& rng) {
+    const gguf::TypeTraits& tt = gguf::type_traits(t);
+    std::vector<uint8_t> row(n / tt.block_elems * tt.block_bytes);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (size_t i = 0; i < row.size(); ++i)
+        row[i] = kind == EdgeBytes::AllValues ? uint8_t(37 * i + 11)
+                 : kind == EdgeBytes::Zeros   ? uint8_t(0)
+                 : kind == EdgeBytes::Ones    ? uint8_t(0xFF)
+                                              : uint8_t(byte(rng));
+    for (size_t blk = 0; blk < row.size() / tt.block_bytes; ++blk) {
+        const std::vector<size_t> fields = f16_fields(t);
+        for (size_t f = 0; f < fields.size(); ++f) {
+            uint16_t h = d[blk % d.size()];
+            if (f > 0 && (h & 0x7C00) > 0x0400) h = uint16_t(h - 0x0400);   // dmin: half of d (normal d only)
+            std::memcpy(&row[blk * tt.block_bytes + fields[f]], &h, 2);
+        }
+    }
+    return row;
+}
+
+// Σ|w·x| of the dequantized row and input: the scale of the float rounding.
+double abs_dot(GgmlType t, const std::vector<uint8_t>& row, const cpu::QuantizedInput& xq) {
+    std::vector<float> w(xq.n);
+    gguf::type_traits(t).dequantize_row(row.data(), w.data(), int64_t(xq.n));
+    return reference(w, dequantize_input(xq)).abs;
+}
+
+// Every SIMD kernel of the new AVX-512 types (and the AVX2 ones) against the
+// scalar kernel at the edges: f16 scales from the smallest subnormal to
+// ±65504 and zero, every byte value, all-zero and all-one codes and scales,
+// inputs at full range (±1), all zero, and with one spike per block. The
+// bound is the main test's (same integers, float sums in another order).
+TEST(QDot, NewTypesMatchScalarOnEdgeValues) {
+    std::mt19937 rng(2025);
+    const std::vector<uint16_t> extreme = {0x0001, 0x03FF, 0x0400, 0x3C00, 0x7BFF, 0xFBFF, 0x8001, 0x0000, 0x2E66};
+    const uint64_t n = 1024;
+    std::vector<std::vector<float>> inputs = {make_input(n, InputKind::Signs, rng),
+                                              make_input(n, InputKind::Normal, rng), std::vector<float>(n, 0.f),
+                                              std::vector<float>(n, 1e-3f)};
+    for (uint64_t i = 0; i < n; i += 32) inputs[3][i + i / 32 % 32] = -7e3f;   // a spike per block, elsewhere ~0
+    cpu::QuantizedInput xq;
+    int checked = 0;
+    for (GgmlType t : kAvx512NewTypes) {
+        for (const std::vector<float>& x : inputs) {
+            cpu::quantize_input(x.data(), n, t, xq);
+            for (EdgeBytes kind : {EdgeBytes::AllValues, EdgeBytes::Zeros, EdgeBytes::Ones, EdgeBytes::Random}) {
+                for (size_t shift = 0; shift < extreme.size(); shift += 4) {   // another scale per block each time
+                    std::vector<uint16_t> d(extreme.begin() + shift, extreme.end());
+                    d.insert(d.end(), extreme.begin(), extreme.begin() + shift);
+                    const std::vector<uint8_t> row = make_edge_row(t, n, kind, d, rng);
+                    const float scalar = cpu::qdot(Isa::Scalar, t, row.data(), xq, n);
+                    ASSERT_TRUE(std::isfinite(scalar)) << gguf::type_traits(t).name;
+                    const double bound = 1e-5 * abs_dot(t, row, xq) + 1e-30;
+                    for (Isa isa : cpu::runnable_isas()) {
+                        if (isa == Isa::Scalar) continue;
+                        const float v = cpu::qdot_fn(isa, t)(row.data(), xq.blocks(), n);
+                        EXPECT_NEAR(v, scalar, bound) << gguf::type_traits(t).name << " " << cpu::isa_name(isa)
+                                                      << " bytes " << int(kind) << " shift " << shift;
+                        ++checked;
+                    }
+                }
+            }
+        }
+    }
+    std::printf("edge comparisons: %d\n", checked);
+}
+
+// Where every float step is exact, the SIMD kernels of the new types must give
+// the scalar kernel's bits: the input is integers (|x| <= 4, one 127 per
+// block, so the input scale is exactly 1 and q = x), each row's scales are one
+// power of two, and every partial sum stays below 2^24 units (n = 512:
+// ≤ 2 · 255 · 4 · 127 · 32 + 2 · 127 · 127 · 32 < 2^24 for IQ4_XS, less for
+// the others), so no order of additions rounds. Any difference in the
+// integer sums shows here, to the unit. Control: one code and one scale
+// changed move the result, and the kernels follow it exactly.
+TEST(QDot, NewTypesEqualScalarBitForBitInExactArithmetic) {
+    std::mt19937 rng(77);
+    const uint64_t n = 512;
+    std::uniform_int_distribution<int> small(-4, 4);
+    // 1, 2^-10, 2^-24 (f16's smallest subnormal), −2^4, 2^13.
+    const std::vector<uint16_t> powers = {0x3C00, 0x1400, 0x0001, 0xCC00, 0x7000};
+    cpu::QuantizedInput xq;
+    for (GgmlType t : kAvx512NewTypes) {
+        const gguf::TypeTraits& tt = gguf::type_traits(t);
+        const uint64_t x_block = cpu::qdot_layout(t) == cpu::QuantizedInput::Layout::Block32 ? 32 : 256;
+        for (int trial = 0; trial < 8; ++trial) {
+            std::vector<float> x(n);
+            for (uint64_t i = 0; i < n; ++i) x[i] = i % x_block == 0 ? 127.f : float(small(rng));
+            cpu::quantize_input(x.data(), n, t, xq);
+            for (uint64_t i = 0; i < n; ++i) {   // the premise: scale 1, codes = x
+                const bool b32 = xq.layout == cpu::QuantizedInput::Layout::Block32;
+                ASSERT_EQ(b32 ? xq.b32[i / 32].qs[i % 32] : xq.b256[i / 256].qs[i % 256], int8_t(x[i]));
+                ASSERT_EQ(b32 ? xq.b32[i / 32].d : xq.b256[i / 256].d, 1.f);
+            }
+            for (uint16_t d : powers) {
+                const EdgeBytes kind = trial % 4 == 0 ? EdgeBytes::AllValues : EdgeBytes::Random;
+                std::vector<uint8_t> row = make_edge_row(t, n, kind, {d}, rng);
+                char d_hex[8];
+                std::snprintf(d_hex, sizeof d_hex, "%04x", d);
+                const std::string what = std::string(tt.name) + " trial " + std::to_string(trial) + " d 0x" + d_hex;
+                const float before = cpu::qdot(Isa::Scalar, t, row.data(), xq, n);
+                for (Isa isa : cpu::runnable_isas())
+                    EXPECT_EQ(cpu::qdot_fn(isa, t)(row.data(), xq.blocks(), n), before)
+                        << what << " " << cpu::isa_name(isa);
+
+                // Control 1: element 0 (x = 127) gets another code, with a
+                // nonzero scale on its group: the result must move.
+                const std::vector<uint8_t> saved = row;
+                size_t qs = 0, scale = 0;
+                uint8_t scale_bits = 0;
+                switch (t) {
+                    case GgmlType::IQ4_NL: qs = offsetof(gguf::BlockIQ4_NL, qs); break;
+                    case GgmlType::IQ4_XS:   // ls of sub-block 0 = 0x5 | (scales_h & 3) << 4, never 32
+                        qs = offsetof(gguf::BlockIQ4_XS, qs), scale = offsetof(gguf::BlockIQ4_XS, scales_l),
+                        scale_bits = 0x5;
+                        break;
+                    case GgmlType::Q2_K:   // scale of group 0 = 5
+                        qs = offsetof(gguf::BlockQ2_K, qs), scale = offsetof(gguf::BlockQ2_K, scales), scale_bits = 0x5;
+                        break;
+                    default:   // Q3_K: multiplier of group 0 = 5 | (scales[8] & 3) << 4 − 32, never 0
+                        qs = offsetof(gguf::BlockQ3_K, qs), scale = offsetof(gguf::BlockQ3_K, scales), scale_bits = 0x5;
+                        break;
+                }
+                if (scale_bits) row[scale] = uint8_t((row[scale] & 0xF0) | scale_bits);
+                const float base = cpu::qdot(Isa::Scalar, t, row.data(), xq, n);
+                row[qs] ^= 1;   // low bit of element 0's code
+                const float moved = cpu::qdot(Isa::Scalar, t, row.data(), xq, n);
+                EXPECT_NE(moved, base) << what << ": a changed code left the result alone";
+                for (Isa isa : cpu::runnable_isas())
+                    EXPECT_EQ(cpu::qdot_fn(isa, t)(row.data(), xq.blocks(), n), moved)
+                        << what << " " << cpu::isa_name(isa);
+                // Control 2: the scale of that group changed instead.
+                row = saved;
+                if (scale_bits) {
+                    row[scale] = uint8_t((row[scale] & 0xF0) | 0x6);
+                    const float rescaled = cpu::qdot(Isa::Scalar, t, row.data(), xq, n);
+                    row[scale] = uint8_t((row[scale] & 0xF0) | scale_bits);
+                    EXPECT_NE(rescaled, cpu::qdot(Isa::Scalar, t, row.data(), xq, n)) << what;
+                    for (Isa isa : cpu::runnable_isas()) {
+                        row[scale] = uint8_t((row[scale] & 0xF0) | 0x6);
+                        EXPECT_EQ(cpu::qdot_fn(isa, t)(row.data(), xq.blocks(), n), rescaled)
+                            << what << " " << cpu::isa_name(isa);
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -17,12 +17,10 @@
 //
 // Kernels exist per Isa; the scalar ones define the arithmetic, the SIMD ones
 // compute the same integer sums per block and differ only in the order of the
-// float additions. (IQ4_NL, IQ4_XS, Q2_K and Q3_K have scalar and AVX2
-// kernels only; the AVX-512 Isas run the AVX2 ones.) Callers fetch a QDotFn
-// once (qdot_fn) and call it per row, or, for a batch of inputs, a
-// QDotMultiFn (qdot_multi_fn) per row or row pair and group of inputs: it
-// unpacks the weights once for the group and gives the QDotFn's results bit
-// for bit.
+// float additions. Callers fetch a QDotFn once (qdot_fn) and call it per row,
+// or, for a batch of inputs, a QDotMultiFn (qdot_multi_fn) per row or row
+// pair and group of inputs: it unpacks the weights once for the group and
+// gives the QDotFn's results bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -151,10 +149,9 @@ extern const QDotMultiFn kQDotMultiAvx2[kQDotSlots];
 extern const QDotMultiFn kQDotMultiAvx512[kQDotSlots];
 extern const QDotMultiFn kQDotMultiAvx512Vnni[kQDotSlots];
 
-// The AVX2 kernels (qdot_avx2.cpp) of the slots that have no AVX-512 ones
-// (IQ4_NL, IQ4_XS, Q2_K, Q3_K): the AVX-512 tables point at these, since no
-// AVX-512 machine is at hand to test 512-bit kernels and every AVX-512 CPU
-// runs AVX2 code.
+// The AVX2 kernels (qdot_avx2.cpp) of IQ4_NL, IQ4_XS, Q2_K and Q3_K, by
+// name. The AVX-512 tables held these until those types had AVX-512 kernels
+// of their own (qdot_avx512.cpp); nothing outside qdot_avx2.cpp uses them now.
 float qdot_avx2_iq4_nl(const void* row, const void* x, uint64_t n);
 float qdot_avx2_iq4_xs(const void* row, const void* x, uint64_t n);
 float qdot_avx2_q2_k(const void* row, const void* x, uint64_t n);
