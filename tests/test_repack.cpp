@@ -12,19 +12,29 @@
 //     not a multiple of the group and one or many inputs;
 //   - the AVX-512 VNNI kernels (vpdpbusd, vpternlogd; ymm and zmm) equal
 //     the AVX2 ones (vpmaddubsw) bit for bit, at the extremes of codes and
-//     inputs too.
+//     inputs too;
+//   - a matrix without a packed kernel is copied unchanged into the arena,
+//     its runs reported in order; on gemma-3-270m the CPU backend reads its
+//     K-quant matrices from that copy (huge-page chunk, the file's bytes)
+//     and its logits equal those of the backend that reads the file, bit
+//     for bit, while a changed byte of the copy changes them.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/matvec.h"
 #include "engine/cpu/repack.h"
 #include "gguf/f16.h"
+#include "real_model_util.h"
 
 using namespace ptxlm;
 using cpu::Isa;
@@ -314,6 +324,132 @@ TEST(Repack, ArenaPiecesAndOwnership) {
     std::shared_ptr<uint8_t> next = arena.take(64);   // the big piece filled its chunk: another one
     EXPECT_EQ(big.use_count(), 1);
     EXPECT_EQ(next.use_count(), 2);
+}
+
+// copy_weight: the bytes as they are, in the arena right after the piece
+// before it (or a huge-page buffer of its own), each ~1 MiB run reported
+// once, in order, covering the matrix exactly.
+TEST(Repack, CopyWeightKeepsBytesAndReportsRuns) {
+    std::mt19937 rng(13);
+    const GgmlType t = GgmlType::Q4_K;   // no packed kernel
+    const uint64_t n = 4096, rows = 3 * 1024 + 5;   // 2304 bytes a row: ~6.8 MiB, a partial last run
+    std::vector<uint8_t> data(rows * n / 256 * gguf::type_traits(t).block_bytes);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (uint8_t& b : data) b = uint8_t(byte(rng));
+    Weight w = weight(t, rows, n, data);
+    w.row_bytes = n / 256 * gguf::type_traits(t).block_bytes;
+    ASSERT_EQ(w.rows * w.row_bytes, data.size());
+    struct Runs {
+        const uint8_t* next;
+        uint64_t calls = 0;
+        bool in_order = true, sized = true;
+    } runs{data.data()};
+    const auto seen = [](void* ctx, const uint8_t* p, uint64_t len) {
+        auto& r = *static_cast<Runs*>(ctx);
+        r.in_order &= p == r.next;
+        r.sized &= len > 0 && len <= (uint64_t(1) << 20);
+        r.next = p + len;
+        ++r.calls;
+    };
+    cpu::PackArena arena;
+    const std::shared_ptr<uint8_t> before = arena.take(100);
+    const std::shared_ptr<uint8_t> c = cpu::copy_weight(w, seen, &runs, &arena);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(std::memcmp(c.get(), data.data(), data.size()), 0);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(c.get()), reinterpret_cast<uintptr_t>(before.get()) + 128);
+    EXPECT_TRUE(runs.in_order);
+    EXPECT_TRUE(runs.sized);
+    EXPECT_EQ(runs.next, data.data() + data.size());
+    EXPECT_EQ(runs.calls, (data.size() + (uint64_t(1) << 20) - 1) >> 20);
+    const std::shared_ptr<uint8_t> own = cpu::copy_weight(w);
+    ASSERT_TRUE(own);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(own.get()) % cpu::LazyBuffer::kHugePage, 0u);
+    EXPECT_EQ(std::memcmp(own.get(), data.data(), data.size()), 0);
+    EXPECT_FALSE(cpu::copy_weight(Weight{}));
+}
+
+namespace {
+
+// The VmFlags of the mapping of /proc/self/smaps that holds p, and its
+// start ("" and 0 when none does).
+std::pair<std::string, uintptr_t> mapping_of(const void* p) {
+    std::ifstream smaps("/proc/self/smaps");
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    bool inside = false;
+    uintptr_t start = 0;
+    for (std::string line; std::getline(smaps, line);) {
+        uintptr_t lo = 0, hi = 0;
+        char dash = 0;
+        std::istringstream head(line);
+        if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+            inside = lo <= a && a < hi;
+            start = lo;
+        } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+            return {line, start};
+        }
+    }
+    return {"", 0};
+}
+
+}  // namespace
+
+// The CPU backend on gemma-3-270m (Q4_K attn_output, Q6_K ffn_down: no
+// packed kernels): with copies on, those matrices are read from the pack
+// arena (a chunk marked MADV_HUGEPAGE, 2 MiB-aligned), the copy holds the
+// file's bytes, and the logits of a prompt equal, bit for bit, those of a
+// backend that reads the file (PTXLM_CPU_COPY=0's path). Negative control:
+// one changed byte in the copy of a Q6_K matrix changes the logits, so the
+// products do read the copy.
+TEST(Repack, CpuBackendCopiesKQuantsToArena) {
+    const testing_util::RealPrompt r = testing_util::real_model_prompt("gemma-3-270m-q4_k_m.gguf");
+    const Model& m = r.model;
+    ASSERT_GE(m.layers.size(), 1u);
+    const Weight& wo = m.layers[0].wo;
+    const Weight& down = m.layers[0].down;
+    const Weight& wq = m.layers[0].wq;
+    ASSERT_EQ(wo.type, GgmlType::Q4_K);
+    ASSERT_EQ(down.type, GgmlType::Q6_K);
+    const uint32_t n = uint32_t(r.ids.size()), nv = m.n_vocab;
+    cpu::CpuBackend copied(m, 64, KvType::F16, 2), plain(m, 64, KvType::F16, 2);
+    copied.set_weight_copies(true);
+    plain.set_weight_copies(false);
+    copied.prepare();
+    plain.prepare();
+    const std::span<const uint8_t> file = m.file.bytes();
+    const auto in_file = [&](const uint8_t* p) { return p >= file.data() && p < file.data() + file.size(); };
+    for (const Weight* w : {&wo, &down}) {
+        const Weight& v = copied.read_view(*w);
+        const std::string what = w->name();
+        ASSERT_NE(v.data, w->data) << what;
+        EXPECT_FALSE(in_file(v.data)) << what;
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data) % 64, 0u) << what;
+        EXPECT_EQ(v.type, w->type) << what;
+        EXPECT_EQ(v.rows, w->rows) << what;
+        EXPECT_EQ(v.row_bytes, w->row_bytes) << what;
+        // The file's pages were dropped; reading them brings them back.
+        EXPECT_EQ(std::memcmp(v.data, w->data, w->rows * w->row_bytes), 0) << what;
+        if (std::filesystem::exists("/sys/kernel/mm/transparent_hugepage/enabled")) {
+            const auto [flags, start] = mapping_of(v.data);
+            EXPECT_NE(flags.find(" hg"), std::string::npos) << what << ": " << flags;
+            EXPECT_EQ(start % cpu::LazyBuffer::kHugePage, 0u) << what;
+        }
+        EXPECT_EQ(plain.read_view(*w).data, w->data) << what;   // copies off: the file
+    }
+    EXPECT_EQ(copied.read_view(wq).data, wq.data);   // Q5_0: packed, not copied
+    std::vector<float> a(uint64_t(n) * nv), b(uint64_t(n) * nv), c(uint64_t(n) * nv);
+    copied.eval_batch(r.ids, 0, a.data(), n);
+    plain.eval_batch(r.ids, 0, b.data(), n);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+    // Negative control: a scale of the copy's first Q6_K block (its f16 d,
+    // the block's last two bytes) changed, then restored.
+    uint8_t* d = const_cast<uint8_t*>(copied.read_view(down).data) + gguf::type_traits(GgmlType::Q6_K).block_bytes - 1;
+    const uint8_t saved = *d;
+    *d ^= 0x10;
+    copied.eval_batch(r.ids, 0, c.data(), n);
+    *d = saved;
+    EXPECT_NE(std::memcmp(a.data(), c.data(), a.size() * 4), 0);
+    copied.eval_batch(r.ids, 0, c.data(), n);
+    EXPECT_EQ(std::memcmp(a.data(), c.data(), a.size() * 4), 0);
 }
 
 TEST(Repack, WhatIsNotPacked) {

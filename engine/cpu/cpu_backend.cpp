@@ -45,8 +45,10 @@ struct CpuBackend::Layer {
     // [n_pages · page_size][kv_dim] of f16 or f32; empty on a layer that
     // reads another layer's (LayerDesc::kv_layer).
     LazyBuffer k_cache, v_cache;
-    // The packed copies of wq wk wv wo gate up down ple_gate ple_proj, in
-    // that order (null: not packed).
+    // wq wk wv wo gate up down ple_gate ple_proj, in that order, as the
+    // quantized products read them: the matrix (the model's, or its copy in
+    // the pack arena) and its packed rows (null: not packed).
+    std::array<const Weight*, 9> mats{};
     std::array<const PackedWeight*, 9> packs{};
 };
 
@@ -113,6 +115,27 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_pt
     u_.resize(kMaxBatch * max_ff);
     scores_.resize(uint64_t(pool_->size()) * n_ctx);
     rows_.resize(uint64_t(pool_->size()) * max_hd);
+    // PTXLM_CPU_COPY=0 leaves the matrices that are not packed in the file's
+    // pages (a diagnostic: huge-page copies against the file's 4 KiB pages).
+    const char* copy = std::getenv("PTXLM_CPU_COPY");
+    copy_weights_ = !(copy && std::string_view(copy) == "0");
+    use_file_weights();
+}
+
+void CpuBackend::use_file_weights() {
+    for (size_t il = 0; il < m_.layers.size(); ++il) {
+        const LayerDesc& d = m_.layers[il];
+        layers_[il].mats = {&d.wq, &d.wk, &d.wv, &d.wo, &d.gate, &d.up, &d.down, &d.ple_gate, &d.ple_proj};
+        layers_[il].packs = {};
+    }
+    output_ = &m_.output;
+    ple_model_ = &m_.per_layer_model_proj;
+}
+
+const Weight& CpuBackend::read_view(const Weight& w) const {
+    for (const auto& c : copies_)
+        if (c->of == &w) return c->view;
+    return w;
 }
 
 void CpuBackend::pack_weights() {
@@ -123,25 +146,36 @@ void CpuBackend::pack_weights() {
         return env && std::string_view(env) == "0";
     }();
     const bool wanted = arith_.path == CpuPath::Quantized && !off;
-    if (wanted ? packed_isa_ == arith_.isa : !packed_isa_) return;
+    if (wanted ? packed_isa_ == arith_.isa && packed_copies_ == copy_weights_ : !packed_isa_) return;
+    use_file_weights();
     packed_.clear();
+    copies_.clear();
     pack_arena_ = {};
     packed_isa_.reset();
     output_pack_ = nullptr;
     ple_model_pack_ = nullptr;
-    for (Layer& l : layers_) l.packs = {};
     if (!wanted) return;
     packed_isa_ = arith_.isa;
-    std::unordered_map<const Weight*, const PackedWeight*> seen;   // a matrix used twice is packed once
-    auto pack = [&](const Weight& w) -> const PackedWeight* {
-        if (!w) return nullptr;
+    packed_copies_ = copy_weights_;
+    // A matrix used twice is packed (or copied) once: its packed rows and
+    // the matrix the products read.
+    struct Prepared {
+        const PackedWeight* packed;
+        const Weight* mat;
+    };
+    std::unordered_map<const Weight*, Prepared> seen;
+    auto pack = [&](const Weight& w) -> Prepared {
+        if (!w) return {nullptr, &w};
         if (const auto it = seen.find(&w); it != seen.end()) return it->second;
-        // The packed copy is what the quantized path reads from now on: the
-        // file's pages of the rows copied leave memory as the copy goes, so
-        // a matrix is never resident twice (they come back from the page
-        // cache if the reference path or an embedding lookup reads them).
-        // Pages are dropped whole: from the last boundary passed, so one
-        // that straddles two runs goes with the second.
+        // The packed (or plain) copy is what the quantized path reads from
+        // now on: the file's pages of the rows copied leave memory as the
+        // copy goes, so a matrix is never resident twice (they come back
+        // from the page cache if the reference path, the GPU backend or an
+        // embedding lookup reads them). Pages are dropped whole: from the
+        // last boundary passed, so one that straddles two runs goes with the
+        // second. The page cache keeps the file (no POSIX_FADV_DONTNEED): it
+        // is not this process's resident set, and the next load reads it
+        // from memory rather than disk.
         struct Drop {
             const gguf::File* file;
             const uint8_t* from;
@@ -154,22 +188,36 @@ void CpuBackend::pack_weights() {
             d.from = std::max(d.from, reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(end) / page * page));
         };
         PackedWeight p = pack_weight(w, arith_.isa, dropped, &drop, &pack_arena_);
-        const PackedWeight* out = nullptr;
+        Prepared out{nullptr, &w};
         if (p) {
             packed_.push_back(std::make_unique<PackedWeight>(std::move(p)));
-            out = packed_.back().get();
+            out.packed = packed_.back().get();
+        } else if (copy_weights_) {
+            // No packed kernel (K-quants, F16, ...) or too few rows: the
+            // file's bytes as they are, on huge pages (lazy_buffer.h), read
+            // every token like the packed ones. The tail rows of a packed
+            // matrix (past its last group) stay in the file: a few rows.
+            auto c = std::make_unique<Copy>(Copy{&w, w, copy_weight(w, dropped, &drop, &pack_arena_)});
+            c->view.data = c->bytes.get();
+            out.mat = &c->view;
+            copies_.push_back(std::move(c));
         }
         seen.emplace(&w, out);
         return out;
     };
     for (size_t il = 0; il < m_.layers.size(); ++il) {
-        const LayerDesc& d = m_.layers[il];
-        size_t i = 0;
-        for (const Weight* w : {&d.wq, &d.wk, &d.wv, &d.wo, &d.gate, &d.up, &d.down, &d.ple_gate, &d.ple_proj})
-            layers_[il].packs[i++] = pack(*w);
+        Layer& l = layers_[il];
+        for (size_t i = 0; i < l.mats.size(); ++i) {
+            const Prepared p = pack(*l.mats[i]);
+            l.packs[i] = p.packed;
+            l.mats[i] = p.mat;
+        }
     }
-    output_pack_ = pack(m_.output);
-    ple_model_pack_ = pack(m_.per_layer_model_proj);
+    const Prepared out = pack(m_.output), ple = pack(m_.per_layer_model_proj);
+    output_pack_ = out.packed;
+    output_ = out.mat;
+    ple_model_pack_ = ple.packed;
+    ple_model_ = ple.mat;
 }
 
 void CpuBackend::embedding(uint64_t token, float* out) const {
@@ -182,6 +230,12 @@ void CpuBackend::embedding(uint64_t token, float* out) const {
         row.resize(m_.tok_embd.row_bytes);
         unpack_row(*output_pack_, token, m_.tok_embd.row_bytes, row.data());
         gguf::type_traits(m_.tok_embd.type).dequantize_row(row.data(), out, int64_t(m_.tok_embd.cols));
+        return;
+    }
+    // Tied to a copied output matrix: the row from the copy, for the same
+    // reason (its bytes and layout are the file's).
+    if (m_.output.data == m_.tok_embd.data && output_ != &m_.output && output_->data) {
+        dequantize_row(*output_, token, out);
         return;
     }
     dequantize_row(m_.tok_embd, token, out);
@@ -288,7 +342,7 @@ void CpuBackend::per_layer_inputs(std::span<const TokenId> tokens, uint32_t n) {
     // the scaled input, times 1/√n_embd, RMS-normed per layer slice, plus the
     // token's per-layer embedding row times √n_embd_per_layer, times 1/√2.
     const uint64_t E = m_.hp.n_embd, P = m_.n_embd_per_layer, PL = ple_w_;
-    matmul(*pool_, {job(m_.per_layer_model_proj, ple_model_pack_, ple_.data(), PL)}, x_.data(), n, E, arith_);
+    matmul(*pool_, {job(*ple_model_, ple_model_pack_, ple_.data(), PL)}, x_.data(), n, E, arith_);
     const float proj_scale = 1.0f / std::sqrt(float(E)), embd_scale = std::sqrt(float(P));
     const float sum_scale = 1.0f / std::sqrt(2.0f);
     const auto one = [&](uint32_t t) {
@@ -467,13 +521,13 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
 
         each_token([&](uint32_t t) { rms_norm(&x_[t * E], l.attn_norm.data(), &xn_[t * E], E, eps); });
         if (!own_kv)
-            matmul(*pool_, {job(d.wq, l.packs[0], q_.data(), q_w_)}, xn_.data(), n, E, arith_);
+            matmul(*pool_, {job(*l.mats[0], l.packs[0], q_.data(), q_w_)}, xn_.data(), n, E, arith_);
         else if (!d.wv)
-            matmul(*pool_, {job(d.wq, l.packs[0], q_.data(), q_w_), job(d.wk, l.packs[1], k_.data(), kv_w_)},
+            matmul(*pool_, {job(*l.mats[0], l.packs[0], q_.data(), q_w_), job(*l.mats[1], l.packs[1], k_.data(), kv_w_)},
                    xn_.data(), n, E, arith_);
         else
-            matmul(*pool_, {job(d.wq, l.packs[0], q_.data(), q_w_), job(d.wk, l.packs[1], k_.data(), kv_w_),
-                            job(d.wv, l.packs[2], v_.data(), kv_w_)},
+            matmul(*pool_, {job(*l.mats[0], l.packs[0], q_.data(), q_w_), job(*l.mats[1], l.packs[1], k_.data(), kv_w_),
+                            job(*l.mats[2], l.packs[2], v_.data(), kv_w_)},
                    xn_.data(), n, E, arith_);
         each_token([&](uint32_t t) {
             float* q = &q_[t * q_w_];
@@ -513,7 +567,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
             row0 += static_cast<uint32_t>(s.tokens.size());
         }
         if (fast) fast_attention_.run(*pool_, attn_args_, arith_.isa);
-        matmul(*pool_, {job(d.wo, l.packs[3], o_.data(), E)}, att_.data(), n, q_w_, arith_);
+        matmul(*pool_, {job(*l.mats[3], l.packs[3], o_.data(), E)}, att_.data(), n, q_w_, arith_);
         each_token([&](uint32_t t) {
             float* o = &o_[t * E];
             float* x = &x_[t * E];
@@ -521,7 +575,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
             for (uint64_t i = 0; i < E; ++i) x[i] += o[i];
             rms_norm(x, l.ffn_norm.data(), &xn_[t * E], E, eps);
         });
-        matmul(*pool_, {job(d.gate, l.packs[4], g_.data(), ff_w_), job(d.up, l.packs[5], u_.data(), ff_w_)}, xn_.data(), n, E, arith_);
+        matmul(*pool_, {job(*l.mats[4], l.packs[4], g_.data(), ff_w_), job(*l.mats[5], l.packs[5], u_.data(), ff_w_)}, xn_.data(), n, E, arith_);
         each_token([&](uint32_t t) {
             float* g = &g_[t * ff_w_];
             const float* u = &u_[t * ff_w_];
@@ -529,7 +583,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
             for (uint32_t i = 0; i < d.n_ff; ++i)
                 g[i] = (m_.ffn == FfnKind::GeGLU ? gelu_tanh(g[i]) : silu(g[i])) * u[i];
         });
-        matmul(*pool_, {job(d.down, l.packs[6], o_.data(), E)}, g_.data(), n, ff_w_, arith_);
+        matmul(*pool_, {job(*l.mats[6], l.packs[6], o_.data(), E)}, g_.data(), n, ff_w_, arith_);
         each_token([&](uint32_t t) {
             float* o = &o_[t * E];
             float* x = &x_[t * E];
@@ -539,14 +593,14 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
         if (d.ple_gate) {
             // gemma4: x += rmsnorm(proj · (gelu(gate · x) ⊙ this layer's input slice)).
             const uint64_t P = m_.n_embd_per_layer;
-            matmul(*pool_, {job(d.ple_gate, l.packs[7], pg_.data(), P)}, x_.data(), n, E, arith_);
+            matmul(*pool_, {job(*l.mats[7], l.packs[7], pg_.data(), P)}, x_.data(), n, E, arith_);
             each_token([&](uint32_t t) {
                 float* g = &pg_[t * P];
                 const float* slice = &ple_[t * ple_w_ + il * P];
                 if (fast) return ew.gelu_mul(g, slice, uint32_t(P));
                 for (uint64_t i = 0; i < P; ++i) g[i] = gelu_tanh(g[i]) * slice[i];
             });
-            matmul(*pool_, {job(d.ple_proj, l.packs[8], o_.data(), E)}, pg_.data(), n, P, arith_);
+            matmul(*pool_, {job(*l.mats[8], l.packs[8], o_.data(), E)}, pg_.data(), n, P, arith_);
             each_token([&](uint32_t t) {
                 float* o = &o_[t * E];
                 float* x = &x_[t * E];
@@ -573,7 +627,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
             rms_norm(&x_[(row0 + t) * E], output_norm_.data(), &xn_[w * E], E, eps);
         row0 += sn;
     }
-    matmul(*pool_, {job(m_.output, output_pack_, out, m_.n_vocab)}, xn_.data(), wanted, E, arith_);
+    matmul(*pool_, {job(*output_, output_pack_, out, m_.n_vocab)}, xn_.data(), wanted, E, arith_);
     if (m_.final_softcap > 0) {
         const float cap = m_.final_softcap;
         for (uint64_t i = 0; i < uint64_t(wanted) * nv; ++i) out[i] = cap * std::tanh(out[i] / cap);

@@ -89,6 +89,15 @@ public:
     std::string path_name() const;   // "quantized (<isa>)" or "reference" (bench rows)
     Isa isa() const { return arith_.isa; }
 
+    // Whether pack_weights copies the matrices it does not pack (K-quants,
+    // F16, ...) unchanged into the pack arena's huge pages and drops the
+    // file's pages of them (on by default; PTXLM_CPU_COPY=0 turns it off
+    // for A/B runs). A change takes effect at the next prepare() or step.
+    void set_weight_copies(bool on) { copy_weights_ = on; }
+    // The matrix the quantized products read for the model's w: its copy
+    // (data in the arena) or w itself (tests).
+    const Weight& read_view(const Weight& w) const;
+
     // Test hooks. A different RoPE base on one layer (negative controls);
     // llama.cpp's input rounding in every matrix-vector product (diagnostics;
     // selects the reference path).
@@ -109,6 +118,9 @@ private:
     // file's layout); called by prepare() and at every step, a no-op when
     // the packs already match both.
     void pack_weights();
+    // Points the layers' `mats`, output_ and ple_model_ at the model's own
+    // weights (no copies).
+    void use_file_weights();
     // Token `token`'s embedding as floats (n_embd of them, before any scale).
     void embedding(uint64_t token, float* out) const;
     // gemma4: every layer's per-layer input of the step's n tokens into
@@ -130,10 +142,21 @@ private:
     // The packs (stable addresses: they are pointed at from Layer and
     // output_pack_), the Isa they were made for, and whether any were made.
     std::vector<std::unique_ptr<PackedWeight>> packed_;
-    PackArena pack_arena_;   // where packed_ lives (each pack holds its chunk)
+    // A matrix not packed, copied unchanged: the view the products read
+    // (data in the copy) and the copy's owner; `of` is the model's weight.
+    struct Copy {
+        const Weight* of;
+        Weight view;
+        std::shared_ptr<uint8_t> bytes;
+    };
+    std::vector<std::unique_ptr<Copy>> copies_;   // stable addresses: pointed at from Layer and output_
+    PackArena pack_arena_;   // where packed_ and copies_ live (each holds its chunk)
     std::optional<Isa> packed_isa_;
+    bool copy_weights_ = true, packed_copies_ = false;   // wanted, and what the packs were made with
     const PackedWeight* output_pack_ = nullptr;
     const PackedWeight* ple_model_pack_ = nullptr;   // gemma4's per_layer_model_proj
+    const Weight* output_ = nullptr;      // the output matrix the products read (m_.output or its copy)
+    const Weight* ple_model_ = nullptr;   // per_layer_model_proj alike
     std::shared_ptr<ThreadPool> pool_;
     std::vector<Layer> layers_;
     Attention fast_attention_;   // the quantized path's; the reference path's is attention()

@@ -1,6 +1,6 @@
 // Anonymous memory mapped lazily (a page is committed when touched): the KV
 // cache on 4 KiB pages (resident only as far as a context is used), and
-// data streamed from DRAM (packed weights, the read bandwidth measurement)
+// data streamed from DRAM (the packed and copied weights, the read stream)
 // with Pages::Huge: from 2 MiB up, aligned to 2 MiB and marked
 // MADV_HUGEPAGE, so that
 // where transparent huge pages are enabled (`always` or `madvise` in

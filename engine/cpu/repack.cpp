@@ -97,6 +97,30 @@ std::shared_ptr<uint8_t> PackArena::take(uint64_t bytes) {
     return piece;
 }
 
+namespace {
+
+// `bytes` from the arena, or a huge-page buffer of their own without one.
+std::shared_ptr<uint8_t> take_from(PackArena* arena, uint64_t bytes) {
+    if (arena) return arena->take(bytes);
+    auto own = std::make_shared<LazyBuffer>(bytes, LazyBuffer::Pages::Huge);
+    return std::shared_ptr<uint8_t>(own, own->data());
+}
+
+}  // namespace
+
+std::shared_ptr<uint8_t> copy_weight(const Weight& w, PackProgress copied, void* ctx, PackArena* arena) {
+    const uint64_t bytes = w.rows * w.row_bytes;
+    if (!w.data || bytes == 0) return nullptr;
+    std::shared_ptr<uint8_t> out = take_from(arena, bytes);
+    constexpr uint64_t kRun = uint64_t(1) << 20;
+    for (uint64_t off = 0; off < bytes; off += kRun) {
+        const uint64_t n = std::min(kRun, bytes - off);
+        std::memcpy(out.get() + off, w.data + off, n);
+        if (copied) copied(ctx, w.data + off, n);
+    }
+    return out;
+}
+
 PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied, void* ctx, PackArena* arena) {
     PackedWeight p;
     const BlockShape shape = block_shape(w.type);
@@ -109,12 +133,7 @@ PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied, void* ct
     p.groups = w.rows / kPackRows;
     p.group_bytes = kPackRows * w.row_bytes;
     const uint64_t bytes = p.groups * p.group_bytes;
-    if (arena) {
-        p.data = arena->take(bytes);
-    } else {
-        auto own = std::make_shared<LazyBuffer>(bytes, LazyBuffer::Pages::Huge);
-        p.data = std::shared_ptr<uint8_t>(own, own->data());
-    }
+    p.data = take_from(arena, bytes);
     uint8_t* mem = p.data.get();
     const uint64_t hb = 2 * kPackRows, wb = 4 * kPackRows;   // bytes of one packed field, one packed word
     const uint64_t groups_per_run = std::max<uint64_t>(1, (uint64_t(1) << 20) / p.group_bytes);

@@ -87,8 +87,6 @@ struct PackedWeight {
     const uint8_t* group(uint64_t g) const { return data.get() + g * group_bytes; }
 };
 
-// w packed for isa: empty (false) when (isa, w.type) has no packed kernel or
-// w has fewer than kPackRows rows. `copied`, when given, is called as the
 // Where packed weights live: 64-byte-aligned pieces of chunks of at least
 // kChunk bytes (LazyBuffer on huge pages where the system has them, so a
 // decode streams them with one TLB entry per 2 MiB), handed out in order. A
@@ -105,6 +103,8 @@ private:
     uint64_t used_ = 0;
 };
 
+// w packed for isa: empty (false) when (isa, w.type) has no packed kernel or
+// w has fewer than kPackRows rows. `copied`, when given, is called as the
 // copy goes with each further run of w's rows that has been read, [p, p + n)
 // (runs of about 1 MiB, in order): the caller may release those bytes
 // (CpuBackend drops the file's pages), so a large matrix is never resident
@@ -113,6 +113,16 @@ using PackProgress = void (*)(void* ctx, const uint8_t* p, uint64_t n);
 // arena: where the packed copy goes (nullptr: a buffer of its own).
 PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied = nullptr, void* ctx = nullptr,
                          PackArena* arena = nullptr);
+
+// w's rows · row_bytes bytes as they are, in the file's layout, in `arena`
+// (nullptr: a buffer of its own, huge pages too), each ~1 MiB run reported
+// to `copied` once it has been read, as pack_weight's: the matrices without
+// a packed kernel (K-quants, F16, ...) or with too few rows, so that a
+// decode streams them from huge pages as it does the packed ones. A Weight
+// whose data points at the copy gives the same products bit for bit (the
+// same bytes through the same kernels). Null for an empty w.
+std::shared_ptr<uint8_t> copy_weight(const Weight& w, PackProgress copied = nullptr, void* ctx = nullptr,
+                                     PackArena* arena = nullptr);
 
 // Row r (< kPackRows · p.groups) of p back in the file's layout, row_bytes
 // written to out: the embedding lookup of a model whose output matrix is its
