@@ -118,22 +118,13 @@ protected:
                       << "]: " << out[i] << " vs " << e.q[i].value << " (tolerance " << e.q[i].tol << ")";
     }
     // Every pool element: a row's slot holds its K/V, everything else the sentinel.
-    std::vector<int64_t> owner(pool, -1);   // index into e.k / e.v
-    for (uint32_t t = 0; t < T; ++t) {
-      if (e.at[t] == ~size_t(0)) continue;
-      for (uint32_t g = 0; g < nkv; ++g)
-        for (uint32_t i = 0; i < hd; ++i) owner[e.at[t] + size_t(g) * s.page_size * hd + i] = (int64_t(t) * nkv + g) * hd + i;
-    }
-    for (size_t i = 0; i < pool; ++i) {
-      if (owner[i] < 0) {
-        r.stray += gk[i] != kSentinel16 || gv[i] != kSentinel16;
-        continue;
-      }
-      const size_t o = size_t(owner[i]);
-      if ((gk[i] != e.k_bits[o] || gv[i] != e.v_bits[o]) && r.kv_bad++ < 3 && !quiet)
+    const cuda::PagedRopePools pools = cuda::paged_rope_check_pools(s, e, gk, gv, kSentinel16);
+    r.kv_bad = pools.kv_bad;
+    r.stray = pools.stray;
+    if (!quiet)
+      for (const auto& [i, o] : pools.first_bad)
         ADD_FAILURE() << "pool element " << i << ": K " << f16_to_f32(gk[i]) << " vs " << f16_to_f32(e.k_bits[o])
                       << ", V " << f16_to_f32(gv[i]) << " vs " << f16_to_f32(e.v_bits[o]);
-    }
     return r;
   }
 

@@ -148,4 +148,29 @@ PagedRopeExpected paged_rope_reference(const kernels::PagedRopeShape& s, const P
     return e;
 }
 
+PagedRopePools paged_rope_check_pools(const kernels::PagedRopeShape& s, const PagedRopeExpected& e,
+                                      const std::vector<uint16_t>& k_pool, const std::vector<uint16_t>& v_pool,
+                                      uint16_t sentinel) {
+    const uint32_t hd = s.head_dim, nkv = s.n_head_kv;
+    const size_t pool = k_pool.size();
+    std::vector<int64_t> owner(pool, -1);   // index into e.k_bits / e.v_bits
+    for (size_t t = 0; t < e.at.size(); ++t) {
+        if (e.at[t] == ~size_t(0)) continue;
+        for (uint32_t g = 0; g < nkv; ++g)
+            for (uint32_t i = 0; i < hd; ++i)
+                owner[e.at[t] + size_t(g) * s.page_size * hd + i] = (int64_t(t) * nkv + g) * hd + i;
+    }
+    PagedRopePools r;
+    for (size_t i = 0; i < pool; ++i) {
+        if (owner[i] < 0) {
+            r.stray += k_pool[i] != sentinel || v_pool[i] != sentinel;
+            continue;
+        }
+        const size_t o = size_t(owner[i]);
+        if ((k_pool[i] != e.k_bits[o] || v_pool[i] != e.v_bits[o]) && r.kv_bad++ < PagedRopePools::kFirstBad)
+            r.first_bad.emplace_back(i, o);
+    }
+    return r;
+}
+
 }  // namespace ptxlm::cuda

@@ -4,7 +4,9 @@
 // (the kernel tests on emu; `ptxlm selftest` once the backend uses the op).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "engine/cuda/attention_reference.h"
@@ -65,5 +67,21 @@ struct PagedRopeExpected {
     std::vector<size_t> at;
 };
 PagedRopeExpected paged_rope_reference(const kernels::PagedRopeShape& s, const PagedRopeInputs& in);
+
+// The op's ownership of the pools (both n_pages × n_head_kv × page_size × hd
+// f16, every element `sentinel` before the launch): each used row's K/V slot
+// (e.at) bit-equal to e.k_bits / e.v_bits, nothing else written. kv_bad
+// counts the owned elements not bit-equal (the first kFirstBad kept as
+// {pool element, index into e.k_bits / e.v_bits}), stray the elements no row
+// owns that changed in either pool.
+struct PagedRopePools {
+    static constexpr size_t kFirstBad = 3;
+    size_t kv_bad = 0, stray = 0;
+    std::vector<std::pair<size_t, size_t>> first_bad;
+    bool pass() const { return kv_bad == 0 && stray == 0; }
+};
+PagedRopePools paged_rope_check_pools(const kernels::PagedRopeShape& s, const PagedRopeExpected& e,
+                                      const std::vector<uint16_t>& k_pool, const std::vector<uint16_t>& v_pool,
+                                      uint16_t sentinel);
 
 }  // namespace ptxlm::cuda

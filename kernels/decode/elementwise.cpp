@@ -187,14 +187,19 @@ static void check_batch(const char* op, uint32_t tokens, const InlineTarget* in)
   if (tokens > 1 && in) throw Error(std::string(op) + ": a batch of tokens has no inline form");
 }
 
-LaunchGeometry embed_geometry(const EmbedShape& s) {
+// The geometry for a launch of its own (in = null) or inline into `in`:
+// the public geometry and the generator both come here, so each shape is
+// checked in one place.
+static LaunchGeometry embed_geometry(const EmbedShape& s, const InlineTarget* in) {
   row_layout(s.type, s.n);   // checks the type and the width
-  check_batch("embed", s.tokens, nullptr);
+  check_batch("embed", s.tokens, in);
   return LaunchGeometry{{ceil_div(s.n, kThreads), s.tokens, 1}, {kThreads, 1, 1}, 0};
 }
 
+LaunchGeometry embed_geometry(const EmbedShape& s) { return embed_geometry(s, nullptr); }
+
 GeneratedKernel embed_kernel(const EmbedShape& s, Target t, const InlineTarget* in) {
-  const LaunchGeometry g = embed_geometry(s);
+  const LaunchGeometry g = embed_geometry(s, in);
   const RowLayout l = row_layout(s.type, s.n);
   ParamList params;
   params.add_ptr("w").add_ptr("token").add_ptr("x");
@@ -202,7 +207,6 @@ GeneratedKernel embed_kernel(const EmbedShape& s, Target t, const InlineTarget* 
   for (char& c : type) c = char(std::tolower(static_cast<unsigned char>(c)));
   std::string name("embed_");
   name.append(std::to_string(s.n)).append("_").append(type);
-  check_batch("embed", s.tokens, in);
   if (s.tokens > 1) name.append("_t").append(std::to_string(s.tokens));
   Emit emit(in, name.c_str(), t, params, g);
   Kernel& k = emit.k();
@@ -223,19 +227,21 @@ GeneratedKernel embed_kernel(const EmbedShape& s, Target t, const InlineTarget* 
   return emit.done(true);
 }
 
-LaunchGeometry add_norm_geometry(const AddNormShape& s) {
+// As embed_geometry(s, in).
+static LaunchGeometry add_norm_geometry(const AddNormShape& s, const InlineTarget* in) {
   if (s.n == 0 || s.n % 4) throw Error("add_norm: n must be a positive multiple of 4");
-  check_batch("add_norm", s.tokens, nullptr);
+  check_batch("add_norm", s.tokens, in);
   return LaunchGeometry{{s.tokens, 1, 1}, {kThreads, 1, 1}, 0};
 }
 
+LaunchGeometry add_norm_geometry(const AddNormShape& s) { return add_norm_geometry(s, nullptr); }
+
 GeneratedKernel add_norm_kernel(const AddNormShape& s, Target t, const InlineTarget* in) {
-  const LaunchGeometry g = add_norm_geometry(s);
+  const LaunchGeometry g = add_norm_geometry(s, in);
   ParamList params;
   params.add_ptr("x").add_ptr("o").add_ptr("w");
   std::string name("add_norm_");
   name.append(std::to_string(s.n));
-  check_batch("add_norm", s.tokens, in);
   if (s.tokens > 1) name.append("_t").append(std::to_string(s.tokens));
   Emit emit(in, name.c_str(), t, params, g);
   Kernel& k = emit.k();
