@@ -4,6 +4,8 @@
 #include <filesystem>
 
 #include "engine/cpu/thread_pool.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/decode_plan.h"
 
 namespace ptxlm::server {
 
@@ -151,27 +153,55 @@ void Scheduler::load() {
             // Several CPU slots: the sequences of one batcher, stepped together,
             // with the first backend's context, arithmetic and kernels.
             const auto& first = dynamic_cast<const cpu::CpuBackend&>(*slot->backend);
-            batcher_ = std::make_unique<cpu::Batcher>(*lm->model, first.n_ctx(), bopt.kv_type, bopt.cpu_pool,
-                                                      uint32_t(opt_.parallel), uint32_t(opt_.batch_tokens), 16,
-                                                      opt_.kv_size);
-            batcher_->set_prefill_tokens(cpu::CpuBackend::kMaxBatch);
-            batcher_->backend().set_isa(first.isa());
-            batcher_->backend().set_path(first.path());
-            batcher_->backend().prepare();
-            const cpu::KvPages kp = batcher_->backend().kv_pages();
+            auto make = [&](KvPages pages) {
+                auto b = std::make_unique<cpu::CpuBackend>(*lm->model, first.n_ctx(), bopt.kv_type, bopt.cpu_pool, pages);
+                b->set_isa(first.isa());
+                b->set_path(first.path());
+                b->prepare();
+                return b;
+            };
+            batcher_ = std::make_unique<cpu::Batcher>(make, first.n_ctx(), uint32_t(opt_.parallel),
+                                                      uint32_t(opt_.batch_tokens), 16, opt_.kv_size);
+            batcher_->set_prefill_tokens(batcher_->backend().max_step_tokens());
+            const KvPages kp = batcher_->backend().kv_pages();
             note += "; " + std::to_string(opt_.parallel) + " sequences stepped together, up to " +
                     std::to_string(opt_.batch_tokens) + " tokens per step, a KV pool of " +
                     std::to_string(uint64_t(kp.n_pages) * kp.page_size) + " positions (" +
                     format_bytes(plan_memory(*lm->model, kp.n_pages * kp.page_size, first.device_info().kv_bytes_per_el).kv_cache) +
                     ")";
             slot->backend = batcher_->open();
+        } else if (i == 0 && opt_.parallel > 1) {
+            // Several GPU slots: the sequences of one batcher over one CudaBackend
+            // with a pool of KV pages (one copy of the weights: the first
+            // backend, which chose the context, goes before it is made).
+            const auto& first = dynamic_cast<const cuda::CudaBackend&>(*slot->backend);
+            const uint32_t n_ctx = first.n_ctx();
+            const Schedule sched = first.schedule();
+            if (sched == Schedule::Persistent)
+                throw ModelError("--parallel " + std::to_string(opt_.parallel) +
+                                 ": the persistent decoder serves one sequence per launch; the slots step together "
+                                 "under --schedule graph (the default) or chain");
+            if (opt_.batch_tokens > int(cuda::CudaBackend::kMaxStep))
+                throw ModelError("--batch-tokens " + std::to_string(opt_.batch_tokens) + ": the GPU's batch step takes at most " +
+                                 std::to_string(cuda::CudaBackend::kMaxStep) + " tokens");
+            slot->backend.reset();
+            auto make = [&](KvPages pages) {
+                return std::make_unique<cuda::CudaBackend>(
+                    *lm->model, cuda::Driver::load(), n_ctx, sched, bopt.gpu_path, nullptr,
+                    cuda::GpuTuning{bopt.gpu_pdl, bopt.gpu_prefetch, true}, pages);
+            };
+            batcher_ = std::make_unique<cpu::Batcher>(make, n_ctx, uint32_t(opt_.parallel), uint32_t(opt_.batch_tokens),
+                                                      cuda::kKvPageSize, opt_.kv_size);
+            batcher_->set_prefill_tokens(batcher_->backend().max_step_tokens());
+            const KvPages kp = batcher_->backend().kv_pages();
+            note = batcher_->backend().description() + "; context " + std::to_string(n_ctx) + " tokens; " +
+                   std::to_string(opt_.parallel) + " sequences stepped together, up to " +
+                   std::to_string(opt_.batch_tokens) + " tokens per step, a KV pool of " +
+                   std::to_string(uint64_t(kp.n_pages) * kp.page_size) + " positions (" +
+                   format_bytes(plan_memory(*lm->model, kp.n_pages * kp.page_size, 2).kv_cache) + ")";
+            slot->backend = batcher_->open();
         }
         if (i == 0) {
-            // Each GPU backend uploads its own copy of the weights: one slot only.
-            if (opt_.parallel > 1 && slot->backend->device_info().kind == "cuda")
-                throw ModelError("--parallel " + std::to_string(opt_.parallel) +
-                                 " needs the CPU backend (each GPU slot would upload its own copy of the weights): "
-                                 "use --parallel 1 on the GPU, or --device cpu");
             std::fprintf(stderr, "ptxlm serve: %d slot%s: %s\n", opt_.parallel, opt_.parallel == 1 ? "" : "s",
                          note.c_str());
             lm->n_ctx = slot->backend->n_ctx();

@@ -8,14 +8,13 @@
 //        ◀── Started / Text / Done / Error ──   each iteration: one token for
 //                                               every active slot in turn
 //
-// Slots are Sessions on backends of their own. On the CPU with several
-// slots they are the sequences of one cpu::Batcher (one KV pool; continuous
-// batching): each iteration every slot with nothing queued samples its next
+// Slots are Sessions on backends of their own. With several slots they are
+// the sequences of one cpu::Batcher (one KV pool, one copy of the weights;
+// continuous batching; on the CPU or the GPU's batch step): each iteration every slot with nothing queued samples its next
 // token (or starts generating once its prompt has run), then one batched
 // step evaluates every slot's next request, decode tokens first, then
 // prompt chunks up to EngineOptions::batch_tokens; a long prompt delays the
-// running streams by at most a chunk per step. A GPU backend serves one
-// slot. A job leaves when its generation ends, when its cancel flag is set
+// running streams by at most a chunk per step. A job leaves when its generation ends, when its cancel flag is set
 // (the client went away; its queued work is dropped at once) or at
 // shutdown, when every job still admitted gets an Error event.
 #pragma once
@@ -49,9 +48,10 @@ struct EngineOptions {
     DeviceKind device = DeviceKind::Auto;
     BackendOptions backend;
     int parallel = 1;            // slots
-    int batch_tokens = 16;       // CPU, parallel > 1: tokens per batched step with running streams (decode tokens first,
-                                 // then prompt chunks); a step of prompt chunks alone takes up to 64
-    uint64_t kv_size = 0;        // CPU, parallel > 1: positions of the shared KV pool (0: parallel x n_ctx)
+    int batch_tokens = 16;       // parallel > 1: tokens per batched step with running streams (decode tokens first,
+                                 // then prompt chunks); a step of prompt chunks alone takes up to the backend's
+                                 // most (CPU 64, GPU 16)
+    uint64_t kv_size = 0;        // parallel > 1: positions of the shared KV pool (0: parallel x n_ctx)
     int queue = 16;              // jobs that may wait for a slot
     TemplateChoice chat_template;   // neither: the model's
 };

@@ -49,6 +49,10 @@ ptxlm_emu_gtest(test_cuda_ops test_cuda_ops.cpp LIBS ptxlm_engine ptxlm_synth TI
 # ptxlm run/bench on the GPU path with emu as the driver, as a user drives it.
 ptxlm_pytest(cli_cuda_emu check_cli_cuda_emu.py TIMEOUT 2000)
 set_property(TEST cli_cuda_emu APPEND PROPERTY ENVIRONMENT "PTXLM_EMU_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>")
+# serve --device cuda --parallel 2 on emu: two concurrent greedy completions
+# through the GPU's batch step give the CPU server's text; refusals.
+ptxlm_pytest(check_serve_cuda_emu check_serve_cuda_emu.py TIMEOUT 600)
+set_property(TEST check_serve_cuda_emu APPEND PROPERTY ENVIRONMENT "PTXLM_EMU_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>")
 # bench/gpu-report end to end on emu (selftest, profile, tg, projection) on a
 # tiny synthetic llama, so that its first run on a GPU is not its first run.
 ptxlm_pytest(check_gpu_report check_gpu_report.py TIMEOUT 300)
@@ -105,6 +109,9 @@ set_tests_properties(test_persistent_seeds PROPERTIES TIMEOUT 900 LABELS "unit"
 # graph schedule bit for bit, a dropped dependency reported as a race; the
 # refusal (head size 80).
 ptxlm_emu_gtest(test_cuda_paged test_cuda_paged.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 600)
+# The batch step (CudaBackend::step under cpu::Batcher): mixed batches bit-equal
+# to each sequence alone, the CPU quantized path within a bound, a wrong page.
+ptxlm_emu_gtest(test_cuda_step test_cuda_step.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 600)
 # The same under emu's memory-model checking for every launch: the paged pair
 # in the engine path (graph schedule; chain with programmatic launches).
 add_test(NAME test_cuda_paged_racecheck COMMAND test_cuda_paged --gtest_filter=*ChainSchedule*:*Synth*/llama)

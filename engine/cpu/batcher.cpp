@@ -13,12 +13,12 @@ public:
     ~Seq() override { b_.close(*this); }
 
     std::string description() const override {
-        return b_.cpu_->description() + ", one of " + std::to_string(b_.n_seqs_) + " sequences stepped together";
+        return b_.be_->description() + ", one of " + std::to_string(b_.n_seqs_) + " sequences stepped together";
     }
-    DeviceInfo device_info() const override { return b_.cpu_->device_info(); }
+    DeviceInfo device_info() const override { return b_.be_->device_info(); }
     uint32_t n_ctx() const override { return b_.n_ctx_; }
-    uint32_t n_vocab() const override { return b_.cpu_->n_vocab(); }
-    uint32_t max_batch() const override { return CpuBackend::kMaxBatch; }
+    uint32_t n_vocab() const override { return b_.be_->n_vocab(); }
+    uint32_t max_batch() const override { return kMaxRequest; }
     bool queues_evals() const override { return true; }
     void eval_batch(std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) override {
         b_.enqueue(*this, tokens, pos, logits, n_logits);
@@ -56,18 +56,28 @@ uint32_t pool_pages(uint32_t n_ctx, uint32_t n_seqs, uint32_t page_size, uint64_
 
 }  // namespace
 
+Batcher::Batcher(const MakeBackend& make, uint32_t n_ctx, uint32_t n_seqs, uint32_t step_tokens, uint32_t page_size,
+                 uint64_t kv_positions)
+    : pool_(pool_pages(n_ctx, n_seqs, page_size, kv_positions), page_size),
+      be_(make(KvPages{pool_.n_pages(), page_size})),
+      n_ctx_(n_ctx),
+      n_seqs_(n_seqs) {
+    if (be_->n_ctx() != n_ctx)
+        throw std::invalid_argument("batcher: a backend of " + std::to_string(be_->n_ctx()) +
+                                    " positions for sequences of " + std::to_string(n_ctx));
+    const uint32_t most = be_->max_step_tokens();
+    if (step_tokens == 0) step_tokens = most;
+    if (step_tokens > most)
+        throw std::invalid_argument("batcher: " + std::to_string(step_tokens) + " tokens per step (1 to " +
+                                    std::to_string(most) + ")");
+    step_tokens_ = prefill_tokens_ = step_tokens;
+}
+
 Batcher::Batcher(const Model& m, uint32_t n_ctx, KvType kv, std::shared_ptr<ThreadPool> pool, uint32_t n_seqs,
                  uint32_t step_tokens, uint32_t page_size, uint64_t kv_positions)
-    : pool_(pool_pages(n_ctx, n_seqs, page_size, kv_positions), page_size),
-      n_ctx_(n_ctx),
-      n_seqs_(n_seqs),
-      step_tokens_(step_tokens),
-      prefill_tokens_(step_tokens) {
-    if (step_tokens == 0 || step_tokens > CpuBackend::kMaxBatch)
-        throw std::invalid_argument("batcher: " + std::to_string(step_tokens) + " tokens per step (1 to " +
-                                    std::to_string(CpuBackend::kMaxBatch) + ")");
-    cpu_ = std::make_unique<CpuBackend>(m, n_ctx, kv, std::move(pool), KvPages{pool_.n_pages(), page_size});
-}
+    : Batcher(
+          [&](KvPages pages) { return std::make_unique<CpuBackend>(m, n_ctx, kv, std::move(pool), pages); }, n_ctx,
+          n_seqs, step_tokens == 0 ? UINT32_MAX : step_tokens, page_size, kv_positions) {}
 
 Batcher::~Batcher() {
     if (!seqs_.empty()) std::fprintf(stderr, "ptxlm: a batcher destroyed before %zu of its sequences\n", seqs_.size());
@@ -116,9 +126,9 @@ Batcher::Counts Batcher::counts() const {
 }
 
 void Batcher::set_prefill_tokens(uint32_t n) {
-    if (n == 0 || n > CpuBackend::kMaxBatch)
+    if (n == 0 || n > be_->max_step_tokens())
         throw std::invalid_argument("batcher: " + std::to_string(n) + " prompt tokens per step (1 to " +
-                                    std::to_string(CpuBackend::kMaxBatch) + ")");
+                                    std::to_string(be_->max_step_tokens()) + ")");
     prefill_tokens_ = n;
 }
 
@@ -133,7 +143,7 @@ bool Batcher::append(Seq& s, uint32_t from) {
     if (from == s.tokens_.size()) return true;
     std::vector<KvPool::Copy> copies;
     if (!pool_.append(s.id_, std::span<const TokenId>(s.tokens_).subspan(from), copies)) return false;
-    for (const KvPool::Copy& c : copies) cpu_->copy_page(c.from, c.to, c.positions);
+    for (const KvPool::Copy& c : copies) be_->copy_page(c.from, c.to, c.positions);
     return true;
 }
 
@@ -219,13 +229,13 @@ uint32_t Batcher::reuse(Seq& s, std::span<const TokenId> prompt, uint32_t keep) 
 void Batcher::enqueue(Seq& s, std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) {
     const uint32_t n = static_cast<uint32_t>(tokens.size());
     if (n == 0) return;
-    if (n > CpuBackend::kMaxBatch)
-        throw std::invalid_argument("eval_batch: more than " + std::to_string(CpuBackend::kMaxBatch) + " tokens");
+    if (n > kMaxRequest)
+        throw std::invalid_argument("eval_batch: more than " + std::to_string(kMaxRequest) + " tokens");
     if (logits && (n_logits == 0 || n_logits > n)) throw std::invalid_argument("eval_batch: bad n_logits");
     for (TokenId token : tokens)
-        if (token < 0 || uint32_t(token) >= cpu_->n_vocab())
+        if (token < 0 || uint32_t(token) >= be_->n_vocab())
             throw ModelError("token id " + std::to_string(token) + " is outside the vocabulary (0.." +
-                             std::to_string(cpu_->n_vocab() - 1) + ")");
+                             std::to_string(be_->n_vocab() - 1) + ")");
     if (uint64_t(pos) + n > n_ctx_)
         throw ModelError("position " + std::to_string(uint64_t(pos) + n - 1) + " is past the context of " +
                          std::to_string(n_ctx_) + " tokens");
@@ -272,7 +282,7 @@ uint32_t Batcher::step() {
     last_seqs_ = static_cast<uint32_t>(take.size());
     if (take.empty()) return 0;
     if (!seqs_.empty()) next_ = (next_ + 1) % seqs_.size();
-    const uint64_t nv = cpu_->n_vocab();
+    const uint64_t nv = be_->n_vocab();
     std::vector<SeqStep> batch;
     std::vector<uint32_t> wanted;   // per part: logits rows it writes
     for (auto [s, k] : take) {
@@ -283,7 +293,7 @@ uint32_t Batcher::step() {
         batch.push_back({pool_.pages(s->id_), r.pos, {r.tokens.data(), k}, w ? r.logits : nullptr, w});
     }
     try {
-        cpu_->step(batch);
+        be_->step(batch);
     } catch (...) {
         for (auto [s, k] : take) drop(*s);
         throw;

@@ -1,9 +1,10 @@
-// Several sequences on one CpuBackend and one KV pool (issue 21), each
+// Several sequences on one StepBackend (engine/step_backend.h: the CPU's,
+// or the GPU's with KV pages) and one KV pool (issues 21, 22), each
 // behind a Backend of its own, so that Session and Generator drive them
 // unchanged: a sequence's eval_batch only queues its tokens (its positions
 // are reserved in the pool at once, a shared page copied on write at once);
 // step() then evaluates the first queued request of every sequence that has
-// one in a single CpuBackend::step, so each weight matrix is read once for
+// one in a single StepBackend::step, so each weight matrix is read once for
 // all of them. Logits land where eval_batch was told, when the step that
 // evaluates them returns: a caller reads a sequence's logits only once
 // queued(seq) is 0 (the server's scheduler does; Generator never asks for an
@@ -15,8 +16,8 @@
 //
 // A request longer than what a step has room for is split: a step takes the
 // decode tokens first, then prompt chunks up to `step_tokens` in all. A
-// sequence's results are bit for bit what it gets alone (CpuBackend::step),
-// however requests are batched and split.
+// sequence's results are what it gets alone (StepBackend::step), however
+// requests are batched and split.
 //
 // The pool may hold fewer positions than n_seqs x n_ctx (at least n_ctx).
 // When a request finds no page left, the sequence whose prompt arrived last
@@ -31,23 +32,30 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "engine/backend.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/kv_pool.h"
+#include "engine/step_backend.h"
 
 namespace ptxlm::cpu {
 
 class Batcher {
 public:
+    // The backend, made for the pool's pages (its n_ctx must be the batcher's).
+    using MakeBackend = std::function<std::unique_ptr<StepBackend>(KvPages)>;
     // Up to `n_seqs` sequences of up to n_ctx positions each, over a pool of
     // `kv_positions` positions in pages of `page_size` (0: n_seqs x n_ctx;
     // else at least n_ctx, rounded up to whole pages; the cached pages of
     // ended sequences are reused). step_tokens: at most this many tokens per
-    // step (1..CpuBackend::kMaxBatch). Throws std::invalid_argument for a
-    // value out of range.
+    // step (1..the backend's max_step_tokens(); 0: that). Throws
+    // std::invalid_argument for a value out of range.
+    Batcher(const MakeBackend& make, uint32_t n_ctx, uint32_t n_seqs, uint32_t step_tokens = 0,
+            uint32_t page_size = 16, uint64_t kv_positions = 0);
+    // On the CPU: a CpuBackend on `pool` (its default path and Isa).
     Batcher(const Model& m, uint32_t n_ctx, KvType kv, std::shared_ptr<ThreadPool> pool, uint32_t n_seqs,
             uint32_t step_tokens = CpuBackend::kMaxBatch, uint32_t page_size = 16, uint64_t kv_positions = 0);
     ~Batcher();
@@ -70,12 +78,14 @@ public:
     void drop(const Backend& seq);
 
     // Tokens of a step that holds no decode token (prompt chunks only),
-    // 1..CpuBackend::kMaxBatch; step_tokens until set. A server sets it
+    // 1..the backend's max_step_tokens(); step_tokens until set. A server sets it
     // above step_tokens: a prompt that runs alone then goes at full speed,
     // while a step with running streams stays short.
     void set_prefill_tokens(uint32_t n);
 
-    CpuBackend& backend() { return *cpu_; }
+    StepBackend& backend() { return *be_; }
+    // Tokens one sequence's eval_batch queues at most (a request; steps split it).
+    static constexpr uint32_t kMaxRequest = 64;
     KvPool::Stats pool_stats() const { return pool_.stats(); }
     // Sequences with work queued that hold their pages (running) or wait
     // preempted (waiting); preemptions so far.
@@ -113,8 +123,8 @@ private:
     bool resume(Seq& s);
     bool append(Seq& s, uint32_t from);
 
-    std::unique_ptr<CpuBackend> cpu_;
     KvPool pool_;
+    std::unique_ptr<StepBackend> be_;
     uint32_t n_ctx_, n_seqs_, step_tokens_, prefill_tokens_;
     std::vector<Seq*> seqs_;   // open, in the order they were opened
     size_t next_ = 0;          // where the next step starts taking prompt chunks (round robin)

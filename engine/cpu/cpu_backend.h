@@ -16,33 +16,18 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/step_backend.h"
 #include "engine/cpu/attention.h"
 #include "engine/cpu/matvec.h"
 #include "engine/cpu/thread_pool.h"
 
 namespace ptxlm::cpu {
 
-// The K/V storage in pages of `page_size` positions (a power of two) of
-// every layer: n_pages × page_size cache rows per layer. 0 pages: one
-// sequence's worth, ceil(n_ctx / page_size), which eval_batch maps in order.
-struct KvPages {
-    uint32_t n_pages = 0;
-    uint32_t page_size = 16;
-};
+// The step interface's types (engine/step_backend.h), by their old names.
+using ptxlm::KvPages;
+using ptxlm::SeqStep;
 
-// One sequence's part of a step: its tokens at positions pos, pos + 1, ...,
-// its K/V through `pages` (engine/kv_pool.h's page table: position j in
-// page pages[j / page_size]), and the logits of its last n_logits tokens
-// (n_vocab floats each) written to `logits` when it is not null.
-struct SeqStep {
-    std::span<const uint32_t> pages;
-    uint32_t pos = 0;
-    std::span<const TokenId> tokens;
-    float* logits = nullptr;
-    uint32_t n_logits = 0;
-};
-
-class CpuBackend final : public Backend {
+class CpuBackend final : public StepBackend {
 public:
     // n_ctx must already be chosen (choose_context). threads <= 0: every core.
     CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, int threads);
@@ -61,20 +46,14 @@ public:
     uint32_t max_batch() const override { return kMaxBatch; }
     static constexpr uint32_t kMaxBatch = 64;
 
-    // Tokens of several sequences in one pass (kMaxBatch in all): each
-    // weight matrix is read once for all of them, attention runs per
-    // sequence over its pages. A sequence's logits are bit for bit what
-    // eval_batch gives it alone, however it is batched or chunked.
-    // eval_batch is a step of one sequence whose pages are the storage's,
-    // in order. Throws std::invalid_argument for a token count over
-    // kMaxBatch, bad n_logits, or a page table that does not cover the
-    // positions or names a page past the storage; ModelError for a token
-    // outside the vocabulary or a position past n_ctx.
-    void step(std::span<const SeqStep> batch);
-    // Copies the first `positions` positions of page `from` to page `to` in
-    // every layer (KvPool::Copy: before a shared page is written).
-    void copy_page(uint32_t from, uint32_t to, uint32_t positions);
-    KvPages kv_pages() const { return pages_; }
+    // StepBackend (kMaxBatch tokens a step): a sequence's logits are bit
+    // for bit what eval_batch gives it alone, however it is batched or
+    // chunked. eval_batch is a step of one sequence whose pages are the
+    // storage's, in order.
+    void step(std::span<const SeqStep> batch) override;
+    void copy_page(uint32_t from, uint32_t to, uint32_t positions) override;
+    KvPages kv_pages() const override { return pages_; }
+    uint32_t max_step_tokens() const override { return kMaxBatch; }
 
     // The arithmetic of the matrix-vector products: Quantized (on `isa`,
     // by default the best the CPU runs, PTXLM_CPU_ISA to override) or

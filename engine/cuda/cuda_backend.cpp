@@ -5,7 +5,7 @@
 namespace ptxlm::cuda {
 
 CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx, Schedule schedule,
-                         GpuArithmetic path, std::string* note, GpuTuning tuning)
+                         GpuArithmetic path, std::string* note, GpuTuning tuning, KvPages pages)
     : p_(std::make_unique<Impl>(m, std::move(driver))) {
     Impl& p = *p_;
     p.schedule = schedule == Schedule::Default ? Schedule::Graph : schedule;
@@ -23,7 +23,20 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
             throw ModelError("--gpu-pdl: the persistent schedule is one launch; use it with --schedule graph or chain");
         p.target.pdl = true;
     }
-    p.paged = tuning.paged_kv;
+    p.paged = tuning.paged_kv || pages.n_pages;
+    if (pages.n_pages) {
+        if (pages.page_size != kKvPageSize)
+            throw std::invalid_argument("CudaBackend: pages of " + std::to_string(pages.page_size) + " positions (the GPU path's are " +
+                                        std::to_string(kKvPageSize) + ")");
+        if (n_ctx == 0) throw std::invalid_argument("CudaBackend: a pool of KV pages needs the context given");
+        if (pages.n_pages < cuda::kv_pages(n_ctx))
+            throw std::invalid_argument("CudaBackend: a pool of " + std::to_string(pages.n_pages) +
+                                        " pages is smaller than one sequence's context of " + std::to_string(n_ctx));
+        p.pages = pages;
+    }
+    // Paged KV runs prompts in chunks of T rows through the step's chains
+    // (eval_batch), so its buffers hold kMaxStep rows.
+    if (p.paged) p.rows = kMaxStep;
     const HParams& hp = m.hp;
     const uint32_t E = hp.n_embd, hd = m.head_dim;
     decode_plan(m, 1, p.quantized, uint32_t(dev.sm_count), p.paged);   // refuses what the GPU path cannot run before anything is allocated
@@ -41,16 +54,22 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     });
     std::map<float, int> bases;
     for (const LayerDesc& l : m.layers) bases[l.rope_base] = 1;
-    const uint64_t per_token = kv_per_token + bases.size() * uint64_t(m.n_rot) * 4;   // KV + RoPE tables
-    // (Paged KV rounds the context up to whole pages: at most kKvPageSize - 1 more positions.)
-    const uint64_t fixed = weight_bytes + 4 * (3 * E + 3 * max_q + 2 * max_kv + max_ff + m.n_vocab) + (64 << 20) +
-                           (p.paged ? uint64_t(kKvPageSize) * kv_per_token : 0);
+    // KV (a step's pool is fixed) + RoPE tables.
+    const uint64_t per_token = (pages.n_pages ? 0 : kv_per_token) + bases.size() * uint64_t(m.n_rot) * 4;
+    // (Paged KV rounds the context up to whole pages: at most kKvPageSize - 1
+    // more positions; a step's pool holds its own number of pages.)
+    const uint64_t fixed = weight_bytes + 4ull * p.rows * (3 * E + 4 * max_q + 2 * max_kv + max_ff + m.n_vocab) + (64 << 20) +
+                           (pages.n_pages ? uint64_t(pages.n_pages) * kKvPageSize * kv_per_token
+                            : p.paged     ? uint64_t(kKvPageSize) * kv_per_token
+                                          : 0);
     const Context::MemoryInfo mem = p.ctx.memory_info();
     const uint32_t want = n_ctx ? n_ctx : (hp.n_ctx_train ? hp.n_ctx_train : 4096);
     const uint64_t fits = mem.free > fixed ? (mem.free - fixed) / per_token : 0;
     if (fits < want) {
-        const std::string numbers = "weights " + format_bytes(weight_bytes) + " + " + format_bytes(per_token) +
-                                    " per token of context; " + format_bytes(mem.free) + " free on " + dev.name;
+        const std::string numbers =
+            "weights " + format_bytes(weight_bytes) +
+            (pages.n_pages ? " + " + format_bytes(uint64_t(pages.n_pages) * kKvPageSize * kv_per_token) + " of KV pages" : "") +
+            " + " + format_bytes(per_token) + " per token of context; " + format_bytes(mem.free) + " free on " + dev.name;
         if (n_ctx || fits < 256)
             throw ModelError("the model with a context of " + std::to_string(want) + " tokens does not fit: " + numbers +
                              (fits >= 256 ? "; at most -c " + std::to_string(fits) + " fits" : ""));
@@ -68,7 +87,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         done += add;
         if (tty) std::fprintf(stderr, "\rptxlm: uploading weights %3.0f%%", 100.0 * double(done) / double(weight_bytes));
     };
-    std::vector<DevPtr> attn_norm, wq, wk, wv, wo, bq, bk, bv, qn, kn, post_attn, ffn_norm, wg, wu, wd, post_ffn;
+    auto& [attn_norm, wq, wk, wv, wo, bq, bk, bv, qn, kn, post_attn, ffn_norm, wg, wu, wd, post_ffn, embd, out_norm, out] = p.w;
     for (const LayerDesc& l : m.layers) {
         attn_norm.push_back(p.vector(l.attn_norm));
         ffn_norm.push_back(p.vector(l.ffn_norm));
@@ -85,7 +104,9 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         post_attn.push_back(l.attn_post_norm ? p.vector(l.attn_post_norm) : DevPtr{});
         post_ffn.push_back(l.ffn_post_norm ? p.vector(l.ffn_post_norm) : DevPtr{});
     }
-    const DevPtr embd = p.weight(m.tok_embd), out_norm = p.vector(m.output_norm), out = p.weight(m.output);
+    embd = p.weight(m.tok_embd);
+    out_norm = p.vector(m.output_norm);
+    out = p.weight(m.output);
     progress(m.tok_embd.rows * m.tok_embd.row_bytes);
     if (tty) std::fprintf(stderr, "\rptxlm: uploading weights 100%%\n");
 
@@ -109,8 +130,10 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         b.upload(t.data(), t.size() * 4);
         p.rope_tables.emplace(base, std::move(b));
     }
-    // The KV cache: C positions a layer, or under paged KV kv_pages(C) whole pages.
-    p.n_pages = p.paged ? kv_pages(C) : 0;
+    // The KV cache: C positions a layer, or under paged KV kv_pages(C) whole
+    // pages (a step's pool: its own number).
+    p.max_pages = p.paged ? cuda::kv_pages(C) : 0;
+    p.n_pages = pages.n_pages ? pages.n_pages : p.max_pages;
     const size_t kv_positions = p.paged ? size_t(p.n_pages) * kKvPageSize : C;
     for (uint32_t il = 0; il < m.layers.size(); ++il) {
         p.k_cache.emplace_back(p.ctx, kv_positions * m.kv_dim(il) * 2);
@@ -119,14 +142,12 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     uint32_t max_heads = 0;
     for (const LayerDesc& l : m.layers) max_heads = std::max(max_heads, l.n_head);
     const uint32_t splits = (C + kAttentionChunk - 1) / kAttentionChunk;
-    p.x = DeviceBuffer(p.ctx, E * 4);
-    p.q = DeviceBuffer(p.ctx, max_q * 4);
-    p.k = DeviceBuffer(p.ctx, max_kv * 4);
-    p.v = DeviceBuffer(p.ctx, max_kv * 4);
-    p.att = DeviceBuffer(p.ctx, max_q * 4);
-    p.o = DeviceBuffer(p.ctx, E * 4);
-    p.h = DeviceBuffer(p.ctx, max_ff * 4);
-    p.logits = DeviceBuffer(p.ctx, size_t(m.n_vocab) * 4);
+    const size_t R = p.rows;
+    for (auto [b, n] : {std::pair{&p.x, uint64_t(E)}, {&p.q, max_q}, {&p.k, max_kv}, {&p.v, max_kv}, {&p.att, max_q},
+                        {&p.o, uint64_t(E)}, {&p.h, max_ff}, {&p.logits, uint64_t(m.n_vocab)}}) {
+        *b = DeviceBuffer(p.ctx, R * n * 4);
+        if (R > 1) b->fill_bytes(0);   // a step's unused rows are computed on, never read: keep them finite
+    }
     p.part = DeviceBuffer(p.ctx, size_t(max_heads) * splits * (hd + 2) * 4);
     p.att_sync = DeviceBuffer(p.ctx, size_t(m.layers.size()) * max_heads * 4);
     p.att_sync.fill_bytes(0);
@@ -140,12 +161,13 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
                  O = Impl::ptr(p.o), H = Impl::ptr(p.h), PART = Impl::ptr(p.part);
 
     // The chain, from the plan; the GEMV grids sized for this device's SMs.
-    const DecodePlan plan = decode_plan(m, C, p.quantized, uint32_t(dev.sm_count), p.paged);
+    p.plan = decode_plan(m, C, p.quantized, uint32_t(dev.sm_count), p.paged);
+    const DecodePlan& plan = p.plan;
     if (p.paged) {
-        // One sequence: table row 0 holds pages 0..n_pages-1 in order (pos /
+        // One sequence: table row 0 holds pages 0..max_pages-1 in order (pos /
         // kKvPageSize is its page). Workspaces sized for the widest layer.
-        std::vector<uint32_t> row(p.n_pages);
-        for (uint32_t i = 0; i < p.n_pages; ++i) row[i] = i;
+        std::vector<uint32_t> row(p.max_pages);
+        for (uint32_t i = 0; i < p.max_pages; ++i) row[i] = i;
         p.page_table = DeviceBuffer(p.ctx, row.size() * 4);
         p.page_table.upload(row.data(), row.size() * 4);
         uint64_t part_floats = 0;
@@ -154,11 +176,19 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
             part_floats = std::max<uint64_t>(part_floats, uint64_t(a.n_head) * a.splits * (a.head_dim + 4));
             p.sync_heads = std::max(p.sync_heads, a.n_head_kv);
         }
-        p.q_rot = DeviceBuffer(p.ctx, max_q * 4);
+        p.q_rot = DeviceBuffer(p.ctx, R * max_q * 4);
+        p.q_rot.fill_bytes(0);
         p.paged_part = DeviceBuffer(p.ctx, part_floats * 4);
         p.paged_sync = DeviceBuffer(p.ctx, size_t(m.layers.size()) * p.sync_heads * 4);
         p.paged_sync.fill_bytes(0);
         p.state.fill_bytes(0);   // the table row word: 0, also before the first token's copy
+        p.step_io = DeviceBuffer(p.ctx, Impl::kTablesOffset + R * p.max_pages * 4);
+        p.step_host = PinnedBuffer(p.ctx, Impl::kTablesOffset + R * p.max_pages * 4);
+        p.step_part = DeviceBuffer(p.ctx, R * part_floats * 4);
+        p.step_sync = DeviceBuffer(p.ctx, size_t(m.layers.size()) * R * p.sync_heads * 4);
+        p.step_sync.fill_bytes(0);
+        p.identity = row;
+        if (pages.n_pages) p.prepare_copies();
     }
     // A generator bound to its shape: called standalone here, inline by the persistent kernel.
     auto bind = [](auto fn, auto shape) -> kx::OpGenerator {
@@ -210,22 +240,9 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     p.add(bind(kx::argmax_kernel, kx::ArgmaxShape{m.n_vocab}), {Impl::ptr(p.logits), Impl::ptr(p.best)});
 
     if (p.schedule == Schedule::Persistent) p.build_persistent();
-    if (p.schedule == Schedule::Graph) {
-        // Captured once: the launches read the token and position from device
-        // memory, so the same graph serves every token.
-        p.stream.begin_capture();
-        try {
-            p.launch_chain();
-        } catch (...) {
-            try {
-                p.stream.end_capture();
-            } catch (...) {
-            }
-            throw;
-        }
-        Graph g = p.stream.end_capture();
-        p.graph = std::make_unique<GraphExec>(g.instantiate());
-    }
+    // Captured once: the launches read the token and position from device
+    // memory, so the same graph serves every token.
+    if (p.schedule == Schedule::Graph) p.graph = p.capture(p.chain);
 }
 
 CudaBackend::~CudaBackend() = default;
@@ -398,12 +415,14 @@ size_t CudaBackend::drop_dependency_for_test(const std::string& prefix, size_t d
 void CudaBackend::poke_page_table_for_test(uint32_t index, uint32_t page) {
     Impl& p = *p_;
     if (!p.paged) throw std::logic_error("poke_page_table_for_test: not paged KV");
-    if (index >= p.n_pages || page >= p.n_pages)
+    if (index >= p.max_pages || page >= p.n_pages)
         throw std::out_of_range("poke_page_table_for_test: entry " + std::to_string(index) + " or page " +
-                                std::to_string(page) + " outside the " + std::to_string(p.n_pages) + " pages");
+                                std::to_string(page) + " outside the table's " + std::to_string(p.max_pages) + " or the " +
+                                std::to_string(p.n_pages) + " pages");
     p.ctx.make_current();
     p.stream.synchronize();   // no queued launch may read the entry being replaced
     p.page_table.upload(&page, 4, size_t(index) * 4);
+    p.identity[index] = page;   // the table eval_batch's prompt chunks use
 }
 
 std::vector<CudaBackend::Launch> CudaBackend::launches() const {
@@ -441,6 +460,19 @@ void CudaBackend::eval_batch(std::span<const TokenId> tokens, uint32_t pos, floa
     if (uint64_t(pos) + n > p.n_ctx)
         throw ModelError("position " + std::to_string(pos + n - 1) + " is past the context of " +
                          std::to_string(p.n_ctx) + " tokens");
+    if (p.paged && !p.persistent && n > 1) {
+        // A prompt: chunks of up to kMaxStep rows through the step's chains,
+        // over the pool's first pages in order (each row's logits are what
+        // one token at a time gives: test_cuda_step).
+        for (uint32_t i = 0; i < n; i += kMaxStep) {
+            const uint32_t k = std::min(kMaxStep, n - i), first_wanted = n - (logits ? n_logits : 0);
+            const uint32_t w = logits && i + k > first_wanted ? i + k - std::max(i, first_wanted) : 0;
+            const SeqStep s{p.identity, pos + i, tokens.subspan(i, k),
+                            w ? logits + size_t(std::max(i, first_wanted) - first_wanted) * p.m.n_vocab : nullptr, w};
+            p.run_step({&s, 1});
+        }
+        return;
+    }
     p.ctx.make_current();
     // Every token's (id, position) gets its own pinned slot, so the whole
     // batch is queued at once: copy the slot to the device state, run the

@@ -10,6 +10,16 @@
 // With GpuTuning::paged_kv the KV cache is a pool of pages and the attention
 // op is two (paged_rope, paged_attention) over the sequence's page table.
 //
+// Given KvPages (a pool for several sequences, paged KV implied), it is a
+// StepBackend (engine/step_backend.h) that cpu::Batcher drives: a step's
+// tokens, up to kMaxStep of any sequences, go through one chain of T-row
+// kernels (T the step's tokens rounded up to 1, 2, 4, 8 or 16; a graph per
+// T): the GEMVs with T input columns (weights read once), paged_rope and
+// paged_attention over each row's own page table row and position, the
+// logits of every row, copied back for the rows asked for. A row's result is
+// bit for bit what eval_batch gives its sequence alone (the same kernels'
+// arithmetic per column, the same attention splits whatever T).
+//
 // The token id and position live in device memory (written with a
 // stream-ordered copy from pinned memory before each token), so every launch
 // and its arguments stay the same from token to token. Schedules: `chain`
@@ -22,6 +32,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/step_backend.h"
 #include "engine/cuda/driver.h"
 #include "kernels/decode/gemv.h"
 
@@ -37,7 +48,7 @@ struct GpuTuning {
     bool paged_kv = false;
 };
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public StepBackend {
 public:
     // n_ctx = 0: the model's trained context, capped to what device memory
     // allows. Throws ModelError naming what the GPU path cannot run (a weight
@@ -45,9 +56,13 @@ public:
     // path: the GEMVs' arithmetic (decode_plan's quantized_inputs, as
     // quantized_gemvs resolves it).
     // tuning: what is off by default until a GPU weighs it.
+    // pages: n_pages > 0 makes the KV cache a pool of that many pages of
+    // page_size (kKvPageSize only; at least one sequence's context) for
+    // step(), paged KV implied; n_ctx must then be given. eval_batch and
+    // eval_argmax use the pool's first pages in order.
     CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx,
                 Schedule schedule = Schedule::Default, GpuArithmetic path = GpuArithmetic::Default,
-                std::string* note = nullptr, GpuTuning tuning = {});
+                std::string* note = nullptr, GpuTuning tuning = {}, KvPages pages = {});
     ~CudaBackend() override;
 
     std::string description() const override;
@@ -62,6 +77,15 @@ public:
     // launch per up to 256 tokens; otherwise nullptr.
     std::unique_ptr<GreedyStream> start_greedy(TokenId token, uint32_t pos, uint32_t max_tokens,
                                                std::span<const TokenId> stop) override;
+
+    // StepBackend, with KvPages given (else std::logic_error), under the
+    // chain or graph schedule (the persistent decoder serves one sequence
+    // per launch: std::logic_error). copy_page runs kernels/decode/kv_copy.
+    static constexpr uint32_t kMaxStep = 16;
+    void step(std::span<const SeqStep> batch) override;
+    void copy_page(uint32_t from, uint32_t to, uint32_t positions) override;
+    KvPages kv_pages() const override;
+    uint32_t max_step_tokens() const override { return kMaxStep; }
 
     // Launches per token: the chain's length, or 1 under the persistent
     // schedule (a greedy stream runs up to 256 tokens in one).
@@ -87,6 +111,9 @@ public:
         uint32_t all_to_all_waits = 0;
     };
     std::vector<Launch> launches() const;
+    // The chain a step of `tokens` rows runs (bucket T >= tokens), as
+    // launches() describes the single-token chain; built if not yet.
+    std::vector<Launch> step_launches(uint32_t tokens);
     // Positions [from, to) of every layer's K and V cache set to fixed
     // pseudo-random f16 values in (-1, 1) by a host copy, as if tokens had
     // been evaluated there: what counted mode uses to run one token at depth
@@ -140,8 +167,9 @@ public:
     // `prefix`, and re-uploads the table; returns how many ops lost one.
     // emu's race checker must then report what the dropped wait protected.
     size_t drop_dependency_for_test(const std::string& prefix, size_t dep);
-    // For tests only, under paged KV: sets entry `index` of the device page
-    // table (the sequence's page for positions index·kKvPageSize onwards) to
+    // For tests only, under paged KV: sets entry `index` of the single
+    // sequence's page table (its page for positions index·kKvPageSize
+    // onwards; the device's for one token, the host's for prompt chunks) to
     // `page`, as a negative control. Throws std::logic_error without paged KV,
     // std::out_of_range for an index or page outside the pool.
     void poke_page_table_for_test(uint32_t index, uint32_t page);

@@ -27,6 +27,7 @@
 #include "kernels/decode/attention.h"
 #include "kernels/decode/elementwise.h"
 #include "kernels/decode/gemv.h"
+#include "kernels/decode/kv_copy.h"
 #include "kernels/decode/layout.h"
 #include "kernels/decode/persistent.h"
 #include "kernels/examples/examples.h"
@@ -65,14 +66,36 @@ struct CudaBackend::Impl {
     // {token, pos}; under paged KV {pos, table row 0, token, 0}, so that its
     // first 8 bytes are the paged kernels' token descriptor (8-byte aligned).
     uint32_t state_words() const { return paged ? 4 : 2; }
-    // Byte offsets of the token and the position (the persistent decoder's advance writes them).
-    kx::PersistentState state_layout() const { return cuda::state_layout(paged); }
     void put_state(uint32_t* slot, TokenId token, uint32_t pos) const {
-        const kx::PersistentState l = state_layout();
+        const kx::PersistentState l = cuda::state_layout(paged);
         std::fill_n(slot, state_words(), 0u);   // paged: the table row word, 0
         slot[l.token / 4] = uint32_t(token);
         slot[l.pos / 4] = pos;
     }
+
+    // The batch step (paged KV, cuda_step.cpp; step() with KvPages given,
+    // eval_batch's prompt chunks): the activation buffers
+    // above hold `rows` rows (kMaxStep; 1 without paged KV), row t at t times
+    // a row's size; step_io holds the rows' {pos, table row} descriptors,
+    // their token ids and their page table rows (max_pages entries each:
+    // kv_pages(n_ctx)), written per step from step_host; step_part and
+    // step_sync the T-row attention's workspace and counters (per layer
+    // rows x sync_heads u32; left zero). copy_pools / copy_list: kv_copy's
+    // pool descriptors (every layer's K and V) and its one copy entry.
+    KvPages pages{0, 16};
+    uint32_t rows = 1, max_pages = 0;
+    std::vector<uint32_t> identity;   // pages 0..max_pages-1: one sequence in the pool's first pages
+    DeviceBuffer step_io, step_part, step_sync, copy_pools, copy_list;
+    PinnedBuffer step_host;
+    static constexpr size_t kIdsOffset = 8 * CudaBackend::kMaxStep;                 // bytes into step_io
+    static constexpr size_t kTablesOffset = kIdsOffset + 4 * CudaBackend::kMaxStep;
+    // What the chains read: each layer's weights, norms and biases on the
+    // device (null where the model has none), the embedding and the head.
+    struct Weights {
+        std::vector<DevPtr> attn_norm, wq, wk, wv, wo, bq, bk, bv, qn, kn, post_attn, ffn_norm, wg, wu, wd, post_ffn;
+        DevPtr embd, out_norm, out;
+    } w;
+    DecodePlan plan;   // the single-token chain's
 
     struct Kernel {
         std::unique_ptr<Module> module;
@@ -99,6 +122,20 @@ struct CudaBackend::Impl {
         bool plain = false;
     };
     std::vector<Op> chain;
+    struct StepChain {
+        std::vector<Op> ops;
+        std::unique_ptr<GraphExec> graph;
+    };
+    std::map<uint32_t, StepChain> step_chains;   // by T (1, 2, 4, 8, 16), built at first use
+    // The chain (and under the graph schedule its graph) of the bucket that holds `tokens` rows.
+    StepChain& step_chain(uint32_t tokens);
+    std::vector<Op> copy_op;   // kv_copy of one entry (a step's pool only)
+    // One step's rows through the chain of their bucket (the checks of
+    // CudaBackend::step, less the pool's).
+    void run_step(std::span<const SeqStep> batch);
+    void prepare_copies();
+    // `ops` captured into a graph on `stream`.
+    std::unique_ptr<GraphExec> capture(std::vector<Op>& ops);
     // The GEMV ops' operands (trace_gemvs): the buffers they read and write.
     struct GemvIo {
         size_t op = 0;
@@ -186,14 +223,11 @@ struct CudaBackend::Impl {
     }
     static DevPtr ptr(const DeviceBuffer& b, size_t offset = 0) { return DevPtr{b.ptr() + offset}; }
 
-    // Appends one launch of the kernel `gen` makes (a generator bound to its
-    // shape, so the persistent schedule can emit it inline too).
-    size_t add(const kx::OpGenerator& gen, const std::vector<ptx::ParamValue>& args) {
+    // One launch of the kernel `gen` makes; its module loaded unless `load` is false.
+    Op make_op(const kx::OpGenerator& gen, const std::vector<ptx::ParamValue>& args, bool load = true) {
         const ptx::GeneratedKernel g = gen(target, nullptr);
-        auto [kit, fresh] = kind_of.emplace(g.name, uint32_t(kinds.size()));
-        if (fresh) kinds.push_back(gen);
         const Function* fn = nullptr;
-        if (schedule != Schedule::Persistent) {
+        if (load) {
             auto it = kernels.find(g.name);
             if (it == kernels.end()) {
                 Kernel k;
@@ -203,7 +237,15 @@ struct CudaBackend::Impl {
             }
             fn = it->second.fn.get();
         }
-        chain.push_back({g.name, fn, g.geometry, g.params.pack(args), kit->second, {}});
+        return {g.name, fn, g.geometry, g.params.pack(args), 0, {}};
+    }
+    // Appends one launch of the kernel `gen` makes (a generator bound to its
+    // shape, so the persistent schedule can emit it inline too).
+    size_t add(const kx::OpGenerator& gen, const std::vector<ptx::ParamValue>& args) {
+        chain.push_back(make_op(gen, args, schedule != Schedule::Persistent));
+        auto [kit, fresh] = kind_of.emplace(chain.back().kernel, uint32_t(kinds.size()));
+        if (fresh) kinds.push_back(gen);
+        chain.back().kind = kit->second;
         return chain.size() - 1;
     }
 

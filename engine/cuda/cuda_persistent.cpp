@@ -13,7 +13,7 @@ namespace ptxlm::cuda {
 void CudaBackend::Impl::build_persistent() {
     auto ps = std::make_unique<Persistent>();
     // The advance writes the next token's input where put_state puts it.
-    const kx::PersistentKernel pk = kx::persistent_kernel(kinds, target, state_layout());
+    const kx::PersistentKernel pk = kx::persistent_kernel(kinds, target, cuda::state_layout(paged));
     // The inline ops take the same arguments as the standalone kernels: the
     // records below are the chain's own argument packs (made from each
     // kind's standalone parameter list when the chain was built).

@@ -105,6 +105,37 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, ui
     return p;
 }
 
+DecodePlan step_plan(const DecodePlan& one, uint32_t tokens) {
+    if (tokens == 0 || tokens > kx::kMaxGemvColumns || (tokens & (tokens - 1)))
+        throw std::invalid_argument("step_plan: " + std::to_string(tokens) + " token rows (a power of two, 1 to " +
+                                    std::to_string(kx::kMaxGemvColumns) + ")");
+    DecodePlan p = one;
+    // The most columns (T, T/2, ... 1; T a power of two) whose kernel exists and
+    // stages its inputs in at most 200 KiB of shared memory (Llama-3-8B's down
+    // GEMV takes 8 of 16 8-bit columns of 14336); the builder launches T / columns.
+    auto columns = [&](kx::GemvShape& s) {
+        for (uint32_t n = tokens; n > 1; n /= 2) {
+            kx::GemvShape c = s;
+            c.columns = n;
+            try {
+                if (kx::gemv_geometry(c).shared_bytes > 200 * 1024) continue;
+            } catch (const ptx::Error&) {   // no N-column kernel for this shape
+                continue;
+            }
+            s = c;
+            return;
+        }
+    };
+    p.embed.tokens = p.add_norm.tokens = tokens;
+    for (LayerPlan& lp : p.layers) {
+        if (!lp.paged) throw std::invalid_argument("step_plan: a layer without paged KV");
+        lp.rope.tokens = lp.paged_attention.tokens = tokens;
+        for (kx::GemvShape* s : {&lp.qkv, &lp.wo, &lp.gate_up, &lp.down}) columns(*s);
+    }
+    columns(p.head);
+    return p;
+}
+
 kx::OpGenerator paged_rope_op(const kx::PagedRopeShape& s) {
     return [s](const ptx::Target& t, const kx::InlineTarget* in) { return kx::paged_rope_kernel(s, t, in); };
 }

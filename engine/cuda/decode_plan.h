@@ -57,6 +57,16 @@ struct DecodePlan {
 // size or GQA group the paged kernels cannot run.
 DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, uint32_t sms, bool paged_kv = false);
 
+// The plan of a batch step of T token rows (CudaBackend::step), from the
+// single-token plan `one` (paged KV): the embedding, normalised adds,
+// paged_rope and paged_attention with T rows (the attention's splits as in
+// `one`, so that a row's arithmetic does not depend on T), every GEMV with
+// the most input columns up to T its kernels take (8-bit inputs, or
+// F16/BF16 matrices) whose inputs fit 200 KiB of shared memory, launched
+// T / columns times. Throws std::invalid_argument for T not a power of two
+// in 1..kernels::kMaxGemvColumns or a plan without paged KV.
+DecodePlan step_plan(const DecodePlan& one, uint32_t tokens);
+
 // Whether `path` runs 8-bit GEMV inputs (every schedule: the default, and
 // --gpu-path quantized) or f32 ones (--gpu-path reference).
 inline bool quantized_gemvs(GpuArithmetic path) { return path != GpuArithmetic::Reference; }

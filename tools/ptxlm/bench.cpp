@@ -268,17 +268,14 @@ double macs_per_token(const Model& m, const Test& t) {
     return (double(n) * double(p.weight_macs) + double(with_logits) * double(p.lm_head_macs)) / double(n);
 }
 
-// tg with `t.parallel` sequences generating together on a cpu::Batcher (its
-// own worker threads; the arithmetic and kernels of `like`): each fills its
-// cache to the test's depth (untimed), then every step evaluates one token
-// of each, with its logits. Returns the tokens per timed repetition and
-// fills the row's samples.
-uint64_t run_parallel(const Model& m, const cpu::CpuBackend& like, int threads, KvType kv, const Test& t,
+// tg with `t.parallel` sequences generating together on a cpu::Batcher over
+// the backend `make` builds (contexts of n_ctx): each fills its cache to the
+// test's depth (untimed), then every step evaluates one token of each, with
+// its logits. Returns the tokens per timed repetition and fills the row's
+// samples.
+uint64_t run_parallel(const Model& m, const cpu::Batcher::MakeBackend& make, uint32_t n_ctx, const Test& t,
                       uint32_t reps, std::vector<double>& ns_out, std::vector<double>& ts_out) {
-    cpu::Batcher bat(m, like.n_ctx(), kv, std::make_shared<cpu::ThreadPool>(threads), t.parallel);
-    bat.backend().set_isa(like.isa());
-    bat.backend().set_path(like.path());
-    bat.backend().prepare();
+    cpu::Batcher bat(make, n_ctx, t.parallel);
     const uint32_t nv = m.n_vocab, P = t.parallel;
     std::mt19937 rng(1234);
     std::vector<TokenId> seq(t.depth + t.n_gen + 1);
@@ -289,8 +286,8 @@ uint64_t run_parallel(const Model& m, const cpu::CpuBackend& like, int threads, 
     for (uint32_t s = 0; s < P; ++s) {
         seqs.push_back(bat.open());
         for (TokenId x : seq) own[s].push_back(TokenId((uint32_t(x) + s) % nv));   // each sequence its own tokens
-        for (uint32_t i = 0; i < t.depth; i += cpu::CpuBackend::kMaxBatch) {
-            const uint32_t k = std::min(cpu::CpuBackend::kMaxBatch, t.depth - i);
+        for (uint32_t i = 0; i < t.depth; i += cpu::Batcher::kMaxRequest) {
+            const uint32_t k = std::min(cpu::Batcher::kMaxRequest, t.depth - i);
             seqs[s]->eval_batch({own[s].data() + i, k}, i, nullptr, 0);
         }
     }
@@ -410,10 +407,35 @@ int run(const Args& a) {
     if (!emulated && !a.project.empty())
         throw std::invalid_argument("--project: counted mode needs emu as the driver (PTXLM_LIBCUDA)");
     const auto* cpu_backend = dynamic_cast<const cpu::CpuBackend*>(&b);
-    for (const Test& t : tests)
-        if (t.parallel > 1 && !cpu_backend)
-            throw std::invalid_argument("--parallel " + std::to_string(t.parallel) +
-                                        ": sequences generating together run on the CPU backend (the GPU's is issue 22)");
+    // Sequences generating together: a batcher over a backend like `b` with a
+    // pool of KV pages (on the GPU a second copy of the weights beside b's;
+    // on emu counted, not timed: see below).
+    cpu::Batcher::MakeBackend make_parallel;
+    if (cpu_backend) {
+        const int threads = dev.threads;
+        const KvType kv = dev.kv_bytes_per_el == 4 ? KvType::F32 : KvType::F16;
+        make_parallel = [&m, cpu_backend, threads, kv](KvPages pages) {
+            auto c = std::make_unique<cpu::CpuBackend>(m, cpu_backend->n_ctx(), kv, std::make_shared<cpu::ThreadPool>(threads),
+                                                       pages);
+            c->set_isa(cpu_backend->isa());
+            c->set_path(cpu_backend->path());
+            c->prepare();
+            return c;
+        };
+    } else if (const auto* gpu_backend = dynamic_cast<const cuda::CudaBackend*>(&b)) {
+        for (const Test& t : tests)
+            if (t.parallel > 1 && gpu_backend->schedule() == Schedule::Persistent)
+                throw std::invalid_argument("--parallel " + std::to_string(t.parallel) +
+                                            " with --schedule persistent: the persistent decoder serves one sequence per "
+                                            "launch; sequences step together under --schedule graph or chain");
+        const Schedule sched = gpu_backend->schedule();
+        const uint32_t n_ctx = gpu_backend->n_ctx();
+        const BackendOptions o = engine_backend_options(a.engine);
+        make_parallel = [&m, sched, n_ctx, o](KvPages pages) {
+            return std::make_unique<cuda::CudaBackend>(m, cuda::Driver::load(), n_ctx, sched, o.gpu_path, nullptr,
+                                                       cuda::GpuTuning{o.gpu_pdl, o.gpu_prefetch, true}, pages);
+        };
+    }
 
     // Static description of the model and the machine, shared by every row.
     std::map<std::string, uint64_t> types;
@@ -523,9 +545,8 @@ int run(const Args& a) {
         r.test = t;
         r.bytes_per_token = bytes_per_token(m, t, b.max_batch(), dev.kv_bytes_per_el);
         r.macs_per_token = macs_per_token(m, t);
-        if (t.parallel > 1)
-            r.n_tokens = run_parallel(m, *cpu_backend, dev.threads, dev.kv_bytes_per_el == 4 ? KvType::F32 : KvType::F16,
-                                      t, a.reps, r.samples_ns, r.samples_ts);
+        if (t.parallel > 1 && emulated) continue;   // counted below, not timed
+        if (t.parallel > 1) r.n_tokens = run_parallel(m, make_parallel, b.n_ctx(), t, a.reps, r.samples_ns, r.samples_ts);
         // Warm-up: one batch or one token at the test's depth.
         if (t.parallel == 1) {
             runner.fill(t.depth);
@@ -570,13 +591,16 @@ int run(const Args& a) {
         const Schedule sched = parse_schedule(dev.schedule);
         e.backend.reset();   // releases the context, so the counted one starts fresh
         std::map<uint32_t, nlohmann::json> by_depth;
-        for (const Test& t : tests) by_depth[t.depth];
+        std::vector<Test> single;   // the tests timed above, in the order of `all`
+        for (const Test& t : tests)
+            if (t.parallel == 1) single.push_back(t);
+        for (const Test& t : single) by_depth[t.depth];
         for (auto& [depth, c] : by_depth) {
             std::fprintf(stderr, "bench: counting one token at depth %u on emu\n", depth);
             c = counted_token(m, sched, parse_gpu_path(a.engine.gpu_path), *gpu, depth, a.engine.gpu_prefetch,
                               a.engine.gpu_paged_kv);
         }
-        for (size_t i = 0; i < all.size(); ++i) all[i]["counted"] = by_depth.at(tests[i].depth);
+        for (size_t i = 0; i < all.size(); ++i) all[i]["counted"] = by_depth.at(single[i].depth);
         for (const auto& [depth, c] : by_depth) {
             if (a.output == "md") {
                 const nlohmann::json& pj = c["projected"];
@@ -628,6 +652,36 @@ int run(const Args& a) {
                 std::printf("\nper kernel (registers from %s; blocks per SM for %s):\n\n%s",
                             c["registers_from"].get<std::string>().c_str(), gpu->name, counted_kernel_table(c).c_str());
             }
+        }
+        // Sequences generating together (a batch step of one decode token
+        // each) and, with paged KV, prompts (a chunk of up to 16 of their
+        // tokens at the test's depth: how pp runs), counted.
+        for (const Test& t : tests) {
+            const bool prompt = t.n_prompt > 0 && a.engine.gpu_paged_kv;
+            if (t.parallel == 1 && !prompt) continue;
+            if (t.parallel > cuda::CudaBackend::kMaxStep)
+                throw std::invalid_argument("--parallel " + std::to_string(t.parallel) + ": counted mode counts one batch "
+                                            "step, at most " + std::to_string(cuda::CudaBackend::kMaxStep) + " sequences");
+            const uint32_t rows = prompt ? std::min(t.n_prompt, cuda::CudaBackend::kMaxStep) : t.parallel;
+            std::fprintf(stderr, "bench: counting one batch step of %u %s tokens at depth %u on emu\n", rows,
+                         prompt ? "prompt" : "decode", t.depth);
+            const nlohmann::json c = counted_step(m, parse_gpu_path(a.engine.gpu_path), *gpu, t.depth, rows, prompt);
+            all.push_back({{"test", t.name()}, {"n_parallel", t.parallel}, {"n_depth", t.depth}, {"counted_step", c}});
+            if (a.output != "md") continue;
+            const nlohmann::json& pj = c["projected"];
+            std::string bound;
+            for (const nlohmann::json& b : pj["bound_us"])
+                bound += (bound.empty() ? "" : ", ") + b[0].get<std::string>() + fmt(" %.1f", b[1].get<double>());
+            std::printf("\ncounted on emu (%s %u %s at depth %u): %llu launches; weight loads %.3f x one pass over the "
+                        "weights (%.1f MB)\n"
+                        "projected for %s: %.0f tok/s%s, %.1f us per step = %.1f launch overhead + %.1f work per token "
+                        "x %u; work per token by the limit binding each kernel: %s; %s\n",
+                        prompt ? "a prompt chunk of" : "a batch step of", rows, prompt ? "tokens" : "decode tokens",
+                        t.depth, (unsigned long long)c["launches"].get<uint64_t>(), c["weight_passes"].get<double>(),
+                        c["weight_bytes_one_pass"].get<double>() / 1e6, gpu->description, pj["tokens_per_s"].get<double>(),
+                        prompt ? "" : fmt(" together (%.0f per sequence)", pj["tokens_per_s"].get<double>() / rows).c_str(),
+                        pj["us_per_token"].get<double>() * rows, pj["launch_us"].get<double>(), pj["work_us"].get<double>(),
+                        rows, bound.c_str(), pj["label"].get<std::string>().c_str());
         }
     }
     if (a.output == "json") std::printf("%s\n", all.dump(2).c_str());

@@ -32,30 +32,18 @@ struct Counted {
     uint32_t blocks = 0;           // the persistent grid on emu
 };
 
-Counted count_one_token(const Model& m, Schedule schedule, GpuArithmetic arith, uint32_t depth, const GpuSpec& gpu,
-                        bool prefetch, bool paged) {
+// Runs `work` with emu's counters written to a temp file (PTXLM_EMU_STATS is
+// read when the primary context is retained and written when it is
+// released: `work` makes and destroys its backend); returns them.
+template <typename Work>
+nlohmann::json with_emu_counters(Work&& work) {
     char path[] = "/tmp/ptxlm-emu-stats-XXXXXX";
     const int fd = mkstemp(path);
     if (fd < 0) throw std::runtime_error("bench: cannot create a file for emu's counters");
     close(fd);
     setenv("PTXLM_EMU_STATS", path, 1);
-    Counted c;
     try {
-        cuda::CudaBackend b(m, cuda::Driver::load(), depth + kCountedContext, schedule, arith, nullptr,
-                            cuda::GpuTuning{false, prefetch, paged});
-        // The grids are sized for the device's SMs: emu must have the GPU's.
-        const int sms = b.device_info().units;
-        if (sms != int(gpu.sms))
-            throw std::runtime_error("bench: emu has " + std::to_string(sms) + " SMs; counting for " + gpu.name +
-                                     " needs its " + std::to_string(gpu.sms) + " (PTXLM_EMU_SMS)");
-        std::vector<float> logits(b.n_vocab());
-        b.fill_kv_for_count(0, depth);
-        b.eval(0, depth, logits.data());
-        c.launches = b.launches();
-        c.schedule = b.schedule();
-        c.all_to_all_waits = b.all_to_all_waits();
-        c.blocks = b.persistent_blocks();
-        for (uint64_t w : b.weight_buffers()) c.weights.insert(w);
+        work();
     } catch (...) {
         unsetenv("PTXLM_EMU_STATS");
         std::remove(path);
@@ -71,7 +59,33 @@ Counted count_one_token(const Model& m, Schedule schedule, GpuArithmetic arith, 
         throw std::runtime_error(std::string("bench: emu's counters are unreadable: ") + e.what());
     }
     std::remove(path);
-    c.kernels = stats.at("kernels");
+    return stats.at("kernels");
+}
+
+// The grids are sized for the device's SMs: emu must have the GPU's.
+void check_sms(const Backend& b, const GpuSpec& gpu) {
+    const int sms = b.device_info().units;
+    if (sms != int(gpu.sms))
+        throw std::runtime_error("bench: emu has " + std::to_string(sms) + " SMs; counting for " + gpu.name +
+                                 " needs its " + std::to_string(gpu.sms) + " (PTXLM_EMU_SMS)");
+}
+
+Counted count_one_token(const Model& m, Schedule schedule, GpuArithmetic arith, uint32_t depth, const GpuSpec& gpu,
+                        bool prefetch, bool paged) {
+    Counted c;
+    c.kernels = with_emu_counters([&] {
+        cuda::CudaBackend b(m, cuda::Driver::load(), depth + kCountedContext, schedule, arith, nullptr,
+                            cuda::GpuTuning{false, prefetch, paged});
+        check_sms(b, gpu);
+        std::vector<float> logits(b.n_vocab());
+        b.fill_kv_for_count(0, depth);
+        b.eval(0, depth, logits.data());
+        c.launches = b.launches();
+        c.schedule = b.schedule();
+        c.all_to_all_waits = b.all_to_all_waits();
+        c.blocks = b.persistent_blocks();
+        for (uint64_t w : b.weight_buffers()) c.weights.insert(w);
+    });
     return c;
 }
 
@@ -492,6 +506,122 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
                                   : projected_json(project(costs, 1, gpu, LaunchMode::GraphPdl), gpu, c.schedule,
                                                    "projected from emu's counts with programmatic dependent launches "
                                                    "(--gpu-pdl, 0.6 us per launch assumed), not measured")}};
+}
+
+nlohmann::json counted_step(const Model& m, GpuArithmetic path, const GpuSpec& gpu, uint32_t depth, uint32_t batch,
+                            bool prompt) {
+    const uint32_t ctx = depth + kCountedContext, per_seq = cuda::kv_pages(ctx), seqs = prompt ? 1 : batch;
+    if (batch == 0 || batch > cuda::CudaBackend::kMaxStep)
+        throw std::invalid_argument("bench: a batch step of " + std::to_string(batch) + " tokens (1 to " +
+                                    std::to_string(cuda::CudaBackend::kMaxStep) + ")");
+    Counted c;
+    c.kernels = with_emu_counters([&] {
+        cuda::CudaBackend b(m, cuda::Driver::load(), ctx, Schedule::Graph, path, nullptr, cuda::GpuTuning{},
+                            KvPages{per_seq * seqs, cuda::kKvPageSize});
+        check_sms(b, gpu);
+        // Each sequence on pages of its own (their K/V zero: the counts do
+        // not depend on the values): one decode token each at `depth`, or
+        // one sequence's `batch` prompt tokens from `depth` on.
+        std::vector<std::vector<uint32_t>> tables(seqs, std::vector<uint32_t>(per_seq));
+        const std::vector<TokenId> tokens(batch, 0);
+        std::vector<SeqStep> steps;
+        for (uint32_t i = 0; i < seqs; ++i) {
+            for (uint32_t j = 0; j < per_seq; ++j) tables[i][j] = i * per_seq + j;
+            steps.push_back({tables[i], depth, {&tokens[i], prompt ? batch : 1}, nullptr, 0});
+        }
+        b.step(steps);
+        c.launches = b.step_launches(batch);
+        for (uint64_t w : b.weight_buffers()) c.weights.insert(w);
+    });
+    // Registers from ptxas (sm_90) for the step's kernels; blocks per SM from them.
+    std::map<std::string, ptx::PtxasFunctionReport> regs;
+    const std::string ptxas = ptx::find_ptxas();
+    const cuda::DecodePlan plan = cuda::step_plan(cuda::decode_plan(m, ctx, cuda::quantized_gemvs(path), gpu.sms, true), batch);
+    if (!ptxas.empty())
+        for (const ptx::GeneratedKernel& g : cuda::decode_kernels(plan, ptx::Target::parse("sm_90"))) {
+            const ptx::PtxasResult r = ptx::run_ptxas(ptxas, g.ptx, "sm_90");
+            if (!r.ok()) throw std::runtime_error("bench: ptxas rejected " + g.name + ":\n" + r.log);
+            if (const ptx::PtxasFunctionReport* f = r.find(g.name)) regs[g.name] = *f;
+        }
+    // Launches per matrix of each GEMV kernel (T / its columns): emu's
+    // distinct weight bytes of a kernel count a matrix once however often
+    // the step reads it.
+    // Each kernel's part of the step, as chain_parts names them ("layer",
+    // "head", else "token").
+    std::map<std::string, uint32_t> passes;
+    std::map<std::string, std::string> part;
+    auto note_passes = [&](const kernels::GemvShape& g) {
+        const std::string name = kernels::gemv_kernel(g).name;
+        passes[name] = batch / g.columns;
+        return name;
+    };
+    for (const cuda::LayerPlan& l : plan.layers) {
+        for (const kernels::GemvShape* g : {&l.qkv, &l.wo, &l.gate_up, &l.down}) part[note_passes(*g)] = "layer";
+        part[kernels::paged_rope_kernel(l.rope).name] = part[kernels::paged_attention_kernel(l.paged_attention).name] =
+            part[kernels::add_norm_kernel(plan.add_norm).name] = "layer";
+    }
+    part[note_passes(plan.head)] = "head";
+    std::vector<LaunchCost> costs;
+    std::map<std::string, nlohmann::json> rows;   // per kernel
+    uint64_t weight_requested = 0, weight_read = 0, requested = 0;
+    std::set<std::string> seen;
+    for (const cuda::CudaBackend::Launch& l : c.launches) {
+        const nlohmann::json& k = c.kernels.at(l.kernel);
+        auto r = regs.find(l.kernel);
+        const int fit = r == regs.end() ? 0
+                                        : blocks_per_sm(gpu, l.threads, r->second.registers,
+                                                        uint32_t(r->second.smem_bytes) + l.shared_bytes);
+        costs.push_back(counted_launch_cost(k, l.blocks, l.threads, fit));
+        const LaunchTerms t = launch_terms(costs.back(), gpu);
+        nlohmann::json& row = rows[l.kernel];
+        if (row.is_null())
+            row = {{"kernel", l.kernel}, {"part", part.count(l.kernel) ? part.at(l.kernel) : "token"}, {"launches", 0},
+                   {"blocks", l.blocks}, {"threads", l.threads},
+                   {"registers", r == regs.end() ? nlohmann::json(nullptr) : nlohmann::json(r->second.registers)},
+                   {"projected_us", 0.0}};
+        row["launches"] = row["launches"].get<uint64_t>() + 1;
+        row["projected_us"] = row["projected_us"].get<double>() + t.bound_us();
+        row["bound_by"] = t.bound_by();
+        row["terms_us"] = terms_json(t);   // one launch
+        if (!seen.insert(l.kernel).second) continue;
+        // emu's counters are per kernel, summed over its launches in the step.
+        uint64_t w_sectors = 0, w_unique = 0;
+        for (const nlohmann::json& a : k.at("allocations"))
+            if (c.weights.count(a.at("base").get<uint64_t>())) {
+                w_unique += a.at("unique").get<uint64_t>();
+                w_sectors += a.at("load_sectors").get<uint64_t>();
+            }
+        weight_requested += 32 * w_sectors;
+        const auto ps = passes.find(l.kernel);
+        const uint64_t w_read = w_unique * (ps == passes.end() ? 1 : ps->second);
+        weight_read += w_read;
+        row["weight_bytes_read"] = w_read;
+        row["unique_bytes"] = k.at("unique_global_bytes");
+        requested += 32 * (k.at("global_load_sectors").get<uint64_t>() + k.at("global_store_sectors").get<uint64_t>()) +
+                     k.at("global_atomic_bytes").get<uint64_t>();
+    }
+    const Projection p = project(costs, batch, gpu, LaunchMode::Graph);
+    const PassTraffic tr = pass_traffic(m);
+    const double one_pass = double(tr.weights + tr.lm_head);
+    nlohmann::json kernels = nlohmann::json::array();
+    for (auto& [name, row] : rows) kernels.push_back(row);
+    return {{"batch", batch},
+            {"prompt", prompt},
+            {"depth", depth},
+            {"n_layer", m.layers.size()},
+            {"n_vocab", m.n_vocab},
+            {"launches", c.launches.size()},
+            {"weight_bytes_one_pass", one_pass},
+            {"weight_bytes_requested", weight_requested},   // 32-byte sectors the weight loads touched
+            {"weight_bytes_read", weight_read},             // distinct bytes times the launches that read them
+            {"weight_passes", double(weight_read) / one_pass},
+            {"requested_bytes", requested},
+            {"kv_bytes", double(kv_read_bytes(m, depth, 2)) * batch},   // decode tokens; a chunk's rows read up to depth + t
+            {"kernels", kernels},
+            {"projected", projected_json(p, gpu, Schedule::Graph,
+                                         "projected from emu's counts of one batch step of " + std::to_string(batch) +
+                                             (prompt ? " prompt tokens of one sequence" : " decode tokens") +
+                                             " (graph schedule, paged KV), not measured")}};
 }
 
 std::string counted_kernel_table(const nlohmann::json& counted) {

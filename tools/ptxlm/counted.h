@@ -35,6 +35,21 @@ namespace ptxlm::cli {
 nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic path, const GpuSpec& gpu,
                              uint32_t depth = 0, bool prefetch = false, bool paged_kv = false);
 
+// One batch step of `batch` (1..16) decode tokens (CudaBackend::step, graph
+// schedule, paged KV), each sequence at KV depth `depth` on pages of its
+// own, or with `prompt` one sequence's chunk of `batch` prompt tokens from
+// `depth` on, in a fresh CudaBackend with emu's counters on. Returns the step's
+// launches, the weight bytes it reads (each kernel's distinct weight bytes
+// times the launches a matrix takes: T over its GEMV's columns) against one
+// pass over the weights (1.0x when each matrix is read once for every
+// column) and the sectors its weight loads touched, the
+// KV bytes, a row per kernel (launches, grid, registers, projected us and
+// the binding limit) and the projection for `gpu`: us per token and the
+// aggregate tokens/s of the batch, work by binding limit. Call with no other
+// CudaBackend alive.
+nlohmann::json counted_step(const Model& m, GpuArithmetic path, const GpuSpec& gpu, uint32_t depth, uint32_t batch,
+                            bool prompt = false);
+
 // The per-kernel rows of `counted` as a Markdown table.
 std::string counted_kernel_table(const nlohmann::json& counted);
 

@@ -65,15 +65,7 @@ std::string default_model_path(DefaultModel which) {
     return std::string(which == DefaultModel::Chat ? PTXLM_DEFAULT_CHAT_MODEL : PTXLM_DEFAULT_MODEL);
 }
 
-Engine open_engine(const EngineArgs& a) {
-    Engine e;
-    const std::string path = a.model.empty() ? default_model_path(a.default_model) : a.model;
-    if (a.model.empty() && !std::filesystem::exists(path))
-        throw ModelError("the default model " + path + " is missing: run models/fetch (./run.sh does), or pass -m MODEL");
-    e.model = std::make_unique<Model>(Model::load(path));
-    e.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(e.model->file));
-    if (uint32_t(e.tokenizer->n_vocab()) > e.model->n_vocab)
-        throw ModelError(path + ": the tokenizer has more tokens than the model has embeddings");
+BackendOptions engine_backend_options(const EngineArgs& a) {
     BackendOptions opt;
     opt.n_ctx = a.n_ctx;
     opt.threads = a.threads;
@@ -85,6 +77,19 @@ Engine open_engine(const EngineArgs& a) {
     opt.gpu_pdl = a.gpu_pdl;
     opt.gpu_prefetch = a.gpu_prefetch;
     opt.gpu_paged_kv = a.gpu_paged_kv;
+    return opt;
+}
+
+Engine open_engine(const EngineArgs& a) {
+    Engine e;
+    const std::string path = a.model.empty() ? default_model_path(a.default_model) : a.model;
+    if (a.model.empty() && !std::filesystem::exists(path))
+        throw ModelError("the default model " + path + " is missing: run models/fetch (./run.sh does), or pass -m MODEL");
+    e.model = std::make_unique<Model>(Model::load(path));
+    e.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(e.model->file));
+    if (uint32_t(e.tokenizer->n_vocab()) > e.model->n_vocab)
+        throw ModelError(path + ": the tokenizer has more tokens than the model has embeddings");
+    const BackendOptions opt = engine_backend_options(a);
     std::string note;
     e.backend = make_backend(*e.model, parse_device(a.device), opt, &note);
     std::fprintf(stderr, "ptxlm: %s (%s, %s)\n", path.c_str(), e.model->hp.arch.c_str(),

@@ -47,6 +47,9 @@ struct Engine {
     std::unique_ptr<Backend> backend;
 };
 
+// The backend options the engine flags give.
+BackendOptions engine_backend_options(const EngineArgs& args);
+
 // Loads the model, its tokenizer and the backend; says on stderr what runs
 // where (device, threads, context). Throws with one clear message.
 Engine open_engine(const EngineArgs& args);

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "engine/chat_prompt.h"
+#include "engine/cuda/cuda_backend.h"
 #include "server/server.h"
 #include "server/utility.h"
 #include "tools/ptxlm/commands.h"
@@ -32,26 +33,22 @@ int run(Args& a) {
         throw ModelError("the default model " + e.model_path + " is missing: run models/fetch (./run.sh does), or pass -m MODEL");
     if (!std::filesystem::exists(e.model_path)) throw ModelError(e.model_path + ": no such file");
     e.device = parse_device(a.engine.device);
-    e.backend.n_ctx = a.engine.n_ctx;
-    e.backend.threads = a.engine.threads;
-    e.backend.kv_type = a.engine.kv_type == "f32" ? KvType::F32 : KvType::F16;
-    e.backend.schedule = parse_schedule(a.engine.schedule);
-    e.backend.cpu_path = parse_cpu_path(a.engine.cpu_path);
-    e.backend.cpu_isa = a.engine.cpu_isa;
-    if (e.device == DeviceKind::Cuda && e.parallel > 1)
-        throw std::invalid_argument("--parallel " + std::to_string(e.parallel) +
-                                    " with --device cuda: each GPU slot would upload its own copy of the weights; "
-                                    "the GPU path serves one slot (--parallel 1), the CPU several");
+    e.backend = engine_backend_options(a.engine);
     // The shared pool's options mean nothing to one slot: refused, not ignored.
-    const bool batched = e.parallel > 1 && e.device != DeviceKind::Cuda;
+    const bool batched = e.parallel > 1;
     if (!batched && e.kv_size != 0)
-        throw std::invalid_argument("--kv-size sizes the KV pool that --parallel slots share on the CPU; with " +
-                                    std::string(e.parallel > 1 ? "--device cuda" : "--parallel 1") +
-                                    " there is no pool: -c sizes the one KV cache");
+        throw std::invalid_argument("--kv-size sizes the KV pool that --parallel slots share; with --parallel 1 there "
+                                    "is no pool: -c sizes the one KV cache");
     if (!batched && a.batch_tokens->count() > 0)
-        throw std::invalid_argument("--batch-tokens sizes the batched steps of --parallel slots on the CPU; with " +
-                                    std::string(e.parallel > 1 ? "--device cuda" : "--parallel 1") +
-                                    " a prompt is evaluated in steps of the backend's own size");
+        throw std::invalid_argument("--batch-tokens sizes the batched steps of --parallel slots; with --parallel 1 a "
+                                    "prompt is evaluated in steps of the backend's own size");
+    if (batched && e.device == DeviceKind::Cuda && e.batch_tokens > int(cuda::CudaBackend::kMaxStep))
+        throw std::invalid_argument("--batch-tokens " + std::to_string(e.batch_tokens) + " with --device cuda: the GPU's "
+                                    "batch step takes at most " + std::to_string(cuda::CudaBackend::kMaxStep) + " tokens");
+    if (batched && e.device == DeviceKind::Cuda && e.backend.schedule == Schedule::Persistent)
+        throw std::invalid_argument("--parallel " + std::to_string(e.parallel) + " with --schedule persistent: the "
+                                    "persistent decoder serves one sequence per launch; the slots step together "
+                                    "under --schedule graph (the default) or chain");
     // A family name or a file that cannot serve is an error at start, not
     // on the first chat request.
     if (!a.chat_template.name.empty() || !a.chat_template.file.empty())
@@ -87,15 +84,16 @@ Runner add_serve(CLI::App& app) {
                     "API: CORS headers and preflight answers (default: none)")
         ->type_name("ORIGIN");
     sub->add_option("--parallel", o.engine.parallel,
-                    "requests decoded together (default 1; CPU only above 1: the slots share one KV pool and are "
-                    "evaluated in one batched step per token)")
+                    "requests decoded together (default 1; above 1 the slots share one KV pool and one copy of "
+                    "the weights and are evaluated in one batched step per token, on the CPU or the GPU)")
         ->check(CLI::Range(1, 64));
     a->batch_tokens = sub->add_option("--batch-tokens", o.engine.batch_tokens,
-                    "CPU, --parallel above 1: tokens per batched step while streams are generating, every running "
-                    "stream's next token first, then prompt chunks (default 16; a step of prompts alone takes 64)")
+                    "--parallel above 1: tokens per batched step while streams are generating, every running "
+                    "stream's next token first, then prompt chunks (default 16; a step of prompts alone takes 64 "
+                    "on the CPU; at most 16 on the GPU)")
         ->check(CLI::Range(1, 64));
     sub->add_option("--kv-size", o.engine.kv_size,
-                    "CPU, --parallel above 1: positions of the KV pool the slots share, at least -c (default "
+                    "--parallel above 1: positions of the KV pool the slots share, at least -c (default "
                     "--parallel x -c); a stream that finds no page left waits, its tokens recomputed when it resumes")
         ->check(CLI::Range(uint64_t(1), uint64_t(1) << 32));
     sub->add_option("--queue", o.engine.queue, "requests that may wait for a slot; more get 503 (default 16)")

@@ -1,0 +1,210 @@
+// CudaBackend's batch step (issue 22): several sequences' tokens through
+// one chain of T-row kernels over the pool of KV pages (cuda_backend.h).
+#include "engine/cuda/cuda_backend_impl.h"
+
+namespace ptxlm::cuda {
+
+namespace {
+
+// The chain's rows for `n` tokens: the least power of two that holds them.
+uint32_t bucket(uint32_t n) {
+    uint32_t t = 1;
+    while (t < n) t *= 2;
+    return t;
+}
+
+}  // namespace
+
+std::unique_ptr<GraphExec> CudaBackend::Impl::capture(std::vector<Op>& ops) {
+    // The launches read their tokens, positions and tables from device
+    // memory, so one capture serves every step.
+    stream.begin_capture();
+    try {
+        for (Op& op : ops) launch_op(op);
+    } catch (...) {
+        try {
+            stream.end_capture();
+        } catch (...) {
+        }
+        throw;
+    }
+    Graph g = stream.end_capture();
+    return std::make_unique<GraphExec>(g.instantiate());
+}
+
+void CudaBackend::Impl::prepare_copies() {
+    // kv_copy's pools: {u64 base, u32 kv_heads, u32 row_bytes}, each layer's K then V.
+    std::vector<uint8_t> desc;
+    for (size_t il = 0; il < k_cache.size(); ++il)
+        for (const DeviceBuffer* c : {&k_cache[il], &v_cache[il]}) {
+            const uint64_t base = c->ptr();
+            const uint32_t heads = uint32_t(m.kv_dim(uint32_t(il)) / m.head_dim), row_bytes = m.head_dim * 2;
+            const size_t at = desc.size();
+            desc.resize(at + 16);
+            std::memcpy(desc.data() + at, &base, 8);
+            std::memcpy(desc.data() + at + 8, &heads, 4);
+            std::memcpy(desc.data() + at + 12, &row_bytes, 4);
+        }
+    copy_pools = DeviceBuffer(ctx, desc.size());
+    copy_pools.upload(desc.data(), desc.size());
+    copy_list = DeviceBuffer(ctx, 16);
+    const kx::KvCopyShape s{uint32_t(desc.size() / 16), kKvPageSize, 1};
+    copy_op.push_back(make_op([s](const ptx::Target& t, const kx::InlineTarget*) { return kx::kv_copy_kernel(s, t); },
+                              {ptr(copy_pools), ptr(copy_list)}));
+    copy_op.back().plain = true;   // no griddepcontrol.wait in it
+}
+
+CudaBackend::Impl::StepChain& CudaBackend::Impl::step_chain(uint32_t tokens) {
+    const uint32_t T = bucket(tokens);
+    auto found = step_chains.find(T);
+    if (found != step_chains.end()) return found->second;
+    const DecodePlan sp = step_plan(plan, T);
+    StepChain c;
+    auto bind = [](auto fn, auto shape) -> kx::OpGenerator {
+        return [fn, shape](const ptx::Target& t, const kx::InlineTarget* in) { return fn(shape, t, in); };
+    };
+    auto op = [&](const kx::OpGenerator& g, const std::vector<ptx::ParamValue>& args) {
+        c.ops.push_back(make_op(g, args));
+        return &c.ops.back();
+    };
+    // A GEMV over the T rows of `in`, as T / g.columns launches: each takes
+    // its columns of the input and of every output (a GLU's one output).
+    auto gemv = [&](const kx::GemvShape& g, const DeviceBuffer& in, DevPtr norm, std::vector<DevPtr> ws,
+                    std::vector<const DeviceBuffer*> outs) {
+        const bool glu = g.glu != kx::Glu::None;
+        for (uint32_t c0 = 0; c0 < T; c0 += g.columns) {
+            std::vector<ptx::ParamValue> a = {ptr(in, size_t(c0) * g.n_in * 4)};
+            if (g.norm) a.push_back(norm);
+            for (size_t i = 0; i < ws.size(); ++i) {
+                a.push_back(ws[i]);
+                if (!glu) a.push_back(ptr(*outs[i], size_t(c0) * g.segments[i].rows * 4));
+            }
+            if (glu) a.push_back(ptr(*outs[0], size_t(c0) * g.segments[0].rows * 4));
+            op(bind(kx::gemv_kernel, g), a);
+        }
+    };
+    const DevPtr desc = ptr(step_io), ids = ptr(step_io, kIdsOffset), tables = ptr(step_io, kTablesOffset);
+    const DevPtr X = ptr(x), O = ptr(o);
+    op(bind(kx::embed_kernel, sp.embed), {w.embd, ids, X});
+    for (uint32_t il = 0; il < m.layers.size(); ++il) {
+        const LayerPlan& lp = sp.layers[il];
+        const DevPtr kc = ptr(k_cache[il]), vc = ptr(v_cache[il]), QR = ptr(q_rot);
+        gemv(lp.qkv, x, w.attn_norm[il], {w.wq[il], w.wk[il], w.wv[il]}, {&q, &k, &v});
+        std::vector<ptx::ParamValue> ra = {desc, tables, ptr(q), ptr(k), ptr(v)};
+        if (lp.rope.bias) ra.insert(ra.end(), {w.bq[il], w.bk[il], w.bv[il]});
+        if (lp.rope.qk_norm) ra.insert(ra.end(), {w.qn[il], w.kn[il]});
+        ra.insert(ra.end(), {ptr(rope_tables.at(m.layers[il].rope_base)), kc, vc, QR});
+        op(paged_rope_op(lp.rope), ra)->plain = true;
+        op(paged_attention_op(lp.paged_attention),
+           {desc, tables, QR, kc, vc, ptr(step_part), ptr(step_sync, size_t(il) * rows * sync_heads * 4), ptr(att)})
+            ->plain = true;
+        gemv(lp.wo, att, {}, {w.wo[il]}, {lp.post_attn_norm ? &o : &x});
+        if (lp.post_attn_norm) op(bind(kx::add_norm_kernel, sp.add_norm), {X, O, w.post_attn[il]});
+        gemv(lp.gate_up, x, w.ffn_norm[il], {w.wg[il], w.wu[il]}, {&h});
+        gemv(lp.down, h, {}, {w.wd[il]}, {lp.post_ffn_norm ? &o : &x});
+        if (lp.post_ffn_norm) op(bind(kx::add_norm_kernel, sp.add_norm), {X, O, w.post_ffn[il]});
+    }
+    gemv(sp.head, x, w.out_norm, {w.out}, {&logits});
+    if (schedule == Schedule::Graph) c.graph = capture(c.ops);
+    return step_chains.emplace(T, std::move(c)).first->second;
+}
+
+void CudaBackend::step(std::span<const SeqStep> batch) {
+    Impl& p = *p_;
+    if (!p.pages.n_pages) throw std::logic_error("step: no pool of KV pages (the backend was made without KvPages)");
+    if (p.persistent)
+        throw std::logic_error("step: the persistent schedule serves one sequence per launch; use the graph or chain schedule");
+    p.run_step(batch);
+}
+
+void CudaBackend::Impl::run_step(std::span<const SeqStep> batch) {
+    Impl& p = *this;
+    auto* host = static_cast<uint8_t*>(p.step_host.data());
+    auto* desc = reinterpret_cast<uint32_t*>(host);
+    auto* ids = reinterpret_cast<uint32_t*>(host + Impl::kIdsOffset);
+    auto* tables = reinterpret_cast<uint32_t*>(host + Impl::kTablesOffset);
+    struct Out {
+        float* dst;
+        uint32_t row, count;
+    };
+    std::vector<Out> outs;
+    uint32_t n = 0, table_rows = 0;
+    for (const SeqStep& s : batch) {
+        const uint32_t k = uint32_t(s.tokens.size());
+        if (n + k > kMaxStep) throw std::invalid_argument("step: more than " + std::to_string(kMaxStep) + " tokens");
+        if (s.logits ? s.n_logits == 0 || s.n_logits > k : s.n_logits != 0)
+            throw std::invalid_argument("step: bad n_logits");
+        if (k == 0) continue;
+        for (TokenId t : s.tokens)
+            if (t < 0 || uint32_t(t) >= p.m.n_vocab)
+                throw ModelError("token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                                 std::to_string(p.m.n_vocab - 1) + ")");
+        if (uint64_t(s.pos) + k > p.n_ctx)
+            throw ModelError("position " + std::to_string(uint64_t(s.pos) + k - 1) + " is past the context of " +
+                             std::to_string(p.n_ctx) + " tokens");
+        // Attention reads every position up to the last token's.
+        const uint32_t last_page = (s.pos + k - 1) / kKvPageSize;
+        if (last_page >= s.pages.size())
+            throw std::invalid_argument("step: a page table of " + std::to_string(s.pages.size()) +
+                                        " pages does not reach position " + std::to_string(s.pos + k - 1));
+        for (uint32_t i = 0; i <= last_page; ++i)
+            if (s.pages[i] >= p.n_pages)
+                throw std::invalid_argument("step: page " + std::to_string(s.pages[i]) + " of the table is past the " +
+                                            std::to_string(p.n_pages) + " pages of the KV storage");
+        std::copy_n(s.pages.data(), last_page + 1, tables + size_t(table_rows) * p.max_pages);
+        for (uint32_t t = 0; t < k; ++t, ++n) {
+            desc[2 * n] = s.pos + t;
+            desc[2 * n + 1] = table_rows;
+            ids[n] = uint32_t(s.tokens[t]);
+        }
+        if (s.logits) outs.push_back({s.logits, n - s.n_logits, s.n_logits});
+        ++table_rows;
+    }
+    if (n == 0) return;
+    p.ctx.make_current();
+    Impl::StepChain& c = p.step_chain(n);
+    for (uint32_t i = n; i < kMaxStep; ++i) {   // unused rows: every paged block of theirs exits
+        desc[2 * i] = ~0u;
+        desc[2 * i + 1] = 0;
+        ids[i] = 0;
+    }
+    p.step_io.upload_async(host, Impl::kTablesOffset + size_t(table_rows) * p.max_pages * 4, p.stream);
+    if (c.graph) c.graph->launch(p.stream);
+    else
+        for (Impl::Op& op : c.ops) p.launch_op(op);
+    const size_t nv = p.m.n_vocab;
+    for (const Out& o : outs) p.logits.download_async(o.dst, o.count * nv * 4, p.stream, o.row * nv * 4);
+    p.stream.synchronize();
+}
+
+void CudaBackend::copy_page(uint32_t from, uint32_t to, uint32_t positions) {
+    Impl& p = *p_;
+    if (!p.pages.n_pages) throw std::logic_error("copy_page: no pool of KV pages (the backend was made without KvPages)");
+    if (from >= p.n_pages || to >= p.n_pages || from == to || positions > kKvPageSize)
+        throw std::invalid_argument("copy_page: page " + std::to_string(from) + " -> " + std::to_string(to) + ", " +
+                                    std::to_string(positions) + " positions, of " + std::to_string(p.n_pages) +
+                                    " pages of " + std::to_string(kKvPageSize));
+    if (positions == 0) return;
+    p.ctx.make_current();
+    p.stream.synchronize();   // the last copy's launch may still read the entry
+    const uint32_t entry[4] = {from, to, positions, 0};
+    p.copy_list.upload(entry, sizeof entry);
+    p.launch_op(p.copy_op.front());
+}
+
+KvPages CudaBackend::kv_pages() const { return p_->pages; }
+
+std::vector<CudaBackend::Launch> CudaBackend::step_launches(uint32_t tokens) {
+    Impl& p = *p_;
+    if (!p.pages.n_pages) throw std::logic_error("step_launches: no pool of KV pages");
+    if (tokens == 0 || tokens > kMaxStep)
+        throw std::invalid_argument("step_launches: " + std::to_string(tokens) + " tokens (1 to " +
+                                    std::to_string(kMaxStep) + ")");
+    p.ctx.make_current();
+    std::vector<Launch> out;
+    for (const Impl::Op& op : p.step_chain(tokens).ops)
+        out.push_back({op.kernel, op.geometry.grid.count(), uint32_t(op.geometry.block.count()), op.geometry.shared_bytes, 0});
+    return out;
+}
+
+}  // namespace ptxlm::cuda

@@ -1,0 +1,54 @@
+// What cpu::Batcher drives (issues 21 and 22): a backend that evaluates
+// tokens of several sequences in one step over one pool of KV pages, each
+// sequence reaching its positions through a page table (engine/kv_pool.h).
+// CpuBackend and CudaBackend (with KV pages) implement it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "engine/backend.h"
+
+namespace ptxlm {
+
+// The K/V storage in pages of `page_size` positions (a power of two) of
+// every layer: n_pages × page_size cache rows per layer. 0 pages: one
+// sequence's worth, ceil(n_ctx / page_size), which eval_batch maps in order.
+struct KvPages {
+    uint32_t n_pages = 0;
+    uint32_t page_size = 16;
+};
+
+// One sequence's part of a step: its tokens at positions pos, pos + 1, ...,
+// its K/V through `pages` (engine/kv_pool.h's page table: position j in
+// page pages[j / page_size]), and the logits of its last n_logits tokens
+// (n_vocab floats each) written to `logits` when it is not null.
+struct SeqStep {
+    std::span<const uint32_t> pages;
+    uint32_t pos = 0;
+    std::span<const TokenId> tokens;
+    float* logits = nullptr;
+    uint32_t n_logits = 0;
+};
+
+class StepBackend : public Backend {
+public:
+    // Tokens of several sequences in one pass (max_step_tokens() in all):
+    // each weight matrix is read once for all of them, attention runs per
+    // sequence over its pages. A sequence's logits are what eval_batch gives
+    // it alone, however it is batched or chunked (bit for bit on the CPU;
+    // on the GPU bit for bit across batch sizes, see CudaBackend). Throws
+    // std::invalid_argument for too many tokens, bad n_logits, or a page
+    // table that does not cover the positions or names a page past the
+    // storage; ModelError for a token outside the vocabulary or a position
+    // past n_ctx.
+    virtual void step(std::span<const SeqStep> batch) = 0;
+    // Copies the first `positions` positions of page `from` to page `to` in
+    // every layer (KvPool::Copy: before a shared page is written).
+    virtual void copy_page(uint32_t from, uint32_t to, uint32_t positions) = 0;
+    virtual KvPages kv_pages() const = 0;
+    // Tokens one step takes, all sequences together.
+    virtual uint32_t max_step_tokens() const = 0;
+};
+
+}  // namespace ptxlm
