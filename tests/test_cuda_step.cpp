@@ -209,7 +209,8 @@ TEST(CudaStepReference, MixedBatchesAreEachSequenceAloneAndTheCpus) {
 // The step API directly: a sequence on pages {5, 2} (not the pool's first),
 // its prompt in chunks of 16 and 4, then a decode token, bit-equal to the
 // single-sequence path; the same token with entry 1 pointing at page 7
-// (never written) is far off. Refusals.
+// (never written) is far off; a chunk asking for its last rows' logits only
+// (the LM head over those rows) beside a row asking for none. Refusals.
 TEST(CudaStepApi, PagesAnywhereAndAWrongEntry) {
   std::vector<uint8_t> bytes;
   const Model m = tiny(synth::Arch::Llama, bytes);
@@ -235,6 +236,20 @@ TEST(CudaStepApi, PagesAnywhereAndAWrongEntry) {
               std::equal(got.begin(), got.end(), one.begin() + 20 * long(nv)) ? "bit-equal to" : "NOT equal to", d_bad);
   EXPECT_TRUE(std::equal(got.begin(), got.end(), one.begin() + 20 * long(nv)));
   EXPECT_GE(d_bad, 2 * kQuantizedMargin) << "a wrong page-table entry passed";
+  // The LM head over the rows that want logits only: the same prompt on
+  // pages {1, 3} in one chunk of 16 asking for its last 3 rows' logits, beside
+  // a decode token of the first sequence asking for none (its next row
+  // evaluated, not read).
+  const std::vector<uint32_t> other = {1, 3};
+  std::vector<float> last3(3 * nv);
+  const SeqStep chunk{other, 0, {t.data(), 15}, last3.data(), 3};
+  const SeqStep quiet{table, 21, {t.data() + 3, 1}, nullptr, 0};
+  const SeqStep both[] = {quiet, chunk};
+  gpu->step(both);
+  const bool head_rows = std::equal(last3.begin(), last3.end(), one.begin() + 12 * long(nv));
+  std::printf("[cuda-step] a chunk of 15 asking for its last 3 rows' logits beside a row asking for none: %s\n",
+              head_rows ? "bit-equal to the sequence alone" : "NOT equal to the sequence alone");
+  EXPECT_TRUE(head_rows);
 
   // Refusals.
   std::vector<TokenId> many(17, 1);

@@ -14,9 +14,10 @@
 // StepBackend (engine/step_backend.h) that cpu::Batcher drives: a step's
 // tokens, up to kMaxStep of any sequences, go through one chain of T-row
 // kernels (T the step's tokens rounded up to 1, 2, 4, 8 or 16; a graph per
-// T): the GEMVs with T input columns (weights read once), paged_rope and
-// paged_attention over each row's own page table row and position, the
-// logits of every row, copied back for the rows asked for. A row's result is
+// T and count of rows that want logits): the GEMVs with T input columns
+// (weights read once), paged_rope and paged_attention over each row's own
+// page table row and position, the LM head over the rows that want logits
+// only (placed last), copied back. A row's result is
 // bit for bit what eval_batch gives its sequence alone (the same kernels'
 // arithmetic per column, the same attention splits whatever T).
 //
@@ -111,9 +112,10 @@ public:
         uint32_t all_to_all_waits = 0;
     };
     std::vector<Launch> launches() const;
-    // The chain a step of `tokens` rows runs (bucket T >= tokens), as
-    // launches() describes the single-token chain; built if not yet.
-    std::vector<Launch> step_launches(uint32_t tokens);
+    // The chain a step of `tokens` rows runs when `logit_rows` of them want
+    // logits (buckets T >= tokens, H >= logit_rows), as launches()
+    // describes the single-token chain; built if not yet.
+    std::vector<Launch> step_launches(uint32_t tokens, uint32_t logit_rows);
     // Positions [from, to) of every layer's K and V cache set to fixed
     // pseudo-random f16 values in (-1, 1) by a host copy, as if tokens had
     // been evaluated there: what counted mode uses to run one token at depth

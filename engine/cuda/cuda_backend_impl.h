@@ -126,9 +126,12 @@ struct CudaBackend::Impl {
         std::vector<Op> ops;
         std::unique_ptr<GraphExec> graph;
     };
-    std::map<uint32_t, StepChain> step_chains;   // by T (1, 2, 4, 8, 16), built at first use
-    // The chain (and under the graph schedule its graph) of the bucket that holds `tokens` rows.
-    StepChain& step_chain(uint32_t tokens);
+    // By (T, H): T rows (1, 2, 4, 8, 16), the LM head over the last H of
+    // them (0 or a bucket up to T); built at first use.
+    std::map<std::pair<uint32_t, uint32_t>, StepChain> step_chains;
+    // The chain (and under the graph schedule its graph) of `tokens` rows,
+    // `logit_rows` of them last, whose logits are computed.
+    StepChain& step_chain(uint32_t tokens, uint32_t logit_rows);
     std::vector<Op> copy_op;   // kv_copy of one entry (a step's pool only)
     // One step's rows through the chain of their bucket (the checks of
     // CudaBackend::step, less the pool's).

@@ -54,9 +54,9 @@ void CudaBackend::Impl::prepare_copies() {
     copy_op.back().plain = true;   // no griddepcontrol.wait in it
 }
 
-CudaBackend::Impl::StepChain& CudaBackend::Impl::step_chain(uint32_t tokens) {
-    const uint32_t T = bucket(tokens);
-    auto found = step_chains.find(T);
+CudaBackend::Impl::StepChain& CudaBackend::Impl::step_chain(uint32_t tokens, uint32_t logit_rows) {
+    const uint32_t T = bucket(tokens), H = logit_rows ? bucket(logit_rows) : 0;
+    auto found = step_chains.find({T, H});
     if (found != step_chains.end()) return found->second;
     const DecodePlan sp = step_plan(plan, T);
     StepChain c;
@@ -69,11 +69,12 @@ CudaBackend::Impl::StepChain& CudaBackend::Impl::step_chain(uint32_t tokens) {
     };
     // A GEMV over the T rows of `in`, as T / g.columns launches: each takes
     // its columns of the input and of every output (a GLU's one output).
+    // `first`: the input's first row (the LM head reads the last H rows).
     auto gemv = [&](const kx::GemvShape& g, const DeviceBuffer& in, DevPtr norm, std::vector<DevPtr> ws,
-                    std::vector<const DeviceBuffer*> outs) {
+                    std::vector<const DeviceBuffer*> outs, uint32_t rows = 0, uint32_t first = 0) {
         const bool glu = g.glu != kx::Glu::None;
-        for (uint32_t c0 = 0; c0 < T; c0 += g.columns) {
-            std::vector<ptx::ParamValue> a = {ptr(in, size_t(c0) * g.n_in * 4)};
+        for (uint32_t c0 = 0; c0 < (rows ? rows : T); c0 += g.columns) {
+            std::vector<ptx::ParamValue> a = {ptr(in, size_t(first + c0) * g.n_in * 4)};
             if (g.norm) a.push_back(norm);
             for (size_t i = 0; i < ws.size(); ++i) {
                 a.push_back(ws[i]);
@@ -104,9 +105,9 @@ CudaBackend::Impl::StepChain& CudaBackend::Impl::step_chain(uint32_t tokens) {
         gemv(lp.down, h, {}, {w.wd[il]}, {lp.post_ffn_norm ? &o : &x});
         if (lp.post_ffn_norm) op(bind(kx::add_norm_kernel, sp.add_norm), {X, O, w.post_ffn[il]});
     }
-    gemv(sp.head, x, w.out_norm, {w.out}, {&logits});
+    if (H) gemv(step_plan(plan, H).head, x, w.out_norm, {w.out}, {&logits}, H, T - H);
     if (schedule == Schedule::Graph) c.graph = capture(c.ops);
-    return step_chains.emplace(T, std::move(c)).first->second;
+    return step_chains.emplace(std::pair{T, H}, std::move(c)).first->second;
 }
 
 void CudaBackend::step(std::span<const SeqStep> batch) {
@@ -123,12 +124,11 @@ void CudaBackend::Impl::run_step(std::span<const SeqStep> batch) {
     auto* desc = reinterpret_cast<uint32_t*>(host);
     auto* ids = reinterpret_cast<uint32_t*>(host + Impl::kIdsOffset);
     auto* tables = reinterpret_cast<uint32_t*>(host + Impl::kTablesOffset);
-    struct Out {
-        float* dst;
-        uint32_t row, count;
-    };
-    std::vector<Out> outs;
-    uint32_t n = 0, table_rows = 0;
+    // The checks first; then the rows: those whose logits are wanted go last
+    // (each sequence's in order), so the LM head runs over the last rows
+    // only; a row's place changes nothing else (each carries its position
+    // and table row).
+    uint32_t n = 0, wanted = 0;
     for (const SeqStep& s : batch) {
         const uint32_t k = uint32_t(s.tokens.size());
         if (n + k > kMaxStep) throw std::invalid_argument("step: more than " + std::to_string(kMaxStep) + " tokens");
@@ -151,23 +151,35 @@ void CudaBackend::Impl::run_step(std::span<const SeqStep> batch) {
             if (s.pages[i] >= p.n_pages)
                 throw std::invalid_argument("step: page " + std::to_string(s.pages[i]) + " of the table is past the " +
                                             std::to_string(p.n_pages) + " pages of the KV storage");
-        std::copy_n(s.pages.data(), last_page + 1, tables + size_t(table_rows) * p.max_pages);
-        for (uint32_t t = 0; t < k; ++t, ++n) {
-            desc[2 * n] = s.pos + t;
-            desc[2 * n + 1] = table_rows;
-            ids[n] = uint32_t(s.tokens[t]);
-        }
-        if (s.logits) outs.push_back({s.logits, n - s.n_logits, s.n_logits});
-        ++table_rows;
+        n += k;
+        wanted += s.logits ? s.n_logits : 0;
     }
     if (n == 0) return;
-    p.ctx.make_current();
-    Impl::StepChain& c = p.step_chain(n);
-    for (uint32_t i = n; i < kMaxStep; ++i) {   // unused rows: every paged block of theirs exits
-        desc[2 * i] = ~0u;
-        desc[2 * i + 1] = 0;
-        ids[i] = 0;
+    const uint32_t T = bucket(n), H = wanted ? bucket(wanted) : 0;
+    uint32_t plain = 0, last = T - wanted, table_rows = 0;   // next plain row, next logits row
+    auto put = [&](uint32_t row, uint32_t pos, uint32_t table, TokenId token) {
+        desc[2 * row] = pos;
+        desc[2 * row + 1] = table;
+        ids[row] = uint32_t(token);
+    };
+    struct Out {
+        float* dst;
+        uint32_t row, count;   // row: in the head's output (the last H rows)
+    };
+    std::vector<Out> outs;
+    for (const SeqStep& s : batch) {
+        const uint32_t k = uint32_t(s.tokens.size());
+        if (k == 0) continue;
+        std::copy_n(s.pages.data(), (s.pos + k - 1) / kKvPageSize + 1, tables + size_t(table_rows) * p.max_pages);
+        const uint32_t w = s.logits ? s.n_logits : 0;
+        for (uint32_t t = 0; t < k - w; ++t) put(plain++, s.pos + t, table_rows, s.tokens[t]);
+        if (w) outs.push_back({s.logits, last - (T - H), w});
+        for (uint32_t t = k - w; t < k; ++t) put(last++, s.pos + t, table_rows, s.tokens[t]);
+        ++table_rows;
     }
+    for (uint32_t i = plain; i < T - wanted; ++i) put(i, ~0u, 0, 0);   // unused rows: every paged block of theirs exits
+    p.ctx.make_current();
+    Impl::StepChain& c = p.step_chain(T, H);
     p.step_io.upload_async(host, Impl::kTablesOffset + size_t(table_rows) * p.max_pages * 4, p.stream);
     if (c.graph) c.graph->launch(p.stream);
     else
@@ -194,15 +206,15 @@ void CudaBackend::copy_page(uint32_t from, uint32_t to, uint32_t positions) {
 
 KvPages CudaBackend::kv_pages() const { return p_->pages; }
 
-std::vector<CudaBackend::Launch> CudaBackend::step_launches(uint32_t tokens) {
+std::vector<CudaBackend::Launch> CudaBackend::step_launches(uint32_t tokens, uint32_t logit_rows) {
     Impl& p = *p_;
     if (!p.pages.n_pages) throw std::logic_error("step_launches: no pool of KV pages");
-    if (tokens == 0 || tokens > kMaxStep)
+    if (tokens == 0 || tokens > kMaxStep || logit_rows > tokens)
         throw std::invalid_argument("step_launches: " + std::to_string(tokens) + " tokens (1 to " +
-                                    std::to_string(kMaxStep) + ")");
+                                    std::to_string(kMaxStep) + "), " + std::to_string(logit_rows) + " with logits");
     p.ctx.make_current();
     std::vector<Launch> out;
-    for (const Impl::Op& op : p.step_chain(tokens).ops)
+    for (const Impl::Op& op : p.step_chain(tokens, logit_rows).ops)
         out.push_back({op.kernel, op.geometry.grid.count(), uint32_t(op.geometry.block.count()), op.geometry.shared_bytes, 0});
     return out;
 }

@@ -522,15 +522,17 @@ nlohmann::json counted_step(const Model& m, GpuArithmetic path, const GpuSpec& g
         // Each sequence on pages of its own (their K/V zero: the counts do
         // not depend on the values): one decode token each at `depth`, or
         // one sequence's `batch` prompt tokens from `depth` on.
+        // Logits for each decode token, or the chunk's last.
         std::vector<std::vector<uint32_t>> tables(seqs, std::vector<uint32_t>(per_seq));
         const std::vector<TokenId> tokens(batch, 0);
+        std::vector<float> logits(size_t(seqs) * b.n_vocab());
         std::vector<SeqStep> steps;
         for (uint32_t i = 0; i < seqs; ++i) {
             for (uint32_t j = 0; j < per_seq; ++j) tables[i][j] = i * per_seq + j;
-            steps.push_back({tables[i], depth, {&tokens[i], prompt ? batch : 1}, nullptr, 0});
+            steps.push_back({tables[i], depth, {&tokens[i], prompt ? batch : 1}, logits.data() + size_t(i) * b.n_vocab(), 1});
         }
         b.step(steps);
-        c.launches = b.step_launches(batch);
+        c.launches = b.step_launches(batch, seqs);
         for (uint64_t w : b.weight_buffers()) c.weights.insert(w);
     });
     // Registers from ptxas (sm_90) for the step's kernels; blocks per SM from them.
@@ -595,6 +597,7 @@ nlohmann::json counted_step(const Model& m, GpuArithmetic path, const GpuSpec& g
         const auto ps = passes.find(l.kernel);
         const uint64_t w_read = w_unique * (ps == passes.end() ? 1 : ps->second);
         weight_read += w_read;
+        row["weight_bytes"] = w_unique;
         row["weight_bytes_read"] = w_read;
         row["unique_bytes"] = k.at("unique_global_bytes");
         requested += 32 * (k.at("global_load_sectors").get<uint64_t>() + k.at("global_store_sectors").get<uint64_t>()) +
