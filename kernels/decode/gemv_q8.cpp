@@ -187,11 +187,12 @@ std::vector<Reg> q4k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, 
       // 6-bit scales and mins of sub-blocks 2j, 2j + 1 (unpack_k_scales).
       const auto [sc_lo, sc_hi, m_lo, m_hi] = k4.unpack(k, h[u][1], h[u][2], h[u][3]);
       Reg d = half_to_f32(k, h[u][0], 0), dmin = half_to_f32(k, h[u][0], 16);
+      const Q8Lanes::Inputs in = lanes.inputs(k, xq, q8, bu[u]);
+      const Reg sums_at = k.add(k.mad_lo(bu[u], 32u, xq), sums_off);
       for (uint32_t col = 0; col < columns; ++col) {
         const uint32_t co = col * col_bytes;
-        const auto [x, dx] = lanes.input(k, xq, q8, bu[u], co);
-        std::vector<Reg> sums =
-            ld_vec(k, Space::shared, Type::s32, 2, k.add(k.mad_lo(bu[u], 32u, xq), sums_off), co);
+        const auto [x, dx] = lanes.input(k, in, co);
+        std::vector<Reg> sums = ld_vec(k, Space::shared, Type::s32, 2, sums_at, co);
         Reg il = k.mov(Type::s32, 0), ih = k.mov(Type::s32, 0);
         for (uint32_t w = 0; w < 8; ++w) {
           k.dp4a(il, lo[w], x[w], il);
@@ -276,11 +277,12 @@ std::vector<Reg> q6k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, 
       }
       for (uint32_t g = 0; g < 4; ++g) scale.push_back(k.bfe(k.bitcast(Type::s32, sc[u]), 8 * g, 8u));   // signed
       Reg d = k.cvt(Type::f32, k.bitcast(Type::f16, dbits[u]));
+      const Q8Lanes::Inputs in = lanes.inputs(k, xq, q8, bu[u]);
+      const Reg gsum_at = k.add(k.mad_lo(bu[u], 64u, xq), gsum_off);
       for (uint32_t col = 0; col < columns; ++col) {
         const uint32_t co = col * col_bytes;
-        const auto [x, dx] = lanes.input(k, xq, q8, bu[u], co);
-        std::vector<Reg> gsum =
-            ld_vec(k, Space::shared, Type::s32, 4, k.add(k.mad_lo(bu[u], 64u, xq), gsum_off), co);
+        const auto [x, dx] = lanes.input(k, in, co);
+        std::vector<Reg> gsum = ld_vec(k, Space::shared, Type::s32, 4, gsum_at, co);
         Reg isum = k.mov(Type::s32, 0);
         for (uint32_t g = 0; g < 4; ++g) {   // elements 16g .. 16g + 15 of the part: 4 words
           Reg gs = k.mov(Type::s32, 0);

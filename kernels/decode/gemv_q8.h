@@ -49,17 +49,29 @@ struct Q8Lanes {
     ptx::Reg rot = k.and_(k.add(k.shr(j, 1u), k.shl(k.and_(first, 1u), 1u)), 3u);
     for (uint32_t c = 0; c < 4; ++c) chunk_off.push_back(k.add(k.shl(j, 6u), k.shl(k.and_(k.add(rot, c), 3u), 4u)));
   }
-  // The part's 64 int8 inputs of block bu of the column at xq + col as 16
-  // words, in element order, and the block's d.
-  std::pair<std::vector<ptx::Reg>, ptx::Reg> input(ptx::Kernel& k, const ptx::Reg& xq, const Q8Layout& q8, const ptx::Reg& bu,
-                                         uint32_t col) const {
+  // Where the part's inputs of block bu sit in the first column (the four
+  // chunks' addresses and the block's d): computed once per block, every
+  // column at an immediate offset from them.
+  struct Inputs {
+    std::vector<ptx::Reg> chunk;
+    ptx::Reg d;          // d's address less d_offset
+    uint32_t d_offset;
+  };
+  Inputs inputs(ptx::Kernel& k, const ptx::Reg& xq, const Q8Layout& q8, const ptx::Reg& bu) const {
     ptx::Reg xa = k.mad_lo(bu, 256u, xq);
+    Inputs in{{}, k.mad_lo(bu, 4u, xq), q8.d};
+    for (uint32_t c = 0; c < 4; ++c) in.chunk.push_back(k.add(xa, chunk_off[c]));
+    return in;
+  }
+  // The part's 64 int8 inputs of the column at `col` bytes from the first
+  // as 16 words, in element order, and the block's d.
+  std::pair<std::vector<ptx::Reg>, ptx::Reg> input(ptx::Kernel& k, const Inputs& in, uint32_t col) const {
     std::vector<ptx::Reg> x;
     for (uint32_t c = 0; c < 4; ++c) {
-      std::vector<ptx::Reg> v = ld_vec(k, ptx::Space::shared, ptx::Type::s32, 4, k.add(xa, chunk_off[c]), col);
+      std::vector<ptx::Reg> v = ld_vec(k, ptx::Space::shared, ptx::Type::s32, 4, in.chunk[c], col);
       x.insert(x.end(), v.begin(), v.end());
     }
-    return {x, k.ld_shared(ptx::Type::f32, ptx::at(k.mad_lo(bu, 4u, xq), int64_t(q8.d) + col))};
+    return {x, k.ld_shared(ptx::Type::f32, ptx::at(in.d, int64_t(in.d_offset) + col))};
   }
 };
 

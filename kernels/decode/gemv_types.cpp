@@ -253,12 +253,13 @@ std::vector<Reg> k256_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow,
     }
     for (uint32_t u = 0; u < unroll; ++u) {
       const Part p = dec.decode(raw[u]);
+      const Q8Lanes::Inputs in = lanes.inputs(k, xq, q8, bu[u]);
+      const Reg gsum_at = p.mn.empty() ? Reg{} : k.add(k.mad_lo(bu[u], 16 * groups, xq), gsum_off);
       for (uint32_t col = 0; col < columns; ++col) {
         const uint32_t co = col * col_bytes;
-        const auto [x, dx] = lanes.input(k, xq, q8, bu[u], co);
+        const auto [x, dx] = lanes.input(k, in, co);
         std::vector<Reg> gsum;   // only the mins multiply the groups' input sums
-        if (!p.mn.empty())
-          gsum = ld_vec(k, Space::shared, Type::s32, groups, k.add(k.mad_lo(bu[u], 16 * groups, xq), gsum_off), co);
+        if (!p.mn.empty()) gsum = ld_vec(k, Space::shared, Type::s32, groups, gsum_at, co);
         Reg isum = k.mov(Type::s32, 0), imin = p.mn.empty() ? Reg{} : k.mov(Type::s32, 0);
         for (uint32_t g = 0; g < groups; ++g) {
           Reg gs = k.mov(Type::s32, 0);

@@ -540,12 +540,15 @@ int run(const Args& a) {
         if (auto* cb = dynamic_cast<cuda::CudaBackend*>(&b))
             runner.set_host_fill([cb](uint32_t from, uint32_t to) { cb->fill_kv_for_count(from, to); });
     nlohmann::json all = nlohmann::json::array();
+    std::vector<Test> timed;   // the tests with a row in `all`, in its order
     for (const Test& t : tests) {
         Row r;
         r.test = t;
         r.bytes_per_token = bytes_per_token(m, t, b.max_batch(), dev.kv_bytes_per_el);
         r.macs_per_token = macs_per_token(m, t);
-        if (t.parallel > 1 && emulated) continue;   // counted below, not timed
+        // On emu, batch steps and (with paged KV) prompt chunks are counted
+        // below, not timed.
+        if (emulated && (t.parallel > 1 || (t.n_prompt > 0 && a.engine.gpu_paged_kv))) continue;
         if (t.parallel > 1) r.n_tokens = run_parallel(m, make_parallel, b.n_ctx(), t, a.reps, r.samples_ns, r.samples_ts);
         // Warm-up: one batch or one token at the test's depth.
         if (t.parallel == 1) {
@@ -586,14 +589,13 @@ int run(const Args& a) {
         }
         std::fflush(stdout);
         all.push_back(j);
+        timed.push_back(t);
     }
     if (emulated) {
         const Schedule sched = parse_schedule(dev.schedule);
         e.backend.reset();   // releases the context, so the counted one starts fresh
         std::map<uint32_t, nlohmann::json> by_depth;
-        std::vector<Test> single;   // the tests timed above, in the order of `all`
-        for (const Test& t : tests)
-            if (t.parallel == 1) single.push_back(t);
+        const std::vector<Test>& single = timed;
         for (const Test& t : single) by_depth[t.depth];
         for (auto& [depth, c] : by_depth) {
             std::fprintf(stderr, "bench: counting one token at depth %u on emu\n", depth);

@@ -599,6 +599,8 @@ nlohmann::json counted_step(const Model& m, GpuArithmetic path, const GpuSpec& g
         weight_read += w_read;
         row["weight_bytes"] = w_unique;
         row["weight_bytes_read"] = w_read;
+        row["warp_instructions"] = k.at("warp_instructions");
+        row["instructions_by_class"] = k.at("instructions_by_class");
         row["unique_bytes"] = k.at("unique_global_bytes");
         requested += 32 * (k.at("global_load_sectors").get<uint64_t>() + k.at("global_store_sectors").get<uint64_t>()) +
                      k.at("global_atomic_bytes").get<uint64_t>();
