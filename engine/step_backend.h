@@ -31,6 +31,14 @@ struct SeqStep {
     uint32_t n_logits = 0;
 };
 
+// Checks one part of a step whose earlier parts hold `before` tokens, as
+// StepBackend::step documents: at most `max_tokens` in all, n_logits, the
+// token ids (n_vocab), the positions (n_ctx), and a page table that reaches
+// the last position with pages below `n_pages` (pages of `page_size`).
+// Returns the part's tokens.
+uint32_t check_seq_step(const SeqStep& s, uint32_t before, uint32_t max_tokens, uint32_t n_vocab, uint32_t n_ctx,
+                        KvPages pages);
+
 class StepBackend : public Backend {
 public:
     // Tokens of several sequences in one pass (max_step_tokens() in all):

@@ -457,28 +457,8 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
     std::vector<TokenId> tokens;
     uint32_t wanted = 0;
     for (const SeqStep& s : batch) {
-        const uint32_t n = static_cast<uint32_t>(s.tokens.size());
-        if (tokens.size() + n > kMaxBatch)
-            throw std::invalid_argument("step: more than " + std::to_string(kMaxBatch) + " tokens");
-        if (s.logits ? s.n_logits == 0 || s.n_logits > n : s.n_logits != 0)
-            throw std::invalid_argument("step: bad n_logits");
+        const uint32_t n = check_seq_step(s, uint32_t(tokens.size()), kMaxBatch, m_.n_vocab, n_ctx_, pages_);
         if (n == 0) continue;
-        for (TokenId token : s.tokens)
-            if (token < 0 || uint32_t(token) >= m_.n_vocab)
-                throw ModelError("token id " + std::to_string(token) + " is outside the vocabulary (0.." +
-                                 std::to_string(m_.n_vocab - 1) + ")");
-        if (uint64_t(s.pos) + n > n_ctx_)
-            throw ModelError("position " + std::to_string(uint64_t(s.pos) + n - 1) + " is past the context of " +
-                             std::to_string(n_ctx_) + " tokens");
-        // Attention reads every position up to the last token's.
-        const uint32_t last_page = (s.pos + n - 1) >> page_shift_;
-        if (last_page >= s.pages.size())
-            throw std::invalid_argument("step: a page table of " + std::to_string(s.pages.size()) +
-                                        " pages does not reach position " + std::to_string(s.pos + n - 1));
-        for (uint32_t i = 0; i <= last_page; ++i)
-            if (s.pages[i] >= pages_.n_pages)
-                throw std::invalid_argument("step: page " + std::to_string(s.pages[i]) + " of the table is past the " +
-                                            std::to_string(pages_.n_pages) + " pages of the KV storage");
         for (uint32_t t = 0; t < n; ++t) {
             rows.push_back({s.pos + t, kv_row(s.pages.data(), page_shift_, s.pos + t)});
             tokens.push_back(s.tokens[t]);

@@ -130,27 +130,8 @@ void CudaBackend::Impl::run_step(std::span<const SeqStep> batch) {
     // and table row).
     uint32_t n = 0, wanted = 0;
     for (const SeqStep& s : batch) {
-        const uint32_t k = uint32_t(s.tokens.size());
-        if (n + k > kMaxStep) throw std::invalid_argument("step: more than " + std::to_string(kMaxStep) + " tokens");
-        if (s.logits ? s.n_logits == 0 || s.n_logits > k : s.n_logits != 0)
-            throw std::invalid_argument("step: bad n_logits");
+        const uint32_t k = check_seq_step(s, n, kMaxStep, p.m.n_vocab, p.n_ctx, KvPages{p.n_pages, kKvPageSize});
         if (k == 0) continue;
-        for (TokenId t : s.tokens)
-            if (t < 0 || uint32_t(t) >= p.m.n_vocab)
-                throw ModelError("token id " + std::to_string(t) + " is outside the vocabulary (0.." +
-                                 std::to_string(p.m.n_vocab - 1) + ")");
-        if (uint64_t(s.pos) + k > p.n_ctx)
-            throw ModelError("position " + std::to_string(uint64_t(s.pos) + k - 1) + " is past the context of " +
-                             std::to_string(p.n_ctx) + " tokens");
-        // Attention reads every position up to the last token's.
-        const uint32_t last_page = (s.pos + k - 1) / kKvPageSize;
-        if (last_page >= s.pages.size())
-            throw std::invalid_argument("step: a page table of " + std::to_string(s.pages.size()) +
-                                        " pages does not reach position " + std::to_string(s.pos + k - 1));
-        for (uint32_t i = 0; i <= last_page; ++i)
-            if (s.pages[i] >= p.n_pages)
-                throw std::invalid_argument("step: page " + std::to_string(s.pages[i]) + " of the table is past the " +
-                                            std::to_string(p.n_pages) + " pages of the KV storage");
         n += k;
         wanted += s.logits ? s.n_logits : 0;
     }
