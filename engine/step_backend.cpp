@@ -3,6 +3,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/driver.h"
 #include "engine/model.h"
 
 namespace ptxlm {
@@ -31,6 +34,36 @@ uint32_t check_seq_step(const SeqStep& s, uint32_t before, uint32_t max_tokens, 
             throw std::invalid_argument("step: page " + std::to_string(s.pages[i]) + " of the table is past the " +
                                         std::to_string(pages.n_pages) + " pages of the KV storage");
     return n;
+}
+
+MakeStepBackend make_step_backend(const Model& m, const Backend& like, const BackendOptions& opt) {
+    if (const auto* c = dynamic_cast<const cpu::CpuBackend*>(&like)) {
+        const uint32_t n_ctx = c->n_ctx();
+        const KvType kv = c->device_info().kv_bytes_per_el == 4 ? KvType::F32 : KvType::F16;
+        const cpu::Isa isa = c->isa();
+        const cpu::CpuPath path = c->path();
+        std::shared_ptr<cpu::ThreadPool> pool = opt.cpu_pool;
+        const int threads = opt.threads > 0 ? opt.threads : cpu::ThreadPool::default_threads();
+        return [&m, n_ctx, kv, isa, path, pool, threads](KvPages pages) {
+            auto b = std::make_unique<cpu::CpuBackend>(m, n_ctx, kv, pool ? pool : std::make_shared<cpu::ThreadPool>(threads),
+                                                       pages);
+            b->set_isa(isa);
+            b->set_path(path);
+            b->prepare();
+            return b;
+        };
+    }
+    const auto& g = dynamic_cast<const cuda::CudaBackend&>(like);
+    const Schedule sched = g.schedule();
+    if (sched == Schedule::Persistent)
+        throw std::invalid_argument("the persistent decoder serves one sequence per launch; sequences step together "
+                                    "under --schedule graph (the default) or chain");
+    const uint32_t n_ctx = g.n_ctx();
+    const GpuArithmetic path = opt.gpu_path;
+    const cuda::GpuTuning tuning{opt.gpu_pdl, opt.gpu_prefetch, true};
+    return [&m, n_ctx, sched, path, tuning](KvPages pages) {
+        return std::make_unique<cuda::CudaBackend>(m, cuda::Driver::load(), n_ctx, sched, path, nullptr, tuning, pages);
+    };
 }
 
 }  // namespace ptxlm

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 
 #include "engine/backend.h"
@@ -58,5 +60,16 @@ public:
     // Tokens one step takes, all sequences together.
     virtual uint32_t max_step_tokens() const = 0;
 };
+
+// Makes step backends over a pool of KV pages for a batcher of several
+// sequences (cpu::Batcher::MakeBackend).
+using MakeStepBackend = std::function<std::unique_ptr<StepBackend>(KvPages)>;
+// A factory of step backends like `like`: on the CPU its context, KV type,
+// arithmetic and ISA, on opt.cpu_pool (else a pool of opt.threads); on the
+// GPU its context and schedule with opt's GPU arithmetic and tuning (a new
+// copy of the weights: release `like` first to keep one). The factory
+// keeps no reference to `like`. Throws std::invalid_argument when `like`
+// is the GPU's persistent schedule, which serves one sequence per launch.
+MakeStepBackend make_step_backend(const Model& m, const Backend& like, const BackendOptions& opt);
 
 }  // namespace ptxlm

@@ -152,16 +152,10 @@ void Scheduler::load() {
         if (i == 0 && opt_.parallel > 1 && slot->backend->device_info().kind == "cpu") {
             // Several CPU slots: the sequences of one batcher, stepped together,
             // with the first backend's context, arithmetic and kernels.
-            const auto& first = dynamic_cast<const cpu::CpuBackend&>(*slot->backend);
-            auto make = [&](KvPages pages) {
-                auto b = std::make_unique<cpu::CpuBackend>(*lm->model, first.n_ctx(), bopt.kv_type, bopt.cpu_pool, pages);
-                b->set_isa(first.isa());
-                b->set_path(first.path());
-                b->prepare();
-                return b;
-            };
-            batcher_ = std::make_unique<cpu::Batcher>(make, first.n_ctx(), uint32_t(opt_.parallel),
-                                                      uint32_t(opt_.batch_tokens), 16, opt_.kv_size);
+            const Backend& first = *slot->backend;
+            batcher_ = std::make_unique<cpu::Batcher>(make_step_backend(*lm->model, first, bopt), first.n_ctx(),
+                                                      uint32_t(opt_.parallel), uint32_t(opt_.batch_tokens), 16,
+                                                      opt_.kv_size);
             batcher_->set_prefill_tokens(batcher_->backend().max_step_tokens());
             const KvPages kp = batcher_->backend().kv_pages();
             note += "; " + std::to_string(opt_.parallel) + " sequences stepped together, up to " +
@@ -174,22 +168,17 @@ void Scheduler::load() {
             // Several GPU slots: the sequences of one batcher over one CudaBackend
             // with a pool of KV pages (one copy of the weights: the first
             // backend, which chose the context, goes before it is made).
-            const auto& first = dynamic_cast<const cuda::CudaBackend&>(*slot->backend);
-            const uint32_t n_ctx = first.n_ctx();
-            const Schedule sched = first.schedule();
-            if (sched == Schedule::Persistent)
-                throw ModelError("--parallel " + std::to_string(opt_.parallel) +
-                                 ": the persistent decoder serves one sequence per launch; the slots step together "
-                                 "under --schedule graph (the default) or chain");
+            const uint32_t n_ctx = slot->backend->n_ctx();
             if (opt_.batch_tokens > int(cuda::CudaBackend::kMaxStep))
                 throw ModelError("--batch-tokens " + std::to_string(opt_.batch_tokens) + ": the GPU's batch step takes at most " +
                                  std::to_string(cuda::CudaBackend::kMaxStep) + " tokens");
+            cpu::Batcher::MakeBackend make;
+            try {
+                make = make_step_backend(*lm->model, *slot->backend, bopt);
+            } catch (const std::invalid_argument& e) {
+                throw ModelError("--parallel " + std::to_string(opt_.parallel) + ": " + e.what());
+            }
             slot->backend.reset();
-            auto make = [&](KvPages pages) {
-                return std::make_unique<cuda::CudaBackend>(
-                    *lm->model, cuda::Driver::load(), n_ctx, sched, bopt.gpu_path, nullptr,
-                    cuda::GpuTuning{bopt.gpu_pdl, bopt.gpu_prefetch, true}, pages);
-            };
             batcher_ = std::make_unique<cpu::Batcher>(make, n_ctx, uint32_t(opt_.parallel), uint32_t(opt_.batch_tokens),
                                                       cuda::kKvPageSize, opt_.kv_size);
             batcher_->set_prefill_tokens(batcher_->backend().max_step_tokens());

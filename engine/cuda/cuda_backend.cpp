@@ -148,9 +148,11 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         *b = DeviceBuffer(p.ctx, R * n * 4);
         if (R > 1) b->fill_bytes(0);   // a step's unused rows are computed on, never read: keep them finite
     }
-    p.part = DeviceBuffer(p.ctx, size_t(max_heads) * splits * (hd + 2) * 4);
-    p.att_sync = DeviceBuffer(p.ctx, size_t(m.layers.size()) * max_heads * 4);
-    p.att_sync.fill_bytes(0);
+    if (!p.paged) {   // the contiguous attention's split workspace (paged: paged_part below)
+        p.part = DeviceBuffer(p.ctx, size_t(max_heads) * splits * (hd + 2) * 4);
+        p.att_sync = DeviceBuffer(p.ctx, size_t(m.layers.size()) * max_heads * 4);
+        p.att_sync.fill_bytes(0);
+    }
     p.state = DeviceBuffer(p.ctx, 4 * p.state_words());
     p.state_host = PinnedBuffer(p.ctx, 4 * p.state_words() * kMaxBatch);   // one state per token of a batch
     p.best = DeviceBuffer(p.ctx, 8);

@@ -406,35 +406,17 @@ int run(const Args& a) {
                      dev.name.c_str());
     if (!emulated && !a.project.empty())
         throw std::invalid_argument("--project: counted mode needs emu as the driver (PTXLM_LIBCUDA)");
-    const auto* cpu_backend = dynamic_cast<const cpu::CpuBackend*>(&b);
     // Sequences generating together: a batcher over a backend like `b` with a
     // pool of KV pages (on the GPU a second copy of the weights beside b's;
     // on emu counted, not timed: see below).
     cpu::Batcher::MakeBackend make_parallel;
-    if (cpu_backend) {
-        const int threads = dev.threads;
-        const KvType kv = dev.kv_bytes_per_el == 4 ? KvType::F32 : KvType::F16;
-        make_parallel = [&m, cpu_backend, threads, kv](KvPages pages) {
-            auto c = std::make_unique<cpu::CpuBackend>(m, cpu_backend->n_ctx(), kv, std::make_shared<cpu::ThreadPool>(threads),
-                                                       pages);
-            c->set_isa(cpu_backend->isa());
-            c->set_path(cpu_backend->path());
-            c->prepare();
-            return c;
-        };
-    } else if (const auto* gpu_backend = dynamic_cast<const cuda::CudaBackend*>(&b)) {
-        for (const Test& t : tests)
-            if (t.parallel > 1 && gpu_backend->schedule() == Schedule::Persistent)
-                throw std::invalid_argument("--parallel " + std::to_string(t.parallel) +
-                                            " with --schedule persistent: the persistent decoder serves one sequence per "
-                                            "launch; sequences step together under --schedule graph or chain");
-        const Schedule sched = gpu_backend->schedule();
-        const uint32_t n_ctx = gpu_backend->n_ctx();
-        const BackendOptions o = engine_backend_options(a.engine);
-        make_parallel = [&m, sched, n_ctx, o](KvPages pages) {
-            return std::make_unique<cuda::CudaBackend>(m, cuda::Driver::load(), n_ctx, sched, o.gpu_path, nullptr,
-                                                       cuda::GpuTuning{o.gpu_pdl, o.gpu_prefetch, true}, pages);
-        };
+    const auto batched = std::find_if(tests.begin(), tests.end(), [](const Test& t) { return t.parallel > 1; });
+    if (batched != tests.end()) {
+        try {
+            make_parallel = make_step_backend(m, b, engine_backend_options(a.engine));
+        } catch (const std::invalid_argument& e) {
+            throw std::invalid_argument("--parallel " + std::to_string(batched->parallel) + ": " + e.what());
+        }
     }
 
     // Static description of the model and the machine, shared by every row.

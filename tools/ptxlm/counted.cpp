@@ -91,19 +91,27 @@ Counted count_one_token(const Model& m, Schedule schedule, GpuArithmetic arith, 
 
 // Registers and spill bytes per kernel from ptxas for sm_90; empty when no
 // ptxas is found (the rows then say null).
-std::map<std::string, ptx::PtxasFunctionReport> ptxas_reports(const Model& m, uint32_t ctx, bool q, uint32_t sms,
-                                                             bool prefetch, bool paged) {
+std::map<std::string, ptx::PtxasFunctionReport> ptxas_reports(const cuda::DecodePlan& plan, bool prefetch) {
     std::map<std::string, ptx::PtxasFunctionReport> out;
     const std::string ptxas = ptx::find_ptxas();
     if (ptxas.empty()) return out;
     ptx::Target t = ptx::Target::parse("sm_90");
     t.prefetch = prefetch;
-    for (const ptx::GeneratedKernel& g : cuda::decode_kernels(cuda::decode_plan(m, ctx, q, sms, paged), t)) {
+    for (const ptx::GeneratedKernel& g : cuda::decode_kernels(plan, t)) {
         const ptx::PtxasResult r = ptx::run_ptxas(ptxas, g.ptx, "sm_90");
         if (!r.ok()) throw std::runtime_error("bench: ptxas rejected " + g.name + ":\n" + r.log);
         if (const ptx::PtxasFunctionReport* f = r.find(g.name)) out[g.name] = *f;
     }
     return out;
+}
+
+// Blocks of a launch's kernel that fit on one of the GPU's SMs (0: no ptxas
+// report).
+int blocks_fit(const std::map<std::string, ptx::PtxasFunctionReport>& regs, const GpuSpec& gpu,
+               const cuda::CudaBackend::Launch& l) {
+    auto r = regs.find(l.kernel);
+    return r == regs.end() ? 0
+                           : blocks_per_sm(gpu, l.threads, r->second.registers, uint32_t(r->second.smem_bytes) + l.shared_bytes);
 }
 
 // Which part of a token each of the chain's kernels serves, by name ("layer"
@@ -113,14 +121,18 @@ struct ChainParts {
     std::set<std::string> layer;
     std::string head;
     std::map<std::string, uint64_t> prefetch_bytes;   // per GEMV kernel: what its weight prefetch asks for
+    std::map<std::string, uint32_t> columns;          // per GEMV kernel: its input columns
+    const char* part(const std::string& kernel) const {
+        return kernel == head ? "head" : layer.count(kernel) ? "layer" : "token";
+    }
 };
 
-ChainParts chain_parts(const Model& m, uint32_t ctx, bool q, uint32_t sms, bool paged) {
+ChainParts chain_parts(const cuda::DecodePlan& p) {
     ChainParts c;
-    const cuda::DecodePlan p = cuda::decode_plan(m, ctx, q, sms, paged);
     auto add = [&](const kernels::GemvShape& s) {
         std::string name = kernels::gemv_kernel(s).name;
         c.prefetch_bytes[name] = kernels::gemv_prefetch_bytes(s);
+        c.columns[name] = s.columns;
         return name;
     };
     for (const cuda::LayerPlan& l : p.layers) {
@@ -222,7 +234,7 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
     const auto [w_unique, w_sectors] = weight_traffic(k, c.weights);
     // All-to-all waits inside the layers (the rest: the embedding's and the
     // LM head's gathers).
-    const ChainParts parts = chain_parts(m, ctx, q, gpu.sms, paged);
+    const ChainParts parts = chain_parts(cuda::decode_plan(m, ctx, q, gpu.sms, paged));
     uint64_t layer_a2a = 0;
     for (const cuda::CudaBackend::Launch& l : c.launches)
         if (parts.layer.count(l.kernel)) layer_a2a += l.all_to_all_waits;
@@ -357,8 +369,9 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
     if (c.schedule == Schedule::Persistent) return counted_persistent(m, c, gpu, depth, q, prefetch, paged_kv);
     const uint32_t ctx = depth + kCountedContext;
     const nlohmann::json& ks = c.kernels;
-    const std::map<std::string, ptx::PtxasFunctionReport> regs = ptxas_reports(m, ctx, q, gpu.sms, prefetch, paged_kv);
-    const ChainParts parts = chain_parts(m, ctx, q, gpu.sms, paged_kv);
+    const cuda::DecodePlan plan = cuda::decode_plan(m, ctx, q, gpu.sms, paged_kv);
+    const std::map<std::string, ptx::PtxasFunctionReport> regs = ptxas_reports(plan, prefetch);
+    const ChainParts parts = chain_parts(plan);
 
     // Requested: what reaches L2, the 32-byte sectors each warp-level access
     // touches (plus atomics); unique: distinct bytes, summed over kernels.
@@ -368,12 +381,7 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
     std::set<std::string> seen;
     std::vector<LaunchCost> costs;
     uint64_t below = 0;
-    // Blocks of a kernel that fit on one of the GPU's SMs (0: no ptxas report).
-    auto fit_of = [&](const cuda::CudaBackend::Launch& l) {
-        auto r = regs.find(l.kernel);
-        return r == regs.end() ? 0
-                               : blocks_per_sm(gpu, l.threads, r->second.registers, uint32_t(r->second.smem_bytes) + l.shared_bytes);
-    };
+    auto fit_of = [&](const cuda::CudaBackend::Launch& l) { return blocks_fit(regs, gpu, l); };
     std::map<std::string, std::pair<double, LaunchTerms>> kernel_us;   // per kernel: µs summed over its launches, last terms
     // The other way: without the prefetches emu counted, or with what each
     // GEMV's would ask for (kernels::gemv_prefetch_bytes).
@@ -421,7 +429,7 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
         wavefronts.ideal += wf.ideal;
 
         nlohmann::json row = {{"kernel", l.kernel},
-                              {"part", l.kernel == parts.head ? "head" : parts.layer.count(l.kernel) ? "layer" : "token"},
+                              {"part", parts.part(l.kernel)},
                               {"launches", launches},
                               {"blocks", l.blocks},
                               {"threads", l.threads},
@@ -535,34 +543,11 @@ nlohmann::json counted_step(const Model& m, GpuArithmetic path, const GpuSpec& g
         c.launches = b.step_launches(batch, seqs);
         for (uint64_t w : b.weight_buffers()) c.weights.insert(w);
     });
-    // Registers from ptxas (sm_90) for the step's kernels; blocks per SM from them.
-    std::map<std::string, ptx::PtxasFunctionReport> regs;
-    const std::string ptxas = ptx::find_ptxas();
+    // Registers from ptxas (sm_90) for the step's kernels; blocks per SM
+    // from them. Each kernel's part of the step, and its GEMV columns.
     const cuda::DecodePlan plan = cuda::step_plan(cuda::decode_plan(m, ctx, cuda::quantized_gemvs(path), gpu.sms, true), batch);
-    if (!ptxas.empty())
-        for (const ptx::GeneratedKernel& g : cuda::decode_kernels(plan, ptx::Target::parse("sm_90"))) {
-            const ptx::PtxasResult r = ptx::run_ptxas(ptxas, g.ptx, "sm_90");
-            if (!r.ok()) throw std::runtime_error("bench: ptxas rejected " + g.name + ":\n" + r.log);
-            if (const ptx::PtxasFunctionReport* f = r.find(g.name)) regs[g.name] = *f;
-        }
-    // Launches per matrix of each GEMV kernel (T / its columns): emu's
-    // distinct weight bytes of a kernel count a matrix once however often
-    // the step reads it.
-    // Each kernel's part of the step, as chain_parts names them ("layer",
-    // "head", else "token").
-    std::map<std::string, uint32_t> passes;
-    std::map<std::string, std::string> part;
-    auto note_passes = [&](const kernels::GemvShape& g) {
-        const std::string name = kernels::gemv_kernel(g).name;
-        passes[name] = batch / g.columns;
-        return name;
-    };
-    for (const cuda::LayerPlan& l : plan.layers) {
-        for (const kernels::GemvShape* g : {&l.qkv, &l.wo, &l.gate_up, &l.down}) part[note_passes(*g)] = "layer";
-        part[kernels::paged_rope_kernel(l.rope).name] = part[kernels::paged_attention_kernel(l.paged_attention).name] =
-            part[kernels::add_norm_kernel(plan.add_norm).name] = "layer";
-    }
-    part[note_passes(plan.head)] = "head";
+    const std::map<std::string, ptx::PtxasFunctionReport> regs = ptxas_reports(plan, false);
+    const ChainParts parts = chain_parts(plan);
     std::vector<LaunchCost> costs;
     std::map<std::string, nlohmann::json> rows;   // per kernel
     uint64_t weight_requested = 0, weight_read = 0, requested = 0;
@@ -570,14 +555,11 @@ nlohmann::json counted_step(const Model& m, GpuArithmetic path, const GpuSpec& g
     for (const cuda::CudaBackend::Launch& l : c.launches) {
         const nlohmann::json& k = c.kernels.at(l.kernel);
         auto r = regs.find(l.kernel);
-        const int fit = r == regs.end() ? 0
-                                        : blocks_per_sm(gpu, l.threads, r->second.registers,
-                                                        uint32_t(r->second.smem_bytes) + l.shared_bytes);
-        costs.push_back(counted_launch_cost(k, l.blocks, l.threads, fit));
+        costs.push_back(counted_launch_cost(k, l.blocks, l.threads, blocks_fit(regs, gpu, l)));
         const LaunchTerms t = launch_terms(costs.back(), gpu);
         nlohmann::json& row = rows[l.kernel];
         if (row.is_null())
-            row = {{"kernel", l.kernel}, {"part", part.count(l.kernel) ? part.at(l.kernel) : "token"}, {"launches", 0},
+            row = {{"kernel", l.kernel}, {"part", parts.part(l.kernel)}, {"launches", 0},
                    {"blocks", l.blocks}, {"threads", l.threads},
                    {"registers", r == regs.end() ? nlohmann::json(nullptr) : nlohmann::json(r->second.registers)},
                    {"projected_us", 0.0}};
@@ -586,16 +568,13 @@ nlohmann::json counted_step(const Model& m, GpuArithmetic path, const GpuSpec& g
         row["bound_by"] = t.bound_by();
         row["terms_us"] = terms_json(t);   // one launch
         if (!seen.insert(l.kernel).second) continue;
-        // emu's counters are per kernel, summed over its launches in the step.
-        uint64_t w_sectors = 0, w_unique = 0;
-        for (const nlohmann::json& a : k.at("allocations"))
-            if (c.weights.count(a.at("base").get<uint64_t>())) {
-                w_unique += a.at("unique").get<uint64_t>();
-                w_sectors += a.at("load_sectors").get<uint64_t>();
-            }
+        // emu's counters are per kernel, summed over its launches in the
+        // step; its distinct weight bytes count a matrix once however often
+        // the step reads it (T / columns launches per matrix).
+        const auto [w_unique, w_sectors] = weight_traffic(k, c.weights);
         weight_requested += 32 * w_sectors;
-        const auto ps = passes.find(l.kernel);
-        const uint64_t w_read = w_unique * (ps == passes.end() ? 1 : ps->second);
+        const auto cols = parts.columns.find(l.kernel);
+        const uint64_t w_read = w_unique * (cols == parts.columns.end() ? 1 : batch / cols->second);
         weight_read += w_read;
         row["weight_bytes"] = w_unique;
         row["weight_bytes_read"] = w_read;

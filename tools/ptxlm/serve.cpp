@@ -7,7 +7,6 @@
 #include <CLI/CLI.hpp>
 
 #include "engine/chat_prompt.h"
-#include "engine/cuda/cuda_backend.h"
 #include "server/server.h"
 #include "server/utility.h"
 #include "tools/ptxlm/commands.h"
@@ -42,13 +41,6 @@ int run(Args& a) {
     if (!batched && a.batch_tokens->count() > 0)
         throw std::invalid_argument("--batch-tokens sizes the batched steps of --parallel slots; with --parallel 1 a "
                                     "prompt is evaluated in steps of the backend's own size");
-    if (batched && e.device == DeviceKind::Cuda && e.batch_tokens > int(cuda::CudaBackend::kMaxStep))
-        throw std::invalid_argument("--batch-tokens " + std::to_string(e.batch_tokens) + " with --device cuda: the GPU's "
-                                    "batch step takes at most " + std::to_string(cuda::CudaBackend::kMaxStep) + " tokens");
-    if (batched && e.device == DeviceKind::Cuda && e.backend.schedule == Schedule::Persistent)
-        throw std::invalid_argument("--parallel " + std::to_string(e.parallel) + " with --schedule persistent: the "
-                                    "persistent decoder serves one sequence per launch; the slots step together "
-                                    "under --schedule graph (the default) or chain");
     // A family name or a file that cannot serve is an error at start, not
     // on the first chat request.
     if (!a.chat_template.name.empty() || !a.chat_template.file.empty())
