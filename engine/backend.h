@@ -97,7 +97,8 @@ public:
     virtual uint32_t max_batch() const = 0;
     // Whether eval_batch only queues the evaluation (a sequence of
     // cpu::Batcher: its logits exist once the batcher's step has run). Such
-    // a backend has no eval_argmax or start_greedy; Generator reads logits.
+    // a backend has no eval_argmax or start_greedy; its eval_argmax_into
+    // queues too.
     virtual bool queues_evals() const { return false; }
     // A cache shared with other sequences (cpu::Batcher's pool) may hold a
     // longer start of `prompt` than the `keep` positions this one shares
@@ -114,6 +115,10 @@ public:
     // lowest id): greedy decoding. The GPU computes it on the device and
     // copies only the id; the default reads all the logits.
     virtual TokenId eval_argmax(TokenId token, uint32_t pos);
+    // The same into *out: before it returns, or, for a backend that
+    // queues_evals, when the step that evaluates the token runs (a batched
+    // sequence on the GPU then copies back only the id as well).
+    virtual void eval_argmax_into(TokenId token, uint32_t pos, TokenId* out) { *out = eval_argmax(token, pos); }
 
     // Greedy decoding run ahead by the device (the persistent decoder feeds
     // each argmax back as the next input and publishes tokens as they

@@ -95,7 +95,7 @@ Generator::Generator(Session& session, const GenerateOptions& opt, const std::at
     const bool penalties = sp.penalty_last_n > 0 &&
                            (sp.repeat_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f);
     argmax_only_ = sp.temperature <= 0 && !penalties && sp.logit_bias.empty() && !opt_.ignore_eos && top_logprobs_ < 0 &&
-                   !opt_.grammar && !s_.backend_.queues_evals();
+                   !opt_.grammar;
     if (opt_.grammar) {
         if (!opt_.grammar->grammar) throw std::invalid_argument("a grammar constraint without a grammar");
         const GrammarConstraint& gc = *opt_.grammar;
@@ -214,6 +214,8 @@ GenStep Generator::step() {
     if (g_.tokens.size() >= max_tokens) { finish(FinishReason::Length, st); return st; }
     const Tokenizer& tok = s_.tok_;
     TokenId t;
+    if (next_queued_) next_ = s_.argmax_;   // written by the backend (a queuing one: by the step that ran the token)
+    next_queued_ = false;
     if (next_) {
         t = *next_;
     } else {
@@ -273,7 +275,12 @@ GenStep Generator::step() {
         }
         std::optional<TokenId> n = stream_ ? stream_->next() : std::nullopt;
         if (!n) stream_.reset();   // none, or it stopped: evaluate here
-        next_ = n ? *n : be.eval_argmax(t, pos);
+        if (n) {
+            next_ = *n;
+        } else {
+            be.eval_argmax_into(t, pos, &s_.argmax_);
+            next_queued_ = true;
+        }
     } else {
         be.eval(t, pos, s_.logits_.data());
     }

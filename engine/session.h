@@ -117,6 +117,7 @@ private:
     std::vector<TokenId> cached_;
     std::vector<float> logits_;
     std::vector<TokenId> eog_;      // every end-of-generation id of the vocabulary
+    TokenId argmax_ = -1;           // where the backend writes a greedy step's id (Backend::eval_argmax_into)
     Timings last_prompt_;
 };
 
@@ -170,6 +171,7 @@ private:
     std::vector<float> work_;
     bool argmax_only_ = false;
     std::optional<TokenId> next_;     // the argmax of the current step, when the backend gave only that
+    bool next_queued_ = false;        // next_ is the session's argmax_, once the backend has written it
     // Greedy tokens run ahead by the device (Backend::start_greedy), asked
     // for once; ended (which stops the device) when generation finishes.
     std::unique_ptr<Backend::GreedyStream> stream_;

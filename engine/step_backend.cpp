@@ -16,6 +16,7 @@ uint32_t check_seq_step(const SeqStep& s, uint32_t before, uint32_t max_tokens, 
     if (uint64_t(before) + n > max_tokens)
         throw std::invalid_argument("step: more than " + std::to_string(max_tokens) + " tokens");
     if (s.logits ? s.n_logits == 0 || s.n_logits > n : s.n_logits != 0) throw std::invalid_argument("step: bad n_logits");
+    if (s.argmax && n == 0) throw std::invalid_argument("step: an argmax without a token");
     if (n == 0) return 0;
     for (TokenId token : s.tokens)
         if (token < 0 || uint32_t(token) >= n_vocab)

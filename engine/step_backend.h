@@ -23,19 +23,27 @@ struct KvPages {
 
 // One sequence's part of a step: its tokens at positions pos, pos + 1, ...,
 // its K/V through `pages` (engine/kv_pool.h's page table: position j in
-// page pages[j / page_size]), and the logits of its last n_logits tokens
-// (n_vocab floats each) written to `logits` when it is not null.
+// page pages[j / page_size]), the logits of its last n_logits tokens
+// (n_vocab floats each) written to `logits` when it is not null, and the id
+// of its last token's largest logit (ties: the lowest id) written to
+// `argmax` when that is not null: greedy decoding, which on the GPU copies
+// back the id alone.
 struct SeqStep {
     std::span<const uint32_t> pages;
     uint32_t pos = 0;
     std::span<const TokenId> tokens;
     float* logits = nullptr;
     uint32_t n_logits = 0;
+    TokenId* argmax = nullptr;
 };
 
+// The tokens of a part whose logits the step computes: the last n_logits,
+// or the last one for an argmax alone.
+inline uint32_t head_rows(const SeqStep& s) { return s.n_logits ? s.n_logits : s.argmax ? 1 : 0; }
+
 // Checks one part of a step whose earlier parts hold `before` tokens, as
-// StepBackend::step documents: at most `max_tokens` in all, n_logits, the
-// token ids (n_vocab), the positions (n_ctx), and a page table that reaches
+// StepBackend::step documents: at most `max_tokens` in all, n_logits (an
+// argmax needs a token), the token ids (n_vocab), the positions (n_ctx), and a page table that reaches
 // the last position with pages below `n_pages` (pages of `page_size`).
 // Returns the part's tokens.
 uint32_t check_seq_step(const SeqStep& s, uint32_t before, uint32_t max_tokens, uint32_t n_vocab, uint32_t n_ctx,

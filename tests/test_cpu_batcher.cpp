@@ -6,11 +6,13 @@
 // tokens and final logits equal a solo run's on its own CpuBackend, greedy
 // and sampled, through a rewind to a shorter shared prefix; a prompt reuses
 // the pages another sequence evaluated; a pool too small for every stream
-// preempts and resumes them, their results unchanged. Negative control: a driver that
-// reads a sequence's logits before its step has run generates other tokens.
+// preempts and resumes them, their results unchanged; plain greedy streams
+// take only each step's argmax. Negative control: a driver that reads a
+// sequence's logits before its step has run generates other tokens.
 // Misuse is refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -148,6 +150,78 @@ TEST_P(Fixture, ReadingLogitsBeforeTheStepIsCaught) {
     }
     drive(b, streams, true);
     EXPECT_NE(streams[0].g->result().tokens, solo(model, tok, p, streams[0].opt).tokens);
+}
+
+// A CpuBackend for the batcher that counts the parts of its steps that ask
+// for an argmax and for logits.
+class CountingCpu final : public StepBackend {
+public:
+    explicit CountingCpu(std::unique_ptr<cpu::CpuBackend> b) : b_(std::move(b)) {}
+    std::string description() const override { return b_->description(); }
+    DeviceInfo device_info() const override { return b_->device_info(); }
+    uint32_t n_ctx() const override { return b_->n_ctx(); }
+    uint32_t n_vocab() const override { return b_->n_vocab(); }
+    void eval_batch(std::span<const TokenId> t, uint32_t pos, float* l, uint32_t n) override { b_->eval_batch(t, pos, l, n); }
+    uint32_t max_batch() const override { return b_->max_batch(); }
+    void step(std::span<const SeqStep> batch) override {
+        for (const SeqStep& s : batch) {
+            argmax_parts += s.argmax != nullptr;
+            logits_parts += s.logits != nullptr;
+        }
+        b_->step(batch);
+    }
+    void copy_page(uint32_t from, uint32_t to, uint32_t positions) override { b_->copy_page(from, to, positions); }
+    KvPages kv_pages() const override { return b_->kv_pages(); }
+    uint32_t max_step_tokens() const override { return b_->max_step_tokens(); }
+    uint32_t argmax_parts = 0, logits_parts = 0;
+
+private:
+    std::unique_ptr<cpu::CpuBackend> b_;
+};
+
+// Plain greedy streams (no ignore_eos, penalties or log-probabilities) take
+// only each step's argmax (Backend::eval_argmax_into, written by the step),
+// beside a sampled stream that takes logits: the tokens are the solo runs',
+// which read the full logits. Negative control: the step saw argmax parts,
+// and the greedy sessions' logits stayed the prompt's (no decode step wrote
+// them), so the argmax path is what ran.
+TEST_P(Fixture, GreedyStreamsTakeOnlyTheArgmax) {
+    CountingCpu* counting = nullptr;
+    auto pool = std::make_shared<cpu::ThreadPool>(2);
+    cpu::Batcher b(
+        [&](KvPages pages) {
+            auto c = std::make_unique<CountingCpu>(std::make_unique<cpu::CpuBackend>(model, 128, KvType::F16, pool, pages));
+            counting = c.get();
+            return c;
+        },
+        128, 3, 8);
+    const std::vector<std::vector<TokenId>> prompts = {prompt_of(21, 5), prompt_of(9, 6), prompt_of(14, 7)};
+    std::vector<GenerateOptions> opts = {options(16, 0, 1), options(16, 0.8f, 2), options(16, 0, 3)};
+    opts[0].ignore_eos = opts[2].ignore_eos = false;   // plain greedy: the argmax alone
+    std::vector<Stream> streams(3);
+    std::vector<std::vector<float>> prompt_logits(3);
+    for (size_t i = 0; i < 3; ++i) {
+        streams[i].be = b.open();
+        streams[i].s = std::make_unique<Session>(*streams[i].be, tok);
+        streams[i].s->prefill(prompts[i]);
+        streams[i].opt = opts[i];
+    }
+    while (b.step()) {}
+    for (size_t i = 0; i < 3; ++i) prompt_logits[i].assign(streams[i].s->logits().begin(), streams[i].s->logits().end());
+    drive(b, streams);
+    ASSERT_NE(counting, nullptr);
+    EXPECT_GT(counting->argmax_parts, 0u);
+    EXPECT_GT(counting->logits_parts, 0u);
+    for (size_t i = 0; i < 3; ++i) {
+        const Solo want = solo(model, tok, prompts[i], opts[i]);
+        EXPECT_EQ(streams[i].g->result().tokens, want.tokens) << "stream " << i;
+        EXPECT_GT(streams[i].g->result().tokens.size(), 1u) << "stream " << i;
+        const bool greedy = i != 1;
+        EXPECT_EQ(streams[i].s->logits().size() == prompt_logits[i].size() &&
+                      std::equal(prompt_logits[i].begin(), prompt_logits[i].end(), streams[i].s->logits().begin()),
+                  greedy)
+            << "stream " << i;
+    }
 }
 
 // A prompt reuses the full pages another sequence evaluated with the same

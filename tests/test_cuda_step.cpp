@@ -2,9 +2,11 @@
 // cpu::Batcher as the server drives it: three sequences of a tiny synthetic
 // model at different depths, one sharing another's first page and then
 // rewriting into it (a copy-on-write on the device), prompt chunks and decode
-// tokens mixed in one step, steps of 1 to 16 rows. Every logit row is bit for
-// bit what the single-sequence GPU path (the same model and arithmetic, paged
-// KV, one token per launch) gives that sequence alone. On the reference
+// tokens mixed in one step, steps of 1 to 16 rows, greedy rows that copy
+// back only their argmax beside a row that copies its logits. Every logit
+// row is bit for bit what the single-sequence GPU path (the same model and
+// arithmetic, paged KV, one token per launch) gives that sequence alone,
+// and every greedy row's id that path's argmax. On the reference
 // arithmetic (f32 GEMV inputs, one column per launch) the rows are also the
 // CPU reference's within test_cuda_backend's tolerance; on the default one
 // (8-bit inputs, T columns per launch) the CPU quantized path's argmax where
@@ -19,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -96,6 +99,7 @@ struct Seq {
   std::vector<TokenId> tokens;
   uint32_t first = 0;
   std::vector<float> logits;
+  std::map<uint32_t, TokenId> greedy;   // positions queued for their argmax alone, and the id the step wrote
 };
 
 void mixed_batches(synth::Arch arch_id, GpuArithmetic path) {
@@ -127,6 +131,14 @@ void mixed_batches(synth::Arch arch_id, GpuArithmetic path) {
     s.logits.resize((s.tokens.size() - s.first) * nv);
     s.be->eval_batch(t, pos, s.logits.data() + (pos - s.first) * nv, uint32_t(t.size()));
   };
+  // Queues `t` at pos for its argmax alone (no logits copied back).
+  auto queue_greedy = [&](Seq& s, TokenId t, uint32_t pos) {
+    s.tokens.resize(pos);
+    s.tokens.push_back(t);
+    s.logits.resize((s.tokens.size() - s.first) * nv);
+    TokenId& slot = s.greedy[pos] = -1;
+    s.be->eval_argmax_into(t, pos, &slot);
+  };
   auto run = [&] {
     while (b.step()) {}
   };
@@ -150,6 +162,12 @@ void mixed_batches(synth::Arch arch_id, GpuArithmetic path) {
   for (uint32_t r = 0; r < 3; ++r)   // decode steps of three rows
     for (Seq* s : {&a, &bb, &c}) queue(*s, ids(10 + r, 1), uint32_t(s->tokens.size()));
   run();
+  for (uint32_t r = 0; r < 2; ++r) {   // greedy decode steps: two argmax rows beside a logits row
+    queue_greedy(a, ids(20 + r, 1)[0], uint32_t(a.tokens.size()));
+    queue(bb, ids(20 + r, 1), uint32_t(bb.tokens.size()));
+    queue_greedy(c, ids(30 + r, 1)[0], uint32_t(c.tokens.size()));
+    run();
+  }
   EXPECT_GE(gpu->copies, 1u) << "no page was copied on write";
   EXPECT_EQ(gpu->most_rows, 16u);
   EXPECT_EQ(gpu->most_seqs, 3u);
@@ -160,14 +178,21 @@ void mixed_batches(synth::Arch arch_id, GpuArithmetic path) {
                            cuda::GpuTuning{false, false, true});
   cpu::CpuBackend cpu(m, kCtx, KvType::F16, 2);
   if (ref_path) cpu.set_path(cpu::CpuPath::Reference);
-  size_t rows = 0, unequal = 0, checked = 0, argmax_diff = 0;
+  size_t rows = 0, unequal = 0, checked = 0, argmax_diff = 0, greedy_rows = 0, greedy_wrong = 0;
   double d_cpu = 0;
   for (Seq* s : {&a, &bb, &c}) {
     const uint32_t n = uint32_t(s->tokens.size());
     std::vector<float> one(n * nv), ref(n * nv);
     single.eval_batch(s->tokens, 0, one.data(), n);
     cpu.eval_batch(s->tokens, 0, ref.data(), n);
-    for (uint32_t i = s->first; i < n; ++i, ++rows) {
+    for (uint32_t i = s->first; i < n; ++i) {
+      if (auto g = s->greedy.find(i); g != s->greedy.end()) {   // the alone path's argmax (ties: the lowest id)
+        const float* alone = one.data() + i * nv;
+        ++greedy_rows;
+        greedy_wrong += g->second != TokenId(std::max_element(alone, alone + nv) - alone);
+        continue;
+      }
+      ++rows;
       const float *got = s->logits.data() + (i - s->first) * nv, *r = ref.data() + i * nv;
       unequal += !std::equal(got, got + nv, one.data() + i * nv);
       d_cpu = std::max(d_cpu, max_abs_diff(got, r, nv));
@@ -180,12 +205,14 @@ void mixed_batches(synth::Arch arch_id, GpuArithmetic path) {
     }
   }
   std::printf("[cuda-step] %s, %s path: %zu logit rows, %zu not bit-equal to the sequence alone; max |diff| to the CPU's "
-              "%.3g%s, argmax differs at %zu of %zu rows with a wide margin; %u page copies, steps of up to %u rows from "
-              "%u sequences\n",
+              "%.3g%s, argmax differs at %zu of %zu rows with a wide margin; %zu of %zu greedy rows' device argmax not "
+              "the alone logits' argmax; %u page copies, steps of up to %u rows from %u sequences\n",
               arch, ref_path ? "reference" : "default", rows, unequal, d_cpu,
               ref_path ? (" (tolerance " + std::to_string(kCpuTolerance) + ")").c_str() : "", argmax_diff, checked,
-              gpu->copies, gpu->most_rows, gpu->most_seqs);
-  EXPECT_EQ(rows, size_t(20 + 1 + 3) + (14 + 3) + (5 + 3));
+              greedy_wrong, greedy_rows, gpu->copies, gpu->most_rows, gpu->most_seqs);
+  EXPECT_EQ(rows, size_t(20 + 1 + 3) + (14 + 3 + 2) + (5 + 3));
+  EXPECT_EQ(greedy_rows, 4u);
+  EXPECT_EQ(greedy_wrong, 0u);
   EXPECT_EQ(unequal, 0u);
   if (ref_path) {
     EXPECT_LE(d_cpu, kCpuTolerance);

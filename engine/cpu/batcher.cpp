@@ -25,7 +25,11 @@ public:
     }
     uint32_t reuse_prefix(std::span<const TokenId> prompt, uint32_t keep) override { return b_.reuse(*this, prompt, keep); }
     TokenId eval_argmax(TokenId, uint32_t) override {
-        throw std::logic_error("a batched sequence has no argmax of its own: read its logits after the step");
+        throw std::logic_error("a batched sequence has no argmax of its own: use eval_argmax_into");
+    }
+    void eval_argmax_into(TokenId token, uint32_t pos, TokenId* out) override {
+        if (!out) throw std::invalid_argument("eval_argmax_into: nowhere to write the id");
+        b_.enqueue(*this, {&token, 1}, pos, nullptr, 0, out);
     }
 
     Batcher& b_;
@@ -226,7 +230,8 @@ uint32_t Batcher::reuse(Seq& s, std::span<const TokenId> prompt, uint32_t keep) 
     return got;
 }
 
-void Batcher::enqueue(Seq& s, std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits) {
+void Batcher::enqueue(Seq& s, std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits,
+                      TokenId* argmax) {
     const uint32_t n = static_cast<uint32_t>(tokens.size());
     if (n == 0) return;
     if (n > kMaxRequest)
@@ -251,7 +256,7 @@ void Batcher::enqueue(Seq& s, std::span<const TokenId> tokens, uint32_t pos, flo
     }
     if (s.q_.empty() && (n > 1 || pos == 0)) s.arrival_ = ++arrivals_;   // a prompt, not the next decode token
     s.tokens_.insert(s.tokens_.end(), tokens.begin(), tokens.end());
-    s.q_.push_back({pos, std::vector<TokenId>(tokens.begin(), tokens.end()), logits, logits ? n_logits : 0});
+    s.q_.push_back({pos, std::vector<TokenId>(tokens.begin(), tokens.end()), logits, logits ? n_logits : 0, argmax});
     if (!s.preempted_) reserve(s, pos);   // a preempted sequence reserves all its pages when it resumes
 }
 
@@ -290,7 +295,8 @@ uint32_t Batcher::step() {
         const uint32_t n = static_cast<uint32_t>(r.tokens.size()), first_wanted = n - r.n_logits;
         const uint32_t w = r.logits && k > first_wanted ? k - first_wanted : 0;
         wanted.push_back(w);
-        batch.push_back({pool_.pages(s->id_), r.pos, {r.tokens.data(), k}, w ? r.logits : nullptr, w});
+        batch.push_back({pool_.pages(s->id_), r.pos, {r.tokens.data(), k}, w ? r.logits : nullptr, w,
+                         k == n ? r.argmax : nullptr});
     }
     try {
         be_->step(batch);

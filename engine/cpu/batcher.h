@@ -5,10 +5,10 @@
 // are reserved in the pool at once, a shared page copied on write at once);
 // step() then evaluates the first queued request of every sequence that has
 // one in a single StepBackend::step, so each weight matrix is read once for
-// all of them. Logits land where eval_batch was told, when the step that
-// evaluates them returns: a caller reads a sequence's logits only once
-// queued(seq) is 0 (the server's scheduler does; Generator never asks for an
-// argmax of a backend that queues, see Backend::queues_evals).
+// all of them. Logits land where eval_batch was told, and an argmax where
+// eval_argmax_into was (greedy decoding: on the GPU only the id is copied
+// back), when the step that evaluates them returns: a caller reads them only
+// once queued(seq) is 0 (the server's scheduler does).
 //
 // A sequence's prompt reuses every full page any sequence evaluated with the
 // same start (Backend::reuse_prefix: the pool's hash chain; only while
@@ -108,8 +108,10 @@ private:
         std::vector<TokenId> tokens;
         float* logits = nullptr;
         uint32_t n_logits = 0;
+        TokenId* argmax = nullptr;   // the last token's, when the request's last chunk runs
     };
-    void enqueue(Seq& s, std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits);
+    void enqueue(Seq& s, std::span<const TokenId> tokens, uint32_t pos, float* logits, uint32_t n_logits,
+                 TokenId* argmax = nullptr);
     uint32_t reuse(Seq& s, std::span<const TokenId> prompt, uint32_t keep);
     void close(Seq& s);
     Seq& find(const Backend& b) const;

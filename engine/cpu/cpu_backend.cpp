@@ -463,7 +463,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
             rows.push_back({s.pos + t, kv_row(s.pages.data(), page_shift_, s.pos + t)});
             tokens.push_back(s.tokens[t]);
         }
-        wanted += s.n_logits;
+        wanted += head_rows(s);
     }
     const uint32_t n = static_cast<uint32_t>(tokens.size());
     if (n == 0) return;
@@ -596,14 +596,15 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
     if (wanted == 0) return;
     // The wanted rows normalised one after another, one product with the
     // output matrix for all of them (into the sequence's own buffer when it
-    // is the only one), then each sequence's logits copied out.
+    // is the only one and wants logits), then each sequence's logits copied
+    // out and its argmax taken.
     const uint64_t nv = m_.n_vocab;
-    const bool direct = batch.size() == 1;
+    const bool direct = batch.size() == 1 && batch[0].logits;
     if (!direct && step_logits_.size() < wanted * nv) step_logits_.resize(wanted * nv);
     float* out = direct ? batch[0].logits : step_logits_.data();
     for (uint32_t w = 0, row0 = 0; const SeqStep& s : batch) {
         const uint32_t sn = static_cast<uint32_t>(s.tokens.size());
-        for (uint32_t t = sn - s.n_logits; t < sn; ++t, ++w)
+        for (uint32_t t = sn - head_rows(s); t < sn; ++t, ++w)
             rms_norm(&x_[(row0 + t) * E], output_norm_.data(), &xn_[w * E], E, eps);
         row0 += sn;
     }
@@ -612,11 +613,16 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
         const float cap = m_.final_softcap;
         for (uint64_t i = 0; i < uint64_t(wanted) * nv; ++i) out[i] = cap * std::tanh(out[i] / cap);
     }
-    if (direct) return;
     for (uint64_t w = 0; const SeqStep& s : batch) {
-        if (!s.n_logits) continue;
-        std::memcpy(s.logits, out + w * nv, uint64_t(s.n_logits) * nv * 4);
-        w += s.n_logits;
+        const uint32_t rows = head_rows(s);
+        if (!rows) continue;
+        const float* first = out + w * nv;   // a part's rows: its n_logits, or the last token's for an argmax alone
+        if (s.logits && !direct) std::memcpy(s.logits, first, uint64_t(s.n_logits) * nv * 4);
+        if (s.argmax) {
+            const float* last = first + (rows - 1) * nv;
+            *s.argmax = TokenId(std::max_element(last, last + nv) - last);
+        }
+        w += rows;
     }
 }
 

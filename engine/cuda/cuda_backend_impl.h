@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <tuple>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -126,12 +127,17 @@ struct CudaBackend::Impl {
         std::vector<Op> ops;
         std::unique_ptr<GraphExec> graph;
     };
-    // By (T, H): T rows (1, 2, 4, 8, 16), the LM head over the last H of
-    // them (0 or a bucket up to T); built at first use.
-    std::map<std::pair<uint32_t, uint32_t>, StepChain> step_chains;
+    // By (T, H, A): T rows (1, 2, 4, 8, 16), the LM head over the last H of
+    // them (0 or a bucket up to T), with A the argmax of each of those H
+    // rows into step_best (H u64 keys, kx::argmax_index decodes them);
+    // built at first use.
+    std::map<std::tuple<uint32_t, uint32_t, bool>, StepChain> step_chains;
+    DeviceBuffer step_best;
+    PinnedBuffer step_best_host;
     // The chain (and under the graph schedule its graph) of `tokens` rows,
-    // `logit_rows` of them last, whose logits are computed.
-    StepChain& step_chain(uint32_t tokens, uint32_t logit_rows);
+    // `logit_rows` of them last, whose logits are computed, and with
+    // `argmax` their argmax keys.
+    StepChain& step_chain(uint32_t tokens, uint32_t logit_rows, bool argmax = false);
     std::vector<Op> copy_op;   // kv_copy of one entry (a step's pool only)
     // One step's rows through the chain of their bucket (the checks of
     // CudaBackend::step, less the pool's).

@@ -54,9 +54,10 @@ void CudaBackend::Impl::prepare_copies() {
     copy_op.back().plain = true;   // no griddepcontrol.wait in it
 }
 
-CudaBackend::Impl::StepChain& CudaBackend::Impl::step_chain(uint32_t tokens, uint32_t logit_rows) {
+CudaBackend::Impl::StepChain& CudaBackend::Impl::step_chain(uint32_t tokens, uint32_t logit_rows, bool argmax) {
     const uint32_t T = bucket(tokens), H = logit_rows ? bucket(logit_rows) : 0;
-    auto found = step_chains.find({T, H});
+    if (argmax && !H) throw std::logic_error("step_chain: an argmax without logit rows");
+    auto found = step_chains.find({T, H, argmax});
     if (found != step_chains.end()) return found->second;
     const DecodePlan sp = step_plan(plan, T);
     StepChain c;
@@ -106,8 +107,17 @@ CudaBackend::Impl::StepChain& CudaBackend::Impl::step_chain(uint32_t tokens, uin
         if (lp.post_ffn_norm) op(bind(kx::add_norm_kernel, sp.add_norm), {X, O, w.post_ffn[il]});
     }
     if (H) gemv(step_plan(plan, H).head, x, w.out_norm, {w.out}, {&logits}, H, T - H);
+    if (argmax) {   // greedy rows: H keys instead of H x n_vocab logits to copy back
+        if (!step_best.size()) {
+            step_best = DeviceBuffer(ctx, 8 * CudaBackend::kMaxStep);
+            step_best_host = PinnedBuffer(ctx, 8 * CudaBackend::kMaxStep);
+        }
+        op([H](const ptx::Target& t, const kx::InlineTarget* in) { return kx::clear_u64_kernel(t, in, H); },
+           {ptr(step_best)});
+        op(bind(kx::argmax_kernel, kx::ArgmaxShape{m.n_vocab, 256, 8, H}), {ptr(logits), ptr(step_best)});
+    }
     if (schedule == Schedule::Graph) c.graph = capture(c.ops);
-    return step_chains.emplace(std::pair{T, H}, std::move(c)).first->second;
+    return step_chains.emplace(std::tuple{T, H, argmax}, std::move(c)).first->second;
 }
 
 void CudaBackend::step(std::span<const SeqStep> batch) {
@@ -129,11 +139,13 @@ void CudaBackend::Impl::run_step(std::span<const SeqStep> batch) {
     // only; a row's place changes nothing else (each carries its position
     // and table row).
     uint32_t n = 0, wanted = 0;
+    bool argmax = false;
     for (const SeqStep& s : batch) {
         const uint32_t k = check_seq_step(s, n, kMaxStep, p.m.n_vocab, p.n_ctx, KvPages{p.n_pages, kKvPageSize});
         if (k == 0) continue;
         n += k;
-        wanted += s.logits ? s.n_logits : 0;
+        wanted += head_rows(s);
+        argmax = argmax || s.argmax;
     }
     if (n == 0) return;
     const uint32_t T = bucket(n), H = wanted ? bucket(wanted) : 0;
@@ -148,26 +160,31 @@ void CudaBackend::Impl::run_step(std::span<const SeqStep> batch) {
         uint32_t row, count;   // row: in the head's output (the last H rows)
     };
     std::vector<Out> outs;
+    std::vector<std::pair<TokenId*, uint32_t>> argmaxes;   // where, and the head row
     for (const SeqStep& s : batch) {
         const uint32_t k = uint32_t(s.tokens.size());
         if (k == 0) continue;
         std::copy_n(s.pages.data(), (s.pos + k - 1) / kKvPageSize + 1, tables + size_t(table_rows) * p.max_pages);
-        const uint32_t w = s.logits ? s.n_logits : 0;
+        const uint32_t w = head_rows(s);
         for (uint32_t t = 0; t < k - w; ++t) put(plain++, s.pos + t, table_rows, s.tokens[t]);
-        if (w) outs.push_back({s.logits, last - (T - H), w});
+        if (s.logits) outs.push_back({s.logits, last - (T - H), w});
+        if (s.argmax) argmaxes.push_back({s.argmax, last - (T - H) + w - 1});
         for (uint32_t t = k - w; t < k; ++t) put(last++, s.pos + t, table_rows, s.tokens[t]);
         ++table_rows;
     }
     for (uint32_t i = plain; i < T - wanted; ++i) put(i, ~0u, 0, 0);   // unused rows: every paged block of theirs exits
     p.ctx.make_current();
-    Impl::StepChain& c = p.step_chain(T, H);
+    Impl::StepChain& c = p.step_chain(T, H, argmax);
     p.step_io.upload_async(host, Impl::kTablesOffset + size_t(table_rows) * p.max_pages * 4, p.stream);
     if (c.graph) c.graph->launch(p.stream);
     else
         for (Impl::Op& op : c.ops) p.launch_op(op);
     const size_t nv = p.m.n_vocab;
     for (const Out& o : outs) p.logits.download_async(o.dst, o.count * nv * 4, p.stream, o.row * nv * 4);
+    if (argmax) p.step_best.download_async(p.step_best_host.data(), size_t(H) * 8, p.stream);
     p.stream.synchronize();
+    const auto* keys = static_cast<const uint64_t*>(p.step_best_host.data());
+    for (const auto& [dst, row] : argmaxes) *dst = TokenId(kx::argmax_index(keys[row]));
 }
 
 void CudaBackend::copy_page(uint32_t from, uint32_t to, uint32_t positions) {

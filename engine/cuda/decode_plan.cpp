@@ -170,8 +170,10 @@ std::vector<kx::OpGenerator> decode_op_kinds(const DecodePlan& plan) {
         if (l.post_ffn_norm) add(bind(kx::add_norm_kernel, plan.add_norm));
     }
     add(bind(kx::gemv_kernel, plan.head));
-    add([](const ptx::Target& t, const kx::InlineTarget* in) { return kx::clear_u64_kernel(t, in); });
-    add(bind(kx::argmax_kernel, kx::ArgmaxShape{plan.head.segments.at(0).rows}));
+    // The argmax of each of the plan's token rows (a step plan's greedy rows).
+    const uint32_t rows = plan.embed.tokens;
+    add([rows](const ptx::Target& t, const kx::InlineTarget* in) { return kx::clear_u64_kernel(t, in, rows); });
+    add(bind(kx::argmax_kernel, kx::ArgmaxShape{plan.head.segments.at(0).rows, 256, 8, rows}));
     return out;
 }
 
