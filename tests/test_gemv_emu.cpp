@@ -18,6 +18,7 @@
 #include "engine/cpu/qdot.h"
 #include "gguf/quant.h"
 #include "kernels/decode/gemv.h"
+#include "kernels/decode/gemv_q8.h"
 #include "kernels/decode/layout.h"
 #include "tests/emu_cuda_fixture.h"
 
@@ -563,11 +564,14 @@ TEST_F(GemvOnEmu, EachColumnIsBitIdenticalWhateverTheColumnCount) {
     bool norm, acc;
     kx::Glu glu;
     bool f32 = false;   // F16/BF16: N columns on the f32 input
+    uint32_t n_max = 0;   // the most columns tried (0: 16 for Q4_K and F16, else 5)
+    uint32_t sms = 7;     // the grid: several rows per warp, a partial last block
   };
   const std::vector<Mix> mixes = {
       {{GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K}, {40, 24, 24}, 512, true, false, kx::Glu::None},
       {{GgmlType::Q6_K}, {36}, 4352, false, true, kx::Glu::None},   // 17 blocks: a partial unrolled step
       {{GgmlType::Q4_K, GgmlType::Q4_K}, {48, 48}, 512, true, false, kx::Glu::SwiGlu},
+      {{GgmlType::Q6_K, GgmlType::Q6_K}, {48, 48}, 512, true, false, kx::Glu::GeGlu},   // gate and up rows together
       {{GgmlType::Q5_0, GgmlType::Q8_0}, {40, 24}, 640, true, false, kx::Glu::None},
       {{GgmlType::Q4_1, GgmlType::Q4_0}, {40, 24}, 576, false, true, kx::Glu::None},
       {{GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K}, {40, 24, 24}, 512, true, false, kx::Glu::None},
@@ -577,7 +581,12 @@ TEST_F(GemvOnEmu, EachColumnIsBitIdenticalWhateverTheColumnCount) {
       {{GgmlType::F16, GgmlType::F16, GgmlType::BF16}, {40, 24, 24}, 512, true, false, kx::Glu::None, true},
       // 544 chunks: 3 steps of 8 per lane at N = 1, 5 of 4 at N = 5 (the partial last ones add -0)
       {{GgmlType::BF16}, {36}, 4352, false, true, kx::Glu::None, true},
-      {{GgmlType::F16, GgmlType::BF16}, {48, 48}, 512, true, false, kx::Glu::SwiGlu, true}};
+      {{GgmlType::F16, GgmlType::BF16}, {48, 48}, 512, true, false, kx::Glu::SwiGlu, true},
+      // 16 columns of 14336 (a step's down projection) overflow shared
+      // memory: the input in passes of 32 and 24 blocks (q8_pass_blocks),
+      // two rows per warp carrying their accumulators, the second partial.
+      {{GgmlType::Q6_K}, {40}, 14336, false, true, kx::Glu::None, false, 16, 2},
+      {{GgmlType::Q4_K}, {40}, 14336, false, false, kx::Glu::None, false, 16, 2}};
   const char* variance_env = std::getenv("PTXLM_EMU_VARIANCE");
   const bool variance = variance_env && std::string(variance_env) == "1";
   for (const Mix& m : mixes) {
@@ -585,9 +594,16 @@ TEST_F(GemvOnEmu, EachColumnIsBitIdenticalWhateverTheColumnCount) {
     kx::GemvShape s = shape(m.n_in, m.rows, m.norm, m.acc, m.types);
     s.glu = m.glu;
     s.q8_input = !m.f32;
-    s.sms = 7;   // several rows per warp, a partial last block
-    const uint32_t n_max = m.types[0] == GgmlType::Q4_K || m.types[0] == GgmlType::F16 ? kx::kMaxGemvColumns : 5;
+    s.sms = m.sms;
+    const uint32_t n_max =
+        m.n_max ? m.n_max : m.types[0] == GgmlType::Q4_K || m.types[0] == GgmlType::F16 ? kx::kMaxGemvColumns : 5;
     s.columns = n_max;
+    if (m.n_in == 14336) {
+      EXPECT_EQ(kx::q8_pass_blocks(s), 32u);
+      kx::GemvShape eight = s;
+      eight.columns = 8;
+      EXPECT_EQ(kx::q8_pass_blocks(eight), 0u);   // 8 columns fit at once
+    }
     const Case all = make_case(s);
     // Column c alone: its input and initial outputs, N = 1.
     auto column_case = [&](uint32_t c, uint32_t n) {
@@ -656,10 +672,13 @@ TEST(Gemv, RefusesShapesItCannotRun) {
   EXPECT_THROW(kx::gemv_kernel(cols), ptx::Error);                         // too many columns
   cols.columns = 0;
   EXPECT_THROW(kx::gemv_kernel(cols), ptx::Error);
-  kx::GemvShape wide = shape(14336 * 3, {4}, false);
+  kx::GemvShape wide = shape(14336 * 3, {4}, true);
   wide.q8_input = true;
   wide.columns = kx::kMaxGemvColumns;
-  EXPECT_THROW(kx::gemv_kernel(wide), ptx::Error);                         // 16 columns of 43008: over 227 KiB
+  EXPECT_THROW(kx::gemv_kernel(wide), ptx::Error);                         // 16 normed columns of 43008: over 227 KiB
+  wide.norm = false;
+  EXPECT_EQ(kx::gemv_geometry(wide).shared_bytes, 16u * kx::q8_pass_column_bytes(wide));   // in passes instead
+  EXPECT_LE(kx::gemv_geometry(wide).shared_bytes, kx::kQ8OnePassBytes);
 }
 
 }  // namespace

@@ -147,7 +147,14 @@ TEST(Ptxas, GemvKernelsAssembleWithoutSpills) {
     s.q8_input = true;
     shapes.push_back(s);
   }
-  // N input columns (a batch) at Llama-3-8B's QKV, gate/up (a GLU), down (Q6_K) and gemma-3-270m's QKV.
+  // N input columns (a batch) at Llama-3-8B's QKV, gate/up (a GLU), down (Q6_K; Q4_K at 16 below) and
+  // gemma-3-270m's QKV.
+  {
+    kx::GemvShape down = typed(14336, {{GgmlType::Q4_K, 4096}}, false, true);
+    down.q8_input = true;
+    down.columns = 16;
+    shapes.push_back(down);
+  }
   for (uint32_t n : {4u, 16u}) {
     for (kx::GemvShape s : {typed(4096, {{GgmlType::Q4_K, 4096}, {GgmlType::Q4_K, 1024}, {GgmlType::Q6_K, 1024}}, true,
                                   false),
@@ -157,8 +164,7 @@ TEST(Ptxas, GemvKernelsAssembleWithoutSpills) {
       s.q8_input = true;
       s.columns = n;
       if (s.segments.size() == 2) s.glu = kx::Glu::SwiGlu;
-      if (n == 16 && s.n_in == 14336) s.columns = 8;   // 16 columns of 14336 pass 227 KiB of shared memory
-      shapes.push_back(s);
+      shapes.push_back(s);   // 16 columns of 14336: the input in passes (q8_pass_blocks), two rows per warp
     }
   }
   // Issue 25's types at Llama-3-8B's shapes: QKV on both inputs, the

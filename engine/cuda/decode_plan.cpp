@@ -112,7 +112,8 @@ DecodePlan step_plan(const DecodePlan& one, uint32_t tokens) {
     DecodePlan p = one;
     // The most columns (T, T/2, ... 1; T a power of two) whose kernel exists and
     // stages its inputs in at most 200 KiB of shared memory (Llama-3-8B's down
-    // GEMV takes 8 of 16 8-bit columns of 14336); the builder launches T / columns.
+    // GEMV takes 16 8-bit columns of 14336 in two passes over its input,
+    // kernels/decode/gemv_q8.h); the builder launches T / columns.
     auto columns = [&](kx::GemvShape& s) {
         for (uint32_t n = tokens; n > 1; n /= 2) {
             kx::GemvShape c = s;

@@ -458,7 +458,9 @@ LaunchGeometry gemv_geometry(const GemvShape& s) {
   LaunchGeometry g;
   g.grid = {ceil_div(total_rows(s), p.rows_per_block), 1, 1};
   g.block = {32 * p.warps, 1, 1};
-  g.shared_bytes = s.q8_input      ? q8_shared_bytes(s)               // the 8-bit input, every column
+  const uint32_t passes = q8_pass_blocks(s);
+  g.shared_bytes = passes          ? s.columns * q8_pass_column_bytes(s)   // a pass's 8-bit input, every column
+                   : s.q8_input    ? q8_shared_bytes(s)               // the 8-bit input, every column
                    : s.columns > 1 ? s.columns * s.n_in * 4           // F16/BF16: every column's f32 input
                                    : s.n_in * 4 + s.n_in / 8 * 4;   // the staged input, then its 8-element sums
   return g;
@@ -584,7 +586,10 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
   };
   Symbol col_scale;
   Reg ss = k.mov(Type::f32, 0.0f);
-  if (s.columns > 1 && !s.q8_input) {
+  const uint32_t pass_blocks = q8_pass_blocks(s);
+  if (pass_blocks) {
+    // staged pass by pass with the rows below
+  } else if (s.columns > 1 && !s.q8_input) {
     k.comment("stage each f32 input column (times the norm weight); each column's 1 / rms");
     if (s.norm) col_scale = k.shared_array("col_scale", Type::f32, s.columns);
     Reg col = k.reg(Type::u32);
@@ -634,7 +639,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
   if (s.norm && s.columns == 1) {
     k.comment("1 / rms: every row's result is scaled by it");
     scale = rms_scale(ss);
-  } else {
+  } else if (!pass_blocks) {
     k.bar_sync(0);
   }
 
@@ -672,11 +677,73 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
     return mine;
   };
   Reg writes = s.columns == 1 ? is_lane0 : k.setp(Cmp::lt, lane, s.columns);
+  // A row's results into its outputs (column c's by lane c).
+  auto store = [&](const Reg& ya, const Reg& acc) {
+    k.when(writes, [&] {
+      if (s.accumulate) {
+        Reg old = k.ld_global(Type::f32, at(ya));
+        k.st_global(at(ya), k.add(old, acc));
+      } else {
+        k.st_global(at(ya), acc);
+      }
+    });
+  };
+  if (pass_blocks) {
+    // One matrix (q8_pass_blocks): the warp's rows row_w + warps * r, each
+    // with its lane's accumulators, through every pass; then reduced and
+    // stored.
+    const GemvSegment& seg = s.segments[0];
+    const RowLayout layout = row_layout(seg.type, s.n_in);
+    const uint32_t nb = s.n_in / 256, slots = ceil_div(plan.rows_per_block, plan.warps);
+    const uint32_t col_bytes = q8_pass_column_bytes(s);
+    std::vector<std::vector<Reg>> acc;
+    for (uint32_t r = 0; r < slots; ++r) {
+      acc.emplace_back();
+      for (uint32_t c = 0; c < s.columns; ++c) acc.back().push_back(k.mov(Type::f32, 0.0f));
+    }
+    for (uint32_t first = 0; first < nb; first += pass_blocks) {
+      GemvShape pass = s;
+      pass.n_in = std::min(pass_blocks, nb - first) * 256;
+      k.comment("pass: quantize blocks " + std::to_string(first) + " .. " + std::to_string(first + pass.n_in / 256) +
+                " of each input column");
+      if (first) k.bar_sync(0);   // every warp is done with the last pass's input
+      Reg col = k.reg(Type::u32);
+      k.for_range(col, 0u, s.columns, 1u, [&] {
+        Reg xc = k.add(x, k.mul_wide(col, s.n_in * 4));
+        stage_q8_input(k, pass, k.add(xc, uint64_t(first) * 1024), norm_w, k.mad_lo(col, col_bytes, xs), lane, warp,
+                       plan.warps, ss);
+      }, false);
+      k.bar_sync(0);
+      const bool last = first + pass_blocks >= nb;
+      for (uint32_t r = 0; r < slots; ++r) {
+        Reg row_r = k.add(row_w, r * plan.warps);
+        k.if_(k.setp(Cmp::lt, row_r, row_end), [&] {
+          Reg wrow = k.add(k.param("w0"), k.mul_wide(row_r, layout.row_bytes));
+          q8_row_dot_pass(k, pass, layout, wrow, lane, xs, col_bytes, first, acc[r]);
+          if (last)
+            store(k.add(k.param("y0"), k.mul_wide(s.columns == 1 ? row_r : k.mad_lo(lane, seg.rows, row_r), 4u)),
+                  lane_result(acc[r]));
+        });
+      }
+    }
+    return emit.done(true);
+  }
   k.for_range(row, row_w, row_end, plan.warps, [&] {
     if (s.glu != Glu::None) {
       k.comment("the gate row and the up row, then act(gate) * up");
-      Reg gate = lane_result(row_dot(0, row));
-      Reg upv = lane_result(row_dot(1, row));
+      Reg gate, upv;
+      if (q8_rows_together(s)) {   // each input word read once for both rows
+        const RowLayout layout = row_layout(s.segments[0].type, s.n_in);
+        const std::vector<std::vector<Reg>> both = q8_rows_dot(
+            k, s, layout,
+            {k.add(k.param("w0"), k.mul_wide(row, layout.row_bytes)), k.add(k.param("w1"), k.mul_wide(row, layout.row_bytes))},
+            lane, xs);
+        gate = lane_result(both[0]);
+        upv = lane_result(both[1]);
+      } else {
+        gate = lane_result(row_dot(0, row));
+        upv = lane_result(row_dot(1, row));
+      }
       Reg ya = k.add(k.param("y0"), k.mul_wide(s.columns == 1 ? row : k.mad_lo(lane, s.segments[0].rows, row), 4u));
       k.when(writes, [&] { k.st_global(at(ya), k.mul(glu_activation(k, gate, s.glu), upv)); });
       return;
@@ -686,17 +753,8 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
       const GemvSegment& seg = s.segments[si];
       Reg local = k.sub(row, base);   // wraps above rows when row < base
       k.if_(k.setp(Cmp::lt, local, seg.rows), [&] {
-        Reg acc = lane_result(row_dot(si, local));
-        Reg ya = k.add(k.param(indexed("y", si)),
-                       k.mul_wide(s.columns == 1 ? local : k.mad_lo(lane, seg.rows, local), 4u));
-        k.when(writes, [&] {
-          if (s.accumulate) {
-            Reg old = k.ld_global(Type::f32, at(ya));
-            k.st_global(at(ya), k.add(old, acc));
-          } else {
-            k.st_global(at(ya), acc);
-          }
-        });
+        store(k.add(k.param(indexed("y", si)), k.mul_wide(s.columns == 1 ? local : k.mad_lo(lane, seg.rows, local), 4u)),
+              lane_result(row_dot(si, local)));
       });
       base += seg.rows;
     }

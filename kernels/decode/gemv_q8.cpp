@@ -5,6 +5,7 @@
 #include "kernels/decode/gemv_q8.h"
 
 #include <algorithm>
+#include <array>
 #include <optional>
 
 #include "kernels/decode/gemv_types.h"
@@ -143,8 +144,31 @@ void stage_q8_input256(Kernel& k, const GemvShape& s, const Reg& x, const Reg& n
   });
 }
 
-// The per-warp dot product of one Q4_K row with the 8-bit input (see
-// stage_q8_input256). Lane l takes part j = l % 4 of blocks l / 4 + 8i: quant
+// One f32 accumulator per input column, zero.
+std::vector<Reg> zero_accumulators(Kernel& k, uint32_t columns) {
+  std::vector<Reg> acc;
+  for (uint32_t c = 0; c < columns; ++c) acc.push_back(k.mov(Type::f32, 0.0f));
+  return acc;
+}
+
+// Several rows' accumulators: [row][column].
+using RowsAcc = std::vector<std::vector<Reg>>;
+
+RowsAcc zero_rows(Kernel& k, size_t rows, uint32_t columns) {
+  RowsAcc acc;
+  for (size_t r = 0; r < rows; ++r) acc.push_back(zero_accumulators(k, columns));
+  return acc;
+}
+
+// t added to acc, or nothing for a step past the row's end (step u > 0: the
+// loop's bound keeps step 0 in the row).
+void add_step(Kernel& k, const Reg& acc, const Reg& t, uint32_t u, const Reg& valid) {
+  k.add(acc, acc, u == 0 ? t : k.selp(t, 0.0f, valid, Type::f32));
+}
+
+// The per-warp dot products of Q4_K rows (one, or a GLU's gate and up row)
+// with the 8-bit input (see stage_q8_input256). Lane l takes part j = l % 4
+// of blocks l / 4 + 8i: quant
 // bytes 32j .. 32j + 31, whose low nibbles are sub-block 2j (elements 64j ..
 // + 31) and high nibbles sub-block 2j + 1 (the next 32). Per block: four
 // dp4a sums of 8 per sub-block, times the 6-bit scales, minus the mins times
@@ -153,77 +177,100 @@ void stage_q8_input256(Kernel& k, const GemvShape& s, const Reg& x, const Reg& n
 // row's end loads the last block again and adds nothing. Each of `columns`
 // inputs (col_bytes apart) takes the same integer sums of the same nibbles
 // and its own f32 accumulator, in the same order whatever the column count.
-std::vector<Reg> q4k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq,
-                                uint32_t n_in, uint32_t columns, uint32_t col_bytes) {
-  const uint32_t nb = l.blocks, unroll = std::min(q8_unroll(columns), ceil_div(nb, 8));
+// Each column's inputs are read from shared memory once for all the rows;
+// each row's arithmetic is what it is alone.
+RowsAcc q4k_rows_dot_q8(Kernel& k, const RowLayout& l, const std::vector<Reg>& wrows, const Reg& lane, const Reg& xq,
+                        uint32_t n_in, uint32_t columns, uint32_t col_bytes, uint32_t first = 0,
+                        const RowsAcc* carry = nullptr) {
+  const uint32_t nb = n_in / 256, unroll = std::min(q8_unroll(columns), ceil_div(nb, 8));
+  const size_t R = wrows.size();
   const Q8Lanes lanes(k, lane);
   const Reg& j = lanes.j;
   const K4Scales k4(k, j);
   Reg qoff = k.cvt(Type::u64, k.shl(j, 5u));
   const Q8Layout q8(n_in);
   Reg sums_off = k.add(k.shl(j, 3u), q8.sum32);
-  std::vector<Reg> acc;
-  for (uint32_t c = 0; c < columns; ++c) acc.push_back(k.mov(Type::f32, 0.0f));
+  RowsAcc acc = carry ? *carry : zero_rows(k, R, columns);
   Reg b = k.reg(Type::u32);
   k.for_range(b, lanes.first, nb, 8 * unroll, [&] {
     std::vector<Reg> bu, valid;
-    std::vector<std::vector<Reg>> q, h;
+    std::vector<std::vector<std::vector<Reg>>> q(unroll), h(unroll);   // [step][row]: quant words, scale words
     for (uint32_t u = 0; u < unroll; ++u) {
       const auto [block, counts] = q8_step(k, b, u, nb);
       bu.push_back(block);
       valid.push_back(counts);
-      Reg qa = k.add(k.add(wrow, k.mul_wide(bu[u], 128u)), qoff);
-      std::vector<Reg> qv = ld_v4_nc(k, Type::u32, qa), qv2 = ld_v4_nc(k, Type::u32, qa, 16);
-      qv.insert(qv.end(), qv2.begin(), qv2.end());
-      q.push_back(qv);
-      h.push_back(ld_v4_nc(k, Type::u32, k.add(wrow, k.cvt(Type::u64, k.mad_lo(bu[u], 16u, l.planes[1].offset)))));
+      for (const Reg& wrow : wrows) {
+        // The row's block is `first` past the staged one (a pass).
+        Reg qa = k.add(k.add(wrow, k.mul_wide(bu[u], 128u)), qoff);
+        std::vector<Reg> qv = ld_v4_nc(k, Type::u32, qa, 128 * first), qv2 = ld_v4_nc(k, Type::u32, qa, 128 * first + 16);
+        qv.insert(qv.end(), qv2.begin(), qv2.end());
+        q[u].push_back(qv);
+        h[u].push_back(ld_v4_nc(k, Type::u32,
+                                k.add(wrow, k.cvt(Type::u64, k.mad_lo(bu[u], 16u, l.planes[1].offset + 16 * first)))));
+      }
     }
     for (uint32_t u = 0; u < unroll; ++u) {
-      std::vector<Reg> lo, hi;   // the nibbles, for every column
-      for (uint32_t w = 0; w < 8; ++w) {
-        lo.push_back(k.and_(q[u][w], 0x0f0f0f0fu));
-        hi.push_back(k.and_(k.shr(q[u][w], 4u), 0x0f0f0f0fu));
+      struct Unpacked {
+        std::vector<Reg> lo, hi;   // the nibbles, for every column
+        Reg sc_lo, sc_hi, m_lo, m_hi, d, dmin;
+      };
+      std::vector<Unpacked> rows;
+      for (size_t r = 0; r < R; ++r) {
+        Unpacked w;
+        for (uint32_t i = 0; i < 8; ++i) {
+          w.lo.push_back(k.and_(q[u][r][i], 0x0f0f0f0fu));
+          w.hi.push_back(k.and_(k.shr(q[u][r][i], 4u), 0x0f0f0f0fu));
+        }
+        // 6-bit scales and mins of sub-blocks 2j, 2j + 1 (unpack_k_scales).
+        const std::array<Reg, 4> sm = k4.unpack(k, h[u][r][1], h[u][r][2], h[u][r][3]);
+        w.sc_lo = sm[0], w.sc_hi = sm[1], w.m_lo = sm[2], w.m_hi = sm[3];
+        w.d = half_to_f32(k, h[u][r][0], 0);
+        w.dmin = half_to_f32(k, h[u][r][0], 16);
+        rows.push_back(w);
       }
-      // 6-bit scales and mins of sub-blocks 2j, 2j + 1 (unpack_k_scales).
-      const auto [sc_lo, sc_hi, m_lo, m_hi] = k4.unpack(k, h[u][1], h[u][2], h[u][3]);
-      Reg d = half_to_f32(k, h[u][0], 0), dmin = half_to_f32(k, h[u][0], 16);
       const Q8Lanes::Inputs in = lanes.inputs(k, xq, q8, bu[u]);
       const Reg sums_at = k.add(k.mad_lo(bu[u], 32u, xq), sums_off);
       for (uint32_t col = 0; col < columns; ++col) {
+        // The column's inputs, read once for every row.
         const uint32_t co = col * col_bytes;
         const auto [x, dx] = lanes.input(k, in, co);
         std::vector<Reg> sums = ld_vec(k, Space::shared, Type::s32, 2, sums_at, co);
-        Reg il = k.mov(Type::s32, 0), ih = k.mov(Type::s32, 0);
-        for (uint32_t w = 0; w < 8; ++w) {
-          k.dp4a(il, lo[w], x[w], il);
-          k.dp4a(ih, hi[w], x[8 + w], ih);
+        for (size_t r = 0; r < R; ++r) {
+          const Unpacked& w = rows[r];
+          Reg il = k.mov(Type::s32, 0), ih = k.mov(Type::s32, 0);
+          for (uint32_t i = 0; i < 8; ++i) {
+            k.dp4a(il, w.lo[i], x[i], il);
+            k.dp4a(ih, w.hi[i], x[8 + i], ih);
+          }
+          Reg isum = k.mul(w.sc_lo, il);
+          k.mad_lo(isum, w.sc_hi, ih, isum);
+          Reg imin = k.mul(w.m_lo, sums[0]);
+          k.mad_lo(imin, w.m_hi, sums[1], imin);
+          Reg dd = k.mul(w.d, dx), dm = k.mul(w.dmin, dx);
+          add_step(k, acc[r][col], k.sub(k.mul(dd, k.cvt(Type::f32, isum)), k.mul(dm, k.cvt(Type::f32, imin))), u,
+                   valid[u]);
         }
-        Reg isum = k.mul(sc_lo, il);
-        k.mad_lo(isum, sc_hi, ih, isum);
-        Reg imin = k.mul(m_lo, sums[0]);
-        k.mad_lo(imin, m_hi, sums[1], imin);
-        Reg dd = k.mul(d, dx), dm = k.mul(dmin, dx);
-        Reg t = k.sub(k.mul(dd, k.cvt(Type::f32, isum)), k.mul(dm, k.cvt(Type::f32, imin)));
-        k.add(acc[col], acc[col], k.selp(t, 0.0f, valid[u], Type::f32));
       }
     }
   });
   return acc;
 }
 
-// The per-warp dot product of one Q6_K row with the 8-bit input, on the same
-// lane map as q4k_row_dot_q8: lane l takes part j = l % 4 (elements 64j ..
+// The per-warp dot products of Q6_K rows with the 8-bit input, on the same
+// lane map as q4k_rows_dot_q8: lane l takes part j = l % 4 (elements 64j ..
 // 64j + 63, half h = j / 2 of the block, k = j % 2) of blocks l / 4 + 8i.
 // Its elements are q1, q2 (k = 0) or q3, q4 (k = 1) of ql bytes 64h .. + 63
 // (nibble k) and qh bytes 32h .. + 31 (bits 4k, 4k + 2), the 16-element
 // groups 4j .. 4j + 3 with int8 scales scales[4j .. 4j + 3] (one word).
 // Per group: dp4a sums, minus 32 times the group's input sum, times its
 // scale; then d·dx in f32 per block, as the CPU's dot_q6_k. Loads as in
-// q4k_row_dot_q8: up to kQ8Unroll steps of 8 blocks issue together; columns
-// as there.
-std::vector<Reg> q6k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq,
-                                uint32_t n_in, uint32_t columns, uint32_t col_bytes) {
-  const uint32_t nb = l.blocks, unroll = std::min(q8_unroll(columns), ceil_div(nb, 8));
+// q4k_rows_dot_q8: up to kQ8Unroll steps of 8 blocks issue together; columns
+// and rows as there.
+RowsAcc q6k_rows_dot_q8(Kernel& k, const RowLayout& l, const std::vector<Reg>& wrows, const Reg& lane, const Reg& xq,
+                        uint32_t n_in, uint32_t columns, uint32_t col_bytes, uint32_t first = 0,
+                        const RowsAcc* carry = nullptr) {
+  const uint32_t nb = n_in / 256, unroll = std::min(q8_unroll(columns), ceil_div(nb, 8));
+  const size_t R = wrows.size();
   const Q8Lanes lanes(k, lane);
   const Reg& j = lanes.j;
   Reg nib = k.shl(k.and_(j, 1u), 2u);         // 4k: the nibble of ql, the first qh bit pair
@@ -236,63 +283,79 @@ std::vector<Reg> q6k_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, 
   Reg gsum_off = k.add(k.shl(j, 4u), q8.sum16);
   MemOpt nc;
   nc.nc = true;
-  std::vector<Reg> acc;
-  for (uint32_t c = 0; c < columns; ++c) acc.push_back(k.mov(Type::f32, 0.0f));
+  RowsAcc acc = carry ? *carry : zero_rows(k, R, columns);
   Reg b = k.reg(Type::u32);
   k.for_range(b, lanes.first, nb, 8 * unroll, [&] {
-    std::vector<Reg> bu, valid, sc, dbits;
-    std::vector<std::vector<Reg>> ql, qh;
+    std::vector<Reg> bu, valid;
+    struct Raw {
+      std::vector<Reg> ql, qh;
+      Reg sc, dbits;
+    };
+    std::vector<std::vector<Raw>> raw(unroll);   // [step][row]
     for (uint32_t u = 0; u < unroll; ++u) {
       const auto [block, counts] = q8_step(k, b, u, nb);
       bu.push_back(block);
       valid.push_back(counts);
-      Reg qa = k.add(k.add(wrow, k.mul_wide(bu[u], 128u)), ql_off);
-      std::vector<Reg> v;
-      for (uint32_t c = 0; c < 4; ++c) {
-        std::vector<Reg> w = ld_v4_nc(k, Type::u32, qa, 16 * c);
-        v.insert(v.end(), w.begin(), w.end());
+      for (const Reg& wrow : wrows) {
+        // The row's block is `first` past the staged one (a pass).
+        Raw w;
+        Reg qa = k.add(k.add(wrow, k.mul_wide(bu[u], 128u)), ql_off);
+        for (uint32_t c = 0; c < 4; ++c) {
+          std::vector<Reg> v = ld_v4_nc(k, Type::u32, qa, 128 * first + 16 * c);
+          w.ql.insert(w.ql.end(), v.begin(), v.end());
+        }
+        Reg ha = k.add(k.add(wrow, k.mul_wide(bu[u], 64u)), qh_off);
+        w.qh = ld_v4_nc(k, Type::u32, ha, 64 * first);
+        std::vector<Reg> hv2 = ld_v4_nc(k, Type::u32, ha, 64 * first + 16);
+        w.qh.insert(w.qh.end(), hv2.begin(), hv2.end());
+        w.sc = k.reg(Type::u32);
+        k.ld(Space::global, w.sc, at(k.add(k.add(wrow, k.mul_wide(bu[u], 16u)), sc_off), 16 * first), nc);
+        w.dbits = k.reg(Type::u16);
+        k.ld(Space::global, w.dbits,
+             at(k.add(wrow, k.cvt(Type::u64, k.mad_lo(bu[u], 2u, l.planes[3].offset + 2 * first)))), nc);
+        raw[u].push_back(w);
       }
-      ql.push_back(v);
-      Reg ha = k.add(k.add(wrow, k.mul_wide(bu[u], 64u)), qh_off);
-      std::vector<Reg> hv = ld_v4_nc(k, Type::u32, ha), hv2 = ld_v4_nc(k, Type::u32, ha, 16);
-      hv.insert(hv.end(), hv2.begin(), hv2.end());
-      qh.push_back(hv);
-      Reg s32 = k.reg(Type::u32);
-      k.ld(Space::global, s32, at(k.add(k.add(wrow, k.mul_wide(bu[u], 16u)), sc_off)), nc);
-      sc.push_back(s32);
-      Reg db = k.reg(Type::u16);
-      k.ld(Space::global, db, at(k.add(wrow, k.cvt(Type::u64, k.mad_lo(bu[u], 2u, l.planes[3].offset)))), nc);
-      dbits.push_back(db);
     }
     for (uint32_t u = 0; u < unroll; ++u) {
-      // The part's 16 words of 6-bit quants, for every column. Word w: ql
-      // word w (the first 32 elements) or w - 8 + 8 (ql bytes 32 .. 63 for
-      // the next 32); qh word w % 8, bit pair 4k for the first 32 elements,
-      // 4k + 2 for the next.
-      std::vector<Reg> w6, scale;
-      for (uint32_t w = 0; w < 16; ++w) {
-        Reg q = k.and_(k.shr(ql[u][w], nib), 0x0f0f0f0fu);
-        Reg top = k.and_(k.shl(k.shr(qh[u][w % 8], w < 8 ? nib : nib2), 4u), 0x30303030u);
-        w6.push_back(k.or_(q, top));
+      // Each row's part: 16 words of 6-bit quants, for every column. Word w:
+      // ql word w (the first 32 elements) or w - 8 + 8 (ql bytes 32 .. 63
+      // for the next 32); qh word w % 8, bit pair 4k for the first 32
+      // elements, 4k + 2 for the next. Its four group scales and d.
+      struct Unpacked {
+        std::vector<Reg> w6, scale;
+        Reg d;
+      };
+      std::vector<Unpacked> rows;
+      for (const Raw& r : raw[u]) {
+        Unpacked w;
+        for (uint32_t i = 0; i < 16; ++i) {
+          Reg q = k.and_(k.shr(r.ql[i], nib), 0x0f0f0f0fu);
+          Reg top = k.and_(k.shl(k.shr(r.qh[i % 8], i < 8 ? nib : nib2), 4u), 0x30303030u);
+          w.w6.push_back(k.or_(q, top));
+        }
+        for (uint32_t g = 0; g < 4; ++g) w.scale.push_back(k.bfe(k.bitcast(Type::s32, r.sc), 8 * g, 8u));   // signed
+        w.d = k.cvt(Type::f32, k.bitcast(Type::f16, r.dbits));
+        rows.push_back(w);
       }
-      for (uint32_t g = 0; g < 4; ++g) scale.push_back(k.bfe(k.bitcast(Type::s32, sc[u]), 8 * g, 8u));   // signed
-      Reg d = k.cvt(Type::f32, k.bitcast(Type::f16, dbits[u]));
       const Q8Lanes::Inputs in = lanes.inputs(k, xq, q8, bu[u]);
       const Reg gsum_at = k.add(k.mad_lo(bu[u], 64u, xq), gsum_off);
       for (uint32_t col = 0; col < columns; ++col) {
+        // The column's inputs, read once for every row.
         const uint32_t co = col * col_bytes;
         const auto [x, dx] = lanes.input(k, in, co);
         std::vector<Reg> gsum = ld_vec(k, Space::shared, Type::s32, 4, gsum_at, co);
-        Reg isum = k.mov(Type::s32, 0);
-        for (uint32_t g = 0; g < 4; ++g) {   // elements 16g .. 16g + 15 of the part: 4 words
-          Reg gs = k.mov(Type::s32, 0);
-          for (uint32_t w = 4 * g; w < 4 * g + 4; ++w) k.dp4a(gs, w6[w], x[w], gs);
-          Reg centered = k.reg(Type::s32);
-          k.mad_lo(centered, gsum[g], -32, gs);
-          k.mad_lo(isum, scale[g], centered, isum);
+        for (size_t r = 0; r < R; ++r) {
+          const Unpacked& w = rows[r];
+          Reg isum = k.mov(Type::s32, 0);
+          for (uint32_t g = 0; g < 4; ++g) {   // elements 16g .. 16g + 15 of the part: 4 words
+            Reg gs = k.mov(Type::s32, 0);
+            for (uint32_t i = 4 * g; i < 4 * g + 4; ++i) k.dp4a(gs, w.w6[i], x[i], gs);
+            Reg centered = k.reg(Type::s32);
+            k.mad_lo(centered, gsum[g], -32, gs);
+            k.mad_lo(isum, w.scale[g], centered, isum);
+          }
+          add_step(k, acc[r][col], k.mul(k.mul(w.d, dx), k.cvt(Type::f32, isum)), u, valid[u]);
         }
-        Reg dd = k.mul(d, dx);
-        k.add(acc[col], acc[col], k.selp(k.mul(dd, k.cvt(Type::f32, isum)), 0.0f, valid[u], Type::f32));
       }
     }
   });
@@ -356,7 +419,7 @@ void stage_q8_input32(Kernel& k, const GemvShape& s, const Reg& x, const Reg& no
 // blocks l + 32i, two steps' loads issued together. Per block, as the CPU's
 // dot_q*: Q8_0 d·dx·Σq·x; Q4_0 d·dx·(Σq·x − 8Σx); Q5_0 the same with the
 // fifth bit from qh and 16; Q4_1 d·dx·Σq·x + m·s; IQ4_NL d·dx·Σv·x, the codes'
-// values v from kvalues_iq4nl by prmt (Iq4Table). Columns as in q4k_row_dot_q8.
+// values v from kvalues_iq4nl by prmt (Iq4Table). Columns as in q4k_rows_dot_q8.
 std::vector<Reg> block32_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xq,
                                     uint32_t n_in, uint32_t columns, uint32_t col_bytes) {
   const GgmlType t = l.type;
@@ -483,10 +546,52 @@ void stage_q8_input(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm
 std::vector<Reg> q8_row_dot(Kernel& k, const GemvShape& s, const RowLayout& l, const Reg& wrow, const Reg& lane,
                             const Reg& xq) {
   const uint32_t cb = q8_column_bytes(s);
-  return l.type == GgmlType::Q4_K   ? q4k_row_dot_q8(k, l, wrow, lane, xq, s.n_in, s.columns, cb)
-         : l.type == GgmlType::Q6_K ? q6k_row_dot_q8(k, l, wrow, lane, xq, s.n_in, s.columns, cb)
+  return l.type == GgmlType::Q4_K   ? q4k_rows_dot_q8(k, l, {wrow}, lane, xq, s.n_in, s.columns, cb)[0]
+         : l.type == GgmlType::Q6_K ? q6k_rows_dot_q8(k, l, {wrow}, lane, xq, s.n_in, s.columns, cb)[0]
          : k256_decoded(l.type)     ? k256_row_dot_q8(k, l, wrow, lane, xq, s.n_in, s.columns, cb)
                                     : block32_row_dot_q8(k, l, wrow, lane, xq, s.n_in, s.columns, cb);
+}
+
+uint32_t q8_pass_blocks(const GemvShape& s) {
+  if (!s.q8_input || !q8_blocks256(s) || q8_shared_bytes(s) <= kQ8OnePassBytes) return 0;
+  if (s.norm || s.glu != Glu::None || s.segments.size() != 1) return 0;
+  const GgmlType t = s.segments[0].type;
+  if (t != GgmlType::Q4_K && t != GgmlType::Q6_K) return 0;
+  const GemvPlan plan = gemv_plan(s);
+  if (ceil_div(plan.rows_per_block, plan.warps) * s.columns > 64) return 0;   // every row's accumulators held
+  // Whole steps of the row dot's lanes (16 blocks: two steps of 8 when
+  // unrolled), so no pass but the last has a step past its end.
+  const uint32_t nb = s.n_in / 256;
+  for (uint32_t pb = (nb - 1) / 16 * 16; pb >= 16; pb -= 16)
+    if (uint64_t(s.columns) * ((Q8Layout(256 * pb).bytes + 15) / 16 * 16) <= kQ8OnePassBytes) return pb;
+  return 0;
+}
+
+uint32_t q8_pass_column_bytes(const GemvShape& s) {
+  const uint32_t pb = q8_pass_blocks(s);
+  return pb ? (Q8Layout(256 * pb).bytes + 15) / 16 * 16 : q8_column_bytes(s);
+}
+
+void q8_row_dot_pass(Kernel& k, const GemvShape& pass, const RowLayout& l, const Reg& wrow, const Reg& lane,
+                     const Reg& xq, uint32_t col_bytes, uint32_t first, const std::vector<Reg>& acc) {
+  const RowsAcc carry = {acc};
+  if (l.type == GgmlType::Q4_K) q4k_rows_dot_q8(k, l, {wrow}, lane, xq, pass.n_in, pass.columns, col_bytes, first, &carry);
+  else if (l.type == GgmlType::Q6_K) q6k_rows_dot_q8(k, l, {wrow}, lane, xq, pass.n_in, pass.columns, col_bytes, first, &carry);
+  else throw Error("gemv: an 8-bit input in passes serves Q4_K and Q6_K only");
+}
+
+bool q8_rows_together(const GemvShape& s) {
+  if (!s.q8_input || s.glu == Glu::None) return false;
+  const GgmlType t = s.segments[0].type;
+  return (t == GgmlType::Q4_K || t == GgmlType::Q6_K) && s.segments[1].type == t;
+}
+
+std::vector<std::vector<Reg>> q8_rows_dot(Kernel& k, const GemvShape& s, const RowLayout& l,
+                                          const std::vector<Reg>& wrows, const Reg& lane, const Reg& xq) {
+  const uint32_t cb = q8_column_bytes(s);
+  if (l.type == GgmlType::Q4_K) return q4k_rows_dot_q8(k, l, wrows, lane, xq, s.n_in, s.columns, cb);
+  if (l.type == GgmlType::Q6_K) return q6k_rows_dot_q8(k, l, wrows, lane, xq, s.n_in, s.columns, cb);
+  throw Error("gemv: rows together serve Q4_K and Q6_K only");
 }
 
 bool gemv_supports_q8_input(GgmlType t) {

@@ -111,4 +111,33 @@ void stage_q8_input(ptx::Kernel& k, const GemvShape& s, const ptx::Reg& x, const
 std::vector<ptx::Reg> q8_row_dot(ptx::Kernel& k, const GemvShape& s, const RowLayout& l, const ptx::Reg& wrow,
                                  const ptx::Reg& lane, const ptx::Reg& xq);
 
+// A GLU's gate and up rows of one type, Q4_K or Q6_K, in one pass over the
+// blocks: each column's input words read from shared memory once for both
+// (half the shared-memory traffic); each row's arithmetic as alone.
+// Results [row][column].
+bool q8_rows_together(const GemvShape& s);
+std::vector<std::vector<ptx::Reg>> q8_rows_dot(ptx::Kernel& k, const GemvShape& s, const RowLayout& l,
+                                               const std::vector<ptx::Reg>& wrows, const ptx::Reg& lane,
+                                               const ptx::Reg& xq);
+
+// The 8-bit input in passes: when every column's input does not fit in
+// shared memory at once (kQ8OnePassBytes; a step's down projection at 16
+// columns of 14336), the kernel stages and multiplies it in passes of
+// q8_pass_blocks(s) blocks of 256, each lane carrying its accumulators from
+// pass to pass. A lane adds the same terms in the same order as in one pass,
+// so every column's result is the one-pass kernel's, bit for bit. For one
+// Q4_K or Q6_K matrix without a norm or GLU, whose block holds few enough
+// rows per warp to keep every row's accumulators; 0: one pass (or none
+// fits, and gemv refuses the shape).
+constexpr uint32_t kQ8OnePassBytes = 200 * 1024;
+uint32_t q8_pass_blocks(const GemvShape& s);
+// Shared memory one column of a pass takes (the column stride), all columns'.
+uint32_t q8_pass_column_bytes(const GemvShape& s);
+// Pass `p` of the row dot: blocks first .. first + the pass's (s.n_in / 256)
+// of the row, the staged input holding those (col_bytes apart), added into
+// acc (one per column).
+void q8_row_dot_pass(ptx::Kernel& k, const GemvShape& pass, const RowLayout& l, const ptx::Reg& wrow,
+                     const ptx::Reg& lane, const ptx::Reg& xq, uint32_t col_bytes, uint32_t first,
+                     const std::vector<ptx::Reg>& acc);
+
 }  // namespace ptxlm::kernels
