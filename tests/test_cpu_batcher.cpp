@@ -22,6 +22,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/session.h"
 #include "models/synth/synth.h"
+#include "tests/forwarding_step.h"
 
 using namespace ptxlm;
 
@@ -154,29 +155,17 @@ TEST_P(Fixture, ReadingLogitsBeforeTheStepIsCaught) {
 
 // A CpuBackend for the batcher that counts the parts of its steps that ask
 // for an argmax and for logits.
-class CountingCpu final : public StepBackend {
+class CountingCpu final : public test::ForwardingStep {
 public:
-    explicit CountingCpu(std::unique_ptr<cpu::CpuBackend> b) : b_(std::move(b)) {}
-    std::string description() const override { return b_->description(); }
-    DeviceInfo device_info() const override { return b_->device_info(); }
-    uint32_t n_ctx() const override { return b_->n_ctx(); }
-    uint32_t n_vocab() const override { return b_->n_vocab(); }
-    void eval_batch(std::span<const TokenId> t, uint32_t pos, float* l, uint32_t n) override { b_->eval_batch(t, pos, l, n); }
-    uint32_t max_batch() const override { return b_->max_batch(); }
+    using ForwardingStep::ForwardingStep;
     void step(std::span<const SeqStep> batch) override {
         for (const SeqStep& s : batch) {
             argmax_parts += s.argmax != nullptr;
             logits_parts += s.logits != nullptr;
         }
-        b_->step(batch);
+        ForwardingStep::step(batch);
     }
-    void copy_page(uint32_t from, uint32_t to, uint32_t positions) override { b_->copy_page(from, to, positions); }
-    KvPages kv_pages() const override { return b_->kv_pages(); }
-    uint32_t max_step_tokens() const override { return b_->max_step_tokens(); }
     uint32_t argmax_parts = 0, logits_parts = 0;
-
-private:
-    std::unique_ptr<cpu::CpuBackend> b_;
 };
 
 // Plain greedy streams (no ignore_eos, penalties or log-probabilities) take

@@ -30,6 +30,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "models/synth/synth.h"
+#include "tests/forwarding_step.h"
 
 using namespace ptxlm;
 
@@ -62,33 +63,22 @@ std::unique_ptr<cuda::CudaBackend> gpu_pool(const Model& m, KvPages pages, Sched
   return std::make_unique<cuda::CudaBackend>(m, cuda::Driver::load(), kCtx, s, path, nullptr, cuda::GpuTuning{}, pages);
 }
 
-// A StepBackend that forwards to the GPU's and counts its page copies.
-class Counting final : public StepBackend {
+// The GPU's StepBackend, its steps' rows and sequences and its page copies counted.
+class Counting final : public test::ForwardingStep {
 public:
-  explicit Counting(std::unique_ptr<cuda::CudaBackend> b) : b_(std::move(b)) {}
-  std::string description() const override { return b_->description(); }
-  DeviceInfo device_info() const override { return b_->device_info(); }
-  uint32_t n_ctx() const override { return b_->n_ctx(); }
-  uint32_t n_vocab() const override { return b_->n_vocab(); }
-  void eval_batch(std::span<const TokenId> t, uint32_t pos, float* l, uint32_t n) override { b_->eval_batch(t, pos, l, n); }
-  uint32_t max_batch() const override { return b_->max_batch(); }
+  using ForwardingStep::ForwardingStep;
   void step(std::span<const SeqStep> batch) override {
     uint32_t n = 0;
     for (const SeqStep& s : batch) n += uint32_t(s.tokens.size());
     most_rows = std::max(most_rows, n);
     most_seqs = std::max(most_seqs, uint32_t(batch.size()));
-    b_->step(batch);
+    ForwardingStep::step(batch);
   }
   void copy_page(uint32_t from, uint32_t to, uint32_t positions) override {
     ++copies;
-    b_->copy_page(from, to, positions);
+    ForwardingStep::copy_page(from, to, positions);
   }
-  KvPages kv_pages() const override { return b_->kv_pages(); }
-  uint32_t max_step_tokens() const override { return b_->max_step_tokens(); }
   uint32_t copies = 0, most_rows = 0, most_seqs = 0;
-
-private:
-  std::unique_ptr<cuda::CudaBackend> b_;
 };
 
 // A sequence's tokens and the logits the batcher wrote for each of them
