@@ -52,10 +52,11 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     m.for_each_weight([&](const Weight& w) {
         weight_bytes += w.rows == 1 ? w.cols * 4 : uint64_t(kx::row_layout(w.type, uint32_t(w.cols)).row_bytes) * w.rows;
     });
-    std::map<float, int> bases;
-    for (const LayerDesc& l : m.layers) bases[l.rope_base] = 1;
+    std::map<Impl::RopeKey, uint32_t> ropes;   // each table's first layer
+    for (uint32_t il = 0; il < m.layers.size(); ++il) ropes.emplace(Impl::rope_key(m, il), il);
     // KV (a step's pool is fixed) + RoPE tables.
-    const uint64_t per_token = (pages.n_pages ? 0 : kv_per_token) + bases.size() * uint64_t(m.n_rot) * 4;
+    uint64_t per_token = pages.n_pages ? 0 : kv_per_token;
+    for (const auto& [key, il] : ropes) per_token += uint64_t(key.n_rot) * 4;
     // (Paged KV rounds the context up to whole pages: at most kKvPageSize - 1
     // more positions; a step's pool holds its own number of pages.)
     const uint64_t fixed = weight_bytes + 4ull * p.rows * (3 * E + 4 * max_q + 2 * max_kv + max_ff + m.n_vocab) + (64 << 20) +
@@ -112,10 +113,9 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
 
     // RoPE tables: cos, sin of (pos · freq_scale) · rate, in double then f32,
     // times the magnitude (YaRN's), as the CPU's rope() takes them.
-    for (const auto& [base, unused] : bases) {
-        (void)unused;
+    for (const auto& [key, il] : ropes) {
         // n_rot/2 pairs a position (partial rotary: the rest of a head is not rotated).
-        const std::vector<double> inv = rope_rates(m, base, C);
+        const std::vector<double> inv = rope_rates(m, il, key.base, C);
         const size_t rp = inv.size();
         std::vector<float> t(size_t(C) * 2 * rp);
         for (uint32_t pos = 0; pos < C; ++pos) {
@@ -128,7 +128,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         }
         DeviceBuffer b(p.ctx, t.size() * 4);
         b.upload(t.data(), t.size() * 4);
-        p.rope_tables.emplace(base, std::move(b));
+        p.rope_tables.emplace(key, std::move(b));
     }
     // The KV cache: C positions a layer, or under paged KV kv_pages(C) whole
     // pages (a step's pool: its own number).
@@ -203,7 +203,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         const LayerDesc& l = m.layers[il];
         const size_t qkv_op = p.add(bind(kx::gemv_kernel, lp.qkv), {X, attn_norm[il], wq[il], Q, wk[il], K, wv[il], V});
         p.gemv_io.push_back({qkv_op, lp.qkv, &l.attn_norm, {&l.wq, &l.wk, &l.wv}, &p.x, {&p.q, &p.k, &p.v}});
-        const DevPtr rope = Impl::ptr(p.rope_tables.at(m.layers[il].rope_base));
+        const DevPtr rope = p.rope_table(il);
         if (lp.paged) {
             // RoPE + the K/V append into the pages, then attention over them:
             // the same inputs as the contiguous op (biases, norms, the table).

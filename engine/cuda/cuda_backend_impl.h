@@ -50,7 +50,19 @@ struct CudaBackend::Impl {
     // are uploaded each as a matrix of its own, in the device's padded rows.
     std::map<const uint8_t*, DeviceBuffer> weights;
     std::vector<DeviceBuffer> vectors;                 // norms and biases as f32
-    std::map<float, DeviceBuffer> rope_tables;         // by RoPE base
+    // RoPE tables by what a layer's rates depend on (rope_rates(m, il, ...)):
+    // its base, its rotary dims and whether it takes the model's factors.
+    struct RopeKey {
+        float base;
+        uint32_t n_rot;
+        bool factors;
+        auto operator<=>(const RopeKey&) const = default;
+    };
+    static RopeKey rope_key(const Model& m, uint32_t il) {
+        return {m.layers[il].rope_base, m.n_rot_of(il), m.layers[il].rope_factors};
+    }
+    std::map<RopeKey, DeviceBuffer> rope_tables;
+    DevPtr rope_table(uint32_t il) const { return ptr(rope_tables.at(rope_key(m, il))); }
     std::vector<DeviceBuffer> k_cache, v_cache;
     DeviceBuffer x, q, k, v, att, o, h, logits, part, state, best;   // h: the FFN's act(gate)·up
     DeviceBuffer att_sync;   // per layer, the attention's split counters (one u32 per head; left zero)

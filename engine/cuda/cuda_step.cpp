@@ -95,7 +95,7 @@ CudaBackend::Impl::StepChain& CudaBackend::Impl::step_chain(uint32_t tokens, uin
         std::vector<ptx::ParamValue> ra = {desc, tables, ptr(q), ptr(k), ptr(v)};
         if (lp.rope.bias) ra.insert(ra.end(), {w.bq[il], w.bk[il], w.bv[il]});
         if (lp.rope.qk_norm) ra.insert(ra.end(), {w.qn[il], w.kn[il]});
-        ra.insert(ra.end(), {ptr(rope_tables.at(m.layers[il].rope_base)), kc, vc, QR});
+        ra.insert(ra.end(), {rope_table(il), kc, vc, QR});
         op(paged_rope_op(lp.rope), ra)->plain = true;
         op(paged_attention_op(lp.paged_attention),
            {desc, tables, QR, kc, vc, ptr(step_part), ptr(step_sync, size_t(il) * rows * sync_heads * 4), ptr(att)})

@@ -127,8 +127,8 @@ Worst check_gemv(Runner& r, const kx::GemvShape& s, const std::vector<const Weig
 
 // The RoPE table as the backend uploads it, filled at row `pos` only (the
 // kernels read no other row): cos and sin of pos · freq_scale · rate_i.
-std::vector<float> rope_row(const Model& m, const LayerDesc& l, uint32_t n_ctx, uint32_t pos, uint32_t pairs) {
-    const std::vector<double> inv = rope_rates(m, l.rope_base, n_ctx);
+std::vector<float> rope_row(const Model& m, uint32_t il, uint32_t n_ctx, uint32_t pos, uint32_t pairs) {
+    const std::vector<double> inv = rope_rates(m, il, m.layers[il].rope_base, n_ctx);   // the layer's own rates
     std::vector<float> t(size_t(pos + 1) * 2 * pairs, 0.0f);
     for (uint32_t i = 0; i < pairs; ++i) {
         const double theta = double(pos) * m.rope_freq_scale * inv[i];
@@ -152,8 +152,9 @@ std::vector<uint32_t> shuffled_pages(Runner& r, uint32_t max_pages, uint32_t n_p
 // RoPE, the temperature) into q_rot and the K/V slot of its page. q_rot
 // within the reference's bound, the K/V slot bit-equal, no other pool
 // element written.
-Worst check_paged_rope(Runner& r, const Model& m, const LayerDesc& l, const kx::PagedRopeShape& s, uint32_t n_ctx,
+Worst check_paged_rope(Runner& r, const Model& m, uint32_t il, const kx::PagedRopeShape& s, uint32_t n_ctx,
                        uint32_t pos) {
+    const LayerDesc& l = m.layers[il];
     const uint32_t hd = s.head_dim, nkv = s.n_head_kv, n_pages = s.max_pages + 1;
     PagedRopeInputs in;
     in.q = r.randv(size_t(s.n_head) * hd, 1.0f);
@@ -161,7 +162,7 @@ Worst check_paged_rope(Runner& r, const Model& m, const LayerDesc& l, const kx::
     in.v = r.randv(in.k.size(), 1.0f);
     if (s.bias) in.bq = vec(l.bq), in.bk = vec(l.bk), in.bv = vec(l.bv);
     if (s.qk_norm) in.q_norm = vec(l.q_norm), in.k_norm = vec(l.k_norm);
-    in.rope = rope_row(m, l, n_ctx, pos, s.rot() / 2);
+    in.rope = rope_row(m, il, n_ctx, pos, s.rot() / 2);
     in.tables = shuffled_pages(r, s.max_pages, n_pages);
     in.pos = {pos};
     in.row = {0};
@@ -244,7 +245,7 @@ std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const D
         once(kx::gemv_kernel(lp.qkv, T).name, "attn_norm + Q, K, V", [&] { return check_gemv(r, lp.qkv, {&l.wq, &l.wk, &l.wv}, &l.attn_norm); });
         if (lp.paged) {
             once(kx::paged_rope_kernel(lp.rope, T).name, "RoPE, K/V append into a page",
-                 [&] { return check_paged_rope(r, m, l, lp.rope, n_ctx, pos); });
+                 [&] { return check_paged_rope(r, m, il, lp.rope, n_ctx, pos); });
             once(kx::paged_attention_kernel(lp.paged_attention, T).name, "attention over shuffled pages",
                  [&] { return check_paged_attention(r, lp.paged_attention, pos); });
         }
@@ -258,7 +259,7 @@ std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const D
             in.v = r.randv(kv, 1.0f);
             if (as.bias) in.bq = vec(l.bq), in.bk = vec(l.bk), in.bv = vec(l.bv);
             if (as.qk_norm) in.q_norm = vec(l.q_norm), in.k_norm = vec(l.k_norm);
-            in.rope = rope_row(m, l, n_ctx, pos, as.rot() / 2);   // pairs a row (partial rotary: n_rot/2)
+            in.rope = rope_row(m, il, n_ctx, pos, as.rot() / 2);   // pairs a row (partial rotary: n_rot/2)
             const std::vector<float> kf = r.randv(size_t(n_ctx) * kv, 1.0f), vf = r.randv(kf.size(), 1.0f);
             for (size_t i = 0; i < kf.size(); ++i) in.k_cache.push_back(f32_to_f16(kf[i])), in.v_cache.push_back(f32_to_f16(vf[i]));
             std::vector<ptx::ParamValue> args = {r.up(in.q), r.up(in.k), r.up(in.v)};
