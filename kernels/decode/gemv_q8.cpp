@@ -168,9 +168,9 @@ void add_step(Kernel& k, const Reg& acc, const Reg& t, uint32_t u, const Reg& va
 
 // The per-warp dot products of Q4_K rows (one, or a GLU's gate and up row)
 // with the 8-bit input (see stage_q8_input256). Lane l takes part j = l % 4
-// of blocks l / 4 + 8i: quant
-// bytes 32j .. 32j + 31, whose low nibbles are sub-block 2j (elements 64j ..
-// + 31) and high nibbles sub-block 2j + 1 (the next 32). Per block: four
+// of blocks l / 4 + 8i: quant bytes 32j .. 32j + 31, whose low nibbles are
+// sub-block 2j (elements 64j .. + 31) and high nibbles sub-block 2j + 1
+// (the next 32). Per block: four
 // dp4a sums of 8 per sub-block, times the 6-bit scales, minus the mins times
 // the sub-block sums; then d·dx·Σ − dmin·dx·Σm in f32, as the CPU's dot_q4_k
 // per block. Up to kQ8Unroll steps' loads issue together; a step past the
@@ -178,7 +178,8 @@ void add_step(Kernel& k, const Reg& acc, const Reg& t, uint32_t u, const Reg& va
 // inputs (col_bytes apart) takes the same integer sums of the same nibbles
 // and its own f32 accumulator, in the same order whatever the column count.
 // Each column's inputs are read from shared memory once for all the rows;
-// each row's arithmetic is what it is alone.
+// each row's arithmetic is what it is alone. A pass of q8_pass_blocks: the
+// staged n_in are the row's blocks from `first` on, added into `carry`.
 RowsAcc q4k_rows_dot_q8(Kernel& k, const RowLayout& l, const std::vector<Reg>& wrows, const Reg& lane, const Reg& xq,
                         uint32_t n_in, uint32_t columns, uint32_t col_bytes, uint32_t first = 0,
                         const RowsAcc* carry = nullptr) {
