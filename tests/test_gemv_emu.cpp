@@ -571,7 +571,7 @@ TEST_F(GemvOnEmu, EachColumnIsBitIdenticalWhateverTheColumnCount) {
       {{GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K}, {40, 24, 24}, 512, true, false, kx::Glu::None},
       {{GgmlType::Q6_K}, {36}, 4352, false, true, kx::Glu::None},   // 17 blocks: a partial unrolled step
       {{GgmlType::Q4_K, GgmlType::Q4_K}, {48, 48}, 512, true, false, kx::Glu::SwiGlu},
-      {{GgmlType::Q6_K, GgmlType::Q6_K}, {48, 48}, 512, true, false, kx::Glu::GeGlu},   // gate and up rows together
+      {{GgmlType::Q6_K, GgmlType::Q6_K}, {48, 48}, 512, true, false, kx::Glu::SwiGlu},   // gate and up rows together
       {{GgmlType::Q5_0, GgmlType::Q8_0}, {40, 24}, 640, true, false, kx::Glu::None},
       {{GgmlType::Q4_1, GgmlType::Q4_0}, {40, 24}, 576, false, true, kx::Glu::None},
       {{GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K}, {40, 24, 24}, 512, true, false, kx::Glu::None},
