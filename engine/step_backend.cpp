@@ -60,8 +60,9 @@ MakeStepBackend make_step_backend(const Model& m, const Backend& like, const Bac
         throw std::invalid_argument("the persistent decoder serves one sequence per launch; sequences step together "
                                     "under --schedule graph (the default) or chain");
     const uint32_t n_ctx = g.n_ctx();
-    const GpuArithmetic path = opt.gpu_path;
-    const cuda::GpuTuning tuning{opt.gpu_pdl, opt.gpu_prefetch, true};
+    const GpuArithmetic path = g.arithmetic();
+    cuda::GpuTuning tuning = g.tuning();
+    tuning.paged_kv = true;
     return [&m, n_ctx, sched, path, tuning](KvPages pages) {
         return std::make_unique<cuda::CudaBackend>(m, cuda::Driver::load(), n_ctx, sched, path, nullptr, tuning, pages);
     };

@@ -74,8 +74,8 @@ public:
 using MakeStepBackend = std::function<std::unique_ptr<StepBackend>(KvPages)>;
 // A factory of step backends like `like`: on the CPU its context, KV type,
 // arithmetic and ISA, on opt.cpu_pool (else a pool of opt.threads); on the
-// GPU its context and schedule with opt's GPU arithmetic and tuning (a new
-// copy of the weights: release `like` first to keep one). The factory
+// GPU its context, schedule, arithmetic and tuning, KV in pages (a new copy
+// of the weights: release `like` first to keep one). The factory
 // keeps no reference to `like`. Throws std::invalid_argument when `like`
 // is the GPU's persistent schedule, which serves one sequence per launch.
 MakeStepBackend make_step_backend(const Model& m, const Backend& like, const BackendOptions& opt);

@@ -308,6 +308,12 @@ TokenId CudaBackend::eval_argmax(TokenId token, uint32_t pos) {
 }
 Schedule CudaBackend::schedule() const { return p_->schedule; }
 
+GpuArithmetic CudaBackend::arithmetic() const {
+    return p_->quantized ? GpuArithmetic::Quantized : GpuArithmetic::Reference;
+}
+
+GpuTuning CudaBackend::tuning() const { return {p_->target.pdl, p_->target.prefetch, p_->paged}; }
+
 std::vector<CudaBackend::OpTime> CudaBackend::time_ops(TokenId token, uint32_t pos, uint32_t reps) {
     Impl& p = *p_;
     if (p.persistent) throw std::logic_error("time_ops: the persistent schedule has no standalone ops");

@@ -163,6 +163,10 @@ public:
     };
     StreamStats stream_stats() const;
     Schedule schedule() const;
+    // The GEMVs' arithmetic (Quantized or Reference, never Default) and the
+    // tuning this backend runs with (paged_kv: whether its KV is in pages).
+    GpuArithmetic arithmetic() const;
+    GpuTuning tuning() const;
     // For tests only, a negative control of the persistent schedule's
     // dependency table: removes dependency `dep` (per-head ranges, in the
     // order head_deps gives them) of every op whose kernel name starts with

@@ -381,7 +381,6 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
     std::set<std::string> seen;
     std::vector<LaunchCost> costs;
     uint64_t below = 0;
-    auto fit_of = [&](const cuda::CudaBackend::Launch& l) { return blocks_fit(regs, gpu, l); };
     std::map<std::string, std::pair<double, LaunchTerms>> kernel_us;   // per kernel: µs summed over its launches, last terms
     // The other way: without the prefetches emu counted, or with what each
     // GEMV's would ask for (kernels::gemv_prefetch_bytes).
@@ -394,7 +393,7 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
     // from these rows).
     std::map<std::string, double> kernel_us_ahead;
     for (const cuda::CudaBackend::Launch& l : c.launches) {
-        const LaunchCost w = counted_launch_cost(ks.at(l.kernel), l.blocks, l.threads, fit_of(l));
+        const LaunchCost w = counted_launch_cost(ks.at(l.kernel), l.blocks, l.threads, blocks_fit(regs, gpu, l));
         const LaunchTerms t = launch_terms(w, gpu);
         auto& ku = kernel_us[l.kernel];
         ku.first += t.bound_us();
@@ -459,7 +458,7 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
             const ptx::PtxasFunctionReport& f = r->second;
             row["registers"] = f.registers;
             row["spill_bytes"] = f.spill_store_bytes + f.spill_load_bytes;
-            const int fit = fit_of(l);
+            const int fit = blocks_fit(regs, gpu, l);
             row["blocks_per_sm"] = fit;
             // Blocks an SM holds at once during this launch: its share of the
             // grid, at most what fits; each warp's bytes in flight at its
