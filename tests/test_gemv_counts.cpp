@@ -216,7 +216,7 @@ namespace {
 
 // N input columns read every weight byte once: a launch with N columns
 // requests N times the input bytes of one (each block stages every column,
-// in whole 256s, with its norm weight; the residual of each) and at most the
+// in whole 256s, and the norm weight once for all; the residual of each) and at most the
 // weight bytes of one (fewer where more columns take one unrolled step and
 // re-read no clamped block), at Llama-3-8B's QKV width and its down
 // projection's, for both K-types and a 32-element type; its shared-memory
@@ -229,22 +229,40 @@ TEST(GemvCounts, InputColumnsShareEveryWeightRead) {
         std::tuple{GgmlType::Q8_0, 576u, 1056u, true}}) {
     const kx::GemvShape one = shape(n_in, t, rows, norm, true);
     const Counted c1 = count(one);
-    const uint32_t blocks = kx::gemv_geometry(one).grid.x;
-    // Bytes every column adds: each block stages it (and the norm weight), the residual's old values.
-    const uint64_t staged = (n_in + 255) / 256 * 256;   // lanes past n_in read element 0
-    const uint64_t per_column = uint64_t(blocks) * staged * 4 * (norm ? 2 : 1) + (norm ? 0 : uint64_t(rows) * 4);
-    ASSERT_GT(c1.stats.global_load_bytes, per_column);
+    const ptx::LaunchGeometry geo = kx::gemv_geometry(one);
+    const uint32_t blocks = geo.grid.x;
+    // The staging's round trips (emu's prologue waits: before the first
+    // barrier): a warp waits once per iteration of its staging loop, whose
+    // loads cover up to 4 of its 256-chunks of one column, or one chunk of
+    // up to 8 columns from 4 on (2 chunks of 2 or 3): not once per column.
+    auto staging_waits = [&](uint32_t n) {
+      const uint32_t warps = geo.block.x / 32, nc = (n_in + 255) / 256;
+      uint64_t waits = 0;
+      for (uint32_t c0 = 0; c0 < n; c0 += 8) {
+        const uint32_t group = std::min(8u, n - c0), unroll = std::min(std::max(4 / group, 1u), (nc + warps - 1) / warps);
+        for (uint32_t w = 0; w < std::min(warps, nc); ++w) waits += ((nc - w + warps - 1) / warps + unroll - 1) / unroll;
+      }
+      return waits * blocks;
+    };
+    EXPECT_EQ(c1.stats.prologue_waits, staging_waits(1)) << gguf::type_traits(t).name;
+    // Input bytes of n columns: each block stages every column and the norm
+    // weight once (whole 256s: lanes past n_in read element 0); the residual's old values.
+    const uint64_t staged = uint64_t(blocks) * ((n_in + 255) / 256 * 256) * 4;
+    auto input_bytes = [&](uint64_t n) { return staged * (n + (norm ? 1 : 0)) + (norm ? 0 : n * rows * 4); };
+    const uint64_t one_input = input_bytes(1);
+    ASSERT_GT(c1.stats.global_load_bytes, one_input);
     const gguf::TypeTraits& tt = gguf::type_traits(t);
     const uint64_t matrix = uint64_t(rows) * n_in / tt.block_elems * tt.block_bytes;   // unpadded
-    const uint64_t weights_read = c1.stats.global_load_bytes - per_column;
+    const uint64_t weights_read = c1.stats.global_load_bytes - one_input;
     EXPECT_GE(weights_read, matrix);
     for (uint32_t n : {4u, 8u}) {
       const Counted cn = count(shape(n_in, t, rows, norm, true, n));
-      ASSERT_GT(cn.stats.global_load_bytes, n * per_column);
-      const uint64_t weights_n = cn.stats.global_load_bytes - n * per_column;
+      ASSERT_GT(cn.stats.global_load_bytes, input_bytes(n));
+      const uint64_t weights_n = cn.stats.global_load_bytes - input_bytes(n);
       EXPECT_LE(weights_n, weights_read) << tt.name << " N " << n;
       EXPECT_GE(weights_n, matrix) << tt.name << " N " << n;
       EXPECT_LE(cn.stats.shared_wavefront_ratio(), 1.1) << tt.name << " N " << n;
+      EXPECT_EQ(cn.stats.prologue_waits, staging_waits(n)) << tt.name << " N " << n;
       std::printf("[gemv counts] %s n_in %u, N = %u: weight bytes requested %.3fx the matrix; warp instructions per weight "
                   "byte per column %.4f (N = 1: %.4f); shared wavefronts / ideal %.3f\n",
                   tt.name, n_in, n, double(weights_n) / double(matrix),

@@ -377,8 +377,7 @@ std::vector<Reg> f16_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, con
     k.unpack(lo, hi, word);
     return k.cvt(Type::f32, half ? hi : lo);
   };
-  std::vector<Reg> acc;
-  for (uint32_t c = 0; c < columns; ++c) acc.push_back(k.mov(Type::f32, 0.0f));
+  std::vector<Reg> acc = zero_accumulators(k, columns);
   Reg b = k.reg(Type::u32);
   k.for_range(b, lane, nc, 32 * unroll, [&] {
     std::vector<std::vector<Reg>> raw;
@@ -604,22 +603,21 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
       }
     }, false);
   } else if (s.columns > 1) {
-    k.comment("quantize each input column (times the norm weight) to 8-bit blocks; each column's 1 / rms");
-    if (s.norm) col_scale = k.shared_array("col_scale", Type::f32, s.columns);
-    Reg col = k.reg(Type::u32);
-    k.for_range(col, 0u, s.columns, 1u, [&] {
-      Reg xc = k.add(x, k.mul_wide(col, s.n_in * 4));
-      Reg xqc = k.mad_lo(col, q8_column_bytes(s), xs);
-      Reg ssc = k.mov(Type::f32, 0.0f);
-      stage_q8_input(k, s, xc, norm_w, xqc, lane, warp, plan.warps, ssc);
-      if (s.norm) {
-        Reg scale = rms_scale(ssc);
-        k.when(k.setp(Cmp::eq, tid, 0u), [&] { k.st_shared(at(k.mad_lo(col, 4u, k.shared_addr(col_scale))), scale); });
+    k.comment("quantize the input columns (times the norm weight) to 8-bit blocks; each column's 1 / rms");
+    StageInput in{x, s.n_in * 4, xs, q8_column_bytes(s), s.columns, {}};
+    for (uint32_t col = 0; s.norm && col < s.columns; ++col) in.ss.push_back(k.mov(Type::f32, 0.0f));
+    stage_q8_input(k, s, in, norm_w, lane, warp, plan.warps);
+    if (s.norm) {
+      col_scale = k.shared_array("col_scale", Type::f32, s.columns);
+      Reg is_tid0 = k.setp(Cmp::eq, tid, 0u);
+      for (uint32_t col = 0; col < s.columns; ++col) {
+        Reg scale = rms_scale(in.ss[col]);
+        k.when(is_tid0, [&] { k.st_shared(at(k.shared_addr(col_scale), 4 * int64_t(col)), scale); });
       }
-    }, false);
+    }
   } else if (s.q8_input) {
     k.comment("quantize the input (times the norm weight) to 8-bit blocks of 256; sum of squares for the norm");
-    stage_q8_input(k, s, x, norm_w, xs, lane, warp, plan.warps, ss);
+    stage_q8_input(k, s, StageInput{x, 0, xs, 0, 1, {ss}}, norm_w, lane, warp, plan.warps);
   } else {
     k.comment("stage the input (times the norm weight) in shared memory; sum of squares for the norm");
     stage_f32(x, xs, ss);
@@ -697,22 +695,15 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
     const uint32_t nb = s.n_in / 256, slots = ceil_div(plan.rows_per_block, plan.warps);
     const uint32_t col_bytes = q8_pass_column_bytes(s);
     std::vector<std::vector<Reg>> acc;
-    for (uint32_t r = 0; r < slots; ++r) {
-      acc.emplace_back();
-      for (uint32_t c = 0; c < s.columns; ++c) acc.back().push_back(k.mov(Type::f32, 0.0f));
-    }
+    for (uint32_t r = 0; r < slots; ++r) acc.push_back(zero_accumulators(k, s.columns));
     for (uint32_t first = 0; first < nb; first += pass_blocks) {
       GemvShape pass = s;
       pass.n_in = std::min(pass_blocks, nb - first) * 256;
       k.comment("pass: quantize blocks " + std::to_string(first) + " .. " + std::to_string(first + pass.n_in / 256) +
                 " of each input column");
       if (first) k.bar_sync(0);   // every warp is done with the last pass's input
-      Reg col = k.reg(Type::u32);
-      k.for_range(col, 0u, s.columns, 1u, [&] {
-        Reg xc = k.add(x, k.mul_wide(col, s.n_in * 4));
-        stage_q8_input(k, pass, k.add(xc, uint64_t(first) * 1024), norm_w, k.mad_lo(col, col_bytes, xs), lane, warp,
-                       plan.warps, ss);
-      }, false);
+      const StageInput in{first ? k.add(x, uint64_t(first) * 1024) : x, s.n_in * 4, xs, col_bytes, s.columns, {}};
+      stage_q8_input(k, pass, in, norm_w, lane, warp, plan.warps);   // no norm
       k.bar_sync(0);
       const bool last = first + pass_blocks >= nb;
       for (uint32_t r = 0; r < slots; ++r) {

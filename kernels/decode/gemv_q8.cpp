@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <optional>
 
 #include "kernels/decode/gemv_types.h"
@@ -17,49 +18,42 @@ namespace ptxlm::kernels {
 using namespace ptx;
 using gguf::GgmlType;
 
+std::vector<Reg> zero_accumulators(Kernel& k, uint32_t columns) {
+  std::vector<Reg> acc;
+  for (uint32_t c = 0; c < columns; ++c) acc.push_back(k.mov(Type::f32, 0.0f));
+  return acc;
+}
+
 namespace {
 
-// Lane l's eight inputs of 256-chunk qb, elements 256·qb + 8l .. + 7, as
-// loaded: x, then the norm weight's when the shape has one. With `in`, lanes
-// past n_in read element 0 (a block's lanes are all in or all out, so
-// shuffles stay whole).
-std::vector<Reg> issue_eight(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm_w, const Reg& lane,
-                             const Reg& qb, const Reg* in = nullptr) {
-  Reg elem = k.mad_lo(qb, 256u, k.shl(lane, 3u));
-  Reg off = k.mul_wide(in ? k.selp(elem, 0u, *in, Type::u32) : elem, 4u);
-  std::vector<Reg> v = ld_vec(k, Space::global, Type::f32, 4, k.add(x, off), 0, true);
-  std::vector<Reg> v2 = ld_vec(k, Space::global, Type::f32, 4, k.add(x, off), 16, true);
+// Lane l's eight f32 at `a` + `imm` (elements 8l .. 8l + 7 of a 256-chunk),
+// as loaded.
+std::vector<Reg> issue_eight(Kernel& k, const Reg& a, uint32_t imm = 0) {
+  std::vector<Reg> v = ld_vec(k, Space::global, Type::f32, 4, a, imm, true);
+  std::vector<Reg> v2 = ld_vec(k, Space::global, Type::f32, 4, a, imm + 16, true);
   v.insert(v.end(), v2.begin(), v2.end());
-  if (s.norm) {
-    std::vector<Reg> w = ld_vec(k, Space::global, Type::f32, 4, k.add(norm_w, off), 0, true);
-    std::vector<Reg> w2 = ld_vec(k, Space::global, Type::f32, 4, k.add(norm_w, off), 16, true);
-    v.insert(v.end(), w.begin(), w.end());
-    v.insert(v.end(), w2.begin(), w2.end());
-  }
   return v;
 }
 
-// The eight inputs times the norm weight when the shape has one (their
-// squares added to ss; with `in`, lanes past n_in add none).
-std::vector<Reg> scale_eight(Kernel& k, const GemvShape& s, std::vector<Reg> v, const Reg& ss, const Reg* in = nullptr) {
+// The eight inputs times the norm weight's eight (w) when the shape has one,
+// their squares added to ss; with `in`, lanes past n_in add none.
+std::vector<Reg> scale_eight(Kernel& k, const GemvShape& s, std::vector<Reg> v, const std::vector<Reg>& w,
+                             const Reg& ss, const Reg* in) {
   if (!s.norm) return v;
   for (int e = 0; e < 8; ++e) {
     Reg xe = in ? k.selp(v[e], 0.0f, *in, Type::f32) : v[e];   // no square twice
     k.fma(ss, xe, xe, ss);
-    v[e] = k.mul(xe, v[8 + e]);
+    v[e] = k.mul(xe, w[e]);
   }
-  v.resize(8);
   return v;
 }
 
-std::vector<Reg> load_eight(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm_w, const Reg& lane,
-                            const Reg& qb, const Reg& ss, const Reg* in = nullptr) {
-  return scale_eight(k, s, issue_eight(k, s, x, norm_w, lane, qb, in), ss, in);
-}
-
-// 256-chunks a warp loads before it uses the first (one wait for up to this
-// many: a 14336-wide input is 3.5 chunks per warp of 16).
+// 256-chunks a warp loads before it uses the first, with one column (one
+// wait for up to this many: a 14336-wide input is 3.5 chunks per warp of 16).
 constexpr uint32_t kStageUnroll = 4;
+// Columns whose loads one staging iteration issues together: 8 f32 a lane
+// each, and the norm weight's 8 once, 72 registers at most.
+constexpr uint32_t kStageColumns = 8;
 
 // The largest |v| of the lane's eight.
 Reg abs_max(Kernel& k, const std::vector<Reg>& v) {
@@ -68,36 +62,93 @@ Reg abs_max(Kernel& k, const std::vector<Reg>& v) {
   return amax;
 }
 
-// q = rni(v · scale) clamped to ±127 (the CPU's rounding), packed four to a
-// word; and Σq.
+// q = rni(v · scale) (the CPU's rounding), packed four to a word; and Σq.
+// The CPU clamps q to ±127; here no clamp is needed: |v| ≤ amax and scale is
+// 127 / amax (or 1 / (amax / 127)) rounded, so |v · scale| ≤ 127·(1 + 2⁻²⁴)³
+// < 127.5, and a NaN product (an infinite input) converts to 0 either way.
+// Bytes packed by prmt, Σq by dp4a with ones.
 std::pair<std::vector<Operand>, Reg> quantize_eight(Kernel& k, const std::vector<Reg>& v, const Reg& scale) {
   std::vector<Reg> q;
-  for (const Reg& e : v) q.push_back(k.min(k.max(k.cvt(Type::s32, k.mul(scale, e), Rnd::rni), -127), 127));
-  Reg sum = q[0];
-  for (size_t e = 1; e < q.size(); ++e) sum = k.add(sum, q[e]);
+  for (const Reg& e : v) q.push_back(k.bitcast(Type::u32, k.cvt(Type::s32, k.mul(scale, e), Rnd::rni)));
   std::vector<Operand> words;
+  Reg sum = k.mov(Type::s32, 0);
   for (size_t wd = 0; wd < q.size() / 4; ++wd) {
-    Reg w = k.and_(k.bitcast(Type::u32, q[4 * wd]), 255u);
-    for (uint32_t b = 1; b < 4; ++b) {
-      Reg nw = k.reg(Type::u32);
-      k.bfi(nw, k.bitcast(Type::u32, q[4 * wd + b]), w, 8 * b, 8u);
-      w = nw;
-    }
+    Reg lo = k.prmt(q[4 * wd], q[4 * wd + 1], 0x3340u), hi = k.prmt(q[4 * wd + 2], q[4 * wd + 3], 0x3340u);
+    Reg w = k.prmt(lo, hi, 0x5410u);
+    k.dp4a(sum, k.bitcast(Type::s32, w), 0x01010101u, sum);
     words.push_back(w);
   }
   return {words, sum};
 }
 
-// One warp per 256-block: lane l quantizes elements 8l .. 8l + 7 (x times
-// the norm weight, whose squares it adds to ss) and stores them as two words
-// at their rotated place; lane 0 stores the block's d, every fourth lane a
-// sub-block sum. Bit for bit the CPU's quants: amax, iscale = 127 / amax,
-// q = rni(iscale · v) clamped to ±127, d = 1 / iscale (all zero when amax is).
-// A warp issues the loads of up to kStageUnroll of its blocks before it
-// quantizes the first: one round trip of the kernel's prologue, not one per
-// block.
-void stage_q8_input256(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm_w, const Reg& xq, const Reg& lane,
-                    const Reg& warp, uint32_t warps, const Reg& ss) {
+// A 256-chunk's eight inputs of columns c0, c0 + 1, ... (v[i] is column
+// c0 + i's), scaled, with the lane's `in` (lanes past n_in: the last chunk of
+// a partial input) or null.
+using QuantizeChunk =
+    std::function<void(const Reg& qb, uint32_t c0, const std::vector<std::vector<Reg>>& v, const Reg* in)>;
+
+// Warp w stages 256-chunks w + warps·i of every column. Columns go in groups
+// of up to kStageColumns; per iteration a warp issues the loads of `unroll`
+// of its chunks of every column of the group (x, and the norm weight once
+// per chunk) before it quantizes the first: one round trip for them all,
+// not one per column. Then quantize(qb, column, eight inputs) chunk by chunk,
+// column by column: each column's chunks in the same order whatever the
+// grouping, so its sum of squares too. `partial`: the last chunk may end
+// before 256 (blocks of 32): lanes past n_in load element 0 and add no
+// squares (a block's lanes are all in or all out, so shuffles stay whole).
+void stage_chunks(Kernel& k, const GemvShape& s, const StageInput& input, const Reg& norm_w, const Reg& lane,
+                  const Reg& warp, uint32_t warps, bool partial, const QuantizeChunk& quantize) {
+  const uint32_t nc = ceil_div(s.n_in, 256);
+  const Reg lane_elem = k.shl(lane, 3u);
+  for (uint32_t g0 = 0; g0 < input.columns; g0 += kStageColumns) {
+    const uint32_t group = std::min(kStageColumns, input.columns - g0);
+    const uint32_t unroll = std::min(std::max(kStageUnroll / group, 1u), ceil_div(nc, warps));
+    Reg first = k.reg(Type::u32);
+    k.for_range(first, warp, nc, unroll * warps, [&] {
+      struct Chunk {
+        Reg qb, valid, in;
+        std::vector<Reg> w;
+        std::vector<std::vector<Reg>> x;   // per column of the group
+      };
+      std::vector<Chunk> ch(unroll);
+      for (uint32_t u = 0; u < unroll; ++u) {
+        Chunk& c = ch[u];
+        c.qb = k.add(first, u * warps);
+        c.valid = k.setp(Cmp::lt, c.qb, nc);
+        auto issue = [&] {
+          Reg elem = k.mad_lo(c.qb, 256u, lane_elem);
+          if (partial) c.in = k.setp(Cmp::lt, elem, s.n_in);
+          Reg off = k.mul_wide(partial ? k.selp(elem, 0u, c.in, Type::u32) : elem, 4u);
+          if (s.norm) c.w = issue_eight(k, k.add(norm_w, off));
+          Reg xa = k.add(input.x, off);   // every column at an immediate offset from it
+          for (uint32_t i = 0; i < group; ++i) c.x.push_back(issue_eight(k, xa, (g0 + i) * input.x_stride));
+        };
+        if (u == 0) issue();   // the loop's own bound
+        else k.if_(c.valid, issue);
+      }
+      for (uint32_t u = 0; u < unroll; ++u) {
+        const Chunk& c = ch[u];
+        auto run = [&] {
+          const Reg* in = partial ? &c.in : nullptr;
+          std::vector<std::vector<Reg>> v;
+          for (uint32_t i = 0; i < group; ++i)
+            v.push_back(scale_eight(k, s, c.x[i], c.w, s.norm ? input.ss[g0 + i] : Reg{}, in));
+          quantize(c.qb, g0, v, in);
+        };
+        if (u == 0) run();
+        else k.if_(c.valid, run);
+      }
+    });
+  }
+}
+
+// Blocks of 256: lane l quantizes elements 8l .. 8l + 7 of the chunk and
+// stores them as two words at their rotated place; lane 0 stores the block's
+// d, every fourth lane a sub-block sum, every second a 16-group sum. Bit for
+// bit the CPU's quants: amax, iscale = 127 / amax, q = rni(iscale · v),
+// d = 1 / iscale (all zero when amax is).
+void stage_q8_input256(Kernel& k, const GemvShape& s, const StageInput& in, const Reg& norm_w, const Reg& lane,
+                       const Reg& warp, uint32_t warps) {
   // Part j = l / 8, chunk c = (l % 8) / 2, half of the chunk l % 2.
   const Reg j = k.shr(lane, 3u), c = k.and_(k.shr(lane, 1u), 3u);
   const Reg base_rot = k.add(c, k.shr(j, 1u));
@@ -107,48 +158,29 @@ void stage_q8_input256(Kernel& k, const GemvShape& s, const Reg& x, const Reg& n
   const Q8Layout q8(s.n_in);
   const Reg sub_off = k.add(k.shl(k.shr(lane, 2u), 2u), q8.sum32);    // sub-block lane / 4's sum
   const Reg group_off = k.add(k.shl(k.shr(lane, 1u), 2u), q8.sum16);  // 16-group lane / 2's sum
-  const uint32_t nb = s.n_in / 256, unroll = std::min(kStageUnroll, ceil_div(nb, warps));
-  Reg first = k.reg(Type::u32);
-  k.for_range(first, warp, nb, unroll * warps, [&] {
-    // Every chunk's loads first (none past the end), then each chunk in order
-    // (the sum of squares as without the unrolling).
-    std::vector<std::vector<Reg>> raw(unroll);
-    std::vector<Reg> chunk, valid;
-    for (uint32_t u = 0; u < unroll; ++u) {
-      chunk.push_back(k.add(first, u * warps));
-      valid.push_back(k.setp(Cmp::lt, chunk.back(), nb));
-      if (u == 0) raw[u] = issue_eight(k, s, x, norm_w, lane, chunk[u]);   // the loop's own bound
-      else k.if_(valid[u], [&] { raw[u] = issue_eight(k, s, x, norm_w, lane, chunk[u]); });
-    }
-    for (uint32_t u = 0; u < unroll; ++u) {
-      auto quantize = [&] {
-        const Reg& qb = chunk[u];
-        const std::vector<Reg> v = scale_eight(k, s, raw[u], ss);
-        Reg amax = warp_allreduce(k, abs_max(k, v), ReduceOp::max_f32);
-        Reg nonzero = k.setp(Cmp::gt, amax, 0.0f);
-        Reg iscale = k.selp(k.div(k.mov(Type::f32, 127.0f), amax), 0.0f, nonzero, Type::f32);
-        Reg d = k.selp(k.div(k.mov(Type::f32, 1.0f), iscale), 0.0f, nonzero, Type::f32);
-        auto [words, sum] = quantize_eight(k, v, iscale);
-        Reg rot = k.and_(k.add(base_rot, k.shl(k.and_(qb, 1u), 1u)), 3u);
-        Reg dst = k.add(k.mad_lo(qb, 256u, xq), k.add(part_off, k.shl(rot, 4u)));
-        k.st(Space::shared, at(dst), words);
-        sum = k.add(sum, k.shfl_bfly(sum, 1u));
-        k.when(pair_lane, [&] { k.st_shared(at(k.add(k.mad_lo(qb, 64u, xq), group_off)), sum); });
-        sum = k.add(sum, k.shfl_bfly(sum, 2u));
-        k.when(sub_lane, [&] { k.st_shared(at(k.add(k.mad_lo(qb, 32u, xq), sub_off)), sum); });
-        k.when(lane0, [&] { k.st_shared(at(k.mad_lo(qb, 4u, xq), q8.d), d); });
-      };
-      if (u == 0) quantize();   // the loop's own bound
-      else k.if_(valid[u], quantize);
-    }
-  });
-}
-
-// One f32 accumulator per input column, zero.
-std::vector<Reg> zero_accumulators(Kernel& k, uint32_t columns) {
-  std::vector<Reg> acc;
-  for (uint32_t c = 0; c < columns; ++c) acc.push_back(k.mov(Type::f32, 0.0f));
-  return acc;
+  stage_chunks(k, s, in, norm_w, lane, warp, warps, false,
+               [&](const Reg& qb, uint32_t c0, const std::vector<std::vector<Reg>>& vs, const Reg*) {
+                 // The chunk's places in the first column; column c at c · xq_stride from them.
+                 Reg rot = k.and_(k.add(base_rot, k.shl(k.and_(qb, 1u), 1u)), 3u);
+                 Reg dst = k.add(k.mad_lo(qb, 256u, in.xq), k.add(part_off, k.shl(rot, 4u)));
+                 Reg group_at = k.add(k.mad_lo(qb, 64u, in.xq), group_off);
+                 Reg sub_at = k.add(k.mad_lo(qb, 32u, in.xq), sub_off);
+                 Reg d_at = k.mad_lo(qb, 4u, in.xq);
+                 for (uint32_t i = 0; i < vs.size(); ++i) {
+                   const int64_t co = int64_t(c0 + i) * in.xq_stride;
+                   Reg amax = warp_allreduce(k, abs_max(k, vs[i]), ReduceOp::max_f32);
+                   Reg nonzero = k.setp(Cmp::gt, amax, 0.0f);
+                   Reg iscale = k.selp(k.div(k.mov(Type::f32, 127.0f), amax), 0.0f, nonzero, Type::f32);
+                   Reg d = k.selp(k.div(k.mov(Type::f32, 1.0f), iscale), 0.0f, nonzero, Type::f32);
+                   auto [words, sum] = quantize_eight(k, vs[i], iscale);
+                   k.st(Space::shared, at(dst, co), words);
+                   sum = k.add(sum, k.shfl_bfly(sum, 1u));
+                   k.when(pair_lane, [&] { k.st_shared(at(group_at, co), sum); });
+                   sum = k.add(sum, k.shfl_bfly(sum, 2u));
+                   k.when(sub_lane, [&] { k.st_shared(at(sub_at, co), sum); });
+                   k.when(lane0, [&] { k.st_shared(at(d_at, q8.d + co), d); });
+                 }
+               });
 }
 
 // Several rows' accumulators: [row][column].
@@ -380,39 +412,44 @@ struct Q8Layout32 {
   }
 };
 
-// One warp per 256 elements (8 blocks of 32): lane l quantizes elements
-// 8l .. 8l + 7 of block l / 4 (x times the norm weight, whose squares it
-// adds to ss); the lanes of a block share its amax and Σq by shuffles.
-void stage_q8_input32(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm_w, const Reg& xq, const Reg& lane,
-                      const Reg& warp, uint32_t warps, const Reg& ss) {
+// Blocks of 32, a warp per 256 elements (8 blocks): lane l quantizes
+// elements 8l .. 8l + 7 of block l / 4 (x times the norm weight, whose
+// squares it adds to ss); the lanes of a block share its amax and Σq by
+// shuffles.
+void stage_q8_input32(Kernel& k, const GemvShape& s, const StageInput& in, const Reg& norm_w, const Reg& lane,
+                      const Reg& warp, uint32_t warps) {
   const Q8Layout32 q8(s.n_in);
   const Reg half = k.and_(k.shr(lane, 1u), 1u), sub = k.shl(k.and_(lane, 1u), 3u);
   const Reg swap = k.and_(k.shr(lane, 4u), 1u);   // bit 2 of the block (8 blocks per 256, 4 lanes each)
   const Reg lane_off = k.add(k.add(k.shl(k.shr(lane, 2u), 5u), k.shl(k.xor_(half, swap), 4u)), sub);
   const Reg block_lane = k.setp(Cmp::eq, k.and_(lane, 3u), 0u);
-  Reg qb = k.reg(Type::u32);
-  k.for_range(qb, warp, ceil_div(s.n_in, 256), warps, [&] {
-    // The last 256 may be partial (n_in is a multiple of 32): lanes past the
-    // end store nothing.
-    Reg in = k.setp(Cmp::lt, k.mad_lo(qb, 256u, k.shl(lane, 3u)), s.n_in);
-    const std::vector<Reg> v = load_eight(k, s, x, norm_w, lane, qb, ss, &in);
-    Reg amax = abs_max(k, v);
-    amax = k.max(amax, k.shfl_bfly(amax, 1u));
-    amax = k.max(amax, k.shfl_bfly(amax, 2u));
-    Reg d = k.div(amax, k.mov(Type::f32, 127.0f));
-    Reg id = k.selp(k.div(k.mov(Type::f32, 1.0f), d), 0.0f, k.setp(Cmp::ne, d, 0.0f), Type::f32);
-    auto [words, sum] = quantize_eight(k, v, id);
-    k.when(in, [&] { k.st(Space::shared, at(k.add(k.mad_lo(qb, 256u, xq), lane_off)), words); });
-    sum = k.add(sum, k.shfl_bfly(sum, 1u));
-    sum = k.add(sum, k.shfl_bfly(sum, 2u));
-    Reg blk = k.add(k.shl(qb, 3u), k.shr(lane, 2u));
-    k.when(k.and_(block_lane, in), [&] {
-      Reg a = k.mad_lo(blk, 4u, xq);
-      k.st_shared(at(a, q8.d), d);
-      k.st_shared(at(a, q8.s), k.mul(d, k.cvt(Type::f32, sum)));
-      k.st_shared(at(a, q8.sumq), sum);
-    });
-  });
+  // The last 256 may be partial (n_in is a multiple of 32).
+  stage_chunks(k, s, in, norm_w, lane, warp, warps, s.n_in % 256 != 0,
+               [&](const Reg& qb, uint32_t c0, const std::vector<std::vector<Reg>>& vs, const Reg* inside) {
+                 // The chunk's places in the first column; column c at c · xq_stride from them.
+                 Reg dst = k.add(k.mad_lo(qb, 256u, in.xq), lane_off);
+                 Reg block_at = k.mad_lo(k.add(k.shl(qb, 3u), k.shr(lane, 2u)), 4u, in.xq);
+                 Reg stores = inside ? k.and_(block_lane, *inside) : block_lane;
+                 for (uint32_t i = 0; i < vs.size(); ++i) {
+                   const int64_t co = int64_t(c0 + i) * in.xq_stride;
+                   Reg amax = abs_max(k, vs[i]);
+                   amax = k.max(amax, k.shfl_bfly(amax, 1u));
+                   amax = k.max(amax, k.shfl_bfly(amax, 2u));
+                   Reg d = k.div(amax, k.mov(Type::f32, 127.0f));
+                   Reg id = k.selp(k.div(k.mov(Type::f32, 1.0f), d), 0.0f, k.setp(Cmp::ne, d, 0.0f), Type::f32);
+                   auto [words, sum] = quantize_eight(k, vs[i], id);
+                   auto store = [&] { k.st(Space::shared, at(dst, co), words); };
+                   if (inside) k.when(*inside, store);
+                   else store();
+                   sum = k.add(sum, k.shfl_bfly(sum, 1u));
+                   sum = k.add(sum, k.shfl_bfly(sum, 2u));
+                   k.when(stores, [&] {
+                     k.st_shared(at(block_at, q8.d + co), d);
+                     k.st_shared(at(block_at, q8.s + co), k.mul(d, k.cvt(Type::f32, sum)));
+                     k.st_shared(at(block_at, q8.sumq + co), sum);
+                   });
+                 }
+               });
 }
 
 // The per-warp dot product of one row of Q8_0, Q4_0, Q4_1, Q5_0 or IQ4_NL
@@ -433,8 +470,7 @@ std::vector<Reg> block32_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wr
   auto plane_addr = [&](const Reg& b, size_t p) {
     return k.add(wrow, k.cvt(Type::u64, k.mad_lo(b, l.planes[p].bytes_per_block, l.planes[p].offset)));
   };
-  std::vector<Reg> acc;
-  for (uint32_t c = 0; c < columns; ++c) acc.push_back(k.mov(Type::f32, 0.0f));
+  std::vector<Reg> acc = zero_accumulators(k, columns);
   Reg b = k.reg(Type::u32);
   k.for_range(b, lane, nb, 32 * unroll, [&] {
     std::vector<Reg> bu, valid, scale, qh;
@@ -538,10 +574,11 @@ uint32_t q8_column_bytes(const GemvShape& s) {
 
 uint32_t q8_shared_bytes(const GemvShape& s) { return s.columns * q8_column_bytes(s); }
 
-void stage_q8_input(Kernel& k, const GemvShape& s, const Reg& x, const Reg& norm_w, const Reg& xq, const Reg& lane,
-                    const Reg& warp, uint32_t warps, const Reg& ss) {
-  if (q8_blocks256(s)) stage_q8_input256(k, s, x, norm_w, xq, lane, warp, warps, ss);
-  else stage_q8_input32(k, s, x, norm_w, xq, lane, warp, warps, ss);
+void stage_q8_input(Kernel& k, const GemvShape& s, const StageInput& in, const Reg& norm_w, const Reg& lane,
+                    const Reg& warp, uint32_t warps) {
+  if (s.norm && in.ss.size() != in.columns) throw Error("gemv: staging a normed input needs a sum of squares per column");
+  if (q8_blocks256(s)) stage_q8_input256(k, s, in, norm_w, lane, warp, warps);
+  else stage_q8_input32(k, s, in, norm_w, lane, warp, warps);
 }
 
 std::vector<Reg> q8_row_dot(Kernel& k, const GemvShape& s, const RowLayout& l, const Reg& wrow, const Reg& lane,

@@ -102,10 +102,27 @@ bool q8_blocks256(const GemvShape& s);
 // 16: column c starts c times this after the first), and all its columns.
 uint32_t q8_column_bytes(const GemvShape& s);
 uint32_t q8_shared_bytes(const GemvShape& s);
-// Every warp of the block quantizes its share of the input (times the norm
-// weight; their squares added to ss) into shared memory at xq.
-void stage_q8_input(ptx::Kernel& k, const GemvShape& s, const ptx::Reg& x, const ptx::Reg& norm_w, const ptx::Reg& xq,
-                    const ptx::Reg& lane, const ptx::Reg& warp, uint32_t warps, const ptx::Reg& ss);
+// One f32 accumulator per input column, zero.
+std::vector<ptx::Reg> zero_accumulators(ptx::Kernel& k, uint32_t columns);
+
+// A GEMV's input columns to stage: column c's f32 input (global) at x +
+// c·x_stride, its 8-bit input (shared) at xq + c·xq_stride, and, with a
+// norm, its sum of squares in ss[c]. Columns at immediate offsets: no
+// register per column but the sums.
+struct StageInput {
+  ptx::Reg x;
+  uint32_t x_stride = 0;
+  ptx::Reg xq;
+  uint32_t xq_stride = 0;
+  uint32_t columns = 1;
+  std::vector<ptx::Reg> ss;
+};
+// Every warp of the block quantizes its share of each column's input (times
+// the norm weight; their squares added to the column's ss) into shared
+// memory. A warp's loads of up to 8 columns issue together: one round trip
+// of the prologue for them, not one per column.
+void stage_q8_input(ptx::Kernel& k, const GemvShape& s, const StageInput& in, const ptx::Reg& norm_w,
+                    const ptx::Reg& lane, const ptx::Reg& warp, uint32_t warps);
 // The lane's partial dot products (unreduced) of the row at wrow with each
 // of the shape's staged input columns (xq is the first's).
 std::vector<ptx::Reg> q8_row_dot(ptx::Kernel& k, const GemvShape& s, const RowLayout& l, const ptx::Reg& wrow,

@@ -239,8 +239,7 @@ std::vector<Reg> k256_row_dot_q8(Kernel& k, const RowLayout& l, const Reg& wrow,
   const uint32_t groups = dec.groups(), words = 16 / groups;
   // The groups' input sums: sixteen of 16 (q8.sum16) or eight of 32 (q8.sum32) per block.
   Reg gsum_off = groups == 4 ? k.add(k.shl(lanes.j, 4u), q8.sum16) : k.add(k.shl(lanes.j, 3u), q8.sum32);
-  std::vector<Reg> acc;
-  for (uint32_t c = 0; c < columns; ++c) acc.push_back(k.mov(Type::f32, 0.0f));
+  std::vector<Reg> acc = zero_accumulators(k, columns);
   Reg b = k.reg(Type::u32);
   k.for_range(b, lanes.first, nb, 8 * unroll, [&] {
     std::vector<Reg> bu, valid;
