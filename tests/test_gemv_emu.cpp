@@ -570,6 +570,10 @@ TEST_F(GemvOnEmu, EachColumnIsBitIdenticalWhateverTheColumnCount) {
   const std::vector<Mix> mixes = {
       {{GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K}, {40, 24, 24}, 512, true, false, kx::Glu::None},
       {{GgmlType::Q6_K}, {36}, 4352, false, true, kx::Glu::None},   // 17 blocks: a partial unrolled step
+      // One Q4_K matrix: from 5 columns its rows go two at a time
+      // (q8_rows_paired); 43 rows per block of 16 warps: a pair and a last
+      // row alone for some, a pair for the rest.
+      {{GgmlType::Q4_K}, {300}, 4352, false, true, kx::Glu::None},
       {{GgmlType::Q4_K, GgmlType::Q4_K}, {48, 48}, 512, true, false, kx::Glu::SwiGlu},
       {{GgmlType::Q6_K, GgmlType::Q6_K}, {48, 48}, 512, true, false, kx::Glu::SwiGlu},   // gate and up rows together
       {{GgmlType::Q5_0, GgmlType::Q8_0}, {40, 24}, 640, true, false, kx::Glu::None},
@@ -603,6 +607,9 @@ TEST_F(GemvOnEmu, EachColumnIsBitIdenticalWhateverTheColumnCount) {
       kx::GemvShape eight = s;
       eight.columns = 8;
       EXPECT_EQ(kx::q8_pass_blocks(eight), 0u);   // 8 columns fit at once
+    }
+    if (m.types == std::vector<GgmlType>{GgmlType::Q4_K}) {
+      EXPECT_EQ(kx::q8_rows_paired(s), m.n_in != 14336);
     }
     const Case all = make_case(s);
     // Column c alone: its input and initial outputs, N = 1.

@@ -719,6 +719,26 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
     }
     return emit.done(true);
   }
+  if (q8_rows_paired(s)) {
+    // Rows row and row + warps together (the warp's rows as one at a time);
+    // a last row without a second alone. Warp-uniform branches: shuffles whole.
+    const RowLayout layout = row_layout(s.segments[0].type, s.n_in);
+    const uint32_t rows = s.segments[0].rows;
+    auto w_at = [&](const Reg& r) { return k.add(k.param("w0"), k.mul_wide(r, layout.row_bytes)); };
+    auto y_at = [&](const Reg& r) { return k.add(k.param("y0"), k.mul_wide(k.mad_lo(lane, rows, r), 4u)); };
+    k.for_range(row, row_w, row_end, 2 * plan.warps, [&] {
+      Reg row2 = k.add(row, plan.warps);
+      k.if_else(
+          k.setp(Cmp::lt, row2, row_end),
+          [&] {
+            const std::vector<std::vector<Reg>> both = q8_rows_dot(k, s, layout, {w_at(row), w_at(row2)}, lane, xs);
+            store(y_at(row), lane_result(both[0]));
+            store(y_at(row2), lane_result(both[1]));
+          },
+          [&] { store(y_at(row), lane_result(q8_row_dot(k, s, layout, w_at(row), lane, xs))); });
+    });
+    return emit.done(true);
+  }
   k.for_range(row, row_w, row_end, plan.warps, [&] {
     if (s.glu != Glu::None) {
       k.comment("the gate row and the up row, then act(gate) * up");

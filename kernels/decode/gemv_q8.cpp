@@ -624,6 +624,12 @@ bool q8_rows_together(const GemvShape& s) {
   return (t == GgmlType::Q4_K || t == GgmlType::Q6_K) && s.segments[1].type == t;
 }
 
+bool q8_rows_paired(const GemvShape& s) {
+  if (!s.q8_input || s.glu != Glu::None || s.segments.size() != 1 || s.columns <= 4 || q8_pass_blocks(s)) return false;
+  const GemvPlan plan = gemv_plan(s);
+  return s.segments[0].type == GgmlType::Q4_K && plan.rows_per_block >= 2 * plan.warps;
+}
+
 std::vector<std::vector<Reg>> q8_rows_dot(Kernel& k, const GemvShape& s, const RowLayout& l,
                                           const std::vector<Reg>& wrows, const Reg& lane, const Reg& xq) {
   const uint32_t cb = q8_column_bytes(s);
