@@ -574,6 +574,9 @@ TEST_F(GemvOnEmu, EachColumnIsBitIdenticalWhateverTheColumnCount) {
       // (q8_rows_paired); 43 rows per block of 16 warps: a pair and a last
       // row alone for some, a pair for the rest.
       {{GgmlType::Q4_K}, {300}, 4352, false, true, kx::Glu::None},
+      // A QKV of Q4_K, Q4_K, Q6_K: pairs within the Q4_K segments, rows
+      // alone across a segment's end and in the Q6_K one.
+      {{GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K}, {200, 40, 40}, 512, true, false, kx::Glu::None},
       {{GgmlType::Q4_K, GgmlType::Q4_K}, {48, 48}, 512, true, false, kx::Glu::SwiGlu},
       {{GgmlType::Q6_K, GgmlType::Q6_K}, {48, 48}, 512, true, false, kx::Glu::SwiGlu},   // gate and up rows together
       {{GgmlType::Q5_0, GgmlType::Q8_0}, {40, 24}, 640, true, false, kx::Glu::None},
@@ -610,6 +613,9 @@ TEST_F(GemvOnEmu, EachColumnIsBitIdenticalWhateverTheColumnCount) {
     }
     if (m.types == std::vector<GgmlType>{GgmlType::Q4_K}) {
       EXPECT_EQ(kx::q8_rows_paired(s), m.n_in != 14336);
+    }
+    if (m.rows == std::vector<uint32_t>{200, 40, 40}) {
+      EXPECT_TRUE(kx::q8_rows_paired(s));
     }
     const Case all = make_case(s);
     // Column c alone: its input and initial outputs, N = 1.

@@ -719,23 +719,62 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
     }
     return emit.done(true);
   }
+  // Row r's results (r in the segments' rows, concatenated) into its segment's outputs.
+  auto segment_row = [&](const Reg& r) {
+    uint32_t base = 0;
+    for (size_t si = 0; si < s.segments.size(); ++si) {
+      const GemvSegment& seg = s.segments[si];
+      Reg local = k.sub(r, base);   // wraps above rows when r < base
+      k.if_(k.setp(Cmp::lt, local, seg.rows), [&] {
+        store(k.add(k.param(indexed("y", si)), k.mul_wide(s.columns == 1 ? local : k.mad_lo(lane, seg.rows, local), 4u)),
+              lane_result(row_dot(si, local)));
+      });
+      base += seg.rows;
+    }
+  };
   if (q8_rows_paired(s)) {
-    // Rows row and row + warps together (the warp's rows as one at a time);
-    // a last row without a second alone. Warp-uniform branches: shuffles whole.
-    const RowLayout layout = row_layout(s.segments[0].type, s.n_in);
-    const uint32_t rows = s.segments[0].rows;
-    auto w_at = [&](const Reg& r) { return k.add(k.param("w0"), k.mul_wide(r, layout.row_bytes)); };
-    auto y_at = [&](const Reg& r) { return k.add(k.param("y0"), k.mul_wide(k.mad_lo(lane, rows, r), 4u)); };
+    // Rows row and row + warps together when both are of one Q4_K segment
+    // (the warp's rows as one at a time); otherwise each alone. Warp-uniform
+    // branches: shuffles whole.
     k.for_range(row, row_w, row_end, 2 * plan.warps, [&] {
       Reg row2 = k.add(row, plan.warps);
+      Reg has2 = k.setp(Cmp::lt, row2, row_end);
+      struct Pair {
+        size_t si;
+        uint32_t base;   // the segment's first row
+        Reg both;        // row and row2 are both of it
+      };
+      std::vector<Pair> pairs;
+      Reg any;
+      uint32_t base = 0;
+      for (size_t si = 0; si < s.segments.size(); base += s.segments[si].rows, ++si) {
+        if (s.segments[si].type != GgmlType::Q4_K) continue;
+        Reg both = k.and_(has2, k.setp(Cmp::lt, k.sub(row2, base), s.segments[si].rows));
+        both = k.and_(both, k.setp(Cmp::lt, k.sub(row, base), s.segments[si].rows));   // wraps when row < base
+        pairs.push_back({si, base, both});
+        any = pairs.size() == 1 ? both : k.or_(any, both);
+      }
       k.if_else(
-          k.setp(Cmp::lt, row2, row_end),
+          any,
           [&] {
-            const std::vector<std::vector<Reg>> both = q8_rows_dot(k, s, layout, {w_at(row), w_at(row2)}, lane, xs);
-            store(y_at(row), lane_result(both[0]));
-            store(y_at(row2), lane_result(both[1]));
+            for (const Pair& p : pairs) {
+              const GemvSegment& seg = s.segments[p.si];
+              const RowLayout layout = row_layout(seg.type, s.n_in);
+              Reg w = k.param(indexed("w", p.si)), y = k.param(indexed("y", p.si));
+              k.if_(p.both, [&] {
+                Reg l1 = k.sub(row, p.base), l2 = k.sub(row2, p.base);
+                const std::vector<std::vector<Reg>> two = q8_rows_dot(
+                    k, s, layout, {k.add(w, k.mul_wide(l1, layout.row_bytes)), k.add(w, k.mul_wide(l2, layout.row_bytes))},
+                    lane, xs);
+                store(k.add(y, k.mul_wide(k.mad_lo(lane, seg.rows, l1), 4u)), lane_result(two[0]));
+                store(k.add(y, k.mul_wide(k.mad_lo(lane, seg.rows, l2), 4u)), lane_result(two[1]));
+              });
+            }
           },
-          [&] { store(y_at(row), lane_result(q8_row_dot(k, s, layout, w_at(row), lane, xs))); });
+          [&] {
+            Reg r = k.reg(Type::u32);
+            k.for_range(r, row, k.min(k.add(row2, 1u), row_end), plan.warps, [&] { segment_row(r); });
+          });
     });
     return emit.done(true);
   }
@@ -759,16 +798,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
       k.when(writes, [&] { k.st_global(at(ya), k.mul(glu_activation(k, gate, s.glu), upv)); });
       return;
     }
-    uint32_t base = 0;
-    for (size_t si = 0; si < s.segments.size(); ++si) {
-      const GemvSegment& seg = s.segments[si];
-      Reg local = k.sub(row, base);   // wraps above rows when row < base
-      k.if_(k.setp(Cmp::lt, local, seg.rows), [&] {
-        store(k.add(k.param(indexed("y", si)), k.mul_wide(s.columns == 1 ? local : k.mad_lo(lane, seg.rows, local), 4u)),
-              lane_result(row_dot(si, local)));
-      });
-      base += seg.rows;
-    }
+    segment_row(row);
   });
   return emit.done(true);
 }

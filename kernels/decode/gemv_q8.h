@@ -133,11 +133,11 @@ std::vector<ptx::Reg> q8_row_dot(ptx::Kernel& k, const GemvShape& s, const RowLa
 // (half the shared-memory traffic); each row's arithmetic as alone.
 // Results [row][column].
 bool q8_rows_together(const GemvShape& s);
-// A single Q4_K matrix (no GLU) at more than 4 input columns with at least
-// two rows per warp: each warp takes its rows two at a time through
-// q8_rows_dot, one read of each input word for both (the shared-memory
-// wavefronts halved). Not Q6_K: two of its rows spill at 8 columns on sm_80
-// to sm_89 (ptxas, 12-20 bytes).
+// Matrices without a GLU, one of them Q4_K, at more than 4 input columns
+// with at least two rows per warp: each warp takes its rows two at a time
+// through q8_rows_dot where both are of one Q4_K matrix, one read of each
+// input word for both (the shared-memory wavefronts halved). Not Q6_K: two
+// of its rows spill at 8 columns on sm_80 to sm_89 (ptxas, 12-20 bytes).
 bool q8_rows_paired(const GemvShape& s);
 std::vector<std::vector<ptx::Reg>> q8_rows_dot(ptx::Kernel& k, const GemvShape& s, const RowLayout& l,
                                                const std::vector<ptx::Reg>& wrows, const ptx::Reg& lane,
