@@ -37,6 +37,12 @@ uint32_t check_seq_step(const SeqStep& s, uint32_t before, uint32_t max_tokens, 
     return n;
 }
 
+void check_step_schedule(Schedule s) {
+    if (s == Schedule::Persistent)
+        throw std::invalid_argument("the persistent decoder serves one sequence per launch; sequences step together "
+                                    "under --schedule graph (the default) or chain");
+}
+
 MakeStepBackend make_step_backend(const Model& m, const Backend& like, const BackendOptions& opt) {
     if (const auto* c = dynamic_cast<const cpu::CpuBackend*>(&like)) {
         const uint32_t n_ctx = c->n_ctx();
@@ -56,9 +62,7 @@ MakeStepBackend make_step_backend(const Model& m, const Backend& like, const Bac
     }
     const auto& g = dynamic_cast<const cuda::CudaBackend&>(like);
     const Schedule sched = g.schedule();
-    if (sched == Schedule::Persistent)
-        throw std::invalid_argument("the persistent decoder serves one sequence per launch; sequences step together "
-                                    "under --schedule graph (the default) or chain");
+    check_step_schedule(sched);
     const uint32_t n_ctx = g.n_ctx();
     const GpuArithmetic path = g.arithmetic();
     cuda::GpuTuning tuning = g.tuning();

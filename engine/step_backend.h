@@ -79,5 +79,9 @@ using MakeStepBackend = std::function<std::unique_ptr<StepBackend>(KvPages)>;
 // keeps no reference to `like`. Throws std::invalid_argument when `like`
 // is the GPU's persistent schedule, which serves one sequence per launch.
 MakeStepBackend make_step_backend(const Model& m, const Backend& like, const BackendOptions& opt);
+// Throws std::invalid_argument, as make_step_backend does, when schedule `s`
+// cannot step several sequences (the persistent one): for callers that can
+// refuse before they load anything.
+void check_step_schedule(Schedule s);
 
 }  // namespace ptxlm

@@ -122,6 +122,13 @@ SchedulerStats Scheduler::stats() const {
 }
 
 void Scheduler::load() {
+    if (opt_.parallel > 1) {   // before the weights load (make_step_backend checks the backend it copies too)
+        try {
+            check_step_schedule(opt_.backend.schedule);
+        } catch (const std::invalid_argument& e) {
+            throw ModelError("--parallel " + std::to_string(opt_.parallel) + ": " + e.what());
+        }
+    }
     auto lm = std::make_unique<LoadedModel>();
     lm->id = std::filesystem::path(opt_.model_path).filename().string();
     if (lm->id.size() > 5 && lm->id.ends_with(".gguf")) lm->id.resize(lm->id.size() - 5);
