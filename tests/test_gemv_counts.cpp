@@ -216,8 +216,8 @@ namespace {
 
 // N input columns read every weight byte once: a launch with N columns
 // requests N times the input bytes of one (each block stages every column,
-// in whole 256s, and the norm weight once for all; the residual of each) and at most the
-// weight bytes of one (fewer where more columns take one unrolled step and
+// in whole 256s, and the norm weight once for all; the residual of each)
+// and at most the weight bytes of one (fewer where more columns take one unrolled step and
 // re-read no clamped block), at Llama-3-8B's QKV width and its down
 // projection's, for both K-types and a 32-element type; its shared-memory
 // wavefronts stay within 1.1x the ideal. The weights' requests are at least
@@ -233,8 +233,8 @@ TEST(GemvCounts, InputColumnsShareEveryWeightRead) {
     const uint32_t blocks = geo.grid.x;
     // The staging's round trips (emu's prologue waits: before the first
     // barrier): a warp waits once per iteration of its staging loop, whose
-    // loads cover up to 4 of its 256-chunks of one column, or one chunk of
-    // up to 8 columns from 4 on (2 chunks of 2 or 3): not once per column.
+    // loads cover up to 4 of its 256-chunks of one column, 2 of 2 columns,
+    // or one chunk of up to 8 columns from 3 on: not once per column.
     auto staging_waits = [&](uint32_t n) {
       const uint32_t warps = geo.block.x / 32, nc = (n_in + 255) / 256;
       uint64_t waits = 0;
