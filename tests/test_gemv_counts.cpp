@@ -217,8 +217,8 @@ namespace {
 // N input columns read every weight byte once: a launch with N columns
 // requests N times the input bytes of one (each block stages every column,
 // in whole 256s, and the norm weight once for all; the residual of each)
-// and at most the weight bytes of one (fewer where more columns take one unrolled step and
-// re-read no clamped block), at Llama-3-8B's QKV width and its down
+// and at most the weight bytes of one (fewer where more columns take one
+// unrolled step and re-read no clamped block), at Llama-3-8B's QKV width and its down
 // projection's, for both K-types and a 32-element type; its shared-memory
 // wavefronts stay within 1.1x the ideal. The weights' requests are at least
 // the matrix's bytes (the subtraction leaves them whole). Printed: warp
