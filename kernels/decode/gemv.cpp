@@ -108,6 +108,11 @@ Reg glu_activation(Kernel& k, const Reg& g, Glu kind) {
   return k.mul(half_g, k.add(th, 1.0f));
 }
 
+// The address of row `local` of segment si's weights (parameter w<si>).
+Reg segment_row(Kernel& k, const GemvShape& s, size_t si, const Reg& local) {
+  return k.add(k.param(indexed("w", si)), k.mul_wide(local, row_layout(s.segments[si].type, s.n_in).row_bytes));
+}
+
 }  // namespace
 
 bool gemv_supports(GgmlType t) {
@@ -200,7 +205,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
         Reg left = k.reg(Type::u32);
         k.sub(left, seg.rows, local);
         Reg bytes = k.mul(k.min(left, plan.rows_per_block), row_bytes);
-        Reg first = k.add(k.param(indexed("w", si)), k.mul_wide(local, row_bytes));
+        Reg first = segment_row(k, s, si, local);
         k.when(k.setp(Cmp::lt, line, bytes), [&] { k.prefetch_l2(at(k.add(first, k.cvt(Type::u64, line)))); });
       });
       if (!glu) base += seg.rows;
@@ -328,9 +333,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
   // One row of segment si: the lane's partial dot products (unreduced), one per column.
   // Row `local` of segment si: its weights, and its output for the lane's
   // column (a GLU's pairs are segment 0's rows, in y0).
-  auto weight_row = [&](size_t si, const Reg& local) {
-    return k.add(k.param(indexed("w", si)), k.mul_wide(local, row_layout(s.segments[si].type, s.n_in).row_bytes));
-  };
+  auto weight_row = [&](size_t si, const Reg& local) { return segment_row(k, s, si, local); };
   auto output_at = [&](size_t si, const Reg& local) {
     return k.add(k.param(indexed("y", si)),
                  k.mul_wide(s.columns == 1 ? local : k.mad_lo(lane, s.segments[si].rows, local), 4u));
