@@ -232,11 +232,11 @@ TEST(CudaPaged, ChainScheduleGreedyTokensAreTheContiguousGraphs) {
 // bit (the same code; no bound is needed, none is allowed), on the presets
 // whose attention features the pair carries (llama; gemma3: sliding window,
 // q/k norms, NEOX, post norms; qwen2: biases; mistral3: temperature;
-// phi4mini: partial rotary). Its greedy stream (one launch of 16 tokens
+// phi4mini: partial rotary). Its greedy stream (one launch of 8 tokens
 // across a page boundary: the decoder's advance writes the paged state
-// {pos, table row, token}) gives the
-// paged graph's eval_argmax tokens. Control: the aliased page of the test
-// above moves its logits as far.
+// {pos, table row, token}) gives the paged graph's eval_argmax tokens.
+// Control: the aliased page of the test above, after the same history as
+// the graph's, moves its logits as far from the graph's.
 class CudaPagedPersistent : public ::testing::TestWithParam<synth::Arch> {};
 
 TEST_P(CudaPagedPersistent, LogitsAreThePagedGraphSchedulesExactly) {
@@ -270,28 +270,27 @@ TEST_P(CudaPagedPersistent, LogitsAreThePagedGraphSchedulesExactly) {
   for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
   for (uint32_t i = 0; i < kTokens; ++i) argmax_diff += argmax(a.data() + i * nv, nv) != argmax(b.data() + i * nv, nv);
 
-  // Control: table entry 1 -> page 0, positions 16..19 again; then the
-  // identity table back (the stream below rewrites every position it reads).
-  pers.poke_page_table_for_test(1, 0);
-  std::vector<float> c(4 * nv);
-  pers.eval_batch({ids.data() + 16, 4}, 16, c.data(), 4);
-  const double d_bad = max_abs_diff(std::vector<float>(a.begin() + 16 * long(nv), a.end()), c);
-  pers.poke_page_table_for_test(1, 1);
-
-  // Greedy from position 3 to 18 (across the page boundary at 16): the paged
-  // graph's tokens one eval_argmax at a time, the persistent decoder's as one stream.
-  constexpr uint32_t kStream = 16;
-  const std::vector<TokenId> prompt(ids.begin(), ids.begin() + 4);
-  graph.eval_batch({prompt.data(), 3}, 0, nullptr, 0);
+  // Greedy from position 12 to 19 (across the page boundary at 16), on the
+  // teacher-forced K/V of positions 0..11 both backends hold: the paged
+  // graph's tokens one eval_argmax at a time, the persistent decoder's as one
+  // stream.
+  constexpr uint32_t kFrom = 12, kStream = kTokens - kFrom;
   std::vector<TokenId> want;
-  for (TokenId t = prompt.back(); want.size() < kStream;) want.push_back(t = graph.eval_argmax(t, uint32_t(3 + want.size())));
-  pers.eval_batch({prompt.data(), 3}, 0, nullptr, 0);
+  for (TokenId t = ids[kFrom]; want.size() < kStream;) want.push_back(t = graph.eval_argmax(t, uint32_t(kFrom + want.size())));
   std::vector<TokenId> got;
   {
-    auto st = pers.start_greedy(prompt.back(), 3, kStream, {});
+    auto st = pers.start_greedy(ids[kFrom], kFrom, kStream, {});
     ASSERT_NE(st, nullptr);
     while (std::optional<TokenId> t = st->next()) got.push_back(*t);
   }
+
+  // Control: after the same history on both, table entry 1 -> page 0 on the
+  // persistent decoder only; positions 16..19 again, against the graph's.
+  std::vector<float> c(4 * nv), g(4 * nv);
+  graph.eval_batch({ids.data() + 16, 4}, 16, g.data(), 4);
+  pers.poke_page_table_for_test(1, 0);
+  pers.eval_batch({ids.data() + 16, 4}, 16, c.data(), 4);
+  const double d_bad = max_abs_diff(g, c);
 
   const double bound = paged_bound(GetParam());
   std::printf("[cuda-paged] %s, persistent schedule, paged KV: %zu of %zu logits differ from the paged graph's, %zu "
