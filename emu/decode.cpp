@@ -273,6 +273,10 @@ bool Decoder::check_widths(const Inst& in) {
         return width(in.d[0], VoteMode(in.sub) == VoteMode::Ballot ? 32 : 1, false, "destination") &&
                width(in.a[0], 1, false, "predicate") && width(in.a[1], 32, false, "membermask");
     case Op::Dp4a: case Op::Prmt: case Op::Bar: return all(32, 32);
+    case Op::Mma:
+        for (uint32_t r : in.x)
+            if (!width(r, 32, false, "source")) return false;
+        return all(32, 32);
     case Op::Popc: case Op::Clz: return width(in.d[0], 32, false, "destination") && width(in.a[0], ty_bits(in.ty2), false, "source");
     case Op::Bfi:
         return width(in.d[0], w, false, "destination") && width(in.a[0], w, false, "source") && width(in.a[1], w, false, "source") &&

@@ -17,7 +17,7 @@ const OpEntry kOps[] = {
     {"tanh", Op::Tanh}, {"sin", Op::Sin}, {"cos", Op::Cos}, {"bra", Op::Bra}, {"ret", Op::Exit},
     {"exit", Op::Exit}, {"popc", Op::Popc}, {"clz", Op::Clz}, {"brev", Op::Brev}, {"bfi", Op::Bfi},
     {"elect", Op::Elect}, {"griddepcontrol", Op::Nop}, {"trap", Op::Trap}, {"nanosleep", Op::Nanosleep},
-    {"prefetch", Op::Prefetch},
+    {"prefetch", Op::Prefetch}, {"mma", Op::Mma},
 };
 
 bool Decoder::decode(Inst* in) {
@@ -300,6 +300,29 @@ bool Decoder::decode(Inst* in) {
             return false;
         return count(4) && dst(ops_[0], &in->d[0]) && src(ops_[1], in->ty, &in->a[0]) &&
                src(ops_[2], in->ty2, &in->a[1]) && src(ops_[3], Ty::U32, &in->a[2]);
+    case Op::Mma: {
+        // mma.sync.aligned.m16n8k32.row.col.s32.{s8,u8}.{s8,u8}.s32 {d0..d3},
+        // {a0..a3}, {b0, b1}, {c0..c3}: the integer shape of the tensor
+        // cores that the 8-bit GEMVs take (no .satfinite: sums wrap).
+        if (!take(".sync") || !take(".aligned") || !take(".m16n8k32") || !take(".row") || !take(".col"))
+            return fail("only mma.sync.aligned.m16n8k32.row.col is supported");
+        const Ty dt = take_type(), at = take_type(), bt = take_type(), ct = take_type();
+        auto int8 = [](Ty t) { return t == Ty::S8 || t == Ty::U8; };
+        if (dt != Ty::S32 || ct != Ty::S32 || !int8(at) || !int8(bt))
+            return fail("unsupported types in '" + opname_ + "' (.s32, .s8 or .u8, .s8 or .u8, .s32)");
+        if (!finish_mods() || !require(70, 80) || !count(4)) return false;
+        in->ty = at;
+        in->ty2 = bt;
+        const size_t sizes[4] = {4, 4, 2, 4};
+        for (size_t i = 0; i < 4; ++i)
+            if (ops_[i].kind != Opnd::Vec || ops_[i].vec.size() != sizes[i])
+                return fail("'" + opname_ + "' takes {4 registers}, {4}, {2}, {4}");
+        for (size_t i = 0; i < 4; ++i) in->d[i] = ops_[0].vec[i], in->a[i] = ops_[1].vec[i];
+        for (size_t i = 0; i < 2; ++i) in->x[i] = ops_[2].vec[i];
+        for (size_t i = 0; i < 4; ++i) in->x[2 + i] = ops_[3].vec[i];
+        in->nd = 4;
+        return true;
+    }
     case Op::Popc: case Op::Clz: case Op::Brev:
         in->ty = take_type();
         if (!need_type(in->ty, in->ty == Ty::B32 || in->ty == Ty::B64) || !finish_mods() || !count(2)) return false;

@@ -119,6 +119,7 @@ bool Launch::run_warp(Warp& w, uint32_t slice) {
         case Op::Shfl: if (m && !shfl(w, in, m)) return false; break;
         case Op::Vote: if (m && !vote(w, in, m)) return false; break;
         case Op::Elect: if (m && !elect(w, in, m)) return false; break;
+        case Op::Mma: if (m && !mma(w, in, m)) return false; break;
         case Op::Clock:
             for (uint32_t mm = m; mm; mm &= mm - 1) R[size_t(in.d[0]) * 32 + __builtin_ctz(mm)] = clock;
             break;

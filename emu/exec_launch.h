@@ -279,6 +279,7 @@ struct Launch {
     bool shfl(Warp& w, const Inst& in, uint32_t m);
     bool vote(Warp& w, const Inst& in, uint32_t m);
     bool elect(Warp& w, const Inst& in, uint32_t m);
+    bool mma(Warp& w, const Inst& in, uint32_t m);
     bool bar(Warp& w, const Inst& in, uint32_t m, bool* blocked);
     // Runs the warp until it exits, blocks at a barrier, faults (false) or has
     // run `slice` instructions (then the next warp gets its turn, so a warp

@@ -228,6 +228,52 @@ bool Launch::shfl(Warp& w, const Inst& in, uint32_t m) {
     return true;
 }
 
+// mma.sync.aligned.m16n8k32.row.col.s32.{s8,u8}.{s8,u8}.s32: D = A·B + C
+// over the warp, A 16 × 32 (row-major), B 32 × 8 (column-major), C and D
+// 16 × 8 int32, the sums wrapping. Lane l (group g = l / 4, t = l % 4)
+// holds, four 8-bit elements to a register, the lowest element in the low
+// byte: A's rows g (a0, a2) and g + 8 (a1, a3) at columns 4t.. (a0, a1)
+// and 16 + 4t.. (a2, a3); B's column g at rows 4t.. (b0) and 16 + 4t..
+// (b1); C's and D's rows g (c0, c1) and g + 8 (c2, c3) at columns 2t and
+// 2t + 1. Every lane must execute it (.aligned).
+bool Launch::mma(Warp& w, const Inst& in, uint32_t m) {
+    if (m != 0xffffffffu || w.active != 0xffffffffu) {
+        std::ostringstream s;
+        s << "mma.sync.aligned executed by lanes 0x" << std::hex << m << std::dec
+          << ", not by the whole warp: " << where(w, __builtin_ctz(m), in);
+        return raise(kIllegalInstruction, s.str());
+    }
+    const uint64_t* R = w.regs;
+    auto reg = [&](uint32_t r, uint32_t lane) { return uint32_t(R[size_t(r) * 32 + lane]); };
+    auto elem = [](uint32_t word, uint32_t i, Ty t) {
+        const uint32_t b = (word >> (8 * i)) & 0xffu;
+        return t == Ty::S8 ? int32_t(int8_t(b)) : int32_t(b);
+    };
+    int32_t A[16][32], B[32][8], C[16][8];
+    for (uint32_t lane = 0; lane < 32; ++lane) {
+        const uint32_t g = lane / 4, t = lane % 4;
+        for (uint32_t r = 0; r < 4; ++r) {
+            const uint32_t row = g + 8 * (r & 1), col = 4 * t + 16 * (r >> 1);
+            for (uint32_t i = 0; i < 4; ++i) A[row][col + i] = elem(reg(in.a[r], lane), i, in.ty);
+        }
+        for (uint32_t r = 0; r < 2; ++r)
+            for (uint32_t i = 0; i < 4; ++i) B[4 * t + 16 * r + i][g] = elem(reg(in.x[r], lane), i, in.ty2);
+        for (uint32_t r = 0; r < 4; ++r) C[g + 8 * (r >> 1)][2 * t + (r & 1)] = int32_t(reg(in.x[2 + r], lane));
+    }
+    uint32_t D[16][8];
+    for (uint32_t i = 0; i < 16; ++i)
+        for (uint32_t j = 0; j < 8; ++j) {
+            uint32_t acc = uint32_t(C[i][j]);
+            for (uint32_t k = 0; k < 32; ++k) acc += uint32_t(A[i][k] * B[k][j]);   // |product| <= 255 · 255
+            D[i][j] = acc;
+        }
+    for (uint32_t lane = 0; lane < 32; ++lane) {
+        const uint32_t g = lane / 4, t = lane % 4;
+        for (uint32_t r = 0; r < 4; ++r) w.regs[size_t(in.d[r]) * 32 + lane] = D[g + 8 * (r >> 1)][2 * t + (r & 1)];
+    }
+    return true;
+}
+
 bool Launch::vote(Warp& w, const Inst& in, uint32_t m) {
     const uint64_t* P = w.regs + size_t(in.a[0]) * 32;
     int first = __builtin_ctz(m);

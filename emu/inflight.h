@@ -94,7 +94,8 @@ struct WarpInflight {
             }
             return;
         }
-        const uint32_t src[7] = {in.a[0], in.a[1], in.a[2], in.a[3], in.a4, in.addr, in.guard};
+        const uint32_t src[13] = {in.a[0], in.a[1], in.a[2], in.a[3], in.a4, in.addr, in.guard,
+                                  in.x[0], in.x[1], in.x[2], in.x[3], in.x[4], in.x[5]};
         bool use = false;
         uint16_t dep = 0;
         const bool any = npending != 0;

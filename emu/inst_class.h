@@ -43,6 +43,7 @@ inline InstClass inst_class(const Inst& in) {
     case Op::Bra: case Op::Exit: case Op::Trap: case Op::Nanosleep: return InstClass::Branch;
     case Op::Mov: case Op::Pack: case Op::Unpack: return InstClass::Mov;
     case Op::Clock: return InstClass::Other;
+    case Op::Mma: return InstClass::Tensor;
     }
     return InstClass::Other;
 }

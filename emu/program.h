@@ -42,7 +42,7 @@ enum class Op : uint8_t {
     Mov, Add, Sub, Mul, Mad, Fma, Div, Rem, Min, Max, Neg, Abs, And, Or, Xor, Not, Shl, Shr,
     Setp, Selp, Cvt, Ld, St, Atom, Nop, Bar, Shfl, Vote, Dp4a, Prmt, Bfe,
     Ex2, Lg2, Rsqrt, Sqrt, Rcp, Tanh, Sin, Cos, Bra, Exit, Clock, Popc, Clz, Brev, Bfi, Elect, Pack, Unpack, Trap,
-    Nanosleep, Prefetch,
+    Nanosleep, Prefetch, Mma,
 };
 
 enum class Rnd : uint8_t { None, Rn, Rz, Rm, Rp, Rni, Rzi, Rmi, Rpi };
@@ -79,6 +79,7 @@ struct Inst {
     uint32_t d[4] = {kNoReg, kNoReg, kNoReg, kNoReg};   // destinations
     uint32_t a[4] = {kNoReg, kNoReg, kNoReg, kNoReg};   // sources (registers or constant registers)
     uint32_t a4 = kNoReg;             // fifth source (bfi's length)
+    uint32_t x[6] = {kNoReg, kNoReg, kNoReg, kNoReg, kNoReg, kNoReg};   // mma: B's two registers, then C's four
     uint32_t pd = kNoReg;             // second predicate destination (setp p|q, shfl d|p)
     uint32_t addr = kNoReg;           // address base register (ld/st/atom)
     int64_t off = 0;                  // address offset

@@ -20,15 +20,15 @@ namespace ptxlm::emu {
 // (Cvt), dp4a, the special-function unit (Sfu: ex2, rsqrt, div.f32 ...),
 // global and shared loads and stores, atomics, shuffles and votes, barriers
 // and fences (Sync), branches and exits, moves (and parameter loads: free in
-// SASS) and the rest.
+// SASS), tensor-core mma (Tensor) and the rest.
 enum class InstClass : uint8_t {
-    Fp, Alu, Imad, Cvt, Dp4a, Sfu, LdGlobal, StGlobal, LdShared, StShared, Atomic, Shfl, Sync, Branch, Mov, Other,
+    Fp, Alu, Imad, Cvt, Dp4a, Sfu, LdGlobal, StGlobal, LdShared, StShared, Atomic, Shfl, Sync, Branch, Mov, Tensor, Other,
 };
 constexpr size_t kInstClasses = size_t(InstClass::Other) + 1;
 // JSON names, in InstClass order.
 constexpr const char* kInstClassNames[kInstClasses] = {
     "fp", "alu", "imad", "cvt", "dp4a", "sfu", "ld_global", "st_global", "ld_shared", "st_shared",
-    "atomic", "shfl", "sync", "branch", "mov", "other"};
+    "atomic", "shfl", "sync", "branch", "mov", "tensor", "other"};
 
 struct Stats {
     uint64_t launches = 0;

@@ -18,8 +18,14 @@ namespace {
 // special functions (reciprocal, rsqrt, exp2, log2, sin, cos) 16; warp
 // shuffles 32. dp4a is not in the table: counted on the integer pipe at 64,
 // an assumption the first GPU run checks (bench/gpu-report).
-constexpr std::array<double, kPipes> kRatesSm80 = {64, 64, 16, 16, 32};
-constexpr std::array<double, kPipes> kRatesSm89Sm90 = {128, 64, 16, 16, 32};
+// Tensor (mma.sync m16n8k32, 8-bit inputs: 4096 multiply-adds): the
+// vendors' dense int8 peaks per SM and clock, A100 624 TOPS (2048: half an
+// mma per clock, 16) and RTX 4090 / L40S 661 / 733 TOPS (1024: 8). H100's
+// 1979 TOPS (4096) are wgmma's; mma.sync on sm_90 is taken at A100's rate
+// per SM and clock (16), an assumption the first GPU run checks.
+constexpr std::array<double, kPipes> kRatesSm80 = {64, 64, 16, 16, 32, 16};
+constexpr std::array<double, kPipes> kRatesSm89 = {128, 64, 16, 16, 32, 8};
+constexpr std::array<double, kPipes> kRatesSm90 = {128, 64, 16, 16, 32, 16};
 
 // Sources, by column: peak bandwidth, SMs, resident threads and shared memory
 // per SM are the vendors' specifications and the programming guide's
@@ -32,12 +38,12 @@ constexpr std::array<double, kPipes> kRatesSm89Sm90 = {128, 64, 16, 16, 32};
 // 0.6-0.8 µs for the H100, its middle taken for every HBM part and assumed
 // for the GDDR6X ones. Figures are never changed to meet a target.
 constexpr GpuSpec kGpus[] = {
-    {"h100-sxm", "NVIDIA H100 SXM5 80 GB (HBM3)", 3350, 132, 2048, 228 * 1024, 1.98, 0.94, 0.7, kRatesSm89Sm90},
-    {"h100-pcie", "NVIDIA H100 PCIe 80 GB (HBM2e)", 2000, 114, 2048, 228 * 1024, 1.755, 0.90, 0.7, kRatesSm89Sm90},
-    {"h200", "NVIDIA H200 SXM 141 GB (HBM3e)", 4800, 132, 2048, 228 * 1024, 1.98, 0.90, 0.7, kRatesSm89Sm90},
+    {"h100-sxm", "NVIDIA H100 SXM5 80 GB (HBM3)", 3350, 132, 2048, 228 * 1024, 1.98, 0.94, 0.7, kRatesSm90},
+    {"h100-pcie", "NVIDIA H100 PCIe 80 GB (HBM2e)", 2000, 114, 2048, 228 * 1024, 1.755, 0.90, 0.7, kRatesSm90},
+    {"h200", "NVIDIA H200 SXM 141 GB (HBM3e)", 4800, 132, 2048, 228 * 1024, 1.98, 0.90, 0.7, kRatesSm90},
     {"a100", "NVIDIA A100 SXM4 80 GB (HBM2e)", 2039, 108, 2048, 164 * 1024, 1.41, 0.90, 0.7, kRatesSm80},
-    {"l40s", "NVIDIA L40S 48 GB (GDDR6)", 864, 142, 1536, 100 * 1024, 2.52, 0.90, 0.7, kRatesSm89Sm90},
-    {"rtx4090", "NVIDIA GeForce RTX 4090 (GDDR6X)", 1008, 128, 1536, 100 * 1024, 2.52, 0.90, 0.7, kRatesSm89Sm90},
+    {"l40s", "NVIDIA L40S 48 GB (GDDR6)", 864, 142, 1536, 100 * 1024, 2.52, 0.90, 0.7, kRatesSm89},
+    {"rtx4090", "NVIDIA GeForce RTX 4090 (GDDR6X)", 1008, 128, 1536, 100 * 1024, 2.52, 0.90, 0.7, kRatesSm89},
 };
 
 constexpr double kSchedulersPerSm = 4;   // warp instructions issued per clock per SM
@@ -160,6 +166,7 @@ LaunchCost counted_launch_cost(const nlohmann::json& k, uint64_t blocks, uint32_
     l.pipe[size_t(Pipe::Cvt)] = cls("cvt");
     l.pipe[size_t(Pipe::Sfu)] = cls("sfu");
     l.pipe[size_t(Pipe::Shfl)] = cls("shfl");
+    l.pipe[size_t(Pipe::Tensor)] = cls("tensor");
     l.shared_wavefronts = per_launch("shared_load_wavefronts") + per_launch("shared_store_wavefronts");
     l.load_waits = per_launch("inflight_batches");
     l.prologue_waits = per_launch("prologue_waits");

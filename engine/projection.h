@@ -47,9 +47,9 @@ namespace ptxlm {
 
 // Per-SM pipes whose warp instructions a launch counts (emu's classes,
 // emu/inst_class.h, grouped by the throughput table they share).
-enum class Pipe { Fp32, Int, Cvt, Sfu, Shfl };
-constexpr size_t kPipes = 5;
-constexpr const char* kPipeNames[kPipes] = {"fp32", "int", "cvt", "sfu", "shfl"};
+enum class Pipe { Fp32, Int, Cvt, Sfu, Shfl, Tensor };
+constexpr size_t kPipes = 6;
+constexpr const char* kPipeNames[kPipes] = {"fp32", "int", "cvt", "sfu", "shfl", "tensor"};
 
 struct GpuSpec {
     const char* name;          // "h100-sxm"
@@ -62,7 +62,8 @@ struct GpuSpec {
     double achievable;         // share of peak bandwidth a streaming read reaches
     double dram_latency_us;    // a global load's round trip under load
     // Results per clock per SM by pipe (thread-level operations; a warp
-    // instruction is 32), in Pipe order.
+    // instruction is 32; Tensor: 32 per mma.m16n8k32 of 8-bit inputs), in
+    // Pipe order.
     std::array<double, kPipes> pipe_rate;
 };
 

@@ -18,6 +18,10 @@ ptxlm_emu_gtest(test_examples_emu test_examples_emu.cpp LIBS ptxlm_engine ptxlm_
 # emu's JIT check: ptxas's verdict, register counts and the content-hash cache.
 ptxlm_emu_gtest(test_emu_jit test_emu_jit.cpp LIBS ptxlm_engine GTest::gmock TIMEOUT 120)
 target_compile_definitions(test_emu_jit PRIVATE PTXLM_PTXAS="${PTXLM_PTXAS_EXE}")
+# mma.sync m16n8k32 (8-bit) in emu against the CPU's product, by the ISA's
+# lane map; ptxas assembles it.
+ptxlm_gtest(test_emu_mma test_emu_mma.cpp LIBS ptxlm_emu_core ptxlm_kernels TIMEOUT 60 SANITIZE)
+target_compile_definitions(test_emu_mma PRIVATE PTXLM_PTXAS="${PTXLM_PTXAS_EXE}")
 # The decode path's GEMV kernels on emu against the dequantized reference,
 # with negative controls.
 ptxlm_emu_gtest(test_gemv_emu test_gemv_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 300)

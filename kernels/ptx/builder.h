@@ -22,6 +22,7 @@
 // compilers.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -257,6 +258,13 @@ class Kernel {
   // dp4a: d(u32 or s32) = c + sum of the four byte products; each operand
   // is extended by its own signedness (taken from the register types).
   void dp4a(const Reg& d, const Operand& a, const Operand& b, const Operand& c);
+  // mma.sync.aligned.m16n8k32.row.col.s32: D (16 × 8 s32) = A (16 × 32) ·
+  // B (32 × 8) + C over the warp, four 8-bit elements to a register of A
+  // and B, signed (.s32 registers: .s8) or unsigned (.u32: .u8) by the
+  // registers' type; D and C .s32. Every lane of the warp executes it. The
+  // lane map is emu/exec_ops.cpp's (Launch::mma) and the PTX ISA's.
+  void mma_m16n8k32(const std::array<Reg, 4>& d, const std::array<Reg, 4>& a, const std::array<Reg, 2>& b,
+                    const std::array<Reg, 4>& c);
 
   // Compare and select.
   void setp(Cmp c, const Reg& p, const Operand& a, const Operand& b);

@@ -1,5 +1,6 @@
 // Arithmetic, logic, conversions, compares: each checks its types and
 // throws Error naming the op and type it cannot emit.
+#include <span>
 #include <string>
 
 #include "kernels/ptx/builder.h"
@@ -257,6 +258,30 @@ void Kernel::dp4a(const Reg& d, const Operand& a, const Operand& b, const Operan
   require("dp4a", 61, 50);
   instr("dp4a" + dot(at) + dot(bt) + " " + d.name + ", " + render("dp4a", at, a) + ", " + render("dp4a", bt, b) +
         ", " + render("dp4a", dt, c));
+}
+
+void Kernel::mma_m16n8k32(const std::array<Reg, 4>& d, const std::array<Reg, 4>& a, const std::array<Reg, 2>& b,
+                          const std::array<Reg, 4>& c) {
+  auto elements = [](std::span<const Reg> regs, const char* what) {
+    const Type t = regs[0].type;
+    if (t != Type::s32 && t != Type::u32) unsupported("mma", t, std::string(what) + " registers must be .s32 or .u32, got");
+    for (const Reg& r : regs)
+      if (r.type != t) throw Error(std::string("mma: ") + what + " registers of mixed types");
+    return t == Type::s32 ? "s8" : "u8";
+  };
+  for (const Reg& r : d)
+    if (r.type != Type::s32) throw Error("mma: destination " + r.name + " is ." + type_name(r.type) + ", expected .s32");
+  for (const Reg& r : c)
+    if (r.type != Type::s32) throw Error("mma: accumulator " + r.name + " is ." + type_name(r.type) + ", expected .s32");
+  const std::string at = elements(a, "A"), bt = elements(b, "B");
+  require("mma.m16n8k32", 80, 70);
+  auto list = [](std::span<const Reg> regs) {
+    std::string s = "{";
+    for (size_t i = 0; i < regs.size(); ++i) s += (i ? ", " : "") + regs[i].name;
+    return s + "}";
+  };
+  instr("mma.sync.aligned.m16n8k32.row.col.s32." + at + "." + bt + ".s32 " + list(d) + ", " + list(a) + ", " + list(b) +
+        ", " + list(c));
 }
 
 // ---------------------------------------------------------------- compare, select

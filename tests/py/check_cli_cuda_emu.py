@@ -163,7 +163,7 @@ def main():
                 # The DRAM term carries the launch's start (its prologue and fill).
                 t = k["terms_us"]
                 bound = max([t["dram"] + t["start"]] + [v for n, v in t.items() if n not in ("dram", "start", "prologue")])
-                check(k["bound_by"] in ("dram", "latency", "issue", "shared", "fp32", "int", "cvt", "sfu", "shfl")
+                check(k["bound_by"] in ("dram", "latency", "issue", "shared", "fp32", "int", "cvt", "sfu", "shfl", "tensor")
                       and 0 <= t["prologue"] and 0 <= t["start"] <= t["prologue"] + 0.7 + 1e-9
                       and (t["start"] > 0) == (k["load_waits"] > 0)
                       and abs(k["projected_us"] - k["launches"] * bound) < 1e-6 * k["projected_us"] + 1e-12,
