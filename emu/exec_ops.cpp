@@ -249,7 +249,8 @@ bool Launch::mma(Warp& w, const Inst& in, uint32_t m) {
         const uint32_t b = (word >> (8 * i)) & 0xffu;
         return t == Ty::S8 ? int32_t(int8_t(b)) : int32_t(b);
     };
-    int32_t A[16][32], B[32][8], C[16][8];
+    int32_t A[16][32], B[32][8];
+    uint32_t D[16][8];   // C, then A·B added
     for (uint32_t lane = 0; lane < 32; ++lane) {
         const uint32_t g = lane / 4, t = lane % 4;
         for (uint32_t r = 0; r < 4; ++r) {
@@ -258,15 +259,11 @@ bool Launch::mma(Warp& w, const Inst& in, uint32_t m) {
         }
         for (uint32_t r = 0; r < 2; ++r)
             for (uint32_t i = 0; i < 4; ++i) B[4 * t + 16 * r + i][g] = elem(reg(in.x[r], lane), i, in.ty2);
-        for (uint32_t r = 0; r < 4; ++r) C[g + 8 * (r >> 1)][2 * t + (r & 1)] = int32_t(reg(in.x[2 + r], lane));
+        for (uint32_t r = 0; r < 4; ++r) D[g + 8 * (r >> 1)][2 * t + (r & 1)] = reg(in.x[2 + r], lane);
     }
-    uint32_t D[16][8];
     for (uint32_t i = 0; i < 16; ++i)
-        for (uint32_t j = 0; j < 8; ++j) {
-            uint32_t acc = uint32_t(C[i][j]);
-            for (uint32_t k = 0; k < 32; ++k) acc += uint32_t(A[i][k] * B[k][j]);   // |product| <= 255 · 255
-            D[i][j] = acc;
-        }
+        for (uint32_t j = 0; j < 8; ++j)
+            for (uint32_t k = 0; k < 32; ++k) D[i][j] += uint32_t(A[i][k] * B[k][j]);   // |product| <= 255 · 255
     for (uint32_t lane = 0; lane < 32; ++lane) {
         const uint32_t g = lane / 4, t = lane % 4;
         for (uint32_t r = 0; r < 4; ++r) w.regs[size_t(in.d[r]) * 32 + lane] = D[g + 8 * (r >> 1)][2 * t + (r & 1)];

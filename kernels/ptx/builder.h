@@ -28,6 +28,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -373,6 +374,8 @@ class Kernel {
   Reg binary_new(std::string_view op, const Reg& a, const Operand& b);
   std::string render(std::string_view op, Type t, const Operand& o, bool same_width_ok = false) const;
   std::string render_addr(std::string_view op, Space s, const Addr& a, unsigned access_bytes) const;
+  // "{%r1, %r2}": a vector operand (ld/st .v2/.v4, mma's fragments).
+  static std::string vector_operand(std::span<const Reg> regs);
   std::string mem_prefix(std::string_view op, Space s, const MemOpt& o, bool is_load);
   void check_no_guard(std::string_view what) const;
   void guarded(const std::string& g, const Reg& p, const std::function<void()>& fn);

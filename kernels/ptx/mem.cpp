@@ -60,6 +60,12 @@ bool mem_compatible(Type m, Type r) {
 
 }  // namespace
 
+std::string Kernel::vector_operand(std::span<const Reg> regs) {
+  std::string s = "{";
+  for (size_t i = 0; i < regs.size(); ++i) s += (i ? ", " : "") + regs[i].name;
+  return s + "}";
+}
+
 std::string Kernel::render_addr(std::string_view op, Space s, const Addr& a, unsigned access_bytes) const {
   std::string base;
   const Operand& b = a.base;
@@ -129,13 +135,7 @@ void Kernel::ld(Space s, const std::vector<Reg>& d, const Addr& a, const MemOpt&
   }
   unsigned bytes = type_bytes(mt) * unsigned(d.size());
   if (bytes > 16) throw Error(op + ": a vector access is at most 16 bytes");
-  std::string regs;
-  if (d.size() == 1) regs = d[0].name;
-  else {
-    regs = "{";
-    for (size_t i = 0; i < d.size(); ++i) regs += (i ? ", " : "") + d[i].name;
-    regs += "}";
-  }
+  const std::string regs = d.size() == 1 ? d[0].name : vector_operand(d);
   // ld/st of half types is spelled .b16/.b32 in PTX.
   Type emit_t = (mt == Type::f16 || mt == Type::bf16 || mt == Type::f16x2 || mt == Type::bf16x2) ? bits_type(type_bits(mt)) : mt;
   std::string opcode = prefix + (d.size() > 1 ? ".v" + std::to_string(d.size()) : "") + dot(emit_t);

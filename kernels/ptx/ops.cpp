@@ -1,6 +1,5 @@
 // Arithmetic, logic, conversions, compares: each checks its types and
 // throws Error naming the op and type it cannot emit.
-#include <span>
 #include <string>
 
 #include "kernels/ptx/builder.h"
@@ -275,13 +274,8 @@ void Kernel::mma_m16n8k32(const std::array<Reg, 4>& d, const std::array<Reg, 4>&
     if (r.type != Type::s32) throw Error("mma: accumulator " + r.name + " is ." + type_name(r.type) + ", expected .s32");
   const std::string at = elements(a, "A"), bt = elements(b, "B");
   require("mma.m16n8k32", 80, 70);
-  auto list = [](std::span<const Reg> regs) {
-    std::string s = "{";
-    for (size_t i = 0; i < regs.size(); ++i) s += (i ? ", " : "") + regs[i].name;
-    return s + "}";
-  };
-  instr("mma.sync.aligned.m16n8k32.row.col.s32." + at + "." + bt + ".s32 " + list(d) + ", " + list(a) + ", " + list(b) +
-        ", " + list(c));
+  instr("mma.sync.aligned.m16n8k32.row.col.s32." + at + "." + bt + ".s32 " + vector_operand(d) + ", " +
+        vector_operand(a) + ", " + vector_operand(b) + ", " + vector_operand(c));
 }
 
 // ---------------------------------------------------------------- compare, select
