@@ -14,10 +14,10 @@
 //     the AVX2 ones (vpmaddubsw) bit for bit, at the extremes of codes and
 //     inputs too;
 //   - a matrix without a packed kernel is copied unchanged into the arena,
-//     its runs reported in order; on gemma-3-270m the CPU backend reads its
-//     K-quant matrices from that copy (huge-page chunk, the file's bytes)
-//     and its logits equal those of the backend that reads the file, bit
-//     for bit, while a changed byte of the copy changes them.
+//     its runs reported in order; on a synthetic Q3_K_M model the CPU
+//     backend reads its Q3_K matrices from that copy (huge-page chunk, the
+//     file's bytes) and its logits equal those of the backend that reads the
+//     file, bit for bit, while a changed byte of the copy changes them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -34,7 +34,7 @@
 #include "engine/cpu/matvec.h"
 #include "engine/cpu/repack.h"
 #include "gguf/f16.h"
-#include "real_model_util.h"
+#include "models/synth/synth.h"
 
 using namespace ptxlm;
 using cpu::Isa;
@@ -43,14 +43,30 @@ using ptxlm::Weight;
 
 namespace {
 
-const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
-                           GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::IQ4_NL};
+const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1,   GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                           GgmlType::IQ4_NL, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+bool k_quant(GgmlType t) { return gguf::type_traits(t).block_elems == 256; }
+
+// Where a block's f16 scales are: d (and m, or dmin) first, Q6_K's d last.
+std::vector<uint64_t> f16_offsets(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
+        case GgmlType::Q6_K: return {gguf::type_traits(t).block_bytes - 2};
+        default: return {0};
+    }
+}
+
+// Values per row for the tests' sweeps: n32 for the 32-element types, the
+// next multiple of 256 for the K-quants.
+uint64_t row_values(GgmlType t, uint64_t n32) { return k_quant(t) ? (n32 + 255) / 256 * 256 : n32; }
 
 // rows × n weights: quantized normal floats for even rows, random bytes with
-// sane f16 scales for odd ones (every code value, incl. Q8_0's -128).
+// sane f16 scales for odd ones (every code value, incl. Q8_0's -128; every
+// K-quant sub-block scale and min).
 std::vector<uint8_t> make_rows(GgmlType t, uint64_t rows, uint64_t n, std::mt19937& rng) {
     const gguf::TypeTraits& tt = gguf::type_traits(t);
-    const uint64_t rb = n / 32 * tt.block_bytes;
+    const uint64_t rb = n / tt.block_elems * tt.block_bytes;
     std::vector<uint8_t> out(rows * rb);
     std::normal_distribution<float> g(0.f, 1.f);
     std::uniform_int_distribution<int> byte(0, 255);
@@ -65,7 +81,7 @@ std::vector<uint8_t> make_rows(GgmlType t, uint64_t rows, uint64_t n, std::mt199
         }
         for (uint64_t i = 0; i < rb; ++i) row[i] = uint8_t(byte(rng));
         for (uint64_t b = 0; b < rb; b += tt.block_bytes)
-            for (uint64_t off = 0; off < (t == GgmlType::Q4_1 || t == GgmlType::Q5_1 ? 4u : 2u); off += 2) {
+            for (uint64_t off : f16_offsets(t)) {
                 const uint16_t h = f32_to_f16(scale(rng));
                 std::memcpy(row + b + off, &h, 2);
             }
@@ -86,7 +102,7 @@ Weight weight(GgmlType t, uint64_t rows, uint64_t n, const std::vector<uint8_t>&
     w.type = t;
     w.cols = n;
     w.rows = rows;
-    w.row_bytes = n / 32 * gguf::type_traits(t).block_bytes;
+    w.row_bytes = n / gguf::type_traits(t).block_elems * gguf::type_traits(t).block_bytes;
     w.data = data.data();
     return w;
 }
@@ -96,6 +112,12 @@ std::vector<Isa> packing_isas(GgmlType t) {
     for (Isa isa : cpu::runnable_isas())
         if (cpu::packed_fn(isa, t)) out.push_back(isa);
     return out;
+}
+
+// Input value i as the quantized input holds it, d · q.
+float input_value(const cpu::QuantizedInput& x, uint64_t i) {
+    if (x.layout == cpu::QuantizedInput::Layout::Block256) return x.b256[i / 256].d * float(x.b256[i / 256].qs[i % 256]);
+    return x.b32[i / 32].d * float(x.b32[i / 32].qs[i % 32]);
 }
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
@@ -108,14 +130,14 @@ bool runnable(Isa isa) {
 
 // rows × n weights whose every byte is `fill` but the f16 scales (and mins)
 // of each block: all codes at one value (0xFF: Q4 15, Q5 31 with every fifth
-// bit, IQ4_NL's 113; 0x80: Q8_0's -128; 0x00: Q5 0, IQ4_NL's -127).
+// bit, IQ4_NL's 113, Q6_K 63 with its int8 scales −1, Q4_K/Q5_K with every
+// 6-bit scale and min 63; 0x80: Q8_0's -128; 0x00: Q5 0, IQ4_NL's -127).
 std::vector<uint8_t> fill_rows(GgmlType t, uint64_t rows, uint64_t n, uint8_t fill) {
     const gguf::TypeTraits& tt = gguf::type_traits(t);
-    std::vector<uint8_t> out(rows * n / 32 * tt.block_bytes, fill);
+    std::vector<uint8_t> out(rows * n / tt.block_elems * tt.block_bytes, fill);
     const uint16_t h = f32_to_f16(0.0123f);
-    const uint64_t scales = t == GgmlType::Q4_1 || t == GgmlType::Q5_1 ? 2 : 1;
     for (uint64_t b = 0; b < out.size(); b += tt.block_bytes)
-        for (uint64_t f = 0; f < scales; ++f) std::memcpy(out.data() + b + 2 * f, &h, 2);
+        for (uint64_t off : f16_offsets(t)) std::memcpy(out.data() + b + off, &h, 2);
     return out;
 }
 
@@ -202,7 +224,7 @@ TEST(Repack, GroupsUnpackToTheRowsAndMatchScalar) {
     std::mt19937 rng(77);
     for (GgmlType t : kTypes)
         for (Isa isa : packing_isas(t))
-            for (uint64_t n : {32u, 96u, 576u, 1536u}) {
+            for (uint64_t n : k_quant(t) ? std::vector<uint64_t>{256, 512, 1536} : std::vector<uint64_t>{32, 96, 576, 1536}) {
                 const uint64_t rows = 2 * cpu::kPackRows + 3;   // two groups and a tail
                 const std::vector<uint8_t> data = make_rows(t, rows, n, rng);
                 const Weight w = weight(t, rows, n, data);
@@ -237,10 +259,7 @@ TEST(Repack, GroupsUnpackToTheRowsAndMatchScalar) {
                             float abs_sum = 0;
                             std::vector<float> wf(n);
                             gguf::type_traits(t).dequantize_row(static_cast<const uint8_t*>(row), wf.data(), int64_t(n));
-                            for (uint64_t i = 0; i < n; ++i) {
-                                const auto& b = xq[k].b32[i / 32];
-                                abs_sum += std::fabs(wf[i] * b.d * float(b.qs[i % 32]));
-                            }
+                            for (uint64_t i = 0; i < n; ++i) abs_sum += std::fabs(wf[i] * input_value(xq[k], i));
                             EXPECT_NEAR(alone[k * cpu::kPackRows + r], want, 1e-5 * abs_sum + 1e-30)
                                 << what << " group " << g << " row " << r << " input " << k;
                         }
@@ -283,8 +302,8 @@ TEST(Repack, CorruptedScaleMovesOnlyItsRow) {
             ASSERT_TRUE(p0);
             p0.fn(p0.group(0), &xs, 1, n, before, 0);
             const int victim = 5;
-            const uint64_t rb = n / 32 * gguf::type_traits(t).block_bytes;
-            data[victim * rb + 1] ^= 0x04;   // block 0's d: the lowest exponent bit
+            const uint64_t rb = n / gguf::type_traits(t).block_elems * gguf::type_traits(t).block_bytes;
+            data[victim * rb + f16_offsets(t)[0] + 1] ^= 0x04;   // block 0's d: the lowest exponent bit
             const cpu::PackedWeight p1 = cpu::pack_weight(weight(t, cpu::kPackRows, n, data), isa);
             p1.fn(p1.group(0), &xs, 1, n, after, 0);
             for (int r = 0; r < cpu::kPackRows; ++r) {
@@ -331,8 +350,8 @@ TEST(Repack, ArenaPiecesAndOwnership) {
 // once, in order, covering the matrix exactly.
 TEST(Repack, CopyWeightKeepsBytesAndReportsRuns) {
     std::mt19937 rng(13);
-    const GgmlType t = GgmlType::Q4_K;   // no packed kernel
-    const uint64_t n = 4096, rows = 3 * 1024 + 5;   // 2304 bytes a row: ~6.8 MiB, a partial last run
+    const GgmlType t = GgmlType::Q3_K;   // no packed kernel
+    const uint64_t n = 4096, rows = 3 * 1024 + 5;   // 1760 bytes a row: ~5.2 MiB, a partial last run
     std::vector<uint8_t> data(rows * n / 256 * gguf::type_traits(t).block_bytes);
     std::uniform_int_distribution<int> byte(0, 255);
     for (uint8_t& b : data) b = uint8_t(byte(rng));
@@ -393,23 +412,30 @@ std::pair<std::string, uintptr_t> mapping_of(const void* p) {
 
 }  // namespace
 
-// The CPU backend on gemma-3-270m (Q4_K attn_output, Q6_K ffn_down: no
-// packed kernels): with copies on, those matrices are read from the pack
-// arena (a chunk marked MADV_HUGEPAGE, 2 MiB-aligned), the copy holds the
-// file's bytes, and the logits of a prompt equal, bit for bit, those of a
-// backend that reads the file (PTXLM_CPU_COPY=0's path). Negative control:
-// one changed byte in the copy of a Q6_K matrix changes the logits, so the
-// products do read the copy.
-TEST(Repack, CpuBackendCopiesKQuantsToArena) {
-    const testing_util::RealPrompt r = testing_util::real_model_prompt("gemma-3-270m-q4_k_m.gguf");
-    const Model& m = r.model;
+// The CPU backend on a synthetic Q3_K_M llama (Q3_K attn_q and ffn, which
+// have no packed kernel; Q4_K attn_output and Q5_K attn_v, which do): with
+// copies on, the Q3_K matrices are read from the pack arena (a chunk marked
+// MADV_HUGEPAGE, 2 MiB-aligned), the copy holds the file's bytes, the
+// K-quants with a packed kernel are packed, not copied, and the logits of a
+// prompt equal, bit for bit, those of a backend that reads the file
+// (PTXLM_CPU_COPY=0's path). Negative control: one changed byte in the copy
+// of a Q3_K matrix changes the logits, so the products do read the copy.
+TEST(Repack, CpuBackendCopiesUnpackedToArena) {
+    synth::Spec spec = synth::preset(synth::Arch::Llama, synth::Size::Tiny);
+    spec.types = synth::TypeMix::Q3_K_M;
+    const std::vector<uint8_t> bytes = synth::model_bytes(spec);
+    const Model m = Model::from_file(gguf::File::parse(bytes, "synth-llama-q3_k_m"));
     ASSERT_GE(m.layers.size(), 1u);
-    const Weight& wo = m.layers[0].wo;
-    const Weight& down = m.layers[0].down;
     const Weight& wq = m.layers[0].wq;
+    const Weight& up = m.layers[0].up;
+    const Weight& wo = m.layers[0].wo;
+    const Weight& wv = m.layers[0].wv;
+    ASSERT_EQ(wq.type, GgmlType::Q3_K);
+    ASSERT_EQ(up.type, GgmlType::Q3_K);
     ASSERT_EQ(wo.type, GgmlType::Q4_K);
-    ASSERT_EQ(down.type, GgmlType::Q6_K);
-    const uint32_t n = uint32_t(r.ids.size()), nv = m.n_vocab;
+    ASSERT_EQ(wv.type, GgmlType::Q5_K);
+    const std::vector<TokenId> ids = {1, 17, 42, 99, 5, 63, 8, 120};
+    const uint32_t n = uint32_t(ids.size()), nv = m.n_vocab;
     cpu::CpuBackend copied(m, 64, KvType::F16, 2), plain(m, 64, KvType::F16, 2);
     copied.set_weight_copies(true);
     plain.set_weight_copies(false);
@@ -417,7 +443,7 @@ TEST(Repack, CpuBackendCopiesKQuantsToArena) {
     plain.prepare();
     const std::span<const uint8_t> file = m.file.bytes();
     const auto in_file = [&](const uint8_t* p) { return p >= file.data() && p < file.data() + file.size(); };
-    for (const Weight* w : {&wo, &down}) {
+    for (const Weight* w : {&wq, &up}) {
         const Weight& v = copied.read_view(*w);
         const std::string what = w->name();
         ASSERT_NE(v.data, w->data) << what;
@@ -426,7 +452,6 @@ TEST(Repack, CpuBackendCopiesKQuantsToArena) {
         EXPECT_EQ(v.type, w->type) << what;
         EXPECT_EQ(v.rows, w->rows) << what;
         EXPECT_EQ(v.row_bytes, w->row_bytes) << what;
-        // The file's pages were dropped; reading them brings them back.
         EXPECT_EQ(std::memcmp(v.data, w->data, w->rows * w->row_bytes), 0) << what;
         if (std::filesystem::exists("/sys/kernel/mm/transparent_hugepage/enabled")) {
             const auto [flags, start] = mapping_of(v.data);
@@ -435,20 +460,21 @@ TEST(Repack, CpuBackendCopiesKQuantsToArena) {
         }
         EXPECT_EQ(plain.read_view(*w).data, w->data) << what;   // copies off: the file
     }
-    EXPECT_EQ(copied.read_view(wq).data, wq.data);   // Q5_0: packed, not copied
+    EXPECT_EQ(copied.read_view(wo).data, wo.data);   // Q4_K, Q5_K: packed, not copied
+    EXPECT_EQ(copied.read_view(wv).data, wv.data);
     std::vector<float> a(uint64_t(n) * nv), b(uint64_t(n) * nv), c(uint64_t(n) * nv);
-    copied.eval_batch(r.ids, 0, a.data(), n);
-    plain.eval_batch(r.ids, 0, b.data(), n);
+    copied.eval_batch(ids, 0, a.data(), n);
+    plain.eval_batch(ids, 0, b.data(), n);
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
-    // Negative control: a scale of the copy's first Q6_K block (its f16 d,
-    // the block's last two bytes) changed, then restored.
-    uint8_t* d = const_cast<uint8_t*>(copied.read_view(down).data) + gguf::type_traits(GgmlType::Q6_K).block_bytes - 1;
+    // Negative control: a scale of the copy's first Q3_K block of ffn_up
+    // (its f16 d, the block's last two bytes) changed, then restored.
+    uint8_t* d = const_cast<uint8_t*>(copied.read_view(up).data) + gguf::type_traits(GgmlType::Q3_K).block_bytes - 1;
     const uint8_t saved = *d;
     *d ^= 0x10;
-    copied.eval_batch(r.ids, 0, c.data(), n);
+    copied.eval_batch(ids, 0, c.data(), n);
     *d = saved;
     EXPECT_NE(std::memcmp(a.data(), c.data(), a.size() * 4), 0);
-    copied.eval_batch(r.ids, 0, c.data(), n);
+    copied.eval_batch(ids, 0, c.data(), n);
     EXPECT_EQ(std::memcmp(a.data(), c.data(), a.size() * 4), 0);
 }
 
@@ -469,7 +495,7 @@ TEST(Repack, MatmulWithPackedJobs) {
     cpu::ThreadPool pool(3);
     for (GgmlType t : kTypes)
         for (Isa isa : packing_isas(t)) {
-            const uint64_t n = 576, rows = 5 * cpu::kPackRows + 5, n_in = 11;
+            const uint64_t n = row_values(t, 576), rows = 5 * cpu::kPackRows + 5, n_in = 11;
             const std::vector<uint8_t> data = make_rows(t, rows, n, rng);
             const Weight w = weight(t, rows, n, data);
             const cpu::PackedWeight p = cpu::pack_weight(w, isa);

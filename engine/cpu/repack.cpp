@@ -9,15 +9,21 @@ namespace ptxlm::cpu {
 
 namespace {
 
-// A 32-element block as the packing sees it: `halves` f16 fields, then
-// `words` 4-byte words of codes. Packed, block b of a group is each field
-// for the kPackRows rows side by side, then each word for the rows side by
-// side (repack.h).
+// A block as the packing sees it: `values` elements, `halves` f16 fields and
+// `words` 4-byte words of codes and scales, the fields first (or last, Q6_K's
+// d). Packed, block b of a group is each field for the kPackRows rows side
+// by side, then each word for the rows side by side (repack.h): the fields
+// always first.
 struct BlockShape {
     int halves = 0, words = 0;
-    bool spread_qh = false;   // word 0 is a Q5 qh, stored spread (spread_qh below)
+    bool spread_qh = false;     // word 0 is a Q5 qh, stored spread (spread_qh below)
+    int values = 32;
+    bool halves_last = false;   // the file's block ends with its f16 fields
     explicit operator bool() const { return words != 0; }
     uint64_t bytes() const { return uint64_t(2 * halves + 4 * words); }
+    // Where field f and word c start in the file's block.
+    uint64_t half_at(int f) const { return halves_last ? uint64_t(4 * words + 2 * f) : uint64_t(2 * f); }
+    uint64_t word_at(int c) const { return halves_last ? uint64_t(4 * c) : uint64_t(2 * halves + 4 * c); }
 };
 
 BlockShape block_shape(gguf::GgmlType t) {
@@ -28,6 +34,11 @@ BlockShape block_shape(gguf::GgmlType t) {
         case gguf::GgmlType::Q5_1: return {2, 5, true};
         case gguf::GgmlType::Q8_0: return {1, 8};
         case gguf::GgmlType::IQ4_NL: return {1, 4};   // as Q4_0: d, then 4 words of nibbles
+        // d, dmin; 3 words of scales, (Q5_K: 8 words of qh,) 32 of nibbles
+        case gguf::GgmlType::Q4_K: return {2, 35, false, 256};
+        case gguf::GgmlType::Q5_K: return {2, 43, false, 256};
+        // 32 words of ql, 16 of qh, 4 of scales, then d
+        case gguf::GgmlType::Q6_K: return {1, 52, false, 256, true};
         default: return {};
     }
 }
@@ -126,8 +137,8 @@ PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied, void* ct
     const BlockShape shape = block_shape(w.type);
     const PackedDotFn fn = packed_fn(isa, w.type);
     if (!fn || !shape || w.rows < kPackRows || !w.data) return p;
-    const uint64_t nb = w.cols / 32;
-    if (nb * shape.bytes() != w.row_bytes) return p;   // a row layout the shape does not describe
+    const uint64_t nb = w.cols / uint64_t(shape.values);
+    if (w.cols % uint64_t(shape.values) != 0 || nb * shape.bytes() != w.row_bytes) return p;   // a row layout the shape does not describe
     p.type = w.type;
     p.isa = isa;
     p.groups = w.rows / kPackRows;
@@ -144,9 +155,9 @@ PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied, void* ct
         for (uint64_t b = 0; b < nb; ++b, dst += kPackRows * shape.bytes())
             for (int r = 0; r < kPackRows; ++r) {
                 const uint8_t* src = w.row(g * kPackRows + r) + b * shape.bytes();
-                for (int f = 0; f < shape.halves; ++f) std::memcpy(dst + f * hb + 2 * r, src + 2 * f, 2);
+                for (int f = 0; f < shape.halves; ++f) std::memcpy(dst + f * hb + 2 * r, src + shape.half_at(f), 2);
                 for (int c = 0; c < shape.words; ++c)
-                    copy_word(shape, c, src + 2 * shape.halves + 4 * c, dst + shape.halves * hb + c * wb + 4 * r, spread_qh);
+                    copy_word(shape, c, src + shape.word_at(c), dst + shape.halves * hb + c * wb + 4 * r, spread_qh);
             }
     }
     if (copied) {
@@ -163,9 +174,9 @@ void unpack_row(const PackedWeight& p, uint64_t r, uint64_t row_bytes, uint8_t* 
     const uint64_t i = r % kPackRows;
     const uint8_t* src = p.group(r / kPackRows);
     for (uint64_t b = 0; b < row_bytes / shape.bytes(); ++b, src += kPackRows * shape.bytes(), out += shape.bytes()) {
-        for (int f = 0; f < shape.halves; ++f) std::memcpy(out + 2 * f, src + f * hb + 2 * i, 2);
+        for (int f = 0; f < shape.halves; ++f) std::memcpy(out + shape.half_at(f), src + f * hb + 2 * i, 2);
         for (int c = 0; c < shape.words; ++c)
-            copy_word(shape, c, src + shape.halves * hb + c * wb + 4 * i, out + 2 * shape.halves + 4 * c, gather_qh);
+            copy_word(shape, c, src + shape.halves * hb + c * wb + 4 * i, out + shape.word_at(c), gather_qh);
     }
 }
 

@@ -24,12 +24,20 @@
 //   Q5_1: d[8] f16, m[8] f16, qh[8] (spread), qs 128 bytes
 //   Q8_0: d[8] f16, qs 256 bytes (word c of row r: values 4c..4c+3)
 //   IQ4_NL: as Q4_0 (the codes index the non-linear table)
+// and per 256 values (a K-quant super-block) of 8 rows, the file's words
+// in the file's order, each as 8 rows side by side:
+//   Q4_K: d[8], dmin[8] f16, the 12 scale bytes as 3 words, qs 32 words
+//         (word 8c + w: values 64c + 4w.. in its low nibbles, 64c + 32 +
+//         4w.. in its high ones): 1152 bytes
+//   Q5_K: d[8], dmin[8], scales 3 words, qh 8 words, qs 32 words: 1408
+//   Q6_K: d[8] (the file's last field, first here), ql 32 words, qh 16,
+//         the 16 int8 scales 4 words: 1680
 //
 // A packed kernel computes the same integer sum per (row, block) as the
 // scalar kernel (qdot.h); its float arithmetic per (row, input) is one
-// product d_w·d_x per block times that sum into one accumulator (Q4_1: the
-// offset m·s into a second one, added at the end), whatever the number of
-// inputs: multi-input results equal single-input ones bit for bit, so a
+// product d_w·d_x per block times that sum into one accumulator (Q4_1 and
+// Q5_1: m·s per block, Q4_K and Q5_K: dmin_w·d_x times the mins' sum per
+// super-block, into the same one), whatever the number of inputs: multi-input results equal single-input ones bit for bit, so a
 // sequence's logits do not depend on how it is batched.
 //
 // Rows past the last full group stay in the file's layout and take the
@@ -63,7 +71,10 @@ using PackedDotFn = void (*)(const uint8_t* group, const void* const* xs, int n_
 // vpdpbusd products and vpternlogd Q5 merges (repack_avx512vnni.cpp), whose
 // results equal the AVX2 kernels' bit for bit, so a packed weight gives the
 // same bits on the three SIMD Isas (whose input quantizers give the same
-// bits too).
+// bits too). The K-quants' kernels are vpmaddubsw on all three (a
+// sub-block's int16 sums meet its scale in one vpmaddwd); whether vpdpbusd
+// and an int32 scale product would be faster on a VNNI machine has not been
+// measured.
 // A zmm build of the VNNI kernels exists (two adjacent words per vector,
 // the input's two 4-byte groups in the halves, the halves added per block;
 // the same bits, Repack.VnniEqualsAvx2BitForBit) but is not the default:

@@ -119,14 +119,14 @@ inline void prefetch_block(const uint8_t* g, uint64_t bytes) {
 
 // A pass's inputs and its float accumulators, one per input (the set-up and
 // the stores every kernel's run shares): out[r + k · out_stride] = acc[k]
-// lane r at the end.
-template <int NX>
+// lane r at the end. Y: the input's blocks (BlockQ8x256 for the K-quants).
+template <int NX, class Y = BlockQ8x32>
 struct Inputs {
-    const BlockQ8x32* y[NX];
+    const Y* y[NX];
     __m256 acc[NX];
     explicit Inputs(const void* const* xs) {
         for (int k = 0; k < NX; ++k) {
-            y[k] = static_cast<const BlockQ8x32*>(xs[k]);
+            y[k] = static_cast<const Y*>(xs[k]);
             acc[k] = _mm256_setzero_ps();
         }
     }
@@ -325,6 +325,191 @@ struct IQ4_NLSums {
     }
 };
 
+// The K-quants: 256 values per super-block, sub-blocks of 32 (Q4_K, Q5_K)
+// or 16 (Q6_K) values with their own integer scales. Per (row, input) and
+// super-block, the scalar kernel's integers (qdot.cpp): isum = Σ_j sc_j ·
+// Σ(q·x) over sub-block j, and for Q4_K/Q5_K msum = Σ_j m_j · Σx over it
+// (from the input's bsums), for Q6_K the offset −32 · Σ_g sc_g · bsums_g in
+// isum; then acc += d_w·d_x · isum (and −= dmin_w·d_x · msum), one lane per
+// row. A sub-block's products are summed in int16 across its words (the
+// bounds below) and meet its scale once, vpmaddwd by (sc, sc) per lane: for
+// all inputs, a word of 8 rows is unpacked once and a scale spread once. The
+// products are vpmaddubsw and vpmaddwd on every Isa (AVX2 encodings, or
+// EVEX ones in the AVX-512 TU): the same integers, the same bits.
+
+// 4 input bytes (or two int16) in every int32 lane.
+inline __m256i bcast32(const void* p) {
+    int32_t v;
+    __builtin_memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+// Bytes J0 and J1 (0..3) of each int32 lane of v, sign-extended into the
+// lane's low and high int16: a sub-block's scale (or two) for each row,
+// ready for vpmaddwd.
+template <int J0, int J1>
+inline __m256i s8_pair(__m256i v) {
+    constexpr char z = char(0x80);
+    const __m256i idx = _mm256_setr_epi8(z, J0, z, J1, z, 4 + J0, z, 4 + J1, z, 8 + J0, z, 8 + J1, z, 12 + J0, z,
+                                         12 + J1, z, J0, z, J1, z, 4 + J0, z, 4 + J1, z, 8 + J0, z, 8 + J1, z,
+                                         12 + J0, z, 12 + J1);
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(v, idx), 8);
+}
+
+// v shifted left (S > 0) or right (S < 0) by |S| bits per int16.
+template <int S>
+inline __m256i shift16(__m256i v) {
+    if constexpr (S > 0) return _mm256_slli_epi16(v, S);
+    else if constexpr (S < 0) return _mm256_srli_epi16(v, -S);
+    else return v;
+}
+
+// Q4_K (Fifth false) and Q5_K. Packed super-block (repack.cpp's shape):
+// d[8], dmin[8], the 12 scale bytes as 3 words × 8 rows, (Q5_K: qh as 8
+// words × 8 rows,) qs as 32 words × 8 rows: 1152 or 1408 bytes. qs word
+// 8c + w holds values 64c + 4w.. (low nibbles, sub-block 2c) and 64c + 32 +
+// 4w.. (high nibbles, sub-block 2c + 1); Q5_K's fifth bits of both are bits
+// 2c and 2c + 1 of qh word w's bytes. The 6-bit scales unpack for 8 rows at
+// once, unpack_k_scales (qdot.h) on int32 lanes.
+// int16 bounds: 8 words of 4-bit codes, 8 · 2 · 15 · 127 = 30480; 4 words
+// of 5-bit ones, 4 · 2 · 31 · 127 = 31496.
+template <bool Fifth>
+struct K45x8 {
+    static constexpr uint64_t kScales = 32, kQh = kScales + 96, kQs = kQh + (Fifth ? 256 : 0), kBlock = kQs + 1024;
+    static constexpr int kPart = Fifth ? 4 : 8;
+    // Sub-block J times each input, its int16 partial sums times the rows'
+    // scale pairs scp, into isum.
+    template <int J, int NX>
+    static void sub_block(const uint8_t* g, const BlockQ8x256* const* y, uint64_t b, __m256i scp, __m256i* isum) {
+        constexpr int c = J / 2;
+        constexpr bool high = J % 2 == 1;
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        for (int w0 = 0; w0 < 8; w0 += kPart) {
+            __m256i part[NX];
+            for (int k = 0; k < NX; ++k) part[k] = _mm256_setzero_si256();
+            for (int w = w0; w < w0 + kPart; ++w) {
+                const __m256i v = loadu(g + kQs + 32 * (8 * c + w));
+                __m256i q = _mm256_and_si256(high ? _mm256_srli_epi16(v, 4) : v, m4);
+                if constexpr (Fifth)   // bit J of each qh byte to bit 4
+                    q = _mm256_or_si256(q, _mm256_and_si256(shift16<4 - J>(loadu(g + kQh + 32 * w)),
+                                                            _mm256_set1_epi8(0x10)));
+                for (int k = 0; k < NX; ++k) {
+                    part[k] = _mm256_add_epi16(part[k],
+                                               _mm256_maddubs_epi16(q, bcast32(y[k][b].qs + 64 * c + 32 * high + 4 * w)));
+                    keep_in_register(part[k]);
+                }
+            }
+            for (int k = 0; k < NX; ++k) isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(part[k], scp));
+        }
+    }
+    // m_j · (bsums[2j] + bsums[2j + 1]) for sub-blocks J.. of each input
+    // into msum (the rows' mins m in bytes J % 4 of each lane).
+    template <int J, int NX>
+    static void mins(__m256i m, const BlockQ8x256* const* y, uint64_t b, __m256i* msum) {
+        const __m256i mp = s8_pair<J % 4, J % 4>(m);
+        for (int k = 0; k < NX; ++k) msum[k] = _mm256_add_epi32(msum[k], _mm256_madd_epi16(mp, bcast32(y[k][b].bsums + 2 * J)));
+        if constexpr (J % 4 < 3) mins<J + 1, NX>(m, y, b, msum);
+    }
+    template <int NX>
+    static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
+        Inputs<NX, BlockQ8x256> in(xs);
+        const BlockQ8x256* const* y = in.y;
+        const __m256i k3f = _mm256_set1_epi8(0x3F), k0f = _mm256_set1_epi8(0x0F), k30 = _mm256_set1_epi8(0x30);
+        for (uint64_t b = 0; b < n / 256; ++b, g += kBlock) {
+            if (pf) prefetch_block(g, kBlock);
+            const __m256i a = loadu(g + kScales), s1 = loadu(g + kScales + 32), s2 = loadu(g + kScales + 64);
+            const __m256i sc_lo = _mm256_and_si256(a, k3f);
+            const __m256i sc_hi = _mm256_or_si256(_mm256_and_si256(s2, k0f), _mm256_and_si256(_mm256_srli_epi32(a, 2), k30));
+            __m256i isum[NX];
+            for (int k = 0; k < NX; ++k) isum[k] = _mm256_setzero_si256();
+            sub_block<0, NX>(g, y, b, s8_pair<0, 0>(sc_lo), isum);
+            sub_block<1, NX>(g, y, b, s8_pair<1, 1>(sc_lo), isum);
+            sub_block<2, NX>(g, y, b, s8_pair<2, 2>(sc_lo), isum);
+            sub_block<3, NX>(g, y, b, s8_pair<3, 3>(sc_lo), isum);
+            sub_block<4, NX>(g, y, b, s8_pair<0, 0>(sc_hi), isum);
+            sub_block<5, NX>(g, y, b, s8_pair<1, 1>(sc_hi), isum);
+            sub_block<6, NX>(g, y, b, s8_pair<2, 2>(sc_hi), isum);
+            sub_block<7, NX>(g, y, b, s8_pair<3, 3>(sc_hi), isum);
+            __m256i msum[NX];
+            for (int k = 0; k < NX; ++k) msum[k] = _mm256_setzero_si256();
+            mins<0, NX>(_mm256_and_si256(s1, k3f), y, b, msum);
+            mins<4, NX>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(s2, 4), k0f),
+                                        _mm256_and_si256(_mm256_srli_epi32(s1, 2), k30)),
+                        y, b, msum);
+            const __m256 d = f16x8(g), dmin = f16x8(g + 16);
+            for (int k = 0; k < NX; ++k) {
+                const __m256 dx = _mm256_set1_ps(y[k][b].d);
+                in.acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[k]), in.acc[k]);
+                in.acc[k] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum[k]), in.acc[k]);
+            }
+        }
+        in.store(out, out_stride);
+    }
+};
+
+// Q6_K. Packed super-block: d[8], ql as 32 words × 8 rows, qh as 16, the
+// 16 int8 scales as 4: 1680 bytes. Value 128h + 32k + 4w + i (quad k,
+// word w) has its low 4 bits in ql word 16h + 8·(k & 1) + w (low nibbles
+// for k < 2, high ones for k >= 2), its top 2 in bits 2k, 2k + 1 of qh word
+// 8h + w, and group g = 8h + 2k + w / 4 (16 values) scales it. Codes 0..63:
+// two words' int16 sums at most 2 · 2 · 63 · 127 = 32004, so each pair of
+// words meets its group's scale; the −32 offset is Σ_g sc_g · 32 · bsums_g.
+struct Q6Kx8 {
+    static constexpr uint64_t kQl = 16, kQh = kQl + 1024, kScales = kQh + 512, kBlock = kScales + 128;
+    // The 4 codes of quad K, word W of half H, for 8 rows.
+    template <int H, int K, int W>
+    static __m256i codes(const uint8_t* g) {
+        const __m256i ql = loadu(g + kQl + 32 * (16 * H + 8 * (K & 1) + W)), qh = loadu(g + kQh + 32 * (8 * H + W));
+        const __m256i lo = _mm256_and_si256(K < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0x0F));
+        return _mm256_or_si256(lo, _mm256_and_si256(shift16<4 - 2 * K>(qh), _mm256_set1_epi8(0x30)));
+    }
+    // Words W, W + 1 of quad K of half H (in group 8H + 2K + W / 4, whose
+    // scale pairs are scp) times each input, into isum.
+    template <int H, int K, int W, int NX>
+    static void words(const uint8_t* g, const BlockQ8x256* const* y, uint64_t b, __m256i scp, __m256i* isum) {
+        const __m256i q0 = codes<H, K, W>(g), q1 = codes<H, K, W + 1>(g);
+        for (int k = 0; k < NX; ++k) {
+            const int8_t* x = y[k][b].qs + 128 * H + 32 * K + 4 * W;
+            const __m256i part = _mm256_add_epi16(_mm256_maddubs_epi16(q0, bcast32(x)), _mm256_maddubs_epi16(q1, bcast32(x + 4)));
+            isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(part, scp));
+            keep_in_register(isum[k]);
+        }
+    }
+    // Groups G.. (to the end of the super-block), the scale words in sc.
+    template <int G, int NX>
+    static void groups(const uint8_t* g, const __m256i* sc, const BlockQ8x256* const* y, uint64_t b, __m256i* isum) {
+        constexpr int h = G / 8, k = G % 8 / 2, w = 4 * (G % 2);
+        const __m256i scp = s8_pair<G % 4, G % 4>(sc[G / 4]);
+        words<h, k, w, NX>(g, y, b, scp, isum);
+        words<h, k, w + 2, NX>(g, y, b, scp, isum);
+        if constexpr (G < 15) groups<G + 1, NX>(g, sc, y, b, isum);
+    }
+    // Σ_g sc_g · bsums_g, groups G.. in pairs, into off.
+    template <int G, int NX>
+    static void offsets(const __m256i* sc, const BlockQ8x256* const* y, uint64_t b, __m256i* off) {
+        const __m256i scp = s8_pair<G % 4, G % 4 + 1>(sc[G / 4]);
+        for (int k = 0; k < NX; ++k) off[k] = _mm256_add_epi32(off[k], _mm256_madd_epi16(scp, bcast32(y[k][b].bsums + G)));
+        if constexpr (G < 14) offsets<G + 2, NX>(sc, y, b, off);
+    }
+    template <int NX>
+    static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
+        Inputs<NX, BlockQ8x256> in(xs);
+        const BlockQ8x256* const* y = in.y;
+        for (uint64_t b = 0; b < n / 256; ++b, g += kBlock) {
+            if (pf) prefetch_block(g, kBlock);
+            const __m256i sc[4] = {loadu(g + kScales), loadu(g + kScales + 32), loadu(g + kScales + 64),
+                                   loadu(g + kScales + 96)};
+            __m256i isum[NX], off[NX];
+            for (int k = 0; k < NX; ++k) isum[k] = off[k] = _mm256_setzero_si256();
+            groups<0, NX>(g, sc, y, b, isum);
+            offsets<0, NX>(sc, y, b, off);
+            const __m256 d = f16x8(g);
+            for (int k = 0; k < NX; ++k) in.scale_add(k, d, b, _mm256_sub_epi32(isum[k], _mm256_slli_epi32(off[k], 5)));
+        }
+        in.store(out, out_stride);
+    }
+};
+
 // Inputs in passes of W (the registers hold W sets of accumulators), the
 // leftover ones in one smaller pass.
 template <class K, int M>
@@ -342,8 +527,9 @@ void run_group(const uint8_t* g, const void* const* xs, int n_x, uint64_t n, flo
     run_rest<K, W - 1>(n_x - k, g, xs + k, n, out + k * out_stride, out_stride, pf && k == 0);
 }
 
-// The kernel table of one policy, by qdot.h's slots; the k-quants and
-// IQ4_XS keep the one-row kernels (nullptr).
+// The kernel table of one policy, by qdot.h's slots; Q2_K, Q3_K and IQ4_XS
+// keep the one-row kernels (nullptr). The K-quants' kernels take no policy
+// (vpmaddubsw on every Isa).
 template <class Dot>
 constexpr std::array<PackedDotFn, detail::kQDotSlots> packed_table() {
     constexpr int kWidth = 4;
@@ -354,6 +540,9 @@ constexpr std::array<PackedDotFn, detail::kQDotSlots> packed_table() {
     t[detail::kQ5_1] = run_group<Nibbles8<Dot, true, true>, kWidth>;
     t[detail::kQ8_0] = run_group<Signed8<Q8_0Sums<Dot>>, kWidth>;
     t[detail::kIQ4_NL] = run_group<Signed8<IQ4_NLSums<Dot>>, kWidth>;
+    t[detail::kQ4_K] = run_group<K45x8<false>, kWidth>;
+    t[detail::kQ5_K] = run_group<K45x8<true>, kWidth>;
+    t[detail::kQ6_K] = run_group<Q6Kx8, kWidth>;
     return t;
 }
 
