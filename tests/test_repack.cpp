@@ -44,7 +44,7 @@ using ptxlm::Weight;
 namespace {
 
 const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1,   GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                           GgmlType::IQ4_NL, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                           GgmlType::IQ4_NL, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS};
 
 bool k_quant(GgmlType t) { return gguf::type_traits(t).block_elems == 256; }
 

@@ -37,6 +37,8 @@ BlockShape block_shape(gguf::GgmlType t) {
         // d, dmin; 3 words of scales, (Q5_K: 8 words of qh,) 32 of nibbles
         case gguf::GgmlType::Q4_K: return {2, 35, false, 256};
         case gguf::GgmlType::Q5_K: return {2, 43, false, 256};
+        // d, scales_h (a u16 in an f16 field's place); scales_l, 32 words of nibbles
+        case gguf::GgmlType::IQ4_XS: return {2, 33, false, 256};
         // 32 words of ql, 16 of qh, 4 of scales, then d
         case gguf::GgmlType::Q6_K: return {1, 52, false, 256, true};
         default: return {};

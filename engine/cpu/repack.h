@@ -24,7 +24,7 @@
 //   Q5_1: d[8] f16, m[8] f16, qh[8] (spread), qs 128 bytes
 //   Q8_0: d[8] f16, qs 256 bytes (word c of row r: values 4c..4c+3)
 //   IQ4_NL: as Q4_0 (the codes index the non-linear table)
-// and per 256 values (a K-quant super-block) of 8 rows, the file's words
+// and per 256 values (a super-block) of 8 rows, the file's words
 // in the file's order, each as 8 rows side by side:
 //   Q4_K: d[8], dmin[8] f16, the 12 scale bytes as 3 words, qs 32 words
 //         (word 8c + w: values 64c + 4w.. in its low nibbles, 64c + 32 +
@@ -32,6 +32,8 @@
 //   Q5_K: d[8], dmin[8], scales 3 words, qh 8 words, qs 32 words: 1408
 //   Q6_K: d[8] (the file's last field, first here), ql 32 words, qh 16,
 //         the 16 int8 scales 4 words: 1680
+//   IQ4_XS: d[8], scales_h[8] (u16), scales_l 1 word, qs 32 words (word
+//         4ib + w: values 32ib + 4w.. low, 32ib + 16 + 4w.. high): 1088
 //
 // A packed kernel computes the same integer sum per (row, block) as the
 // scalar kernel (qdot.h); its float arithmetic per (row, input) is one

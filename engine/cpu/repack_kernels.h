@@ -510,6 +510,59 @@ struct Q6Kx8 {
     }
 };
 
+// IQ4_XS. Packed super-block: d[8], scales_h[8] (u16, in the f16 fields'
+// place), scales_l as 1 word × 8 rows, qs as 32 words × 8 rows: 1088 bytes.
+// qs word 4ib + w holds values 32ib + 4w.. (low nibbles) and 32ib + 16 +
+// 4w.. (high ones) of sub-block ib, whose multiplier is ls − 32 (ls: the low
+// 4 bits in nibble ib % 2 of scales_l byte ib / 2, the top 2 at bits 2ib of
+// scales_h). The table values (|v| <= 127) take the sign trick: a word's
+// pair sums reach 2 · 127 · 127 = 32258, so each meets the multiplier at
+// once (vpmaddwd), as the one-row kernel's do.
+struct IQ4XSx8 {
+    static constexpr uint64_t kScalesH = 16, kScalesL = 32, kQs = 64, kBlock = kQs + 1024;
+    template <int IB, int NX>
+    static void sub_block(const uint8_t* g, __m256i sl, __m256i sh, const BlockQ8x256* const* y, uint64_t b,
+                          __m256i* isum) {
+        const __m256i ls = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi32(sl, 8 * (IB / 2) + 4 * (IB % 2)), _mm256_set1_epi32(0xF)),
+            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(sh, 2 * IB), _mm256_set1_epi32(3)), 4));
+        const __m256i s = _mm256_sub_epi32(ls, _mm256_set1_epi32(32));
+        const __m256i scp = _mm256_blend_epi16(s, _mm256_slli_epi32(s, 16), 0xAA);   // (s, s) per lane
+        const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gguf::kIQ4Values)));
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        for (int w = 0; w < 4; ++w) {
+            const __m256i v = loadu(g + kQs + 32 * (4 * IB + w));
+            const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, m4));
+            const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+            const __m256i alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
+            for (int k = 0; k < NX; ++k) {
+                const int8_t* x = y[k][b].qs + 32 * IB + 4 * w;
+                const __m256i plo = _mm256_maddubs_epi16(alo, _mm256_sign_epi8(bcast32(x), lo));
+                const __m256i phi = _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(bcast32(x + 16), hi));
+                isum[k] = _mm256_add_epi32(isum[k], _mm256_add_epi32(_mm256_madd_epi16(plo, scp), _mm256_madd_epi16(phi, scp)));
+                keep_in_register(isum[k]);
+            }
+        }
+        if constexpr (IB < 7) sub_block<IB + 1, NX>(g, sl, sh, y, b, isum);
+    }
+    template <int NX>
+    static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
+        Inputs<NX, BlockQ8x256> in(xs);
+        const BlockQ8x256* const* y = in.y;
+        for (uint64_t b = 0; b < n / 256; ++b, g += kBlock) {
+            if (pf) prefetch_block(g, kBlock);
+            const __m256i sl = loadu(g + kScalesL);
+            const __m256i sh = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + kScalesH)));
+            __m256i isum[NX];
+            for (int k = 0; k < NX; ++k) isum[k] = _mm256_setzero_si256();
+            sub_block<0, NX>(g, sl, sh, y, b, isum);
+            const __m256 d = f16x8(g);
+            for (int k = 0; k < NX; ++k) in.scale_add(k, d, b, isum[k]);
+        }
+        in.store(out, out_stride);
+    }
+};
+
 // Inputs in passes of W (the registers hold W sets of accumulators), the
 // leftover ones in one smaller pass.
 template <class K, int M>
@@ -527,8 +580,8 @@ void run_group(const uint8_t* g, const void* const* xs, int n_x, uint64_t n, flo
     run_rest<K, W - 1>(n_x - k, g, xs + k, n, out + k * out_stride, out_stride, pf && k == 0);
 }
 
-// The kernel table of one policy, by qdot.h's slots; Q2_K, Q3_K and IQ4_XS
-// keep the one-row kernels (nullptr). The K-quants' kernels take no policy
+// The kernel table of one policy, by qdot.h's slots; Q2_K and Q3_K keep the
+// one-row kernels (nullptr). The 256-value types' kernels take no policy
 // (vpmaddubsw on every Isa).
 template <class Dot>
 constexpr std::array<PackedDotFn, detail::kQDotSlots> packed_table() {
@@ -543,6 +596,7 @@ constexpr std::array<PackedDotFn, detail::kQDotSlots> packed_table() {
     t[detail::kQ4_K] = run_group<K45x8<false>, kWidth>;
     t[detail::kQ5_K] = run_group<K45x8<true>, kWidth>;
     t[detail::kQ6_K] = run_group<Q6Kx8, kWidth>;
+    t[detail::kIQ4_XS] = run_group<IQ4XSx8, kWidth>;
     return t;
 }
 
