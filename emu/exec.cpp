@@ -132,14 +132,14 @@ bool Launch::run_warp(Warp& w, uint32_t slice) {
     }
 }
 
-void Launch::init_block(Block& b, uint32_t bx, uint32_t by, uint32_t bz) {
+void Launch::init_block(Block& b, uint32_t bx, uint32_t by, uint32_t bz, bool regs_zeroed) {
     b.cta = {bx, by, bz};
     b.index = uint32_t(bx + uint64_t(by) * cfg.grid.x + uint64_t(bz) * cfg.grid.x * cfg.grid.y);
     b.done = false;
     std::fill(b.shared.begin(), b.shared.end(), uint8_t(0xcd));
     for (auto& bar : b.bars) bar = Barrier{};
     const size_t per_warp = size_t(k.nregs) * 32;
-    std::fill(b.regfile.begin(), b.regfile.end(), 0);
+    if (!regs_zeroed) std::fill(b.regfile.begin(), b.regfile.end(), 0);
     if (stats) {
         b.fly_pend.resize(size_t(nwarps) * k.nregs);
         b.fly_depth.resize(size_t(nwarps) * k.nregs);
@@ -269,10 +269,10 @@ bool Launch::run_cooperative(uint64_t seed) {
     std::vector<Block> blocks(g.count());
     for (uint64_t i = 0; i < blocks.size(); ++i) {
         Block& b = blocks[i];
-        b.regfile.resize(size_t(nwarps) * k.nregs * 32);
+        b.regfile.resize(size_t(nwarps) * k.nregs * 32);   // zeroed, as init_block would
         b.shared.resize(shared_bytes);
         b.warps.resize(nwarps);
-        init_block(b, uint32_t(i % g.x), uint32_t(i / g.x % g.y), uint32_t(i / (uint64_t(g.x) * g.y)));
+        init_block(b, uint32_t(i % g.x), uint32_t(i / g.x % g.y), uint32_t(i / (uint64_t(g.x) * g.y)), true);
     }
     std::mt19937_64 rng(seed);
     std::vector<uint32_t> order(blocks.size());

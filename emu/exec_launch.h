@@ -285,7 +285,8 @@ struct Launch {
     // run `slice` instructions (then the next warp gets its turn, so a warp
     // spinning on a flag another warp of the block sets still sees it).
     bool run_warp(Warp& w, uint32_t slice);
-    void init_block(Block& b, uint32_t bx, uint32_t by, uint32_t bz);
+    // regs_zeroed: b's register file is all zeros already (freshly sized).
+    void init_block(Block& b, uint32_t bx, uint32_t by, uint32_t bz, bool regs_zeroed = false);
     // Runs the current block's warps for one slice each; false on a fault.
     // *all_done when every warp has exited; *stuck when none could run (all
     // wait at barriers that cannot complete).
