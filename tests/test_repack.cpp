@@ -14,9 +14,9 @@
 //     the AVX2 ones (vpmaddubsw) bit for bit, at the extremes of codes and
 //     inputs too;
 //   - a matrix without a packed kernel is copied unchanged into the arena,
-//     its runs reported in order; on a synthetic Q3_K_M model the CPU
-//     backend reads its Q3_K matrices from that copy (huge-page chunk, the
-//     file's bytes) and its logits equal those of the backend that reads the
+//     its runs reported in order; on a synthetic Gemma 4 the CPU backend
+//     reads its F32 per-layer projection from that copy (huge-page chunk,
+//     the file's bytes) and its logits equal those of the backend that reads the
 //     file, bit for bit, while a changed byte of the copy changes them.
 #include <gtest/gtest.h>
 
@@ -44,7 +44,8 @@ using ptxlm::Weight;
 namespace {
 
 const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1,   GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                           GgmlType::IQ4_NL, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS};
+                           GgmlType::IQ4_NL, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS,
+                           GgmlType::Q2_K,   GgmlType::Q3_K};
 
 bool k_quant(GgmlType t) { return gguf::type_traits(t).block_elems == 256; }
 
@@ -52,7 +53,8 @@ bool k_quant(GgmlType t) { return gguf::type_traits(t).block_elems == 256; }
 std::vector<uint64_t> f16_offsets(GgmlType t) {
     switch (t) {
         case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
-        case GgmlType::Q6_K: return {gguf::type_traits(t).block_bytes - 2};
+        case GgmlType::Q6_K: case GgmlType::Q3_K: return {gguf::type_traits(t).block_bytes - 2};
+        case GgmlType::Q2_K: return {gguf::type_traits(t).block_bytes - 4, gguf::type_traits(t).block_bytes - 2};
         default: return {0};
     }
 }
@@ -131,7 +133,8 @@ bool runnable(Isa isa) {
 // rows × n weights whose every byte is `fill` but the f16 scales (and mins)
 // of each block: all codes at one value (0xFF: Q4 15, Q5 31 with every fifth
 // bit, IQ4_NL's 113, Q6_K 63 with its int8 scales −1, Q4_K/Q5_K with every
-// 6-bit scale and min 63; 0x80: Q8_0's -128; 0x00: Q5 0, IQ4_NL's -127).
+// 6-bit scale and min 63, Q2_K 3 with scales and mins 15, Q3_K 7 with
+// multipliers 31; 0x80: Q8_0's -128; 0x00: Q5 0, IQ4_NL's -127).
 std::vector<uint8_t> fill_rows(GgmlType t, uint64_t rows, uint64_t n, uint8_t fill) {
     const gguf::TypeTraits& tt = gguf::type_traits(t);
     std::vector<uint8_t> out(rows * n / tt.block_elems * tt.block_bytes, fill);
@@ -150,7 +153,7 @@ TEST(Repack, AvailableWhereExpected) {
     for (Isa isa : cpu::runnable_isas()) avx2 |= isa == Isa::Avx2;
     for (GgmlType t : kTypes) EXPECT_EQ(!packing_isas(t).empty(), avx2) << gguf::type_traits(t).name;
     EXPECT_EQ(cpu::packed_fn(Isa::Scalar, GgmlType::Q4_1), nullptr);
-    EXPECT_EQ(cpu::packed_fn(Isa::Avx2, GgmlType::Q3_K), nullptr);
+    EXPECT_EQ(cpu::packed_fn(Isa::Avx2, GgmlType::F16), nullptr);
     // Avx512 runs the AVX2 kernels, Avx512Vnni its own (the sweeps above and
     // VnniEqualsAvx2BitForBit below test them).
     for (GgmlType t : kTypes) {
@@ -350,7 +353,7 @@ TEST(Repack, ArenaPiecesAndOwnership) {
 // once, in order, covering the matrix exactly.
 TEST(Repack, CopyWeightKeepsBytesAndReportsRuns) {
     std::mt19937 rng(13);
-    const GgmlType t = GgmlType::Q3_K;   // no packed kernel
+    const GgmlType t = GgmlType::Q3_K;   // copy_weight copies any type's rows
     const uint64_t n = 4096, rows = 3 * 1024 + 5;   // 1760 bytes a row: ~5.2 MiB, a partial last run
     std::vector<uint8_t> data(rows * n / 256 * gguf::type_traits(t).block_bytes);
     std::uniform_int_distribution<int> byte(0, 255);
@@ -412,28 +415,22 @@ std::pair<std::string, uintptr_t> mapping_of(const void* p) {
 
 }  // namespace
 
-// The CPU backend on a synthetic Q3_K_M llama (Q3_K attn_q and ffn, which
-// have no packed kernel; Q4_K attn_output and Q5_K attn_v, which do): with
-// copies on, the Q3_K matrices are read from the pack arena (a chunk marked
+// The CPU backend on a synthetic Gemma 4 (its per-layer model projection is
+// F32, which has no packed kernel; its Q4_K and Q6_K matrices do): with
+// copies on, the F32 matrix is read from the pack arena (a chunk marked
 // MADV_HUGEPAGE, 2 MiB-aligned), the copy holds the file's bytes, the
-// K-quants with a packed kernel are packed, not copied, and the logits of a
-// prompt equal, bit for bit, those of a backend that reads the file
-// (PTXLM_CPU_COPY=0's path). Negative control: one changed byte in the copy
-// of a Q3_K matrix changes the logits, so the products do read the copy.
+// packed matrices are not copied, and the logits of a prompt equal, bit for
+// bit, those of a backend that reads the file (PTXLM_CPU_COPY=0's path).
+// Negative control: one changed float in the copy changes the logits, so
+// the products do read the copy.
 TEST(Repack, CpuBackendCopiesUnpackedToArena) {
-    synth::Spec spec = synth::preset(synth::Arch::Llama, synth::Size::Tiny);
-    spec.types = synth::TypeMix::Q3_K_M;
-    const std::vector<uint8_t> bytes = synth::model_bytes(spec);
-    const Model m = Model::from_file(gguf::File::parse(bytes, "synth-llama-q3_k_m"));
+    const std::vector<uint8_t> bytes = synth::model_bytes(synth::preset(synth::Arch::Gemma4, synth::Size::Tiny));
+    const Model m = Model::from_file(gguf::File::parse(bytes, "synth-gemma4"));
     ASSERT_GE(m.layers.size(), 1u);
-    const Weight& wq = m.layers[0].wq;
-    const Weight& up = m.layers[0].up;
+    const Weight& proj = m.per_layer_model_proj;
     const Weight& wo = m.layers[0].wo;
-    const Weight& wv = m.layers[0].wv;
-    ASSERT_EQ(wq.type, GgmlType::Q3_K);
-    ASSERT_EQ(up.type, GgmlType::Q3_K);
+    ASSERT_EQ(proj.type, GgmlType::F32);
     ASSERT_EQ(wo.type, GgmlType::Q4_K);
-    ASSERT_EQ(wv.type, GgmlType::Q5_K);
     const std::vector<TokenId> ids = {1, 17, 42, 99, 5, 63, 8, 120};
     const uint32_t n = uint32_t(ids.size()), nv = m.n_vocab;
     cpu::CpuBackend copied(m, 64, KvType::F16, 2), plain(m, 64, KvType::F16, 2);
@@ -443,36 +440,31 @@ TEST(Repack, CpuBackendCopiesUnpackedToArena) {
     plain.prepare();
     const std::span<const uint8_t> file = m.file.bytes();
     const auto in_file = [&](const uint8_t* p) { return p >= file.data() && p < file.data() + file.size(); };
-    for (const Weight* w : {&wq, &up}) {
-        const Weight& v = copied.read_view(*w);
-        const std::string what = w->name();
-        ASSERT_NE(v.data, w->data) << what;
-        EXPECT_FALSE(in_file(v.data)) << what;
-        EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data) % 64, 0u) << what;
-        EXPECT_EQ(v.type, w->type) << what;
-        EXPECT_EQ(v.rows, w->rows) << what;
-        EXPECT_EQ(v.row_bytes, w->row_bytes) << what;
-        EXPECT_EQ(std::memcmp(v.data, w->data, w->rows * w->row_bytes), 0) << what;
-        if (std::filesystem::exists("/sys/kernel/mm/transparent_hugepage/enabled")) {
-            const auto [flags, start] = mapping_of(v.data);
-            EXPECT_NE(flags.find(" hg"), std::string::npos) << what << ": " << flags;
-            EXPECT_EQ(start % cpu::LazyBuffer::kHugePage, 0u) << what;
-        }
-        EXPECT_EQ(plain.read_view(*w).data, w->data) << what;   // copies off: the file
+    const Weight& v = copied.read_view(proj);
+    ASSERT_NE(v.data, proj.data);
+    EXPECT_FALSE(in_file(v.data));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data) % 64, 0u);
+    EXPECT_EQ(v.type, proj.type);
+    EXPECT_EQ(v.rows, proj.rows);
+    EXPECT_EQ(v.row_bytes, proj.row_bytes);
+    EXPECT_EQ(std::memcmp(v.data, proj.data, proj.rows * proj.row_bytes), 0);
+    if (std::filesystem::exists("/sys/kernel/mm/transparent_hugepage/enabled")) {
+        const auto [flags, start] = mapping_of(v.data);
+        EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
+        EXPECT_EQ(start % cpu::LazyBuffer::kHugePage, 0u);
     }
-    EXPECT_EQ(copied.read_view(wo).data, wo.data);   // Q4_K, Q5_K: packed, not copied
-    EXPECT_EQ(copied.read_view(wv).data, wv.data);
+    EXPECT_EQ(plain.read_view(proj).data, proj.data);   // copies off: the file
+    EXPECT_EQ(copied.read_view(wo).data, wo.data);       // Q4_K: packed, not copied
     std::vector<float> a(uint64_t(n) * nv), b(uint64_t(n) * nv), c(uint64_t(n) * nv);
     copied.eval_batch(ids, 0, a.data(), n);
     plain.eval_batch(ids, 0, b.data(), n);
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
-    // Negative control: a scale of the copy's first Q3_K block of ffn_up
-    // (its f16 d, the block's last two bytes) changed, then restored.
-    uint8_t* d = const_cast<uint8_t*>(copied.read_view(up).data) + gguf::type_traits(GgmlType::Q3_K).block_bytes - 1;
-    const uint8_t saved = *d;
-    *d ^= 0x10;
+    // Negative control: the copy's first float doubled, then restored.
+    float* f = reinterpret_cast<float*>(const_cast<uint8_t*>(v.data));
+    const float saved = *f;
+    *f = 2 * saved + 1;
     copied.eval_batch(ids, 0, c.data(), n);
-    *d = saved;
+    *f = saved;
     EXPECT_NE(std::memcmp(a.data(), c.data(), a.size() * 4), 0);
     copied.eval_batch(ids, 0, c.data(), n);
     EXPECT_EQ(std::memcmp(a.data(), c.data(), a.size() * 4), 0);

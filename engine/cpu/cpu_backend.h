@@ -68,7 +68,7 @@ public:
     std::string path_name() const;   // "quantized (<isa>)" or "reference" (bench rows)
     Isa isa() const { return arith_.isa; }
 
-    // Whether pack_weights copies the matrices it does not pack (K-quants,
+    // Whether pack_weights copies the matrices it does not pack (Q2_K, Q3_K,
     // F16, ...) unchanged into the pack arena's huge pages and drops the
     // file's pages of them (on by default; PTXLM_CPU_COPY=0 turns it off
     // for A/B runs). A change takes effect at the next prepare() or step.

@@ -39,6 +39,10 @@ BlockShape block_shape(gguf::GgmlType t) {
         case gguf::GgmlType::Q5_K: return {2, 43, false, 256};
         // d, scales_h (a u16 in an f16 field's place); scales_l, 32 words of nibbles
         case gguf::GgmlType::IQ4_XS: return {2, 33, false, 256};
+        // 4 words of scales, 16 of 2-bit fields, then d, dmin
+        case gguf::GgmlType::Q2_K: return {2, 20, false, 256, true};
+        // 8 words of hmask, 16 of 2-bit fields, 3 of scales, then d
+        case gguf::GgmlType::Q3_K: return {1, 27, false, 256, true};
         // 32 words of ql, 16 of qh, 4 of scales, then d
         case gguf::GgmlType::Q6_K: return {1, 52, false, 256, true};
         default: return {};

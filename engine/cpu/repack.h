@@ -73,7 +73,7 @@ using PackedDotFn = void (*)(const uint8_t* group, const void* const* xs, int n_
 // vpdpbusd products and vpternlogd Q5 merges (repack_avx512vnni.cpp), whose
 // results equal the AVX2 kernels' bit for bit, so a packed weight gives the
 // same bits on the three SIMD Isas (whose input quantizers give the same
-// bits too). The K-quants' kernels are vpmaddubsw on all three (a
+// bits too). The 256-value types' kernels are vpmaddubsw on all three (a
 // sub-block's int16 sums meet its scale in one vpmaddwd); whether vpdpbusd
 // and an int32 scale product would be faster on a VNNI machine has not been
 // measured.
@@ -130,7 +130,7 @@ PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied = nullptr
 // w's rows · row_bytes bytes as they are, in the file's layout, in `arena`
 // (nullptr: a buffer of its own, huge pages too), each ~1 MiB run reported
 // to `copied` once it has been read, as pack_weight's: the matrices without
-// a packed kernel (K-quants, F16, ...) or with too few rows, so that a
+// a packed kernel (Q2_K, Q3_K, F16, ...) or with too few rows, so that a
 // decode streams them from huge pages as it does the packed ones. A Weight
 // whose data points at the copy gives the same products bit for bit (the
 // same bytes through the same kernels). Null for an empty w.

@@ -563,6 +563,115 @@ struct IQ4XSx8 {
     }
 };
 
+// Bytes J0 and J1 (0..3) of each int32 lane of v, zero-extended into the
+// lane's low and high int16.
+template <int J0, int J1>
+inline __m256i u8_pair(__m256i v) {
+    constexpr char z = char(0x80);
+    const __m256i idx = _mm256_setr_epi8(J0, z, J1, z, 4 + J0, z, 4 + J1, z, 8 + J0, z, 8 + J1, z, 12 + J0, z,
+                                         12 + J1, z, J0, z, J1, z, 4 + J0, z, 4 + J1, z, 8 + J0, z, 8 + J1, z,
+                                         12 + J0, z, 12 + J1, z);
+    return _mm256_shuffle_epi8(v, idx);
+}
+
+// Q2_K (Q3 false) and Q3_K: value 128h + 32k + 4w + i (quad k, word w) is
+// the 2-bit field k of qs word 8h + w (Q3_K: bit 2 from bit 4h + k of hmask
+// word w), in group g = 8h + 2k + w / 4 of 16 values. Packed super-block,
+// Q2_K: d[8], dmin[8], the 16 scale bytes as 4 words, qs as 16: 672 bytes;
+// Q3_K: d[8], hmask 8 words, qs 16, the 12 scale bytes 3: 880. A group's 4
+// words sum in int16 (codes to 3 or 7: at most 4 · 2 · 7 · 127 = 7112) and
+// meet its scale once. Q2_K: scale = low nibble of scales[g], min = high
+// nibble, the mins against the bsums; Q3_K: the signed 6-bit multipliers
+// (gguf::q3_k_scale) for 8 rows at once, the −4 offset as Σ_g s_g · 4 ·
+// bsums_g.
+template <bool Q3>
+struct K23x8 {
+    static constexpr uint64_t kHm = 16, kQs = Q3 ? kHm + 256 : 32 + 128, kScales = Q3 ? kQs + 512 : 32,
+                              kBlock = Q3 ? kScales + 96 : kQs + 512;
+    template <int H, int K, int W>
+    static __m256i codes(const uint8_t* g) {
+        const __m256i q = _mm256_and_si256(shift16<-2 * K>(loadu(g + kQs + 32 * (8 * H + W))), _mm256_set1_epi8(3));
+        if constexpr (!Q3) return q;
+        else
+            return _mm256_or_si256(q, _mm256_and_si256(shift16<2 - (4 * H + K)>(loadu(g + kHm + 32 * W)),
+                                                       _mm256_set1_epi8(4)));
+    }
+    // Group G's scale, (s, s) per lane: from the 4 raw scale words (Q2_K)
+    // or the 4 words of signed multipliers (Q3_K, byte G % 4 of sc[G / 4]).
+    template <int G>
+    static __m256i scale_pair(const __m256i* sc) {
+        if constexpr (Q3) return s8_pair<G % 4, G % 4>(sc[G / 4]);
+        else return _mm256_and_si256(u8_pair<G % 4, G % 4>(sc[G / 4]), _mm256_set1_epi16(0xF));
+    }
+    // Groups G.. (to the end of the super-block) times each input, into isum.
+    template <int G, int NX>
+    static void groups(const uint8_t* g, const __m256i* sc, const BlockQ8x256* const* y, uint64_t b, __m256i* isum) {
+        constexpr int h = G / 8, k = G % 8 / 2, w = 4 * (G % 2);
+        const __m256i q0 = codes<h, k, w>(g), q1 = codes<h, k, w + 1>(g), q2 = codes<h, k, w + 2>(g),
+                      q3 = codes<h, k, w + 3>(g);
+        const __m256i scp = scale_pair<G>(sc);
+        for (int j = 0; j < NX; ++j) {
+            const int8_t* x = y[j][b].qs + 128 * h + 32 * k + 4 * w;
+            const __m256i part =
+                _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(q0, bcast32(x)), _mm256_maddubs_epi16(q1, bcast32(x + 4))),
+                                 _mm256_add_epi16(_mm256_maddubs_epi16(q2, bcast32(x + 8)), _mm256_maddubs_epi16(q3, bcast32(x + 12))));
+            isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(part, scp));
+            keep_in_register(isum[j]);
+        }
+        if constexpr (G < 15) groups<G + 1, NX>(g, sc, y, b, isum);
+    }
+    // Σ_g c_g · bsums_g over groups G.. in pairs into sum, the pairs (c_G,
+    // c_G+1) per lane: Q2_K's mins (the scale bytes' high nibbles), Q3_K's
+    // multipliers.
+    template <int G, int NX>
+    static void bsum_terms(const __m256i* sc, const BlockQ8x256* const* y, uint64_t b, __m256i* sum) {
+        __m256i cp;
+        if constexpr (Q3) cp = s8_pair<G % 4, G % 4 + 1>(sc[G / 4]);
+        else cp = _mm256_srli_epi16(u8_pair<G % 4, G % 4 + 1>(sc[G / 4]), 4);
+        for (int j = 0; j < NX; ++j) sum[j] = _mm256_add_epi32(sum[j], _mm256_madd_epi16(cp, bcast32(y[j][b].bsums + G)));
+        if constexpr (G < 14) bsum_terms<G + 2, NX>(sc, y, b, sum);
+    }
+    template <int NX>
+    static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
+        Inputs<NX, BlockQ8x256> in(xs);
+        const BlockQ8x256* const* y = in.y;
+        for (uint64_t b = 0; b < n / 256; ++b, g += kBlock) {
+            if (pf) prefetch_block(g, kBlock);
+            __m256i sc[4];
+            if constexpr (Q3) {
+                // q3_k_scale for 8 rows: multiplier j's low 4 bits from bytes
+                // 0..7 (low nibbles for j < 8, high ones after), its top 2 at
+                // bits 2·(j / 4) of byte 8 + j % 4; sc[q] holds j = 4q.. 4q + 3.
+                const __m256i a = loadu(g + kScales), a1 = loadu(g + kScales + 32), c = loadu(g + kScales + 64);
+                const __m256i k0f = _mm256_set1_epi8(0x0F), k30 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
+                const __m256i lo[4] = {_mm256_and_si256(a, k0f), _mm256_and_si256(a1, k0f),
+                                       _mm256_and_si256(_mm256_srli_epi16(a, 4), k0f),
+                                       _mm256_and_si256(_mm256_srli_epi16(a1, 4), k0f)};
+                const __m256i hi[4] = {_mm256_and_si256(shift16<4>(c), k30), _mm256_and_si256(shift16<2>(c), k30),
+                                       _mm256_and_si256(c, k30), _mm256_and_si256(shift16<-2>(c), k30)};
+                for (int q = 0; q < 4; ++q) sc[q] = _mm256_sub_epi8(_mm256_or_si256(lo[q], hi[q]), k32);
+            } else {
+                for (int q = 0; q < 4; ++q) sc[q] = loadu(g + kScales + 32 * q);
+            }
+            __m256i isum[NX], bs[NX];
+            for (int j = 0; j < NX; ++j) isum[j] = bs[j] = _mm256_setzero_si256();
+            groups<0, NX>(g, sc, y, b, isum);
+            bsum_terms<0, NX>(sc, y, b, bs);
+            const __m256 d = f16x8(g);
+            for (int j = 0; j < NX; ++j) {
+                if constexpr (Q3) {
+                    in.scale_add(j, d, b, _mm256_sub_epi32(isum[j], _mm256_slli_epi32(bs[j], 2)));
+                } else {
+                    const __m256 dx = _mm256_set1_ps(y[j][b].d);
+                    in.acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[j]), in.acc[j]);
+                    in.acc[j] = _mm256_fnmadd_ps(_mm256_mul_ps(f16x8(g + 16), dx), _mm256_cvtepi32_ps(bs[j]), in.acc[j]);
+                }
+            }
+        }
+        in.store(out, out_stride);
+    }
+};
+
 // Inputs in passes of W (the registers hold W sets of accumulators), the
 // leftover ones in one smaller pass.
 template <class K, int M>
@@ -580,9 +689,8 @@ void run_group(const uint8_t* g, const void* const* xs, int n_x, uint64_t n, flo
     run_rest<K, W - 1>(n_x - k, g, xs + k, n, out + k * out_stride, out_stride, pf && k == 0);
 }
 
-// The kernel table of one policy, by qdot.h's slots; Q2_K and Q3_K keep the
-// one-row kernels (nullptr). The 256-value types' kernels take no policy
-// (vpmaddubsw on every Isa).
+// The kernel table of one policy, by qdot.h's slots. The 256-value types'
+// kernels take no policy (vpmaddubsw on every Isa).
 template <class Dot>
 constexpr std::array<PackedDotFn, detail::kQDotSlots> packed_table() {
     constexpr int kWidth = 4;
@@ -597,6 +705,8 @@ constexpr std::array<PackedDotFn, detail::kQDotSlots> packed_table() {
     t[detail::kQ5_K] = run_group<K45x8<true>, kWidth>;
     t[detail::kQ6_K] = run_group<Q6Kx8, kWidth>;
     t[detail::kIQ4_XS] = run_group<IQ4XSx8, kWidth>;
+    t[detail::kQ2_K] = run_group<K23x8<false>, kWidth>;
+    t[detail::kQ3_K] = run_group<K23x8<true>, kWidth>;
     return t;
 }
 
