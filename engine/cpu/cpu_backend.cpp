@@ -193,7 +193,7 @@ void CpuBackend::pack_weights() {
             packed_.push_back(std::make_unique<PackedWeight>(std::move(p)));
             out.packed = packed_.back().get();
         } else if (copy_weights_) {
-            // No packed kernel (Q2_K, Q3_K, F16, ...) or too few rows: the
+            // No packed kernel (F16, F32, ...) or too few rows: the
             // file's bytes as they are, on huge pages (lazy_buffer.h), read
             // every token like the packed ones. The tail rows of a packed
             // matrix (past its last group) stay in the file: a few rows.

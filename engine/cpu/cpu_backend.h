@@ -68,8 +68,8 @@ public:
     std::string path_name() const;   // "quantized (<isa>)" or "reference" (bench rows)
     Isa isa() const { return arith_.isa; }
 
-    // Whether pack_weights copies the matrices it does not pack (Q2_K, Q3_K,
-    // F16, ...) unchanged into the pack arena's huge pages and drops the
+    // Whether pack_weights copies the matrices it does not pack (F16, F32,
+    // ...) unchanged into the pack arena's huge pages and drops the
     // file's pages of them (on by default; PTXLM_CPU_COPY=0 turns it off
     // for A/B runs). A change takes effect at the next prepare() or step.
     void set_weight_copies(bool on) { copy_weights_ = on; }

@@ -34,6 +34,10 @@
 //         the 16 int8 scales 4 words: 1680
 //   IQ4_XS: d[8], scales_h[8] (u16), scales_l 1 word, qs 32 words (word
 //         4ib + w: values 32ib + 4w.. low, 32ib + 16 + 4w.. high): 1088
+//   Q2_K: d[8], dmin[8] (the file's last fields), scales 4 words, qs 16
+//         words (word 8h + w: 2-bit field k is value 128h + 32k + 4w..): 672
+//   Q3_K: d[8] (the file's last field), hmask 8 words, qs 16 words (as
+//         Q2_K's), scales 3 words: 880
 //
 // A packed kernel computes the same integer sum per (row, block) as the
 // scalar kernel (qdot.h); its float arithmetic per (row, input) is one
@@ -130,7 +134,7 @@ PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied = nullptr
 // w's rows · row_bytes bytes as they are, in the file's layout, in `arena`
 // (nullptr: a buffer of its own, huge pages too), each ~1 MiB run reported
 // to `copied` once it has been read, as pack_weight's: the matrices without
-// a packed kernel (Q2_K, Q3_K, F16, ...) or with too few rows, so that a
+// a packed kernel (F16, F32, ...) or with too few rows, so that a
 // decode streams them from huge pages as it does the packed ones. A Weight
 // whose data points at the copy gives the same products bit for bit (the
 // same bytes through the same kernels). Null for an empty w.

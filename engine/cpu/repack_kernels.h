@@ -119,7 +119,7 @@ inline void prefetch_block(const uint8_t* g, uint64_t bytes) {
 
 // A pass's inputs and its float accumulators, one per input (the set-up and
 // the stores every kernel's run shares): out[r + k · out_stride] = acc[k]
-// lane r at the end. Y: the input's blocks (BlockQ8x256 for the K-quants).
+// lane r at the end. Y: the input's blocks (BlockQ8x256 for the 256-value types).
 template <int NX, class Y = BlockQ8x32>
 struct Inputs {
     const Y* y[NX];
@@ -325,12 +325,12 @@ struct IQ4_NLSums {
     }
 };
 
-// The K-quants: 256 values per super-block, sub-blocks of 32 (Q4_K, Q5_K)
-// or 16 (Q6_K) values with their own integer scales. Per (row, input) and
-// super-block, the scalar kernel's integers (qdot.cpp): isum = Σ_j sc_j ·
-// Σ(q·x) over sub-block j, and for Q4_K/Q5_K msum = Σ_j m_j · Σx over it
-// (from the input's bsums), for Q6_K the offset −32 · Σ_g sc_g · bsums_g in
-// isum; then acc += d_w·d_x · isum (and −= dmin_w·d_x · msum), one lane per
+// The 256-value types (K-quants and IQ4_XS): sub-blocks of 32 (Q4_K, Q5_K,
+// IQ4_XS) or 16 (Q2_K, Q3_K, Q6_K) values with their own integer scales.
+// Per (row, input) and super-block, the scalar kernel's integers
+// (qdot.cpp): isum = Σ_j sc_j · Σ(q·x) over sub-block j, and for
+// Q2_K/Q4_K/Q5_K msum = Σ_j m_j · Σx over it (from the input's bsums), for
+// Q3_K and Q6_K the offset (−4 or −32) · Σ_g sc_g · bsums_g in isum; then acc += d_w·d_x · isum (and −= dmin_w·d_x · msum), one lane per
 // row. A sub-block's products are summed in int16 across its words (the
 // bounds below) and meet its scale once, vpmaddwd by (sc, sc) per lane: for
 // all inputs, a word of 8 rows is unpacked once and a scale spread once. The
