@@ -44,15 +44,15 @@ constexpr uint32_t kPast = kTokens - 16;   // positions on the second page
 constexpr double kCpuTolerance = 5e-3;
 // Paged against contiguous, max |logit diff| over 20 positions (18 since
 // 2026-11-29: a subset), 1.25x the largest measured, rounded up (2026-11-28,
-// emu): llama 2.54e-4, qwen2
-// 2.58e-4, qwen3 2.71e-4, mistral3 2.62e-4, phi4mini 2.83e-4; gemma3 2.43e-3
-// (six layers and post norms amplify as they do against the CPU, 4.0e-3 in
-// test_cuda_backend; paged vs CPU 3.72e-3 there, contiguous 4.00e-3). K and V
-// are bit-equal (paged_rope does today's arithmetic); the attention's own
-// reordering (splits, ex2) moves an output by ~1e-6 relative and the layers
-// carry it to the logits. fill_kv_for_count's K/V then one token: 9.1e-6 to
-// 2.1e-4 (mistral3). Negative control (below): 8.5 to 23.8 over positions
-// 16..17 (2026-11-29), over 7600x either bound.
+// emu): llama 2.54e-4, qwen2 2.58e-4, qwen3 2.71e-4, mistral3 2.62e-4,
+// phi4mini 2.83e-4; gemma3 2.43e-3 (six layers and post norms amplify as
+// they do against the CPU, 4.0e-3 in test_cuda_backend; paged vs CPU
+// 3.72e-3 there, contiguous 4.00e-3). K and V are bit-equal (paged_rope
+// does today's arithmetic); the attention's own reordering (splits, ex2)
+// moves an output by ~1e-6 relative and the layers carry it to the logits.
+// fill_kv_for_count's K/V then one token: 9.1e-6 to 2.1e-4 (mistral3).
+// Negative control (below): 8.5 to 23.8 over positions 16..17 (2026-11-29),
+// over 7600x either bound.
 double paged_bound(synth::Arch a) { return a == synth::Arch::Gemma3 ? 3.1e-3 : 4e-4; }
 
 Model tiny(synth::Arch a, std::vector<uint8_t>& bytes) {

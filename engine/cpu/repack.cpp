@@ -10,8 +10,8 @@ namespace ptxlm::cpu {
 namespace {
 
 // A block as the packing sees it: `values` elements, `halves` f16 fields and
-// `words` 4-byte words of codes and scales, the fields first (or last, Q6_K's
-// d). Packed, block b of a group is each field for the kPackRows rows side
+// `words` 4-byte words of codes and scales, the fields first (or last: Q2_K,
+// Q3_K, Q6_K). Packed, block b of a group is each field for the kPackRows rows side
 // by side, then each word for the rows side by side (repack.h): the fields
 // always first.
 struct BlockShape {
@@ -144,7 +144,8 @@ PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied, void* ct
     const PackedDotFn fn = packed_fn(isa, w.type);
     if (!fn || !shape || w.rows < kPackRows || !w.data) return p;
     const uint64_t nb = w.cols / uint64_t(shape.values);
-    if (w.cols % uint64_t(shape.values) != 0 || nb * shape.bytes() != w.row_bytes) return p;   // a row layout the shape does not describe
+    // A row layout the shape does not describe: left unpacked.
+    if (w.cols % uint64_t(shape.values) != 0 || nb * shape.bytes() != w.row_bytes) return p;
     p.type = w.type;
     p.isa = isa;
     p.groups = w.rows / kPackRows;

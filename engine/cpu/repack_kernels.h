@@ -119,7 +119,8 @@ inline void prefetch_block(const uint8_t* g, uint64_t bytes) {
 
 // A pass's inputs and its float accumulators, one per input (the set-up and
 // the stores every kernel's run shares): out[r + k · out_stride] = acc[k]
-// lane r at the end. Y: the input's blocks (BlockQ8x256 for the 256-value types).
+// lane r at the end. Y: the input's blocks (BlockQ8x256 for the 256-value
+// types).
 template <int NX, class Y = BlockQ8x32>
 struct Inputs {
     const Y* y[NX];
@@ -133,6 +134,12 @@ struct Inputs {
     // acc[k] += d_w · d_x · s (the block's int32 sums, one lane per row).
     void scale_add(int k, __m256 d, uint64_t b, __m256i s) {
         acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y[k][b].d)), _mm256_cvtepi32_ps(s), acc[k]);
+    }
+    // The same with a min term: acc[k] += d_w·d_x · s − dmin_w·d_x · m.
+    void scale_add_min(int k, __m256 d, __m256 dmin, uint64_t b, __m256i s, __m256i m) {
+        const __m256 dx = _mm256_set1_ps(y[k][b].d);
+        acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(s), acc[k]);
+        acc[k] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(m), acc[k]);
     }
     void store(float* out, uint64_t out_stride) const {
         for (int k = 0; k < NX; ++k) _mm256_storeu_ps(out + k * out_stride, acc[k]);
@@ -330,10 +337,11 @@ struct IQ4_NLSums {
 // Per (row, input) and super-block, the scalar kernel's integers
 // (qdot.cpp): isum = Σ_j sc_j · Σ(q·x) over sub-block j, and for
 // Q2_K/Q4_K/Q5_K msum = Σ_j m_j · Σx over it (from the input's bsums), for
-// Q3_K and Q6_K the offset (−4 or −32) · Σ_g sc_g · bsums_g in isum; then acc += d_w·d_x · isum (and −= dmin_w·d_x · msum), one lane per
-// row. A sub-block's products are summed in int16 across its words (the
-// bounds below) and meet its scale once, vpmaddwd by (sc, sc) per lane: for
-// all inputs, a word of 8 rows is unpacked once and a scale spread once. The
+// Q3_K and Q6_K the offset (−4 or −32) · Σ_g sc_g · bsums_g in isum; then
+// acc += d_w·d_x · isum (and −= dmin_w·d_x · msum), one lane per row. A
+// sub-block's products are summed in int16 across its words (the bounds
+// below) and meet its scale once, vpmaddwd by (sc, sc) per lane: for all
+// inputs, a word of 8 rows is unpacked once and a scale spread once. The
 // products are vpmaddubsw and vpmaddwd on every Isa (AVX2 encodings, or
 // EVEX ones in the AVX-512 TU): the same integers, the same bits.
 
@@ -394,8 +402,8 @@ struct K45x8 {
                     q = _mm256_or_si256(q, _mm256_and_si256(shift16<4 - J>(loadu(g + kQh + 32 * w)),
                                                             _mm256_set1_epi8(0x10)));
                 for (int k = 0; k < NX; ++k) {
-                    part[k] = _mm256_add_epi16(part[k],
-                                               _mm256_maddubs_epi16(q, bcast32(y[k][b].qs + 64 * c + 32 * high + 4 * w)));
+                    const __m256i x = bcast32(y[k][b].qs + 64 * c + 32 * high + 4 * w);
+                    part[k] = _mm256_add_epi16(part[k], _mm256_maddubs_epi16(q, x));
                     keep_in_register(part[k]);
                 }
             }
@@ -407,7 +415,8 @@ struct K45x8 {
     template <int J, int NX>
     static void mins(__m256i m, const BlockQ8x256* const* y, uint64_t b, __m256i* msum) {
         const __m256i mp = s8_pair<J % 4, J % 4>(m);
-        for (int k = 0; k < NX; ++k) msum[k] = _mm256_add_epi32(msum[k], _mm256_madd_epi16(mp, bcast32(y[k][b].bsums + 2 * J)));
+        for (int k = 0; k < NX; ++k)
+            msum[k] = _mm256_add_epi32(msum[k], _mm256_madd_epi16(mp, bcast32(y[k][b].bsums + 2 * J)));
         if constexpr (J % 4 < 3) mins<J + 1, NX>(m, y, b, msum);
     }
     template <int NX>
@@ -419,7 +428,8 @@ struct K45x8 {
             if (pf) prefetch_block(g, kBlock);
             const __m256i a = loadu(g + kScales), s1 = loadu(g + kScales + 32), s2 = loadu(g + kScales + 64);
             const __m256i sc_lo = _mm256_and_si256(a, k3f);
-            const __m256i sc_hi = _mm256_or_si256(_mm256_and_si256(s2, k0f), _mm256_and_si256(_mm256_srli_epi32(a, 2), k30));
+            const __m256i sc_hi =
+                _mm256_or_si256(_mm256_and_si256(s2, k0f), _mm256_and_si256(_mm256_srli_epi32(a, 2), k30));
             __m256i isum[NX];
             for (int k = 0; k < NX; ++k) isum[k] = _mm256_setzero_si256();
             sub_block<0, NX>(g, y, b, s8_pair<0, 0>(sc_lo), isum);
@@ -437,11 +447,7 @@ struct K45x8 {
                                         _mm256_and_si256(_mm256_srli_epi32(s1, 2), k30)),
                         y, b, msum);
             const __m256 d = f16x8(g), dmin = f16x8(g + 16);
-            for (int k = 0; k < NX; ++k) {
-                const __m256 dx = _mm256_set1_ps(y[k][b].d);
-                in.acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[k]), in.acc[k]);
-                in.acc[k] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum[k]), in.acc[k]);
-            }
+            for (int k = 0; k < NX; ++k) in.scale_add_min(k, d, dmin, b, isum[k], msum[k]);
         }
         in.store(out, out_stride);
     }
@@ -470,7 +476,8 @@ struct Q6Kx8 {
         const __m256i q0 = codes<H, K, W>(g), q1 = codes<H, K, W + 1>(g);
         for (int k = 0; k < NX; ++k) {
             const int8_t* x = y[k][b].qs + 128 * H + 32 * K + 4 * W;
-            const __m256i part = _mm256_add_epi16(_mm256_maddubs_epi16(q0, bcast32(x)), _mm256_maddubs_epi16(q1, bcast32(x + 4)));
+            const __m256i part =
+                _mm256_add_epi16(_mm256_maddubs_epi16(q0, bcast32(x)), _mm256_maddubs_epi16(q1, bcast32(x + 4)));
             isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(part, scp));
             keep_in_register(isum[k]);
         }
@@ -488,7 +495,8 @@ struct Q6Kx8 {
     template <int G, int NX>
     static void offsets(const __m256i* sc, const BlockQ8x256* const* y, uint64_t b, __m256i* off) {
         const __m256i scp = s8_pair<G % 4, G % 4 + 1>(sc[G / 4]);
-        for (int k = 0; k < NX; ++k) off[k] = _mm256_add_epi32(off[k], _mm256_madd_epi16(scp, bcast32(y[k][b].bsums + G)));
+        for (int k = 0; k < NX; ++k)
+            off[k] = _mm256_add_epi32(off[k], _mm256_madd_epi16(scp, bcast32(y[k][b].bsums + G)));
         if constexpr (G < 14) offsets<G + 2, NX>(sc, y, b, off);
     }
     template <int NX>
@@ -528,7 +536,8 @@ struct IQ4XSx8 {
             _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(sh, 2 * IB), _mm256_set1_epi32(3)), 4));
         const __m256i s = _mm256_sub_epi32(ls, _mm256_set1_epi32(32));
         const __m256i scp = _mm256_blend_epi16(s, _mm256_slli_epi32(s, 16), 0xAA);   // (s, s) per lane
-        const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gguf::kIQ4Values)));
+        const __m256i table =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gguf::kIQ4Values)));
         const __m256i m4 = _mm256_set1_epi8(0x0F);
         for (int w = 0; w < 4; ++w) {
             const __m256i v = loadu(g + kQs + 32 * (4 * IB + w));
@@ -539,7 +548,8 @@ struct IQ4XSx8 {
                 const int8_t* x = y[k][b].qs + 32 * IB + 4 * w;
                 const __m256i plo = _mm256_maddubs_epi16(alo, _mm256_sign_epi8(bcast32(x), lo));
                 const __m256i phi = _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(bcast32(x + 16), hi));
-                isum[k] = _mm256_add_epi32(isum[k], _mm256_add_epi32(_mm256_madd_epi16(plo, scp), _mm256_madd_epi16(phi, scp)));
+                isum[k] = _mm256_add_epi32(isum[k],
+                                           _mm256_add_epi32(_mm256_madd_epi16(plo, scp), _mm256_madd_epi16(phi, scp)));
                 keep_in_register(isum[k]);
             }
         }
@@ -612,9 +622,11 @@ struct K23x8 {
         const __m256i scp = scale_pair<G>(sc);
         for (int j = 0; j < NX; ++j) {
             const int8_t* x = y[j][b].qs + 128 * h + 32 * k + 4 * w;
-            const __m256i part =
-                _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(q0, bcast32(x)), _mm256_maddubs_epi16(q1, bcast32(x + 4))),
-                                 _mm256_add_epi16(_mm256_maddubs_epi16(q2, bcast32(x + 8)), _mm256_maddubs_epi16(q3, bcast32(x + 12))));
+            const __m256i p01 =
+                _mm256_add_epi16(_mm256_maddubs_epi16(q0, bcast32(x)), _mm256_maddubs_epi16(q1, bcast32(x + 4)));
+            const __m256i p23 =
+                _mm256_add_epi16(_mm256_maddubs_epi16(q2, bcast32(x + 8)), _mm256_maddubs_epi16(q3, bcast32(x + 12)));
+            const __m256i part = _mm256_add_epi16(p01, p23);
             isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(part, scp));
             keep_in_register(isum[j]);
         }
@@ -628,7 +640,8 @@ struct K23x8 {
         __m256i cp;
         if constexpr (Q3) cp = s8_pair<G % 4, G % 4 + 1>(sc[G / 4]);
         else cp = _mm256_srli_epi16(u8_pair<G % 4, G % 4 + 1>(sc[G / 4]), 4);
-        for (int j = 0; j < NX; ++j) sum[j] = _mm256_add_epi32(sum[j], _mm256_madd_epi16(cp, bcast32(y[j][b].bsums + G)));
+        for (int j = 0; j < NX; ++j)
+            sum[j] = _mm256_add_epi32(sum[j], _mm256_madd_epi16(cp, bcast32(y[j][b].bsums + G)));
         if constexpr (G < 14) bsum_terms<G + 2, NX>(sc, y, b, sum);
     }
     template <int NX>
@@ -659,13 +672,8 @@ struct K23x8 {
             bsum_terms<0, NX>(sc, y, b, bs);
             const __m256 d = f16x8(g);
             for (int j = 0; j < NX; ++j) {
-                if constexpr (Q3) {
-                    in.scale_add(j, d, b, _mm256_sub_epi32(isum[j], _mm256_slli_epi32(bs[j], 2)));
-                } else {
-                    const __m256 dx = _mm256_set1_ps(y[j][b].d);
-                    in.acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[j]), in.acc[j]);
-                    in.acc[j] = _mm256_fnmadd_ps(_mm256_mul_ps(f16x8(g + 16), dx), _mm256_cvtepi32_ps(bs[j]), in.acc[j]);
-                }
+                if constexpr (Q3) in.scale_add(j, d, b, _mm256_sub_epi32(isum[j], _mm256_slli_epi32(bs[j], 2)));
+                else in.scale_add_min(j, d, f16x8(g + 16), b, isum[j], bs[j]);
             }
         }
         in.store(out, out_stride);
