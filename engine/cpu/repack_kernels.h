@@ -372,6 +372,17 @@ inline __m256i shift16(__m256i v) {
     else return v;
 }
 
+// Σ_g c_g · bsums_g over the group pairs (G, G + 1) .. (14, 15) of each
+// input, into sum: c_g the signed byte g % 4 of sc[g / 4] (Q3_K's
+// multipliers, Q6_K's scales), a pair per lane against the input's two
+// bsums in one vpmaddwd.
+template <int G, int NX>
+inline void signed_bsum_terms(const __m256i* sc, const BlockQ8x256* const* y, uint64_t b, __m256i* sum) {
+    const __m256i cp = s8_pair<G % 4, G % 4 + 1>(sc[G / 4]);
+    for (int k = 0; k < NX; ++k) sum[k] = _mm256_add_epi32(sum[k], _mm256_madd_epi16(cp, bcast32(y[k][b].bsums + G)));
+    if constexpr (G < 14) signed_bsum_terms<G + 2, NX>(sc, y, b, sum);
+}
+
 // Q4_K (Fifth false) and Q5_K. Packed super-block (repack.cpp's shape):
 // d[8], dmin[8], the 12 scale bytes as 3 words × 8 rows, (Q5_K: qh as 8
 // words × 8 rows,) qs as 32 words × 8 rows: 1152 or 1408 bytes. qs word
@@ -491,14 +502,6 @@ struct Q6Kx8 {
         words<h, k, w + 2, NX>(g, y, b, scp, isum);
         if constexpr (G < 15) groups<G + 1, NX>(g, sc, y, b, isum);
     }
-    // Σ_g sc_g · bsums_g, groups G.. in pairs, into off.
-    template <int G, int NX>
-    static void offsets(const __m256i* sc, const BlockQ8x256* const* y, uint64_t b, __m256i* off) {
-        const __m256i scp = s8_pair<G % 4, G % 4 + 1>(sc[G / 4]);
-        for (int k = 0; k < NX; ++k)
-            off[k] = _mm256_add_epi32(off[k], _mm256_madd_epi16(scp, bcast32(y[k][b].bsums + G)));
-        if constexpr (G < 14) offsets<G + 2, NX>(sc, y, b, off);
-    }
     template <int NX>
     static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
         Inputs<NX, BlockQ8x256> in(xs);
@@ -510,7 +513,7 @@ struct Q6Kx8 {
             __m256i isum[NX], off[NX];
             for (int k = 0; k < NX; ++k) isum[k] = off[k] = _mm256_setzero_si256();
             groups<0, NX>(g, sc, y, b, isum);
-            offsets<0, NX>(sc, y, b, off);
+            signed_bsum_terms<0, NX>(sc, y, b, off);
             const __m256 d = f16x8(g);
             for (int k = 0; k < NX; ++k) in.scale_add(k, d, b, _mm256_sub_epi32(isum[k], _mm256_slli_epi32(off[k], 5)));
         }
@@ -632,17 +635,14 @@ struct K23x8 {
         }
         if constexpr (G < 15) groups<G + 1, NX>(g, sc, y, b, isum);
     }
-    // Σ_g c_g · bsums_g over groups G.. in pairs into sum, the pairs (c_G,
-    // c_G+1) per lane: Q2_K's mins (the scale bytes' high nibbles), Q3_K's
-    // multipliers.
+    // Q2_K's Σ_g m_g · bsums_g over the group pairs (G, G + 1) .. into sum,
+    // m_g the high nibble of scale byte g.
     template <int G, int NX>
-    static void bsum_terms(const __m256i* sc, const BlockQ8x256* const* y, uint64_t b, __m256i* sum) {
-        __m256i cp;
-        if constexpr (Q3) cp = s8_pair<G % 4, G % 4 + 1>(sc[G / 4]);
-        else cp = _mm256_srli_epi16(u8_pair<G % 4, G % 4 + 1>(sc[G / 4]), 4);
+    static void min_terms(const __m256i* sc, const BlockQ8x256* const* y, uint64_t b, __m256i* sum) {
+        const __m256i mp = _mm256_srli_epi16(u8_pair<G % 4, G % 4 + 1>(sc[G / 4]), 4);
         for (int j = 0; j < NX; ++j)
-            sum[j] = _mm256_add_epi32(sum[j], _mm256_madd_epi16(cp, bcast32(y[j][b].bsums + G)));
-        if constexpr (G < 14) bsum_terms<G + 2, NX>(sc, y, b, sum);
+            sum[j] = _mm256_add_epi32(sum[j], _mm256_madd_epi16(mp, bcast32(y[j][b].bsums + G)));
+        if constexpr (G < 14) min_terms<G + 2, NX>(sc, y, b, sum);
     }
     template <int NX>
     static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
@@ -669,7 +669,8 @@ struct K23x8 {
             __m256i isum[NX], bs[NX];
             for (int j = 0; j < NX; ++j) isum[j] = bs[j] = _mm256_setzero_si256();
             groups<0, NX>(g, sc, y, b, isum);
-            bsum_terms<0, NX>(sc, y, b, bs);
+            if constexpr (Q3) signed_bsum_terms<0, NX>(sc, y, b, bs);
+            else min_terms<0, NX>(sc, y, b, bs);
             const __m256 d = f16x8(g);
             for (int j = 0; j < NX; ++j) {
                 if constexpr (Q3) in.scale_add(j, d, b, _mm256_sub_epi32(isum[j], _mm256_slli_epi32(bs[j], 2)));
