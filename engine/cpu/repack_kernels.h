@@ -672,9 +672,12 @@ struct K23x8 {
             if constexpr (Q3) signed_bsum_terms<0, NX>(sc, y, b, bs);
             else min_terms<0, NX>(sc, y, b, bs);
             const __m256 d = f16x8(g);
-            for (int j = 0; j < NX; ++j) {
-                if constexpr (Q3) in.scale_add(j, d, b, _mm256_sub_epi32(isum[j], _mm256_slli_epi32(bs[j], 2)));
-                else in.scale_add_min(j, d, f16x8(g + 16), b, isum[j], bs[j]);
+            if constexpr (Q3) {
+                for (int j = 0; j < NX; ++j)
+                    in.scale_add(j, d, b, _mm256_sub_epi32(isum[j], _mm256_slli_epi32(bs[j], 2)));
+            } else {
+                const __m256 dmin = f16x8(g + 16);
+                for (int j = 0; j < NX; ++j) in.scale_add_min(j, d, dmin, b, isum[j], bs[j]);
             }
         }
         in.store(out, out_stride);
