@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,28 @@
 using namespace ptxlm;
 
 namespace {
+
+// ptxas's report on (arch, PTX), each distinct text assembled once: many
+// models share kernels (the same type and shape, or the same persistent op
+// set), and assembling a text twice proves nothing more.
+struct Assembled {
+  size_t runs = 0, lookups = 0;
+  std::map<std::pair<std::string, std::string>, ptx::PtxasResult> results;
+};
+Assembled& assembled() {
+  static Assembled a;
+  return a;
+}
+const ptx::PtxasResult& assemble(const std::string& ptx, const std::string& arch) {
+  Assembled& a = assembled();
+  ++a.lookups;
+  auto [it, fresh] = a.results.try_emplace({arch, ptx});
+  if (fresh) {
+    it->second = ptx::run_ptxas(PTXLM_PTXAS, ptx, arch);
+    ++a.runs;
+  }
+  return it->second;
+}
 
 void assemble_all(const Model& m, const std::string& what) {
   ASSERT_FALSE(std::string(PTXLM_PTXAS).empty()) << "ptxas not found: these tests never skip";
@@ -54,7 +77,7 @@ void assemble_all(const Model& m, const std::string& what) {
     int max_regs = 0;
     std::vector<int> persistent_regs;
     for (const ptx::GeneratedKernel& g : ks) {
-      const ptx::PtxasResult r = ptx::run_ptxas(PTXLM_PTXAS, g.ptx, arch);
+      const ptx::PtxasResult& r = assemble(g.ptx, arch);
       ASSERT_TRUE(r.ok()) << what << " " << g.name << " for " << arch << ":\n" << r.log;
       EXPECT_EQ(r.log.find("warning"), std::string::npos) << g.name << ":\n" << r.log;
       const ptx::PtxasFunctionReport* f = r.find(g.name);
@@ -71,6 +94,8 @@ void assemble_all(const Model& m, const std::string& what) {
                 what.c_str(), arch, standalone, max_regs, persistent_regs[0], persistent_regs[1], persistent_regs[2],
                 persistent_regs[3]);
   }
+  std::printf("[decode-plan] ptxas ran %zu times for %zu kernels so far (the rest were texts already assembled)\n",
+              assembled().runs, assembled().lookups);
 }
 
 TEST(DecodePlan, RealModelsKernelsAssemble) {
