@@ -119,7 +119,7 @@ std::unique_ptr<Backend> make_backend(const Model& m, DeviceKind device, const B
                 if (opt.kv_type != KvType::F16) throw ModelError("the GPU path keeps an f16 KV cache (--kv-type f16)");
                 std::string ctx_note;
                 auto b = std::make_unique<cuda::CudaBackend>(m, drv, opt.n_ctx, opt.schedule, opt.gpu_path, &ctx_note,
-                                                             cuda::GpuTuning{opt.gpu_pdl, opt.gpu_prefetch, opt.gpu_paged_kv});
+                                                             cuda::GpuTuning{opt.gpu_pdl, opt.gpu_prefetch, !opt.gpu_contiguous_kv});
                 if (note)
                     *note = b->description() + "; context " + std::to_string(b->n_ctx()) + " tokens" +
                             (ctx_note.empty() ? "" : " (" + ctx_note + ")");
@@ -139,8 +139,8 @@ std::unique_ptr<Backend> make_backend(const Model& m, DeviceKind device, const B
     if (opt.gpu_prefetch)
         throw std::invalid_argument("--gpu-prefetch applies to the GPU path; the CPU launches no kernels" +
                                     (why.empty() ? std::string() : " (" + why + ")"));
-    if (opt.gpu_paged_kv)
-        throw std::invalid_argument("--gpu-paged-kv applies to the GPU path; the CPU keeps its own KV cache" +
+    if (opt.gpu_contiguous_kv)
+        throw std::invalid_argument("--gpu-contiguous-kv applies to the GPU path; the CPU keeps its own KV cache" +
                                     (why.empty() ? std::string() : " (" + why + ")"));
     if (opt.gpu_path != GpuArithmetic::Default)
         throw std::invalid_argument("--gpu-path applies to the GPU path; the CPU has --cpu-path" +

@@ -58,7 +58,7 @@ struct BackendOptions {
     GpuArithmetic gpu_path = GpuArithmetic::Default;   // GPU only; Default = Quantized
     bool gpu_pdl = false;   // GPU only: launch the chain's ops programmatically (sm_90; off by default)
     bool gpu_prefetch = false;   // GPU only: GEMVs prefetch their first weight rows into L2 (off by default; every schedule)
-    bool gpu_paged_kv = false;   // GPU only: paged KV cache and paged attention (chain and graph; off by default)
+    bool gpu_contiguous_kv = false;   // GPU only: one contiguous KV cache and its attention kernel, not pages (A/B runs)
     // CPU quantized path: the SIMD kernels by name (scalar, avx2, avx512,
     // avx512vnni); empty: the best this CPU runs (PTXLM_CPU_ISA caps it).
     std::string cpu_isa;

@@ -37,10 +37,12 @@ uint32_t check_seq_step(const SeqStep& s, uint32_t before, uint32_t max_tokens, 
     return n;
 }
 
-void check_step_schedule(Schedule s) {
+void check_step_options(Schedule s, bool contiguous_kv) {
     if (s == Schedule::Persistent)
         throw std::invalid_argument("the persistent decoder serves one sequence per launch; sequences step together "
                                     "under --schedule graph (the default) or chain");
+    if (contiguous_kv)
+        throw std::invalid_argument("--gpu-contiguous-kv: sequences step together on paged KV only (the default)");
 }
 
 MakeStepBackend make_step_backend(const Model& m, const Backend& like, const BackendOptions& opt) {
@@ -62,11 +64,10 @@ MakeStepBackend make_step_backend(const Model& m, const Backend& like, const Bac
     }
     const auto& g = dynamic_cast<const cuda::CudaBackend&>(like);
     const Schedule sched = g.schedule();
-    check_step_schedule(sched);
+    const cuda::GpuTuning tuning = g.tuning();
+    check_step_options(sched, !tuning.paged_kv);
     const uint32_t n_ctx = g.n_ctx();
     const GpuArithmetic path = g.arithmetic();
-    cuda::GpuTuning tuning = g.tuning();
-    tuning.paged_kv = true;
     return [&m, n_ctx, sched, path, tuning](KvPages pages) {
         return std::make_unique<cuda::CudaBackend>(m, cuda::Driver::load(), n_ctx, sched, path, nullptr, tuning, pages);
     };

@@ -77,11 +77,13 @@ using MakeStepBackend = std::function<std::unique_ptr<StepBackend>(KvPages)>;
 // GPU its context, schedule, arithmetic and tuning, KV in pages (a new copy
 // of the weights: release `like` first to keep one). The factory
 // keeps no reference to `like`. Throws std::invalid_argument when `like`
-// is the GPU's persistent schedule, which serves one sequence per launch.
+// is the GPU's persistent schedule, which serves one sequence per launch,
+// or keeps its KV contiguous (check_step_options).
 MakeStepBackend make_step_backend(const Model& m, const Backend& like, const BackendOptions& opt);
 // Throws std::invalid_argument, as make_step_backend does, when schedule `s`
-// cannot step several sequences (the persistent one): for callers that can
-// refuse before they load anything.
-void check_step_schedule(Schedule s);
+// cannot step several sequences (the persistent one) or the GPU's KV is
+// asked to be contiguous (--gpu-contiguous-kv; steps need pages): for callers
+// that can refuse before they load anything.
+void check_step_options(Schedule s, bool contiguous_kv);
 
 }  // namespace ptxlm

@@ -124,7 +124,7 @@ SchedulerStats Scheduler::stats() const {
 void Scheduler::load() {
     if (opt_.parallel > 1) {   // before the weights load (make_step_backend checks the backend it copies too)
         try {
-            check_step_schedule(opt_.backend.schedule);
+            check_step_options(opt_.backend.schedule, opt_.backend.gpu_contiguous_kv);
         } catch (const std::invalid_argument& e) {
             throw ModelError("--parallel " + std::to_string(opt_.parallel) + ": " + e.what());
         }

@@ -106,7 +106,7 @@ set_tests_properties(test_persistent_real PROPERTIES TIMEOUT 900 LABELS "unit"
 add_test(NAME test_persistent_seeds COMMAND test_persistent --gtest_filter=*Seeds*)
 set_tests_properties(test_persistent_seeds PROPERTIES TIMEOUT 900 LABELS "unit"
   ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>")
-# Paged KV in the decode path (--gpu-paged-kv): paged_rope -> paged_attention
+# Paged KV in the decode path (the default; --gpu-contiguous-kv turns it off): paged_rope -> paged_attention
 # over one page table row against the contiguous cache and the CPU on the
 # synthetic models, fill_kv_for_count in both layouts, an aliased page as the
 # negative control; the persistent schedule with paged KV against the paged

@@ -170,7 +170,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, CudaOpsSynth,
                                            synth::Arch::Qwen3, synth::Arch::Llama3),
                          [](const auto& info) { return std::string(synth::arch_name(info.param)); });
 
-// `ptxlm selftest --gpu-paged-kv`: the paged pair (RoPE + the K/V append
+// `ptxlm selftest` (paged KV, the default): the paged pair (RoPE + the K/V append
 // into a page, attention over a row of shuffled pages) checked in place of
 // the contiguous cache's op, for each attention variant the synthetic models
 // carry (llama; qwen2's biases; gemma3's q/k norms, sliding window and head

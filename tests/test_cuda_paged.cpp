@@ -1,5 +1,5 @@
 // Paged KV in the GPU decode path (issue 22, GpuTuning::paged_kv,
-// `--gpu-paged-kv`) on emu: the KV cache as pools of 16-position pages and
+// the default; `--gpu-contiguous-kv` is the other layout) on emu: the KV cache as pools of 16-position pages and
 // each layer's attention as paged_rope -> paged_attention over one page
 // table row, against the contiguous cache and its fused attention op, under
 // the graph schedule, on the synthetic models whose attention features it

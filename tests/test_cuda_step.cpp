@@ -285,6 +285,15 @@ TEST(CudaStepApi, PagesAnywhereAndAWrongEntry) {
                std::invalid_argument);   // smaller than one context (4 pages)
   auto persistent = gpu_pool(m, KvPages{8, 16}, Schedule::Persistent);
   EXPECT_THROW(persistent->step({&first, 1}), std::logic_error);
+  // Step factories (serve and bench --parallel) refuse what cannot step
+  // several sequences: the persistent schedule and a contiguous KV cache
+  // (--gpu-contiguous-kv); the default (graph, paged) is taken.
+  EXPECT_THROW(check_step_options(Schedule::Persistent, false), std::invalid_argument);
+  EXPECT_THROW(check_step_options(Schedule::Graph, true), std::invalid_argument);
+  EXPECT_NO_THROW(check_step_options(Schedule::Graph, false));
+  const cuda::CudaBackend contiguous(m, cuda::Driver::load(), kCtx, Schedule::Graph);
+  EXPECT_THROW(make_step_backend(m, contiguous, BackendOptions{}), std::invalid_argument);
+  EXPECT_NO_THROW(make_step_backend(m, single, BackendOptions{}));
 }
 
 }  // namespace

@@ -56,7 +56,7 @@ void assemble_all(const Model& m, const std::string& what) {
     EXPECT_GE(ks.size(), 8u);
     for (ptx::GeneratedKernel& g : cuda::decode_kernels(ref, ptx::Target::parse(arch)))
       if (g.name.starts_with("gemv")) ks.push_back(std::move(g));
-    // Paged KV (--gpu-paged-kv): paged_rope and paged_attention per layer shape.
+    // Paged KV (the default): paged_rope and paged_attention per layer shape.
     size_t n_paged = 0;
     for (ptx::GeneratedKernel& g : cuda::decode_kernels(paged, ptx::Target::parse(arch)))
       if (g.name.starts_with("paged_")) ks.push_back(std::move(g)), ++n_paged;
@@ -68,7 +68,7 @@ void assemble_all(const Model& m, const std::string& what) {
     ptx::Target prefetching = ptx::Target::parse(arch);   // --gpu-prefetch: GEMV ops prefetch before their wait
     prefetching.prefetch = true;
     ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(plan), prefetching).kernel);
-    // --gpu-paged-kv: paged_rope and paged_attention inline, the advance
+    // Paged KV (the default): paged_rope and paged_attention inline, the advance
     // writing paged KV's state {pos, table row, token}.
     ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(paged), ptx::Target::parse(arch),
                                             kernels::PersistentState{8, 0}).kernel);

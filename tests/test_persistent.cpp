@@ -249,7 +249,7 @@ TEST_P(Persistent, TwentySeedsSameTokensNoRace) {
   }
 }
 
-// Paged KV (--gpu-paged-kv): paged_rope and paged_attention inline, each
+// Paged KV (the default; not --gpu-contiguous-kv): paged_rope and paged_attention inline, each
 // virtual block waiting only for the blocks it reads. Under ten scheduling
 // seeds with memory-model checking, nothing races or deadlocks and the
 // tokens are the paged graph schedule's (test_cuda_paged checks the logits

@@ -39,13 +39,15 @@
 
 namespace ptxlm::cuda {
 
-// What the GPU path leaves off by default until a GPU run weighs it.
+// Choices of the GPU path a GPU run has to weigh (pdl and prefetch stay off by default until one does).
 struct GpuTuning {
     bool pdl = false;        // launch every op of the chain programmatically (sm_90; griddepcontrol.wait opens each)
     bool prefetch = false;   // each GEMV prefetches its block's first weight rows into L2 at its start (persistent: before its wait)
     // The KV cache in pages of kKvPageSize (decode_plan.h), [page][kv_head][slot][hd] f16 per layer, and each layer's
-    // attention as paged_rope -> paged_attention over one page table row (pages 0..n-1 in order; chain and graph
-    // schedules; the persistent one refuses it): the first step of issue 22's paged engine path, for A/B runs.
+    // attention as paged_rope -> paged_attention over one page table row (pages 0..n-1 in order; every schedule).
+    // What ptxlm runs by default since 2026-11-29 (EngineOptions::gpu_contiguous_kv false); false here is the one
+    // contiguous cache with its attention kernel (latency-bound at depth; head sizes 64, 128 and 256 only), kept
+    // for A/B runs (--gpu-contiguous-kv) and as the tests' default, each test naming the layout it checks.
     bool paged_kv = false;
 };
 

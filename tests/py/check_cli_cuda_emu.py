@@ -93,8 +93,14 @@ def main():
 
         b = ptxlm("bench", "-m", gemma, "--device", "cuda", "-p", "8", "-n", "2", "-r", "1", "-o", "json")
         if check(b.returncode == 0, f"bench on the GPU path: {b.stderr[-400:]}"):
+            # Under paged KV (the default) emu counts the prompt as one batch
+            # step of its 8 tokens rather than timing it; tg is timed.
             rows = json.loads(b.stdout)
-            check([r["test"] for r in rows] == ["pp8", "tg2"], f"bench tests {rows}")
+            counted = [r for r in rows if "counted_step" in r]
+            check([r["test"] for r in counted] == ["pp8"] and counted[0]["counted_step"]["prompt"]
+                  and counted[0]["counted_step"]["batch"] == 8, f"bench's counted prompt step {counted}")
+            rows = [r for r in rows if "counted_step" not in r]
+            check([r["test"] for r in rows] == ["tg2"], f"bench tests {rows}")
             for r in rows:
                 check(r["device"] == "cuda" and "emu" in r["device_name"] and r["schedule"] == "graph" and r["emulated"],
                       f"bench row device fields: {r}")
@@ -186,22 +192,29 @@ def main():
             check(gemv_ratios and all(r is not None and r <= 1.1 for r in gemv_ratios),
                   f"GEMV shared wavefront ratios {gemv_ratios}")
             check(c["n_vocab"] > 0 and c["n_layer"] > 0 and sum(k["part"] == "head" for k in ks) == 1, "counted model fields")
-        # Counted mode with paged KV (--gpu-paged-kv): the paged pair in place of
-        # each layer's attention (gemma3's window layers a shape of their own),
-        # counted as layer kernels, every launch accounted for.
-        b = ptxlm("bench", "-m", gemma, "--device", "cuda", "--gpu-paged-kv", "-p", "0", "-n", "1", "-d", "40", "-r", "1",
-                  "-o", "json", "--project", "a100")
-        if check(b.returncode == 0, f"bench --gpu-paged-kv --project: {b.stderr[-400:]}"):
+        # Counted mode at depth 40 on both KV layouts: paged (the default) has
+        # the paged pair in place of each layer's attention (gemma3's window
+        # layers a shape of their own), --gpu-contiguous-kv one attention
+        # kernel per layer; layer kernels either way, every launch accounted for.
+        for layout in ([], ["--gpu-contiguous-kv"]):
+            b = ptxlm("bench", "-m", gemma, "--device", "cuda", *layout, "-p", "0", "-n", "1", "-d", "40", "-r", "1",
+                      "-o", "json", "--project", "a100")
+            if not check(b.returncode == 0, f"bench {layout} --project: {b.stderr[-400:]}"):
+                continue
             c = json.loads(b.stdout)[0]["counted"]
             ks = c["kernels"]
             kernels = int(b.stderr.split(" kernels per token")[0].rsplit(" ", 1)[-1])
             paged = [k for k in ks if k["kernel"].startswith("paged_")]
-            check(c["launches"] == kernels == sum(k["launches"] for k in ks)
-                  and not any(k["kernel"].startswith("attention_") for k in ks)
-                  and {k["kernel"].split("_")[1] for k in paged} == {"rope", "attention"}
-                  and all(k["part"] == "layer" and k["registers"] and k["spill_bytes"] == 0 for k in paged)
-                  and sum(k["launches"] for k in paged) == 2 * c["n_layer"],
-                  f"paged counted rows: {[(k['kernel'], k['part'], k['launches']) for k in ks]}")
+            attention = [k for k in ks if k["kernel"].startswith("attention_")]
+            rows = [(k["kernel"], k["part"], k["launches"]) for k in ks]
+            check(c["launches"] == kernels == sum(k["launches"] for k in ks), f"{layout} counted rows: {rows}")
+            if layout:
+                check(not paged and sum(k["launches"] for k in attention) == c["n_layer"]
+                      and all(k["part"] == "layer" for k in attention), f"contiguous counted rows: {rows}")
+            else:
+                check(not attention and {k["kernel"].split("_")[1] for k in paged} == {"rope", "attention"}
+                      and all(k["part"] == "layer" and k["registers"] and k["spill_bytes"] == 0 for k in paged)
+                      and sum(k["launches"] for k in paged) == 2 * c["n_layer"], f"paged counted rows: {rows}")
         # The persistent decoder with its GEMV ops prefetching before their
         # handoff waits: emu counts exactly the bytes the GEMVs' plans ask for
         # (kernels::gemv_prefetch_bytes), and the projection hides part of the
@@ -229,9 +242,11 @@ def main():
 
         # selftest: every kernel of the chain against the CPU (the quantized
         # path's arithmetic for the 8-bit-input GEMVs), all within tolerance;
-        # one row per kernel `ptxlm ptx` writes.
+        # one row per kernel `ptxlm ptx` writes (for an H100 SXM's 132 SMs,
+        # its default: emu is given as many, since the paged attention's
+        # splits, and so its name, follow the SM count).
         for model in (SMOL, gemma):
-            st = ptxlm("selftest", "-m", model, "--json")
+            st = ptxlm("selftest", "-m", model, "--json", env={"PTXLM_EMU_SMS": "132"})
             px = ptxlm("ptx", "-m", model, "--out", str(Path(d) / "ptx" / Path(model).stem), "-c", "256", emu=False)
             if check(st.returncode == 0 and px.returncode == 0, f"selftest/ptx on {model}: {st.stderr[-300:]} {px.stderr[-300:]}"):
                 rows = json.loads(st.stdout)["kernels"]

@@ -30,7 +30,7 @@ namespace ptxlm::cli {
 // when `prefetch` (--gpu-prefetch); the projection the other way too
 // ("projected_prefetch"), and with programmatic launches ("projected_pdl").
 // paged_kv: the KV cache in pages, attention as paged_rope -> paged_attention
-// (--gpu-paged-kv; chain and graph schedules).
+// (ptxlm's default; not --gpu-contiguous-kv).
 // Call with no other CudaBackend alive.
 nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic path, const GpuSpec& gpu,
                              uint32_t depth = 0, bool prefetch = false, bool paged_kv = false);

@@ -42,10 +42,10 @@ void add_engine_options(CLI::App& app, EngineArgs& a, DefaultModel which) {
                  "while the block stages its input (chain and graph: at the kernel's start, before "
                  "griddepcontrol.wait with --gpu-pdl; persistent: before the op waits for its inputs); off by default "
                  "until a GPU run weighs it");
-    app.add_flag("--gpu-paged-kv", a.gpu_paged_kv,
-                 "GPU: keep the KV cache in pages of 16 positions and run each layer's attention as RoPE + append "
-                 "into the pages, then paged flash-decoding over the sequence's page table (one sequence; every "
-                 "schedule, inline in the persistent decoder); off by default until a GPU run weighs it");
+    app.add_flag("--gpu-contiguous-kv", a.gpu_contiguous_kv,
+                 "GPU: one contiguous KV cache and its attention kernel (head sizes 64, 128 and 256; latency-bound at "
+                 "depth) instead of the default pages of 16 positions with RoPE + append, then paged flash-decoding; "
+                 "for A/B runs");
     app.add_option("--cpu-isa", a.cpu_isa,
                    "CPU quantized path: the SIMD kernels, scalar, avx2, avx512 or avx512vnni (default: the best this "
                    "CPU runs; the environment variable PTXLM_CPU_ISA caps it)")
@@ -76,7 +76,7 @@ BackendOptions engine_backend_options(const EngineArgs& a) {
     opt.gpu_path = parse_gpu_path(a.gpu_path);
     opt.gpu_pdl = a.gpu_pdl;
     opt.gpu_prefetch = a.gpu_prefetch;
-    opt.gpu_paged_kv = a.gpu_paged_kv;
+    opt.gpu_contiguous_kv = a.gpu_contiguous_kv;
     return opt;
 }
 

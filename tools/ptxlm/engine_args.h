@@ -34,7 +34,7 @@ struct EngineArgs {
     std::string gpu_path = "default";   // GPU: quantized or reference (default quantized)
     bool gpu_pdl = false;               // GPU: programmatic dependent launch of the chain's ops
     bool gpu_prefetch = false;          // GPU: GEMVs prefetch their first weight rows into L2
-    bool gpu_paged_kv = false;          // GPU: paged KV cache, attention as paged_rope -> paged_attention
+    bool gpu_contiguous_kv = false;     // GPU: the contiguous KV cache and its attention kernel, not pages
 };
 
 // Registers -m/--model (its default: `which`), -c/--ctx-size, -t/--threads, --device, --kv-type, --schedule,

@@ -1,5 +1,5 @@
 // `ptxlm profile [-m MODEL] [-c N] [-r REPS] [--bytes N] [--gpu-path P]
-// [--json]`: what a GPU measures that emu cannot count, for bench/gpu-report:
+// [--gpu-contiguous-kv] [--json]`: what a GPU measures that emu cannot count, for bench/gpu-report:
 // the achievable read bandwidth (a generated streaming-read kernel,
 // kernels/examples read_stream, best of REPS launches timed with events) and
 // each kernel of one token's chain (chain schedule, position 0), timed with
@@ -29,6 +29,7 @@ struct Args {
     std::string model, gpu_path = "default";
     uint32_t n_ctx = 256, reps = 20;
     uint64_t bytes = 0;   // 0: 1 GiB on a GPU, 4 MiB on emu
+    bool contiguous_kv = false;
     bool json = false;
 };
 
@@ -68,7 +69,9 @@ int run(const Args& a) {
     const std::string path = a.model.empty() ? default_model_path() : a.model;
     const Model m = Model::load(path);
     const std::shared_ptr<const cuda::Driver> drv = load_gpu_driver("profile times the GPU's kernels");
-    cuda::CudaBackend b(m, drv, a.n_ctx, Schedule::Chain, parse_gpu_path(a.gpu_path));
+    cuda::GpuTuning tuning;
+    tuning.paged_kv = !a.contiguous_kv;
+    cuda::CudaBackend b(m, drv, a.n_ctx, Schedule::Chain, parse_gpu_path(a.gpu_path), nullptr, tuning);
     const ptxlm::DeviceInfo dev = b.device_info();
     const bool emulated = dev.name.find("emu") != std::string::npos;
     if (emulated)
@@ -146,6 +149,8 @@ Runner add_profile(CLI::App& app) {
     sub->add_option("--bytes", a->bytes, "bytes the streaming read covers (default 1 GiB; 4 MiB on emu)");
     sub->add_option("--gpu-path", a->gpu_path, "quantized (8-bit GEMV inputs; the default) or reference (f32 inputs)")
         ->check(CLI::IsMember({"default", "quantized", "reference"}));
+    sub->add_flag("--gpu-contiguous-kv", a->contiguous_kv,
+                  "time the contiguous KV cache's attention kernel instead of the default paged pair");
     sub->add_flag("--json", a->json, "print one JSON object");
     return [a] { return run(*a); };
 }

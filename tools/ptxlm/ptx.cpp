@@ -1,4 +1,4 @@
-// `ptxlm ptx -m MODEL --out DIR [--arch sm_XX] [-c N] [--schedule S]`: writes
+// `ptxlm ptx -m MODEL --out DIR [--arch sm_XX] [-c N] [--schedule S] [--gpu-contiguous-kv]`: writes
 // every kernel the model's decode chain needs as DIR/<kernel>.ptx (with
 // --schedule persistent: the one persistent decoder), the text the GPU path
 // loads, and lists them. No device is needed.
@@ -20,6 +20,7 @@ struct Args {
     std::string model, out, arch = "sm_90", schedule = "graph", gpu_path = "default";
     uint32_t n_ctx = 4096;
     uint32_t sms = kernels::kH100SxmSms;
+    bool contiguous_kv = false;
 };
 
 int run(const Args& a) {
@@ -34,10 +35,13 @@ int run(const Args& a) {
     const std::string path = a.model.empty() ? default_model_path() : a.model;
     const Model m = Model::load(path);
     const bool q8 = cuda::quantized_gemvs(parse_gpu_path(a.gpu_path));
-    const cuda::DecodePlan plan = cuda::decode_plan(m, a.n_ctx, q8, a.sms);
+    const bool paged = !a.contiguous_kv;
+    const cuda::DecodePlan plan = cuda::decode_plan(m, a.n_ctx, q8, a.sms, paged);
     const std::vector<ptx::GeneratedKernel> ks =
-        a.schedule == "persistent" ? std::vector<ptx::GeneratedKernel>{kernels::persistent_kernel(cuda::decode_op_kinds(plan), target).kernel}
-                                   : cuda::decode_kernels(plan, target);
+        a.schedule == "persistent"
+            ? std::vector<ptx::GeneratedKernel>{kernels::persistent_kernel(cuda::decode_op_kinds(plan), target,
+                                                                           cuda::state_layout(paged)).kernel}
+            : cuda::decode_kernels(plan, target);
     std::error_code ec;
     std::filesystem::create_directories(a.out, ec);
     if (ec) throw std::invalid_argument("--out " + a.out + ": " + ec.message());
@@ -72,6 +76,8 @@ Runner add_ptx(CLI::App& app) {
     sub->add_option("--gpu-path", a->gpu_path,
                     "quantized (8-bit GEMV inputs, the default) or reference (f32 inputs)")
         ->check(CLI::IsMember({"default", "quantized", "reference"}));
+    sub->add_flag("--gpu-contiguous-kv", a->contiguous_kv,
+                  "the kernels of the contiguous KV cache's attention instead of the default paged pair");
     return [a] { return run(*a); };
 }
 

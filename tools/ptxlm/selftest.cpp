@@ -1,4 +1,4 @@
-// `ptxlm selftest [-m MODEL] [-c N] [--seed S] [--gpu-paged-kv] [--json]`: every kernel the
+// `ptxlm selftest [-m MODEL] [-c N] [--seed S] [--gpu-contiguous-kv] [--json]`: every kernel the
 // model's GPU decode chain needs, on the device, against the CPU reference
 // (engine/cuda/selftest.h). Prints a table as results arrive; exit 1 when a
 // kernel is outside its tolerance.
@@ -21,7 +21,7 @@ struct Args {
     uint32_t n_ctx = 256;
     uint32_t seed = 1;
     bool json = false;
-    bool paged_kv = false;
+    bool contiguous_kv = false;
 };
 
 int run(const Args& a) {
@@ -38,7 +38,7 @@ int run(const Args& a) {
             std::printf("| %s | %s | %.3g | %.3g | %s |\n", r.kernel.c_str(), r.what.c_str(), r.max_error, r.tolerance,
                         r.pass ? "pass" : "FAIL");
             std::fflush(stdout);
-        }, a.gpu_path != "reference", a.paged_kv);
+        }, a.gpu_path != "reference", !a.contiguous_kv);
     size_t failed = 0;
     nlohmann::json j = nlohmann::json::array();
     for (const cuda::SelftestResult& r : rs) {
@@ -46,7 +46,7 @@ int run(const Args& a) {
         j.push_back({{"kernel", r.kernel}, {"op", r.what}, {"max_error", r.max_error}, {"tolerance", r.tolerance},
                      {"pass", r.pass}});
     }
-    if (a.json) std::printf("%s\n", nlohmann::json{{"model", path}, {"n_ctx", a.n_ctx}, {"seed", a.seed}, {"gpu_path", a.gpu_path}, {"paged_kv", a.paged_kv}, {"kernels", j}}.dump(2).c_str());
+    if (a.json) std::printf("%s\n", nlohmann::json{{"model", path}, {"n_ctx", a.n_ctx}, {"seed", a.seed}, {"gpu_path", a.gpu_path}, {"paged_kv", !a.contiguous_kv}, {"kernels", j}}.dump(2).c_str());
     std::fprintf(stderr, "selftest: %zu kernels, %zu outside their tolerance (%s, context %u, seed %u)\n", rs.size(),
                  failed, path.c_str(), a.n_ctx, a.seed);
     return failed ? 1 : 0;
@@ -66,9 +66,9 @@ Runner add_selftest(CLI::App& app) {
                     "quantized (the default path's 8-bit-input GEMVs, against the CPU quantized path) or reference "
                     "(f32 inputs, against the CPU reference)")
         ->check(CLI::IsMember({"quantized", "reference"}));
-    sub->add_flag("--gpu-paged-kv", a->paged_kv,
-                  "check the attention as --gpu-paged-kv runs it: RoPE + the K/V append into a page, then attention "
-                  "over a page-table row");
+    sub->add_flag("--gpu-contiguous-kv", a->contiguous_kv,
+                  "check the attention as --gpu-contiguous-kv runs it (one contiguous KV cache) instead of the "
+                  "default paged pair: RoPE + the K/V append into a page, then attention over a page-table row");
     sub->add_flag("--json", a->json, "print one JSON object");
     return [a] { return run(*a); };
 }
