@@ -45,7 +45,7 @@ struct GpuTuning {
     bool prefetch = false;   // each GEMV prefetches its block's first weight rows into L2 at its start (persistent: before its wait)
     // The KV cache in pages of kKvPageSize (decode_plan.h), [page][kv_head][slot][hd] f16 per layer, and each layer's
     // attention as paged_rope -> paged_attention over one page table row (pages 0..n-1 in order; every schedule).
-    // What ptxlm runs by default since 2026-11-29 (EngineOptions::gpu_contiguous_kv false); false here is the one
+    // What ptxlm runs by default since 2026-11-29 (BackendOptions::gpu_contiguous_kv false); false here is the one
     // contiguous cache with its attention kernel (latency-bound at depth; head sizes 64, 128 and 256 only), kept
     // for A/B runs (--gpu-contiguous-kv) and as the tests' default, each test naming the layout it checks.
     bool paged_kv = false;
