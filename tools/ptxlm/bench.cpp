@@ -336,6 +336,7 @@ std::string fmt(const char* f, double v) {
 }
 
 int run(const Args& a) {
+    const bool paged = !a.engine.gpu_contiguous_kv;   // the GPU's KV layout (pages unless asked otherwise)
     if (a.output != "md" && a.output != "json" && a.output != "csv")
         throw std::invalid_argument("-o: '" + a.output + "' is not an output format (md, json or csv)");
     const std::vector<uint32_t> pps = parse_sizes("-p", a.prompt), tgs = parse_sizes("-n", a.gen),
@@ -530,7 +531,7 @@ int run(const Args& a) {
         r.macs_per_token = macs_per_token(m, t);
         // On emu, batch steps and (with paged KV) prompt chunks are counted
         // below, not timed.
-        if (emulated && (t.parallel > 1 || (t.n_prompt > 0 && !a.engine.gpu_contiguous_kv))) continue;
+        if (emulated && (t.parallel > 1 || (t.n_prompt > 0 && paged))) continue;
         if (t.parallel > 1) r.n_tokens = run_parallel(m, make_parallel, b.n_ctx(), t, a.reps, r.samples_ns, r.samples_ts);
         // Warm-up: one batch or one token at the test's depth.
         if (t.parallel == 1) {
@@ -581,8 +582,7 @@ int run(const Args& a) {
         for (const Test& t : single) by_depth[t.depth];
         for (auto& [depth, c] : by_depth) {
             std::fprintf(stderr, "bench: counting one token at depth %u on emu\n", depth);
-            c = counted_token(m, sched, parse_gpu_path(a.engine.gpu_path), *gpu, depth, a.engine.gpu_prefetch,
-                              !a.engine.gpu_contiguous_kv);
+            c = counted_token(m, sched, parse_gpu_path(a.engine.gpu_path), *gpu, depth, a.engine.gpu_prefetch, paged);
         }
         for (size_t i = 0; i < all.size(); ++i) all[i]["counted"] = by_depth.at(single[i].depth);
         for (const auto& [depth, c] : by_depth) {
@@ -641,7 +641,7 @@ int run(const Args& a) {
         // each) and, with paged KV, prompts (a chunk of up to 16 of their
         // tokens at the test's depth: how pp runs), counted.
         for (const Test& t : tests) {
-            const bool prompt = t.n_prompt > 0 && !a.engine.gpu_contiguous_kv;
+            const bool prompt = t.n_prompt > 0 && paged;
             if (t.parallel == 1 && !prompt) continue;
             if (t.parallel > cuda::CudaBackend::kMaxStep)
                 throw std::invalid_argument("--parallel " + std::to_string(t.parallel) + ": counted mode counts one batch "

@@ -42,14 +42,18 @@ void add_engine_options(CLI::App& app, EngineArgs& a, DefaultModel which) {
                  "while the block stages its input (chain and graph: at the kernel's start, before "
                  "griddepcontrol.wait with --gpu-pdl; persistent: before the op waits for its inputs); off by default "
                  "until a GPU run weighs it");
-    app.add_flag("--gpu-contiguous-kv", a.gpu_contiguous_kv,
-                 "GPU: one contiguous KV cache and its attention kernel (head sizes 64, 128 and 256; latency-bound at "
-                 "depth) instead of the default pages of 16 positions with RoPE + append, then paged flash-decoding; "
-                 "for A/B runs");
+    add_contiguous_kv_flag(app, a.gpu_contiguous_kv, "GPU: run");
     app.add_option("--cpu-isa", a.cpu_isa,
                    "CPU quantized path: the SIMD kernels, scalar, avx2, avx512 or avx512vnni (default: the best this "
                    "CPU runs; the environment variable PTXLM_CPU_ISA caps it)")
         ->check(CLI::IsMember({"scalar", "avx2", "avx512", "avx512vnni"}));
+}
+
+void add_contiguous_kv_flag(CLI::App& app, bool& flag, const std::string& verb) {
+    app.add_flag("--gpu-contiguous-kv", flag,
+                 verb + " the contiguous KV cache and its attention kernel (head sizes 64, 128 and 256; latency-bound "
+                 "at depth) instead of the default: pages of 16 positions, RoPE + the K/V append into a page, then "
+                 "paged flash-decoding over a page-table row; for A/B runs");
 }
 
 std::shared_ptr<const cuda::Driver> load_gpu_driver(const std::string& what) {

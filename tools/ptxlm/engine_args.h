@@ -41,6 +41,11 @@ struct EngineArgs {
 // --cpu-path, --cpu-isa, --gpu-path.
 void add_engine_options(CLI::App& app, EngineArgs& args, DefaultModel which = DefaultModel::General);
 
+// Registers --gpu-contiguous-kv (run, chat, serve and bench through
+// add_engine_options; selftest, profile and ptx with their own Args), its help
+// beginning with `verb` ("GPU: run", "check", "time", "write").
+void add_contiguous_kv_flag(CLI::App& app, bool& flag, const std::string& verb);
+
 struct Engine {
     std::unique_ptr<Model> model;
     std::unique_ptr<Tokenizer> tokenizer;

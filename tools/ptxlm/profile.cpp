@@ -149,8 +149,7 @@ Runner add_profile(CLI::App& app) {
     sub->add_option("--bytes", a->bytes, "bytes the streaming read covers (default 1 GiB; 4 MiB on emu)");
     sub->add_option("--gpu-path", a->gpu_path, "quantized (8-bit GEMV inputs; the default) or reference (f32 inputs)")
         ->check(CLI::IsMember({"default", "quantized", "reference"}));
-    sub->add_flag("--gpu-contiguous-kv", a->contiguous_kv,
-                  "time the contiguous KV cache's attention kernel instead of the default paged pair");
+    add_contiguous_kv_flag(*sub, a->contiguous_kv, "time");
     sub->add_flag("--json", a->json, "print one JSON object");
     return [a] { return run(*a); };
 }

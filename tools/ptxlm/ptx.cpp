@@ -76,8 +76,7 @@ Runner add_ptx(CLI::App& app) {
     sub->add_option("--gpu-path", a->gpu_path,
                     "quantized (8-bit GEMV inputs, the default) or reference (f32 inputs)")
         ->check(CLI::IsMember({"default", "quantized", "reference"}));
-    sub->add_flag("--gpu-contiguous-kv", a->contiguous_kv,
-                  "the kernels of the contiguous KV cache's attention instead of the default paged pair");
+    add_contiguous_kv_flag(*sub, a->contiguous_kv, "write");
     return [a] { return run(*a); };
 }
 

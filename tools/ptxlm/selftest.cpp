@@ -66,9 +66,7 @@ Runner add_selftest(CLI::App& app) {
                     "quantized (the default path's 8-bit-input GEMVs, against the CPU quantized path) or reference "
                     "(f32 inputs, against the CPU reference)")
         ->check(CLI::IsMember({"quantized", "reference"}));
-    sub->add_flag("--gpu-contiguous-kv", a->contiguous_kv,
-                  "check the attention as --gpu-contiguous-kv runs it (one contiguous KV cache) instead of the "
-                  "default paged pair: RoPE + the K/V append into a page, then attention over a page-table row");
+    add_contiguous_kv_flag(*sub, a->contiguous_kv, "check");
     sub->add_flag("--json", a->json, "print one JSON object");
     return [a] { return run(*a); };
 }
