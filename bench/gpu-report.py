@@ -146,6 +146,11 @@ def gpu_for(device):
     raise Failure(f"no projection matches the device '{device}': pass --project (one of {', '.join(GPUS)})", 2)
 
 
+def kernel_shape(name):
+    """A kernel's name less its split count (`_s<N>`, which follows the device's SMs)."""
+    return re.sub(r"_s\d+(?=_|$)", "", name)
+
+
 def ratio(a, b):
     return a / b if a is not None and b else None
 
@@ -228,19 +233,31 @@ def collect(a, run, m):
             f"d{d} {c['projected']['tokens_per_s']:.0f} tok/s" for d, c in projected[s].items())
             + f" ({time.time() - t0:.1f} s)")
 
-    # Per kernel: the profile's rows, joined by name with the graph count at depth 0.
-    counted = {k["kernel"]: k for k in field(projected["graph"][0], "kernels", what="ptxlm bench --project")}
+    # Per kernel: the profile's rows, joined with the graph count at depth 0 by the kernel's
+    # shape, its name less the split count: grids follow the SM count, so a device with
+    # other SMs than the projected GPU (emu, or --project another GPU) names its paged
+    # attention by other splits than the count does.
+    counted = {}
+    for k in field(projected["graph"][0], "kernels", what="ptxlm bench --project"):
+        counted.setdefault(kernel_shape(k["kernel"]), []).append(k)
     kernels = []
     for k in field(prof, "kernels", what="ptxlm profile"):
-        c = counted.pop(k["kernel"], None)
+        same = counted.get(kernel_shape(k["kernel"]), [])
+        c = same.pop(0) if same else None
         proj = c["projected_us"] / c["launches"] if c and c.get("launches") else None
-        kernels.append({"kernel": k["kernel"], "launches": k["launches"], "us_mean": k["us_mean"], "us_min": k["us_min"],
+        kernels.append({"kernel": k["kernel"], "counted_kernel": c["kernel"] if c else None, "launches": k["launches"],
+                        "us_mean": k["us_mean"], "us_min": k["us_min"],
                         "counted_launches": c["launches"] if c else None, "projected_us": proj,
                         "measured_over_projected": ratio(k["us_mean"], proj)})
-    for name, c in counted.items():  # counted but not profiled
+    for c in (c for same in counted.values() for c in same):  # counted but not profiled
         proj = c["projected_us"] / c["launches"] if c.get("launches") else None
-        kernels.append({"kernel": name, "launches": None, "us_mean": None, "us_min": None,
-                        "counted_launches": c.get("launches"), "projected_us": proj, "measured_over_projected": None})
+        kernels.append({"kernel": c["kernel"], "counted_kernel": c["kernel"], "launches": None, "us_mean": None,
+                        "us_min": None, "counted_launches": c.get("launches"), "projected_us": proj,
+                        "measured_over_projected": None})
+    renamed = [k for k in kernels if k["counted_kernel"] and k["counted_kernel"] != k["kernel"]]
+    if renamed:
+        log(f"{len(renamed)} kernels counted under another split count ({prof.get('sm_count')} SMs here, "
+            f"{gpu}'s in the count): " + ", ".join(f"{k['kernel']} as {k['counted_kernel']}" for k in renamed))
 
     tg = []
     for s in a.schedules:
@@ -305,6 +322,11 @@ def markdown(r, commands):
     out += [f"| {k['kernel']} | {k['launches'] if k['launches'] is not None else '-'} | {num(k['us_mean'])} | "
             f"{num(k['us_min'])} | {num(k['projected_us'])} | {num(k['measured_over_projected'])} |"
             for k in r["kernels"]]
+    renamed = [k for k in r["kernels"] if k["counted_kernel"] and k["counted_kernel"] != k["kernel"]]
+    if renamed:
+        out += ["", f"Counted under another split count ({r['sm_count']} SMs here, {r['project']}'s in the count; "
+                "grids follow the SM count): " + ", ".join(f"{k['kernel']} as {k['counted_kernel']}" for k in renamed)
+                + "."]
     out += ["", f"## Token generation (tg{r['n_gen']})", "",
             "Share of measured read bandwidth: the bytes a token reads (weights + KV cache) times the measured rate, over the measured "
             "read bandwidth above.", "",
