@@ -77,10 +77,13 @@ using PackedDotFn = void (*)(const uint8_t* group, const void* const* xs, int n_
 // vpdpbusd products and vpternlogd Q5 merges (repack_avx512vnni.cpp), whose
 // results equal the AVX2 kernels' bit for bit, so a packed weight gives the
 // same bits on the three SIMD Isas (whose input quantizers give the same
-// bits too). The 256-value types' kernels are vpmaddubsw on all three (a
-// sub-block's int16 sums meet its scale in one vpmaddwd); whether vpdpbusd
-// and an int32 scale product would be faster on a VNNI machine has not been
-// measured.
+// bits too). The 256-value types' kernels: vpmaddubsw on Avx2 and Avx512 (a
+// sub-block's int16 sums meet its scale in one vpmaddwd), vpdpbusd on
+// Avx512Vnni (int32 sums, one vpmulld by the scale per sub-block), the
+// same bits; on a Zen 4 EPYC (2026-12-01, L2-resident groups, 4 inputs) the
+// VNNI ones run Q4_K 1.08x, Q5_K/Q3_K/Q6_K 1.22-1.30x, Q2_K 1.16x and
+// IQ4_XS 1.87x as fast (docs/benchmarks.md). Q4_K gains least: a word
+// needs one broadcast load of the input per vpdpbusd, and the loads bind.
 // A zmm build of the VNNI kernels exists (two adjacent words per vector,
 // the input's two 4-byte groups in the halves, the halves added per block;
 // the same bits, Repack.VnniEqualsAvx2BitForBit) but is not the default:

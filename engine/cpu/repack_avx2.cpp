@@ -1,7 +1,7 @@
 // The packed kernels (repack.h) for Isa::Avx2 and Isa::Avx512: AVX2 + FMA +
 // F16C (compiled with those flags only here). The algorithms are
 // repack_kernels.h's; this file gives them their products, vpmaddubsw then
-// vpmaddwd by ones.
+// vpmaddwd by ones (the 256-value types: by their sub-blocks' scales).
 //
 // Saturation: vpmaddubsw adds two u8·s8 products in int16. 4-bit codes
 // are at most 15 against |x| <= 127: 3810 per pair, and the 8 pairs of a
@@ -15,6 +15,7 @@ namespace ptxlm::cpu {
 namespace {
 
 struct DotMaddubs : Ymm {
+    using Narrow = DotMaddubs;
     static constexpr bool kInt32Parts = false;
     static constexpr int kPartWords4 = 4, kPartWords5 = 2;   // int16 partial sums, bounded above
     static __m256i pair_sums(__m256i u, __m256i s) { return _mm256_maddubs_epi16(u, s); }

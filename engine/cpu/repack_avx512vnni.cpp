@@ -22,6 +22,12 @@
 //     unsigned w + 128 (an xor with 0x80; IQ4_NL's table shifted once), the
 //     sum starting at −128·Σq, which no int16 pair could hold under
 //     vpmaddubsw (255·127·2 > 32767) and an int32 lane does.
+//   - The 256-value types (K-quants, IQ4_XS) sum a sub-block's words in
+//     int32 by vpdpbusd, one per word, and meet its scale by vpmulld once,
+//     where AVX2 takes vpmaddubsw + vpaddw per word and vpmaddwd by the
+//     scale per sub-block (or per half of one); IQ4_XS as IQ4_NL, its
+//     table shifted by 128, a sub-block's sum starting at −128·Σx. Always
+//     at 256 bits (the zmm table takes these too).
 #include "engine/cpu/repack_kernels.h"
 
 namespace ptxlm::cpu {
@@ -75,6 +81,7 @@ inline __m512i or_and_x10(__m512i a, __m512i b) { return _mm512_ternarylogic_epi
 template <class Vec>
 struct DotVnni : Vec {
     using V = typename Vec::V;
+    using Narrow = DotVnni<Ymm>;
     static constexpr bool kInt32Parts = true;                // one int32 sum per block, from the offset on
     static constexpr int kPartWords4 = 4, kPartWords5 = 4;
     static V widen(V p) { return p; }
