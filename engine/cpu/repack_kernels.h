@@ -118,6 +118,28 @@ const uint64_t kPrefetch = [] {
 inline void prefetch_block(const uint8_t* g, uint64_t bytes) {
     for (uint64_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetch + o), _MM_HINT_T0);
 }
+// Slice I of N of a Bytes-long block's prefetch (prefetch_block's lines, 64
+// bytes apart from g), for the 256-value types, whose blocks take 11-27
+// lines: each sub-block (or group) issues its share as it starts. Issued all
+// at a block's start they left a Zen 4 core streaming a Q6_K matrix at 9-13
+// GB/s, against 27-30 spread (its plain read loop 31-34; docs/benchmarks.md).
+// Lines [L0, L1) from p, as asm volatile: GCC 12 takes __builtin_prefetch
+// for an operation without effects and drops it from these templates (a
+// constant-trip loop of prefetches, or a function holding only them, left
+// not one prefetcht0 in the 256-value kernels).
+template <uint64_t L0, uint64_t L1>
+inline void prefetch_lines(const uint8_t* p) {
+    if constexpr (L0 < L1) {
+        asm volatile("prefetcht0 %0" : : "m"(*(p + 64 * L0)));
+        prefetch_lines<L0 + 1, L1>(p);
+    }
+}
+template <int I, int N, uint64_t Bytes>
+inline void prefetch_slice(const uint8_t* g, bool pf) {
+    constexpr uint64_t lines = (Bytes + 63) / 64, per = (lines + N - 1) / N;
+    constexpr uint64_t l0 = I * per < lines ? I * per : lines, l1 = l0 + per < lines ? l0 + per : lines;
+    if (pf) prefetch_lines<l0, l1>(g + kPrefetch);
+}
 
 // A pass's inputs and its float accumulators, one per input (the set-up and
 // the stores every kernel's run shares): out[r + k · out_stride] = acc[k]
@@ -444,7 +466,9 @@ struct K45x8 {
     // Sub-block J times each input, its partial sums met by the rows'
     // scales sc (Scaled's form), into isum.
     template <int J, int NX>
-    static void sub_block(const uint8_t* g, const BlockQ8x256* const* y, uint64_t b, __m256i sc, __m256i* isum) {
+    static void sub_block(const uint8_t* g, const BlockQ8x256* const* y, uint64_t b, __m256i sc, __m256i* isum,
+                          bool pf) {
+        prefetch_slice<J, 8, kBlock>(g, pf);
         constexpr int c = J / 2;
         constexpr bool high = J % 2 == 1;
         const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -483,21 +507,20 @@ struct K45x8 {
         const BlockQ8x256* const* y = in.y;
         const __m256i k3f = _mm256_set1_epi8(0x3F), k0f = _mm256_set1_epi8(0x0F), k30 = _mm256_set1_epi8(0x30);
         for (uint64_t b = 0; b < n / 256; ++b, g += kBlock) {
-            if (pf) prefetch_block(g, kBlock);
             const __m256i a = loadu(g + kScales), s1 = loadu(g + kScales + 32), s2 = loadu(g + kScales + 64);
             const __m256i sc_lo = _mm256_and_si256(a, k3f);
             const __m256i sc_hi =
                 _mm256_or_si256(_mm256_and_si256(s2, k0f), _mm256_and_si256(_mm256_srli_epi32(a, 2), k30));
             __m256i isum[NX];
             for (int k = 0; k < NX; ++k) isum[k] = _mm256_setzero_si256();
-            sub_block<0, NX>(g, y, b, Sc::template s8<0>(sc_lo), isum);
-            sub_block<1, NX>(g, y, b, Sc::template s8<1>(sc_lo), isum);
-            sub_block<2, NX>(g, y, b, Sc::template s8<2>(sc_lo), isum);
-            sub_block<3, NX>(g, y, b, Sc::template s8<3>(sc_lo), isum);
-            sub_block<4, NX>(g, y, b, Sc::template s8<0>(sc_hi), isum);
-            sub_block<5, NX>(g, y, b, Sc::template s8<1>(sc_hi), isum);
-            sub_block<6, NX>(g, y, b, Sc::template s8<2>(sc_hi), isum);
-            sub_block<7, NX>(g, y, b, Sc::template s8<3>(sc_hi), isum);
+            sub_block<0, NX>(g, y, b, Sc::template s8<0>(sc_lo), isum, pf);
+            sub_block<1, NX>(g, y, b, Sc::template s8<1>(sc_lo), isum, pf);
+            sub_block<2, NX>(g, y, b, Sc::template s8<2>(sc_lo), isum, pf);
+            sub_block<3, NX>(g, y, b, Sc::template s8<3>(sc_lo), isum, pf);
+            sub_block<4, NX>(g, y, b, Sc::template s8<0>(sc_hi), isum, pf);
+            sub_block<5, NX>(g, y, b, Sc::template s8<1>(sc_hi), isum, pf);
+            sub_block<6, NX>(g, y, b, Sc::template s8<2>(sc_hi), isum, pf);
+            sub_block<7, NX>(g, y, b, Sc::template s8<3>(sc_hi), isum, pf);
             __m256i msum[NX];
             for (int k = 0; k < NX; ++k) msum[k] = _mm256_setzero_si256();
             mins<0, NX>(_mm256_and_si256(s1, k3f), y, b, msum);
@@ -542,7 +565,9 @@ struct Q6Kx8 {
     }
     // Groups G.. (to the end of the super-block), the scale words in sc.
     template <int G, int NX>
-    static void groups(const uint8_t* g, const __m256i* sc, const BlockQ8x256* const* y, uint64_t b, __m256i* isum) {
+    static void groups(const uint8_t* g, const __m256i* sc, const BlockQ8x256* const* y, uint64_t b, __m256i* isum,
+                       bool pf) {
+        prefetch_slice<G, 16, kBlock>(g, pf);
         constexpr int h = G / 8, k = G % 8 / 2, w = 4 * (G % 2);
         const __m256i s = Sc::template s8<G % 4>(sc[G / 4]);
         __m256i part[NX];
@@ -558,19 +583,18 @@ struct Q6Kx8 {
             isum[j] = Sc::meet(isum[j], part[j], s);
             keep_in_register(isum[j]);
         }
-        if constexpr (G < 15) groups<G + 1, NX>(g, sc, y, b, isum);
+        if constexpr (G < 15) groups<G + 1, NX>(g, sc, y, b, isum, pf);
     }
     template <int NX>
     static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
         Inputs<NX, BlockQ8x256> in(xs);
         const BlockQ8x256* const* y = in.y;
         for (uint64_t b = 0; b < n / 256; ++b, g += kBlock) {
-            if (pf) prefetch_block(g, kBlock);
             const __m256i sc[4] = {loadu(g + kScales), loadu(g + kScales + 32), loadu(g + kScales + 64),
                                    loadu(g + kScales + 96)};
             __m256i isum[NX], off[NX];
             for (int k = 0; k < NX; ++k) isum[k] = off[k] = _mm256_setzero_si256();
-            groups<0, NX>(g, sc, y, b, isum);
+            groups<0, NX>(g, sc, y, b, isum, pf);
             signed_bsum_terms<0, NX>(sc, y, b, off);
             const __m256 d = f16x8(g);
             for (int k = 0; k < NX; ++k) in.scale_add(k, d, b, _mm256_sub_epi32(isum[k], _mm256_slli_epi32(off[k], 5)));
@@ -595,7 +619,8 @@ struct IQ4XSx8 {
     static constexpr uint64_t kScalesH = 16, kScalesL = 32, kQs = 64, kBlock = kQs + 1024;
     template <int IB, int NX>
     static void sub_block(const uint8_t* g, __m256i sl, __m256i sh, const BlockQ8x256* const* y, uint64_t b,
-                          __m256i* isum) {
+                          __m256i* isum, bool pf) {
+        prefetch_slice<IB, 8, kBlock>(g, pf);
         const __m256i ls = _mm256_or_si256(
             _mm256_and_si256(_mm256_srli_epi32(sl, 8 * (IB / 2) + 4 * (IB % 2)), _mm256_set1_epi32(0xF)),
             _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(sh, 2 * IB), _mm256_set1_epi32(3)), 4));
@@ -636,19 +661,18 @@ struct IQ4XSx8 {
                 }
             }
         }
-        if constexpr (IB < 7) sub_block<IB + 1, NX>(g, sl, sh, y, b, isum);
+        if constexpr (IB < 7) sub_block<IB + 1, NX>(g, sl, sh, y, b, isum, pf);
     }
     template <int NX>
     static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
         Inputs<NX, BlockQ8x256> in(xs);
         const BlockQ8x256* const* y = in.y;
         for (uint64_t b = 0; b < n / 256; ++b, g += kBlock) {
-            if (pf) prefetch_block(g, kBlock);
             const __m256i sl = loadu(g + kScalesL);
             const __m256i sh = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + kScalesH)));
             __m256i isum[NX];
             for (int k = 0; k < NX; ++k) isum[k] = _mm256_setzero_si256();
-            sub_block<0, NX>(g, sl, sh, y, b, isum);
+            sub_block<0, NX>(g, sl, sh, y, b, isum, pf);
             const __m256 d = f16x8(g);
             for (int k = 0; k < NX; ++k) in.scale_add(k, d, b, isum[k]);
         }
@@ -689,7 +713,9 @@ struct K23x8 {
     }
     // Groups G.. (to the end of the super-block) times each input, into isum.
     template <int G, int NX>
-    static void groups(const uint8_t* g, const __m256i* sc, const BlockQ8x256* const* y, uint64_t b, __m256i* isum) {
+    static void groups(const uint8_t* g, const __m256i* sc, const BlockQ8x256* const* y, uint64_t b, __m256i* isum,
+                       bool pf) {
+        prefetch_slice<G, 16, kBlock>(g, pf);
         constexpr int h = G / 8, k = G % 8 / 2, w = 4 * (G % 2);
         const __m256i q0 = codes<h, k, w>(g), q1 = codes<h, k, w + 1>(g), q2 = codes<h, k, w + 2>(g),
                       q3 = codes<h, k, w + 3>(g);
@@ -701,7 +727,7 @@ struct K23x8 {
             isum[j] = Sc::meet(isum[j], part, sg);
             keep_in_register(isum[j]);
         }
-        if constexpr (G < 15) groups<G + 1, NX>(g, sc, y, b, isum);
+        if constexpr (G < 15) groups<G + 1, NX>(g, sc, y, b, isum, pf);
     }
     // Q2_K's Σ_g m_g · bsums_g over the group pairs (G, G + 1) .. into sum,
     // m_g the high nibble of scale byte g.
@@ -717,7 +743,6 @@ struct K23x8 {
         Inputs<NX, BlockQ8x256> in(xs);
         const BlockQ8x256* const* y = in.y;
         for (uint64_t b = 0; b < n / 256; ++b, g += kBlock) {
-            if (pf) prefetch_block(g, kBlock);
             __m256i sc[4];
             if constexpr (Q3) {
                 // q3_k_scale for 8 rows: multiplier j's low 4 bits from bytes
@@ -736,7 +761,7 @@ struct K23x8 {
             }
             __m256i isum[NX], bs[NX];
             for (int j = 0; j < NX; ++j) isum[j] = bs[j] = _mm256_setzero_si256();
-            groups<0, NX>(g, sc, y, b, isum);
+            groups<0, NX>(g, sc, y, b, isum, pf);
             if constexpr (Q3) signed_bsum_terms<0, NX>(sc, y, b, bs);
             else min_terms<0, NX>(sc, y, b, bs);
             const __m256 d = f16x8(g);
