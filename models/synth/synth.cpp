@@ -666,13 +666,26 @@ std::vector<uint8_t> make_tensor(const Spec& s, const TensorSpec& t, unsigned th
     return out;
 }
 
+// llama.cpp's llama_ftype for the mix (LLAMA_FTYPE_MOSTLY_*), which its
+// loader and llama-bench show as the file's type.
+uint32_t llama_ftype(TypeMix m) {
+    switch (m) {
+        case TypeMix::Q4_K_M: return 15;
+        case TypeMix::Q5_K_M: return 17;
+        case TypeMix::Q3_K_M: return 12;
+        case TypeMix::Q2_K: return 10;
+        case TypeMix::IQ4_XS: return 30;
+    }
+    return 15;
+}
+
 void set_metadata(gguf::Writer& w, const Spec& s) {
     const std::string a = gguf_arch(s.arch);
     auto k = [&](const char* suffix) { return a + "." + suffix; };
 
     w.set_string("general.architecture", a);
     w.set_string("general.name", s.name());
-    w.set_u32("general.file_type", 15);              // LLAMA_FTYPE_MOSTLY_Q4_K_M
+    w.set_u32("general.file_type", llama_ftype(s.types));
     w.set_u32("general.quantization_version", 2);    // ggml's k-quant layout version
     w.set_string("ptxlm.synth.size", size_name(s.size));
     w.set("ptxlm.synth.seed", s.seed);
