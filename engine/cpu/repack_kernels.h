@@ -118,11 +118,6 @@ const uint64_t kPrefetch = [] {
 inline void prefetch_block(const uint8_t* g, uint64_t bytes) {
     for (uint64_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetch + o), _MM_HINT_T0);
 }
-// Slice I of N of a Bytes-long block's prefetch (prefetch_block's lines, 64
-// bytes apart from g), for the 256-value types, whose blocks take 11-27
-// lines: each sub-block (or group) issues its share as it starts. Issued all
-// at a block's start they left a Zen 4 core streaming a Q6_K matrix at 9-13
-// GB/s, against 27-30 spread (its plain read loop 31-34; docs/benchmarks.md).
 // Lines [L0, L1) from p, as asm volatile: GCC 12 takes __builtin_prefetch
 // for an operation without effects and drops it from these templates (a
 // constant-trip loop of prefetches, or a function holding only them, left
@@ -134,6 +129,11 @@ inline void prefetch_lines(const uint8_t* p) {
         prefetch_lines<L0 + 1, L1>(p);
     }
 }
+// Slice I of N of a Bytes-long block's prefetch (prefetch_block's lines, 64
+// bytes apart from g), for the 256-value types, whose blocks take 11-27
+// lines: each sub-block (or group) issues its share as it starts. Issued all
+// at a block's start they left a Zen 4 core streaming a Q6_K matrix at 9-13
+// GB/s, against 27-31 spread (its plain read loop 31-34; docs/benchmarks.md).
 template <int I, int N, uint64_t Bytes>
 inline void prefetch_slice(const uint8_t* g, bool pf) {
     constexpr uint64_t lines = (Bytes + 63) / 64, per = (lines + N - 1) / N;
@@ -407,8 +407,8 @@ inline __m256i u8_pair(__m256i v) {
 // A sub-block's partial sums on a 256-bit policy Dot and how they meet the
 // rows' scales: int16 pairs (vpmaddubsw) met by vpmaddwd with (sc, sc) per
 // lane, or int32 lanes (Dot::kInt32Parts: vpdpbusd) met by vpmulld with sc
-// per lane. s8<J>/u8<J>: byte J of each int32 lane of v, sign- or
-// zero-extended, in the form meet() takes; u4<J>: its low nibble.
+// per lane. s8<J>: byte J of each int32 lane of v, sign-extended, in the
+// form meet() takes; u4<J>: that byte's low nibble.
 template <class Dot>
 struct Scaled {
     static_assert(Dot::kWords == 1);
