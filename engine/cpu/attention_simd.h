@@ -32,7 +32,8 @@ inline void convert_k_block(const AttnChunk& a, uint32_t jb, uint32_t m, float* 
     for (int jj = 0; jj < W; ++jj) {
         const uint64_t base =
             kv_row(a.pages, a.page_shift, a.j0 + jb + (uint32_t(jj) < m ? uint32_t(jj) : m - 1)) * a.kv_dim + a.offset;
-        for (uint32_t i = 0; i < a.head_dim; i += W) T::store(rows + uint64_t(jj) * a.head_dim + i, load_row<T>(a, a.k_cache, base + i));
+        for (uint32_t i = 0; i < a.head_dim; i += W)
+            T::store(rows + uint64_t(jj) * a.head_dim + i, load_row<T>(a, a.k_cache, base + i));
     }
 }
 
@@ -42,7 +43,7 @@ inline void convert_k_block(const AttnChunk& a, uint32_t jb, uint32_t m, float* 
 // read it from there, where each head would otherwise convert (and address)
 // the rows again. The same products in the same order: the same bits. On a
 // Zen 4 EPYC (2026-12-01, 1024 positions L2-resident, docs/benchmarks.md)
-// the scores of groups of 4 took 1.23-1.38x less time on AVX-512 (head
+// the scores of groups of 4 took 1.23-1.41x less time on AVX-512 (head
 // sizes 64, 128), of 7 1.65x, of 3 only 1.04-1.10x and on AVX2 0.91-1.03x:
 // from 4 heads on.
 constexpr uint32_t kSharedKDim = 256, kSharedKGroup = 4;
