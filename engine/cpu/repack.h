@@ -152,7 +152,7 @@ void unpack_row(const PackedWeight& p, uint64_t r, uint64_t row_bytes, uint8_t* 
 
 namespace detail {
 // In qdot.h's slot order, nullptr entries where no kernel exists; defined in
-// repack_avx2.cpp and repack_avx512vnni.cpp (repack_kernels.h's templates).
+// repack_avx2.cpp and repack_avx512vnni.cpp (the templates of repack_kernels*.h).
 extern const std::array<PackedDotFn, kQDotSlots> kPackedAvx2;
 extern const std::array<PackedDotFn, kQDotSlots> kPackedAvx512Vnni;      // ymm
 extern const std::array<PackedDotFn, kQDotSlots> kPackedAvx512VnniZmm;   // zmm, the same algorithms

@@ -1,6 +1,6 @@
 // The packed kernels (repack.h) for Isa::Avx2 and Isa::Avx512: AVX2 + FMA +
 // F16C (compiled with those flags only here). The algorithms are
-// repack_kernels.h's; this file gives them their products, vpmaddubsw then
+// repack_kernels*.h's; this file gives them their products, vpmaddubsw then
 // vpmaddwd by ones (the 256-value types: by their sub-blocks' scales).
 //
 // Saturation: vpmaddubsw adds two u8·s8 products in int16. 4-bit codes

@@ -1,7 +1,7 @@
 // The packed kernels (repack.h) for Isa::Avx512Vnni: AVX2 + FMA + F16C with
 // AVX-512 F/BW/VL/VNNI (compiled with those flags only here, called only
 // after runnable_isas() saw them). The algorithms and the packed layout are
-// repack_kernels.h's and repack.cpp's, built twice: at the ymm width (8 rows,
+// repack_kernels*.h's and repack.cpp's, built twice: at the ymm width (8 rows,
 // one int32 lane each; the default) and at zmm (Zmm below: two words per
 // vector, for A/B runs, repack.h says why it is not the default). Only the
 // products and the Q5 merge differ from repack_avx2.cpp:
@@ -38,7 +38,7 @@ namespace {
 constexpr int kOrAnd = 0xF0 | (0xCC & 0xAA);
 static_assert(kOrAnd == 0xF8);
 
-// The vector side at 512 bits (repack_kernels.h): words c and c + 1 of a
+// The vector side at 512 bits (repack_kernels_common.h's contract): words c and c + 1 of a
 // block, adjacent in the layout, are one 64-byte load, word c's 8 rows in the
 // low half and c + 1's in the high one; the input's 4-byte groups c and
 // c + 1 go into the halves' lanes (a broadcast, then a masked broadcast),
