@@ -113,6 +113,11 @@ set_tests_properties(test_persistent_seeds PROPERTIES TIMEOUT 900 LABELS "unit"
 # graph schedule bit for bit, a dropped dependency reported as a race; the
 # refusal (head size 80).
 ptxlm_emu_gtest(test_cuda_paged test_cuda_paged.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 600)
+# Gemma 4 (issue 25): the synthetic presets' logits on paged KV, one token at
+# a time and in prompt chunks, against the CPU reference; a CPU model without
+# each of its features (soft-cap, output scales, v norm, per-layer
+# embeddings) as the negative controls; the contiguous cache's refusal.
+ptxlm_emu_gtest(test_cuda_gemma4 test_cuda_gemma4.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 600)
 # The batch step (CudaBackend::step under cpu::Batcher): mixed batches bit-equal
 # to each sequence alone, the CPU quantized path within a bound, a wrong page.
 ptxlm_emu_gtest(test_cuda_step test_cuda_step.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 600)

@@ -675,11 +675,26 @@ TEST(ModelLoad, Gemma4ReadsPerLayerShapesAndSharedKvAndRefusesTheRest) {
     EXPECT_NEAR(local[63], std::pow(1e4, -126.0 / 128), 1e-12);
     // The KV cache of the 4 layers with their own: 2 · n_ctx · Σ kv_dim · 2 bytes.
     EXPECT_EQ(plan_memory(m, 64, 2).kv_cache, 2ull * 64 * (128 + 256 + 128 + 256) * 2);
+    // The GPU plan (paged KV): the shared layers' QKV GEMV is q only and
+    // their RoPE writes no K/V; the rest as the CPU reads them.
+    const cuda::DecodePlan gp = cuda::decode_plan(m, 64, true, 132, true);
+    ASSERT_EQ(gp.layers.size(), m.layers.size());
+    for (uint32_t il = 0; il < m.layers.size(); ++il) {
+        const cuda::LayerPlan& lp = gp.layers[il];
+        EXPECT_EQ(lp.kv_layer, m.layers[il].kv_layer) << il;
+        EXPECT_EQ(lp.rope.q_only, !m.has_kv(il)) << il;
+        EXPECT_EQ(lp.qkv.segments.size(), m.has_kv(il) ? 3u : 1u) << il;
+        EXPECT_EQ(lp.rope.head_dim, m.head_dim_of(il)) << il;
+        EXPECT_TRUE(lp.ple && lp.out_scale && lp.rope.v_norm) << il;
+    }
+    EXPECT_EQ(gp.softcap.cap, m.final_softcap);
+    EXPECT_TRUE(gp.ple);
     try {
         cuda::decode_plan(m, 64, true, 132);
-        ADD_FAILURE() << "the GPU plan took gemma4";
+        ADD_FAILURE() << "the contiguous cache's plan took gemma4";
     } catch (const ModelError& e) {
-        EXPECT_STREQ(e.what(), "architecture gemma4 is not supported on the GPU path yet");
+        EXPECT_STREQ(e.what(), "layer 0's v norm is on the GPU path's paged KV only (the default), not on the contiguous "
+                               "cache (--gpu-contiguous-kv)");
     }
 
     auto with = [&](const std::function<void(gguf::Writer&)>& edit) {

@@ -43,14 +43,18 @@ const ptx::PtxasResult& assemble(const std::string& ptx, const std::string& arch
   return it->second;
 }
 
-void assemble_all(const Model& m, const std::string& what) {
+// contiguous: false for a model the contiguous cache refuses (gemma4):
+// then both GEMV paths' plans are paged ones; persistent: false for one the
+// persistent schedule refuses (gemma4: CudaBackend).
+void assemble_all(const Model& m, const std::string& what, bool contiguous = true, bool persistent = true) {
   ASSERT_FALSE(std::string(PTXLM_PTXAS).empty()) << "ptxas not found: these tests never skip";
   // The standalone kernels of both GEMV paths (8-bit inputs, the default,
   // and f32 inputs, --gpu-path reference) and of paged KV, then the
   // persistent decoder on each path.
-  const cuda::DecodePlan plan = cuda::decode_plan(m, 4096, true, kernels::kH100SxmSms),
-                         ref = cuda::decode_plan(m, 4096, false, kernels::kH100SxmSms),
+  const cuda::DecodePlan plan = cuda::decode_plan(m, 4096, true, kernels::kH100SxmSms, !contiguous),
+                         ref = cuda::decode_plan(m, 4096, false, kernels::kH100SxmSms, !contiguous),
                          paged = cuda::decode_plan(m, 4096, true, kernels::kH100SxmSms, true);
+  const kernels::PersistentState state = cuda::state_layout(!contiguous);
   for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90"}) {
     std::vector<ptx::GeneratedKernel> ks = cuda::decode_kernels(plan, ptx::Target::parse(arch));
     EXPECT_GE(ks.size(), 8u);
@@ -64,16 +68,19 @@ void assemble_all(const Model& m, const std::string& what) {
     // The persistent decoder on each path: every kind inline in one kernel, also hot.
     const size_t standalone = ks.size();
     for (const cuda::DecodePlan* p : {&plan, &ref})
-      ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(*p), ptx::Target::parse(arch)).kernel);
+      if (persistent)
+      ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(*p), ptx::Target::parse(arch), state).kernel);
     ptx::Target prefetching = ptx::Target::parse(arch);   // --gpu-prefetch: GEMV ops prefetch before their wait
     prefetching.prefetch = true;
-    ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(plan), prefetching).kernel);
-    // Paged KV (the default): paged_rope and paged_attention inline, the advance
-    // writing paged KV's state {pos, table row, token}.
-    ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(paged), ptx::Target::parse(arch),
-                                            kernels::PersistentState{8, 0}).kernel);
-    EXPECT_NE(ks.back().ptx.find("inline op paged_rope"), std::string::npos) << what;
-    EXPECT_NE(ks.back().ptx.find("inline op paged_attention"), std::string::npos) << what;
+    if (persistent) {
+      ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(plan), prefetching, state).kernel);
+      // Paged KV (the default): paged_rope and paged_attention inline, the advance
+      // writing paged KV's state {pos, table row, token}.
+      ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(paged), ptx::Target::parse(arch),
+                                              kernels::PersistentState{8, 0}).kernel);
+      EXPECT_NE(ks.back().ptx.find("inline op paged_rope"), std::string::npos) << what;
+      EXPECT_NE(ks.back().ptx.find("inline op paged_attention"), std::string::npos) << what;
+    }
     int max_regs = 0;
     std::vector<int> persistent_regs;
     for (const ptx::GeneratedKernel& g : ks) {
@@ -88,7 +95,12 @@ void assemble_all(const Model& m, const std::string& what) {
       if (size_t(&g - ks.data()) >= standalone) persistent_regs.push_back(f->registers);
       else max_regs = std::max(max_regs, f->registers);
     }
-    ASSERT_EQ(persistent_regs.size(), 4u);
+    ASSERT_EQ(persistent_regs.size(), persistent ? 4u : 0u);
+    if (!persistent) {
+      std::printf("[decode-plan] %s %s: %zu kernels, at most %d registers, no spills (no persistent decoder)\n",
+                  what.c_str(), arch, standalone, max_regs);
+      continue;
+    }
     std::printf("[decode-plan] %s %s: %zu kernels, at most %d registers, no spills (persistent decoder: %d registers, "
                 "%d with f32 GEMV inputs, %d prefetching, %d with paged KV)\n",
                 what.c_str(), arch, standalone, max_regs, persistent_regs[0], persistent_regs[1], persistent_regs[2],
@@ -110,6 +122,24 @@ TEST(DecodePlan, SyntheticModelsKernelsAssemble) {
   for (synth::Arch a : synth::all_archs()) {
     std::vector<uint8_t> bytes = synth::model_bytes(synth::preset(a, synth::Size::Small));
     assemble_all(Model::from_file(gguf::File::parse(bytes, "synth")), std::string("synth ") + synth::arch_name(a));
+  }
+}
+
+// Gemma 4 (paged KV only, no persistent schedule): its small preset's
+// kernels (the size every synthetic arch is assembled at), the per-layer
+// embedding steps, the F32 projection's GEMV, the q-only RoPE and the
+// soft-cap among them.
+TEST(DecodePlan, Gemma4KernelsAssemble) {
+  for (synth::Size z : {synth::Size::Small}) {
+    std::vector<uint8_t> bytes = synth::model_bytes(synth::preset(synth::Arch::Gemma4, z));
+    const Model m = Model::from_file(gguf::File::parse(bytes, "synth"));
+    std::string names;
+    for (const ptx::GeneratedKernel& g :
+         cuda::decode_kernels(cuda::decode_plan(m, 4096, true, kernels::kH100SxmSms, true), ptx::Target::parse("sm_90")))
+      names += g.name + " ";
+    for (const char* want : {"ple_input_", "ple_gate_", "softcap_", "_qonly", "_vnorm", "_scaled", "_f32x"})
+      EXPECT_NE(names.find(want), std::string::npos) << want << " not among " << names;
+    assemble_all(m, std::string("synth gemma4 ") + synth::size_name(z), false, false);
   }
 }
 

@@ -23,6 +23,11 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
             throw ModelError("--gpu-pdl: the persistent schedule is one launch; use it with --schedule graph or chain");
         p.target.pdl = true;
     }
+    // (On emu its op table runs gemma4 bit for bit as the graph does, but
+    // ptxas spills it: docs/status.md.)
+    if (p.schedule == Schedule::Persistent && m.n_embd_per_layer)
+        throw ModelError("--schedule persistent: not for gemma4 yet (its decoder's 512-thread blocks leave 128 registers "
+                         "a thread, fewer than its paged attention needs); use --schedule graph (the default) or chain");
     p.paged = tuning.paged_kv || pages.n_pages;
     if (pages.n_pages) {
         if (pages.page_size != kKvPageSize)
@@ -38,16 +43,19 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     // (eval_batch), so its buffers hold kMaxStep rows.
     if (p.paged) p.rows = kMaxStep;
     const HParams& hp = m.hp;
-    const uint32_t E = hp.n_embd, hd = m.head_dim;
+    const uint32_t E = hp.n_embd;
     decode_plan(m, 1, p.quantized, uint32_t(dev.sm_count), p.paged);   // refuses what the GPU path cannot run before anything is allocated
 
     // The memory plan, against the device's free memory, before allocating.
+    // (Shared-KV layers keep no cache; gemma4's per-layer inputs take
+    // 2·P·L + P floats a row.)
     uint64_t max_q = 0, max_kv = 0, max_ff = 0, kv_per_token = 0, weight_bytes = 0;
+    const uint64_t ple_w = uint64_t(m.n_embd_per_layer) * m.layers.size();
     for (uint32_t il = 0; il < m.layers.size(); ++il) {
-        max_q = std::max<uint64_t>(max_q, uint64_t(m.layers[il].n_head) * hd);
+        max_q = std::max<uint64_t>(max_q, uint64_t(m.layers[il].n_head) * m.head_dim_of(il));
         max_kv = std::max<uint64_t>(max_kv, m.kv_dim(il));
         max_ff = std::max<uint64_t>(max_ff, m.layers[il].n_ff);
-        kv_per_token += 2ull * m.kv_dim(il) * 2;
+        if (m.has_kv(il)) kv_per_token += 2ull * m.kv_dim(il) * 2;
     }
     m.for_each_weight([&](const Weight& w) {
         weight_bytes += w.rows == 1 ? w.cols * 4 : uint64_t(kx::row_layout(w.type, uint32_t(w.cols)).row_bytes) * w.rows;
@@ -59,7 +67,9 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     for (const auto& [key, il] : ropes) per_token += uint64_t(key.n_rot) * 4;
     // (Paged KV rounds the context up to whole pages: at most kKvPageSize - 1
     // more positions; a step's pool holds its own number of pages.)
-    const uint64_t fixed = weight_bytes + 4ull * p.rows * (3 * E + 4 * max_q + 2 * max_kv + max_ff + m.n_vocab) + (64 << 20) +
+    const uint64_t fixed = weight_bytes +
+                           4ull * p.rows * (3 * E + 4 * max_q + 2 * max_kv + max_ff + m.n_vocab + 2 * ple_w + m.n_embd_per_layer) +
+                           (64 << 20) +
                            (pages.n_pages ? uint64_t(pages.n_pages) * kKvPageSize * kv_per_token
                             : p.paged     ? uint64_t(kKvPageSize) * kv_per_token
                                           : 0);
@@ -89,14 +99,24 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         if (tty) std::fprintf(stderr, "\rptxlm: uploading weights %3.0f%%", 100.0 * double(done) / double(weight_bytes));
     };
     auto& [attn_norm, wq, wk, wv, wo, bq, bk, bv, qn, kn, post_attn, ffn_norm, wg, wu, wd, post_ffn, embd, out_norm, out] = p.w;
-    for (const LayerDesc& l : m.layers) {
+    auto& pw = p.pw;
+    auto vector_or_null = [&](const Weight& w) { return w ? p.vector(w) : DevPtr{}; };
+    for (uint32_t il = 0; il < m.layers.size(); ++il) {
+        const LayerDesc& l = m.layers[il];
         attn_norm.push_back(p.vector(l.attn_norm));
         ffn_norm.push_back(p.vector(l.ffn_norm));
-        for (auto [w, dst] : {std::pair{&l.wq, &wq}, {&l.wk, &wk}, {&l.wv, &wv}, {&l.wo, &wo}, {&l.gate, &wg},
-                              {&l.up, &wu}, {&l.down, &wd}}) {
-            dst->push_back(p.weight(*w));
-            progress(w->rows * w->row_bytes);
+        // A shared-KV layer has no k/v of its own; without attn_v, k's
+        // projection serves as v (one upload: weights are keyed by their bytes).
+        const bool own_kv = m.has_kv(il);
+        const Weight* v = own_kv ? (l.wv ? &l.wv : &l.wk) : nullptr;
+        for (auto [w, dst] : {std::pair{&l.wq, &wq}, {own_kv ? &l.wk : nullptr, &wk}, {v, &wv}, {&l.wo, &wo},
+                              {&l.gate, &wg}, {&l.up, &wu}, {&l.down, &wd}, {l.ple_gate ? &l.ple_gate : nullptr, &pw.gate},
+                              {l.ple_proj ? &l.ple_proj : nullptr, &pw.proj}}) {
+            dst->push_back(w ? p.weight(*w) : DevPtr{});
+            if (w && !(dst == &wv && w == &l.wk)) progress(w->rows * w->row_bytes);
         }
+        pw.post_norm.push_back(vector_or_null(l.ple_post_norm));
+        pw.out_scale.push_back(vector_or_null(l.out_scale));
         bq.push_back(l.bq ? p.vector(l.bq) : DevPtr{});
         bk.push_back(l.bk ? p.vector(l.bk) : DevPtr{});
         bv.push_back(l.bv ? p.vector(l.bv) : DevPtr{});
@@ -109,6 +129,13 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     out_norm = p.vector(m.output_norm);
     out = p.weight(m.output);
     progress(m.tok_embd.rows * m.tok_embd.row_bytes);
+    if (m.n_embd_per_layer) {
+        pw.tok_embd = p.weight(m.per_layer_tok_embd);
+        pw.model_proj = p.weight(m.per_layer_model_proj);
+        pw.proj_norm = p.vector(m.per_layer_proj_norm);
+        progress(m.per_layer_tok_embd.rows * m.per_layer_tok_embd.row_bytes +
+                 m.per_layer_model_proj.rows * m.per_layer_model_proj.row_bytes);
+    }
     if (tty) std::fprintf(stderr, "\rptxlm: uploading weights 100%%\n");
 
     // RoPE tables: cos, sin of (pos · freq_scale) · rate, in double then f32,
@@ -136,6 +163,11 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     p.n_pages = pages.n_pages ? pages.n_pages : p.max_pages;
     const size_t kv_positions = p.paged ? size_t(p.n_pages) * kKvPageSize : C;
     for (uint32_t il = 0; il < m.layers.size(); ++il) {
+        if (!m.has_kv(il)) {   // reads layer kv_layer's
+            p.k_cache.emplace_back();
+            p.v_cache.emplace_back();
+            continue;
+        }
         p.k_cache.emplace_back(p.ctx, kv_positions * m.kv_dim(il) * 2);
         p.v_cache.emplace_back(p.ctx, kv_positions * m.kv_dim(il) * 2);
     }
@@ -148,8 +180,15 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         *b = DeviceBuffer(p.ctx, R * n * 4);
         if (R > 1) b->fill_bytes(0);   // a step's unused rows are computed on, never read: keep them finite
     }
+    if (ple_w)
+        for (auto [b, n] : {std::pair{&p.ple_tok, ple_w}, {&p.ple_in, ple_w}, {&p.ple_g, uint64_t(m.n_embd_per_layer)}}) {
+            *b = DeviceBuffer(p.ctx, R * n * 4);
+            if (R > 1) b->fill_bytes(0);
+        }
     if (!p.paged) {   // the contiguous attention's split workspace (paged: paged_part below)
-        p.part = DeviceBuffer(p.ctx, size_t(max_heads) * splits * (hd + 2) * 4);
+        uint32_t max_hd = 0;
+        for (uint32_t il = 0; il < m.layers.size(); ++il) max_hd = std::max(max_hd, m.head_dim_of(il));
+        p.part = DeviceBuffer(p.ctx, size_t(max_heads) * splits * (max_hd + 2) * 4);
         p.att_sync = DeviceBuffer(p.ctx, size_t(m.layers.size()) * max_heads * 4);
         p.att_sync.fill_bytes(0);
     }
@@ -197,12 +236,25 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         return [fn, shape](const ptx::Target& t, const kx::InlineTarget* in) { return fn(shape, t, in); };
     };
     p.add(bind(kx::embed_kernel, plan.embed), {embd, token_ptr, X});
+    const DevPtr PLI = Impl::ptr(p.ple_in), PG = Impl::ptr(p.ple_g);
+    if (plan.ple) {   // gemma4's per-layer inputs, from the token and the scaled embedding
+        p.add(bind(kx::embed_kernel, plan.ple_embed), {pw.tok_embd, token_ptr, Impl::ptr(p.ple_tok)});
+        p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, plan.ple_model), {X, pw.model_proj, PLI}), plan.ple_model, nullptr,
+                             {&m.per_layer_model_proj}, &p.x, {&p.ple_in}});
+        p.add(bind(kx::ple_input_kernel, plan.ple_input), {PLI, Impl::ptr(p.ple_tok), pw.proj_norm, PLI});
+    }
     for (uint32_t il = 0; il < m.layers.size(); ++il) {
         const LayerPlan& lp = plan.layers[il];
-        const DevPtr kc = Impl::ptr(p.k_cache[il]), vc = Impl::ptr(p.v_cache[il]);
+        const DevPtr kc = Impl::ptr(p.k_cache[lp.kv_layer]), vc = Impl::ptr(p.v_cache[lp.kv_layer]);
         const LayerDesc& l = m.layers[il];
-        const size_t qkv_op = p.add(bind(kx::gemv_kernel, lp.qkv), {X, attn_norm[il], wq[il], Q, wk[il], K, wv[il], V});
-        p.gemv_io.push_back({qkv_op, lp.qkv, &l.attn_norm, {&l.wq, &l.wk, &l.wv}, &p.x, {&p.q, &p.k, &p.v}});
+        const bool own_kv = lp.kv_layer == il;
+        const size_t qkv_op =
+            own_kv ? p.add(bind(kx::gemv_kernel, lp.qkv), {X, attn_norm[il], wq[il], Q, wk[il], K, wv[il], V})
+                   : p.add(bind(kx::gemv_kernel, lp.qkv), {X, attn_norm[il], wq[il], Q});
+        if (own_kv)
+            p.gemv_io.push_back({qkv_op, lp.qkv, &l.attn_norm, {&l.wq, &l.wk, l.wv ? &l.wv : &l.wk}, &p.x, {&p.q, &p.k, &p.v}});
+        else
+            p.gemv_io.push_back({qkv_op, lp.qkv, &l.attn_norm, {&l.wq}, &p.x, {&p.q}});
         const DevPtr rope = p.rope_table(il);
         if (lp.paged) {
             // RoPE + the K/V append into the pages, then attention over them:
@@ -232,10 +284,25 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
                              &l.ffn_norm, {&l.gate, &l.up}, &p.x, {&p.h}});
         p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, lp.down), {H, wd[il], lp.post_ffn_norm ? O : X}), lp.down, nullptr,
                              {&l.down}, &p.h, {lp.post_ffn_norm ? &p.o : &p.x}});
-        if (lp.post_ffn_norm) p.add(bind(kx::add_norm_kernel, plan.add_norm), {X, O, post_ffn[il]});
+        // The layer's last normalised add takes gemma4's output scale.
+        auto add_norm = [&](DevPtr norm, bool last) {
+            if (last && lp.out_scale) p.add(bind(kx::add_norm_kernel, plan.add_norm_scaled), {X, O, norm, pw.out_scale[il]});
+            else p.add(bind(kx::add_norm_kernel, plan.add_norm), {X, O, norm});
+        };
+        if (lp.post_ffn_norm) add_norm(post_ffn[il], !lp.ple);
+        if (lp.ple) {   // x += rmsnorm(proj · (gelu(gate · x) ⊙ slice))
+            const DevPtr SLICE = Impl::ptr(p.ple_in, size_t(il) * m.n_embd_per_layer * 4);
+            p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, lp.ple_gate), {X, pw.gate[il], PG}), lp.ple_gate, nullptr,
+                                 {&l.ple_gate}, &p.x, {&p.ple_g}});
+            p.add(bind(kx::ple_gate_kernel, lp.ple_mul), {PG, SLICE});
+            p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, lp.ple_proj), {PG, pw.proj[il], O}), lp.ple_proj, nullptr,
+                                 {&l.ple_proj}, &p.ple_g, {&p.o}});
+            add_norm(pw.post_norm[il], true);
+        }
     }
     p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, plan.head), {X, out_norm, out, Impl::ptr(p.logits)}), plan.head,
                          &m.output_norm, {&m.output}, &p.x, {&p.logits}});
+    if (plan.softcap.cap > 0) p.add(bind(kx::softcap_kernel, plan.softcap), {Impl::ptr(p.logits)});
     // Greedy decoding reads only this: the argmax key of the logits.
     p.add([](const ptx::Target& t, const kx::InlineTarget* in) { return kx::clear_u64_kernel(t, in); },
           {Impl::ptr(p.best)});
@@ -380,7 +447,8 @@ void CudaBackend::fill_kv_for_count(uint32_t from, uint32_t to) {
     uint64_t state = 0x9e3779b97f4a7c15ull;
     std::vector<uint16_t> host, pages;
     for (size_t il = 0; il < p.k_cache.size(); ++il) {
-        const size_t dim = p.m.kv_dim(uint32_t(il)), hd = p.m.head_dim, nkv = dim / hd;
+        if (!p.m.has_kv(uint32_t(il))) continue;   // reads an earlier layer's
+        const size_t dim = p.m.kv_dim(uint32_t(il)), hd = p.m.head_dim_of(uint32_t(il)), nkv = dim / hd;
         host.resize(size_t(to - from) * dim);
         for (DeviceBuffer* cache : {&p.k_cache[il], &p.v_cache[il]}) {
             // The same values at the same positions either way ([pos][kv_head·hd] here).

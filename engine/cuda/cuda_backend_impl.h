@@ -108,6 +108,17 @@ struct CudaBackend::Impl {
         std::vector<DevPtr> attn_norm, wq, wk, wv, wo, bq, bk, bv, qn, kn, post_attn, ffn_norm, wg, wu, wd, post_ffn;
         DevPtr embd, out_norm, out;
     } w;
+    // gemma4's per-layer embeddings and output scales (null where absent):
+    // per layer the gate and projection matrices, the post norm and the
+    // scale; the token table, the model projection and its slice norm.
+    struct PleWeights {
+        std::vector<DevPtr> gate, proj, post_norm, out_scale;
+        DevPtr tok_embd, model_proj, proj_norm;
+    } pw;
+    // Its activations (rows each): the token's per-layer row times √P
+    // (ple_tok, P·L), the per-layer inputs (ple_in, P·L: the projection,
+    // combined in place by ple_input) and a layer's gate (ple_g, P).
+    DeviceBuffer ple_tok, ple_in, ple_g;
     DecodePlan plan;   // the single-token chain's
 
     struct Kernel {
@@ -305,7 +316,7 @@ struct CudaBackend::Impl {
         const kx::PagedRopeShape& r = lp.rope;
         const uint32_t hd = r.head_dim, nh = r.n_head, nkv = r.n_head_kv, q_dim = nh * hd, kv_dim = nkv * hd;
         const uint32_t rpb = kx::gemv_plan(lp.qkv).rows_per_block, W = kx::kPagedRopeWarps;
-        const uint32_t units = nh + nkv, rope_blocks = (units + W - 1) / W;
+        const uint32_t units = r.units(), rope_blocks = (units + W - 1) / W;
         if (r.tokens != 1 || chain[rope].geometry.grid.count() != rope_blocks)
             throw std::logic_error("paged_deps: a paged_rope grid of other than one token row");
         // The qkv blocks holding output rows [lo, hi), as a (first, count, 1) triple; none when empty.
@@ -334,7 +345,10 @@ struct CudaBackend::Impl {
                 heads.ranges.insert(heads.ranges.end(), {first, last - first + 1, 1u});
                 slot.ranges.insert(slot.ranges.end(), {(nh + g) / W, 1u, 1u});
             }
-        chain[attention].deps = {heads, slot};
+        // A shared-KV layer (q_only) reads an earlier layer's pages, this
+        // token's slot included: written before this layer's QKV GEMV, which
+        // waited for the whole op before it.
+        chain[attention].deps = r.q_only ? std::vector<Op::Dep>{heads} : std::vector<Op::Dep>{heads, slot};
     }
 
 };

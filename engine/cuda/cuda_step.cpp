@@ -35,16 +35,19 @@ std::unique_ptr<GraphExec> CudaBackend::Impl::capture(std::vector<Op>& ops) {
 void CudaBackend::Impl::prepare_copies() {
     // kv_copy's pools: {u64 base, u32 kv_heads, u32 row_bytes}, each layer's K then V.
     std::vector<uint8_t> desc;
-    for (size_t il = 0; il < k_cache.size(); ++il)
+    for (size_t il = 0; il < k_cache.size(); ++il) {
+        if (!m.has_kv(uint32_t(il))) continue;   // no pool: reads an earlier layer's
         for (const DeviceBuffer* c : {&k_cache[il], &v_cache[il]}) {
             const uint64_t base = c->ptr();
-            const uint32_t heads = uint32_t(m.kv_dim(uint32_t(il)) / m.head_dim), row_bytes = m.head_dim * 2;
+            const uint32_t hd = m.head_dim_of(uint32_t(il));
+            const uint32_t heads = uint32_t(m.kv_dim(uint32_t(il)) / hd), row_bytes = hd * 2;
             const size_t at = desc.size();
             desc.resize(at + 16);
             std::memcpy(desc.data() + at, &base, 8);
             std::memcpy(desc.data() + at + 8, &heads, 4);
             std::memcpy(desc.data() + at + 12, &row_bytes, 4);
         }
+    }
     copy_pools = DeviceBuffer(ctx, desc.size());
     copy_pools.upload(desc.data(), desc.size());
     copy_list = DeviceBuffer(ctx, 16);
@@ -88,10 +91,17 @@ CudaBackend::Impl::StepChain& CudaBackend::Impl::step_chain(uint32_t tokens, uin
     const DevPtr desc = ptr(step_io), ids = ptr(step_io, kIdsOffset), tables = ptr(step_io, kTablesOffset);
     const DevPtr X = ptr(x), O = ptr(o);
     op(bind(kx::embed_kernel, sp.embed), {w.embd, ids, X});
+    const DevPtr PLI = ptr(ple_in), PG = ptr(ple_g);
+    if (sp.ple) {   // gemma4's per-layer inputs (the single-token chain's, T rows)
+        op(bind(kx::embed_kernel, sp.ple_embed), {pw.tok_embd, ids, ptr(ple_tok)});
+        gemv(sp.ple_model, x, {}, {pw.model_proj}, {&ple_in});
+        op(bind(kx::ple_input_kernel, sp.ple_input), {PLI, ptr(ple_tok), pw.proj_norm, PLI});
+    }
     for (uint32_t il = 0; il < m.layers.size(); ++il) {
         const LayerPlan& lp = sp.layers[il];
-        const DevPtr kc = ptr(k_cache[il]), vc = ptr(v_cache[il]), QR = ptr(q_rot);
-        gemv(lp.qkv, x, w.attn_norm[il], {w.wq[il], w.wk[il], w.wv[il]}, {&q, &k, &v});
+        const DevPtr kc = ptr(k_cache[lp.kv_layer]), vc = ptr(v_cache[lp.kv_layer]), QR = ptr(q_rot);
+        if (lp.kv_layer == il) gemv(lp.qkv, x, w.attn_norm[il], {w.wq[il], w.wk[il], w.wv[il]}, {&q, &k, &v});
+        else gemv(lp.qkv, x, w.attn_norm[il], {w.wq[il]}, {&q});
         std::vector<ptx::ParamValue> ra = {desc, tables, ptr(q), ptr(k), ptr(v)};
         if (lp.rope.bias) ra.insert(ra.end(), {w.bq[il], w.bk[il], w.bv[il]});
         if (lp.rope.qk_norm) ra.insert(ra.end(), {w.qn[il], w.kn[il]});
@@ -104,9 +114,24 @@ CudaBackend::Impl::StepChain& CudaBackend::Impl::step_chain(uint32_t tokens, uin
         if (lp.post_attn_norm) op(bind(kx::add_norm_kernel, sp.add_norm), {X, O, w.post_attn[il]});
         gemv(lp.gate_up, x, w.ffn_norm[il], {w.wg[il], w.wu[il]}, {&h});
         gemv(lp.down, h, {}, {w.wd[il]}, {lp.post_ffn_norm ? &o : &x});
-        if (lp.post_ffn_norm) op(bind(kx::add_norm_kernel, sp.add_norm), {X, O, w.post_ffn[il]});
+        auto add_norm = [&](DevPtr norm, bool last) {   // the layer's last one takes gemma4's output scale
+            if (last && lp.out_scale) op(bind(kx::add_norm_kernel, sp.add_norm_scaled), {X, O, norm, pw.out_scale[il]});
+            else op(bind(kx::add_norm_kernel, sp.add_norm), {X, O, norm});
+        };
+        if (lp.post_ffn_norm) add_norm(w.post_ffn[il], !lp.ple);
+        if (lp.ple) {
+            const DevPtr SLICE = ptr(ple_in, size_t(il) * m.n_embd_per_layer * 4);
+            gemv(lp.ple_gate, x, {}, {pw.gate[il]}, {&ple_g});
+            op(bind(kx::ple_gate_kernel, lp.ple_mul), {PG, SLICE});
+            gemv(lp.ple_proj, ple_g, {}, {pw.proj[il]}, {&o});
+            add_norm(pw.post_norm[il], true);
+        }
     }
-    if (H) gemv(step_plan(plan, H).head, x, w.out_norm, {w.out}, {&logits}, H, T - H);
+    if (H) {
+        const DecodePlan hp = step_plan(plan, H);
+        gemv(hp.head, x, w.out_norm, {w.out}, {&logits}, H, T - H);
+        if (hp.softcap.cap > 0) op(bind(kx::softcap_kernel, hp.softcap), {ptr(logits)});
+    }
     if (argmax) {   // greedy rows: H keys instead of H x n_vocab logits to copy back
         if (!step_best.size()) {
             step_best = DeviceBuffer(ctx, 8 * CudaBackend::kMaxStep);

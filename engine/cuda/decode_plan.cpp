@@ -1,6 +1,7 @@
 #include "engine/cuda/decode_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -36,7 +37,7 @@ kx::GemvShape gemv(uint32_t n_in, std::vector<kx::GemvSegment> segments, bool no
 // RoPE, biases, norms, scale and temperature; one table row of
 // kv_pages(n_ctx) pages. Splits: one block per SM at T = 1, more where a
 // chunk's page ids would not fit the kernel's shared memory (long contexts).
-void plan_paged(LayerPlan& lp, uint32_t il, uint32_t n_ctx, uint32_t sms) {
+void plan_paged(LayerPlan& lp, uint32_t il, uint32_t n_ctx, uint32_t sms, bool v_norm) {
     const kx::AttentionShape& a = lp.attention;
     const uint32_t hd = a.head_dim;
     if (hd != 64 && hd != 96 && hd != 128 && hd != 256)
@@ -51,7 +52,8 @@ void plan_paged(LayerPlan& lp, uint32_t il, uint32_t n_ctx, uint32_t sms) {
     lp.paged = true;
     lp.rope = {.n_head = a.n_head, .n_head_kv = a.n_head_kv, .head_dim = hd, .n_rot = a.n_rot, .page_size = kKvPageSize,
                .max_pages = pages, .tokens = 1, .scale = a.scale, .neox = a.neox, .bias = a.bias, .qk_norm = a.qk_norm,
-               .eps = a.eps, .temp_scale = a.temp_scale, .temp_floor = a.temp_floor};
+               .eps = a.eps, .temp_scale = a.temp_scale, .temp_floor = a.temp_floor, .v_norm = v_norm,
+               .q_only = lp.kv_layer != il};
     kx::PagedAttentionShape& p = lp.paged_attention;
     p = {a.n_head, a.n_head_kv, hd, kKvPageSize, pages, 1, kx::paged_attention_splits(a.n_head_kv, 1, sms), a.window};
     for (;;) {
@@ -71,34 +73,70 @@ void plan_paged(LayerPlan& lp, uint32_t il, uint32_t n_ctx, uint32_t sms) {
 
 DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, uint32_t sms, bool paged_kv) {
     if (sms == 0) throw std::invalid_argument("decode_plan: a device with no SMs");
-    if (m.hp.arch == "gemma4") throw ModelError("architecture gemma4 is not supported on the GPU path yet");
     const bool qi = quantized_inputs;
     const HParams& hp = m.hp;
-    const uint32_t E = hp.n_embd, hd = m.head_dim;
+    const uint32_t E = hp.n_embd, L = uint32_t(m.layers.size()), P = m.n_embd_per_layer;
     const float eps = hp.rms_eps;
-    if (m.final_softcap > 0) throw ModelError("final logit soft-capping is not on the GPU path yet");
     check_weight(m.output);
     DecodePlan p;
     p.embed = {m.tok_embd.type, E, m.embd_scale};
     p.add_norm = {E, eps};
-    for (uint32_t il = 0; il < m.layers.size(); ++il) {
+    p.add_norm_scaled = {E, eps, 1, true};
+    if (P) {   // gemma4's per-layer inputs, as CpuBackend::per_layer_inputs computes them
+        check_weight(m.per_layer_model_proj);
+        p.ple = true;
+        p.ple_embed = {m.per_layer_tok_embd.type, P * L, std::sqrt(float(P))};
+        p.ple_model = gemv(E, {{m.per_layer_model_proj.type, P * L}}, false, eps, false, qi, sms);
+        p.ple_input = {P, L, eps, 1.0f / std::sqrt(float(E)), 1.0f / std::sqrt(2.0f), 1};
+    }
+    if (m.final_softcap > 0) p.softcap = {m.n_vocab, m.final_softcap, 1};
+    for (uint32_t il = 0; il < L; ++il) {
         const LayerDesc& l = m.layers[il];
-        for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) check_weight(*w);
-        if (bool(l.q_norm) != bool(l.k_norm) || bool(l.bq) != bool(l.bk) || bool(l.bq) != bool(l.bv))
-            throw ModelError("layer " + std::to_string(il) + ": q/k norms and q/k/v biases must come together");
-        const uint32_t q_dim = l.n_head * hd, kv = m.kv_dim(il);
+        const std::string layer = "layer " + std::to_string(il);
+        const bool own_kv = m.has_kv(il);
+        for (const Weight* w : {&l.wq, &l.wo, &l.gate, &l.up, &l.down}) check_weight(*w);
+        if (own_kv) check_weight(l.wk);
+        if (own_kv && l.wv) check_weight(l.wv);
+        // (A shared-KV layer has q's norm only: its k is not computed.)
+        if ((own_kv && bool(l.q_norm) != bool(l.k_norm)) || bool(l.bq) != bool(l.bk) || bool(l.bq) != bool(l.bv))
+            throw ModelError(layer + ": q/k norms and q/k/v biases must come together");
+        if (!paged_kv && (!own_kv || l.v_norm))
+            throw ModelError(layer + (own_kv ? "'s v norm" : " reads layer " + std::to_string(l.kv_layer) + "'s KV: that") +
+                             " is on the GPU path's paged KV only (the default), not on the contiguous cache "
+                             "(--gpu-contiguous-kv)");
+        const uint32_t hd = m.head_dim_of(il), q_dim = l.n_head * hd, kv = m.kv_dim(il);
         LayerPlan lp;
-        lp.qkv = gemv(E, {{l.wq.type, q_dim}, {l.wk.type, kv}, {l.wv.type, kv}}, true, eps, false, qi, sms);
+        lp.kv_layer = l.kv_layer;
+        // Without attn_v, k's projection serves as v (the same matrix twice:
+        // one upload, its rows read twice).
+        const Weight& wv = l.wv ? l.wv : l.wk;
+        lp.qkv = own_kv ? gemv(E, {{l.wq.type, q_dim}, {l.wk.type, kv}, {wv.type, kv}}, true, eps, false, qi, sms)
+                        : gemv(E, {{l.wq.type, q_dim}}, true, eps, false, qi, sms);
         lp.attention = {l.n_head, l.n_head_kv, hd, n_ctx, l.sliding ? hp.sliding_window : 0, m.attn_scale, kAttentionChunk,
                         hp.rope_style == RopeStyle::Neox, bool(l.bq), bool(l.q_norm), eps, m.attn_temp_scale,
-                        m.attn_temp_floor, m.n_rot};
-        if (paged_kv) plan_paged(lp, il, n_ctx, sms);
+                        m.attn_temp_floor, m.n_rot_of(il)};
+        if (paged_kv) plan_paged(lp, il, n_ctx, sms, l.v_norm);
         lp.post_attn_norm = bool(l.attn_post_norm);
         lp.post_ffn_norm = bool(l.ffn_post_norm);
         lp.wo = gemv(q_dim, {{l.wo.type, E}}, false, eps, !lp.post_attn_norm, qi, sms);
         lp.gate_up = gemv(E, {{l.gate.type, l.n_ff}, {l.up.type, l.n_ff}}, true, eps, false, qi, sms);
         lp.gate_up.glu = m.ffn == FfnKind::GeGLU ? kx::Glu::GeGlu : kx::Glu::SwiGlu;
         lp.down = gemv(l.n_ff, {{l.down.type, E}}, false, eps, !lp.post_ffn_norm, qi, sms);
+        if (l.ple_gate) {
+            if (!P) throw ModelError(layer + ": a per-layer gate without per-layer inputs");
+            check_weight(l.ple_gate);
+            check_weight(l.ple_proj);
+            lp.ple = true;
+            lp.ple_gate = gemv(E, {{l.ple_gate.type, P}}, false, eps, false, qi, sms);
+            lp.ple_mul = {P, L, 1};
+            lp.ple_proj = gemv(P, {{l.ple_proj.type, E}}, false, eps, false, qi, sms);
+        }
+        if (l.out_scale) {
+            if (!lp.ple && !lp.post_ffn_norm)
+                throw ModelError(layer + ": layer_output_scale without a normalised add at the layer's end is not on the "
+                                 "GPU path");
+            lp.out_scale = true;
+        }
         p.layers.push_back(lp);
     }
     p.head = gemv(E, {{m.output.type, m.n_vocab}}, true, eps, false, qi, sms);
@@ -127,13 +165,21 @@ DecodePlan step_plan(const DecodePlan& one, uint32_t tokens) {
             return;
         }
     };
-    p.embed.tokens = p.add_norm.tokens = tokens;
+    p.embed.tokens = p.add_norm.tokens = p.add_norm_scaled.tokens = tokens;
+    p.ple_embed.tokens = p.ple_input.tokens = tokens;
+    if (p.ple) columns(p.ple_model);
     for (LayerPlan& lp : p.layers) {
         if (!lp.paged) throw std::invalid_argument("step_plan: a layer without paged KV");
         lp.rope.tokens = lp.paged_attention.tokens = tokens;
         for (kx::GemvShape* s : {&lp.qkv, &lp.wo, &lp.gate_up, &lp.down}) columns(*s);
+        if (lp.ple) {
+            columns(lp.ple_gate);
+            columns(lp.ple_proj);
+            lp.ple_mul.tokens = tokens;
+        }
     }
     columns(p.head);
+    p.softcap.rows = tokens;   // the head's rows: the chain sets its own count (the last H rows)
     return p;
 }
 
@@ -156,6 +202,11 @@ std::vector<kx::OpGenerator> decode_op_kinds(const DecodePlan& plan) {
         return [fn, shape](const ptx::Target& t, const kx::InlineTarget* in) { return fn(shape, t, in); };
     };
     add(bind(kx::embed_kernel, plan.embed));
+    if (plan.ple) {
+        add(bind(kx::embed_kernel, plan.ple_embed));
+        add(bind(kx::gemv_kernel, plan.ple_model));
+        add(bind(kx::ple_input_kernel, plan.ple_input));
+    }
     for (const LayerPlan& l : plan.layers) {
         add(bind(kx::gemv_kernel, l.qkv));
         if (l.paged) {
@@ -168,9 +219,16 @@ std::vector<kx::OpGenerator> decode_op_kinds(const DecodePlan& plan) {
         if (l.post_attn_norm) add(bind(kx::add_norm_kernel, plan.add_norm));
         add(bind(kx::gemv_kernel, l.gate_up));
         add(bind(kx::gemv_kernel, l.down));
-        if (l.post_ffn_norm) add(bind(kx::add_norm_kernel, plan.add_norm));
+        if (l.post_ffn_norm) add(bind(kx::add_norm_kernel, l.out_scale && !l.ple ? plan.add_norm_scaled : plan.add_norm));
+        if (l.ple) {
+            add(bind(kx::gemv_kernel, l.ple_gate));
+            add(bind(kx::ple_gate_kernel, l.ple_mul));
+            add(bind(kx::gemv_kernel, l.ple_proj));
+            add(bind(kx::add_norm_kernel, l.out_scale ? plan.add_norm_scaled : plan.add_norm));
+        }
     }
     add(bind(kx::gemv_kernel, plan.head));
+    if (plan.softcap.cap > 0) add(bind(kx::softcap_kernel, plan.softcap));
     // The argmax of each of the plan's token rows (a step plan's greedy rows).
     const uint32_t rows = plan.embed.tokens;
     add([rows](const ptx::Target& t, const kx::InlineTarget* in) { return kx::clear_u64_kernel(t, in, rows); });

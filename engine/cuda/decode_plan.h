@@ -10,6 +10,7 @@
 #include "engine/model.h"
 #include "kernels/decode/attention.h"
 #include "kernels/decode/elementwise.h"
+#include "kernels/decode/gemma4.h"
 #include "kernels/decode/gemv.h"
 #include "kernels/decode/paged_attention.h"
 #include "kernels/decode/paged_rope.h"
@@ -36,13 +37,33 @@ struct LayerPlan {
     kernels::GemvShape gate_up;    // fused ffn_norm + gate, up, writing act(gate)·up
     kernels::GemvShape down;       // accumulates into the residual unless post_ffn_norm
     bool post_attn_norm = false, post_ffn_norm = false;   // gemma3: normalised adds
+    // gemma4: the layer whose KV pages attention reads (its own index, or an
+    // earlier layer's: then paged_rope writes q only); after the FFN's
+    // residual, the per-layer embedding's gate GEMV (the residual, P rows),
+    // ple_mul (gelu · the layer's slice), its projection (P -> n_embd) and a
+    // normalised add; out_scale: the layer's last normalised add multiplies
+    // by layer_output_scale (add_norm_scaled).
+    uint32_t kv_layer = 0;
+    bool ple = false;
+    kernels::GemvShape ple_gate, ple_proj;
+    kernels::PleGateShape ple_mul;
+    bool out_scale = false;
 };
 
 struct DecodePlan {
     kernels::EmbedShape embed;
     std::vector<LayerPlan> layers;
     kernels::AddNormShape add_norm;   // used where a layer has post norms
+    kernels::AddNormShape add_norm_scaled;   // a layer's last one under LayerPlan::out_scale
     kernels::GemvShape head;          // fused output_norm + LM head
+    // gemma4's per-layer inputs, after the embedding (ple): the token's row
+    // of per_layer_token_embd times √P, the projection of the scaled input
+    // (P·L rows), and ple_input combining them (kernels/decode/gemma4.h).
+    bool ple = false;
+    kernels::EmbedShape ple_embed;
+    kernels::GemvShape ple_model;
+    kernels::PleInputShape ple_input;
+    kernels::SoftcapShape softcap;    // cap 0: none; else on the logits after the head
 };
 
 // quantized_inputs: every GEMV whose matrices have 8-bit-input kernels
@@ -50,7 +71,8 @@ struct DecodePlan {
 // does and multiplies with dp4a (the default path, `--gpu-path quantized`);
 // the others, and all of them without it (`--gpu-path reference`), multiply
 // an f32 input, as the CPU reference does. Throws ModelError naming what the
-// GPU path cannot run (a weight type, soft-capped logits).
+// GPU path cannot run (a weight type; gemma4's shared KV or v norm on the
+// contiguous cache).
 // sms: the SMs of the device the GEMV grids are sized for (one wave).
 // paged_kv: each layer's attention as paged_rope -> paged_attention over
 // pages of kKvPageSize (LayerPlan::paged); throws ModelError naming a head

@@ -134,14 +134,31 @@ PagedRopeExpected paged_rope_reference(const kernels::PagedRopeShape& s, const P
                 e.q[off + i] = {q, rel * std::fabs(q)};
             }
         }
+        if (s.q_only) continue;   // no K/V: the pools keep every element
         const uint32_t page = in.tables[size_t(in.row[t]) * s.max_pages + pos / s.page_size];
         e.at[t] = (size_t(page) * nkv * s.page_size + pos % s.page_size) * hd;
         for (uint32_t g = 0; g < nkv; ++g) {
             const size_t off = (size_t(t) * nkv + g) * hd;
             head(&in.k[off], s.bias ? &in.bk[size_t(g) * hd] : nullptr, s.qk_norm ? in.k_norm.data() : nullptr, pos, y);
+            std::vector<float> v(hd);
+            for (uint32_t i = 0; i < hd; ++i) v[i] = s.bias ? in.v[off + i] + in.bv[size_t(g) * hd + i] : in.v[off + i];
+            if (s.v_norm) {   // lane l's elements l + 32i: a square, then FMAs; the butterfly; the root
+                float lanes[32];
+                for (uint32_t l = 0; l < 32; ++l) {
+                    lanes[l] = v[l] * v[l];
+                    for (uint32_t i = l + 32; i < hd; i += 32) lanes[l] = std::fma(v[i], v[i], lanes[l]);
+                }
+                for (uint32_t m = 16; m >= 1; m /= 2) {
+                    float next[32];
+                    for (uint32_t l = 0; l < 32; ++l) next[l] = lanes[l] + lanes[l ^ m];
+                    std::copy(next, next + 32, lanes);
+                }
+                const float scale = 1.0f / std::sqrt(lanes[0] / float(hd) + s.eps);
+                for (float& x : v) x = x * scale;
+            }
             for (uint32_t i = 0; i < hd; ++i) {
                 e.k_bits[off + i] = f32_to_f16(y[i]);
-                e.v_bits[off + i] = f32_to_f16(s.bias ? in.v[off + i] + in.bv[size_t(g) * hd + i] : in.v[off + i]);
+                e.v_bits[off + i] = f32_to_f16(v[i]);
             }
         }
     }

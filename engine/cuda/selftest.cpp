@@ -161,7 +161,7 @@ Worst check_paged_rope(Runner& r, const Model& m, uint32_t il, const kx::PagedRo
     in.k = r.randv(size_t(nkv) * hd, 1.0f);
     in.v = r.randv(in.k.size(), 1.0f);
     if (s.bias) in.bq = vec(l.bq), in.bk = vec(l.bk), in.bv = vec(l.bv);
-    if (s.qk_norm) in.q_norm = vec(l.q_norm), in.k_norm = vec(l.k_norm);
+    if (s.qk_norm) in.q_norm = vec(l.q_norm), in.k_norm = s.q_only ? in.q_norm : vec(l.k_norm);   // q_only: k unread
     in.rope = rope_row(m, il, n_ctx, pos, s.rot() / 2);
     in.tables = shuffled_pages(r, s.max_pages, n_pages);
     in.pos = {pos};
@@ -211,6 +211,48 @@ Worst check_paged_attention(Runner& r, const kx::PagedAttentionShape& s, uint32_
     return w;
 }
 
+
+// gemma4's per-layer inputs (kernels::ple_input_kernel): random projection
+// and row slices against CpuBackend::per_layer_inputs' arithmetic (the sum of
+// squares in double there, in f32 pairs here: 1e-6 relative).
+Worst check_ple_input(Runner& r, const kx::PleInputShape& s, const std::vector<float>& norm) {
+    const uint32_t P = s.per_layer, PL = P * s.layers;
+    const std::vector<float> proj = r.randv(PL, 4.0f), tok = r.randv(PL, 1.0f);
+    const DevPtr out = r.up(std::vector<float>(PL, 0.0f));
+    r.launch(kx::ple_input_kernel(s, r.target()), {r.up(proj), r.up(tok), r.up(norm), out});
+    const std::vector<float> got = r.down<float>(out, PL);
+    Worst w;
+    for (uint32_t j = 0; j < PL; j += P) {
+        double ss = 0;
+        for (uint32_t i = 0; i < P; ++i) ss += double(proj[j + i] * s.proj_scale) * double(proj[j + i] * s.proj_scale);
+        const float scale = 1.0f / std::sqrt(float(ss / P) + s.eps);
+        for (uint32_t i = 0; i < P; ++i) {
+            const float ref = ((proj[j + i] * s.proj_scale) * scale * norm[i] + tok[j + i]) * s.sum_scale;
+            w.add(std::fabs(got[j + i] - ref), 1e-6 * (1 + std::fabs(ref)));
+        }
+    }
+    return w;
+}
+
+// gelu_tanh(g) · a layer's slice (kernels::ple_gate_kernel; the slice's
+// first P of a row of P·L) against the
+// CPU's gelu_tanh (std::tanh; the kernel's tanh from ex2.approx: ~1e-7
+// absolute, so 1e-6 relative to |g| + 1).
+Worst check_ple_gate(Runner& r, const kx::PleGateShape& s) {
+    const uint32_t P = s.per_layer, PL = P * s.layers;
+    const std::vector<float> g = r.randv(P, 3.0f), pl = r.randv(PL, 1.0f);
+    const DevPtr dg = r.up(g);
+    r.launch(kx::ple_gate_kernel(s, r.target()), {dg, r.up(pl)});
+    const std::vector<float> got = r.down<float>(dg, P);
+    Worst w;
+    for (uint32_t i = 0; i < P; ++i) {
+        const double x = g[i], gelu = 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+        const double ref = gelu * pl[i];
+        w.add(std::fabs(got[i] - ref), 1e-6 * (1 + std::fabs(x)) * (1 + std::fabs(pl[i])));
+    }
+    return w;
+}
+
 }  // namespace
 
 std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const Driver> driver, uint32_t n_ctx,
@@ -239,12 +281,33 @@ std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const D
         for (uint32_t i = 0; i < E; ++i) w.add(std::fabs(got[i] - ref[i] * m.embd_scale), 0.0);
         return w;
     });
+    if (plan.ple) {   // gemma4's per-layer inputs
+        once(kx::embed_kernel(plan.ple_embed, T).name, "per-layer embedding row", [&] {
+            const uint32_t token = r.rand_below(m.n_vocab), n = plan.ple_embed.n;
+            const DevPtr x = r.up(std::vector<float>(n, 0.0f));
+            r.launch(kx::embed_kernel(plan.ple_embed, T),
+                     {r.weight(m.per_layer_tok_embd), r.up(std::vector<uint32_t>{token}), x});
+            const std::vector<float> got = r.down<float>(x, n), ref = dequantize(m.per_layer_tok_embd, token);
+            Worst w;
+            for (uint32_t i = 0; i < n; ++i) w.add(std::fabs(got[i] - ref[i] * plan.ple_embed.scale), 0.0);
+            return w;
+        });
+        once(kx::gemv_kernel(plan.ple_model, T).name, "per-layer model projection",
+             [&] { return check_gemv(r, plan.ple_model, {&m.per_layer_model_proj}, nullptr); });
+        once(kx::ple_input_kernel(plan.ple_input, T).name, "per-layer inputs: slices normed, plus the rows",
+             [&] { return check_ple_input(r, plan.ple_input, vec(m.per_layer_proj_norm)); });
+    }
     for (uint32_t il = 0; il < plan.layers.size(); ++il) {
         const LayerPlan& lp = plan.layers[il];
         const LayerDesc& l = m.layers[il];
-        once(kx::gemv_kernel(lp.qkv, T).name, "attn_norm + Q, K, V", [&] { return check_gemv(r, lp.qkv, {&l.wq, &l.wk, &l.wv}, &l.attn_norm); });
+        // gemma4: a shared-KV layer's GEMV is q only; without attn_v, k's matrix serves as v.
+        const std::vector<const Weight*> qkv = lp.kv_layer != il ? std::vector<const Weight*>{&l.wq}
+                                                                  : std::vector<const Weight*>{&l.wq, &l.wk, l.wv ? &l.wv : &l.wk};
+        once(kx::gemv_kernel(lp.qkv, T).name, lp.kv_layer != il ? "attn_norm + Q" : "attn_norm + Q, K, V",
+             [&] { return check_gemv(r, lp.qkv, qkv, &l.attn_norm); });
         if (lp.paged) {
-            once(kx::paged_rope_kernel(lp.rope, T).name, "RoPE, K/V append into a page",
+            once(kx::paged_rope_kernel(lp.rope, T).name,
+                 lp.rope.q_only ? "RoPE of q (the K/V: an earlier layer's)" : "RoPE, K/V append into a page",
                  [&] { return check_paged_rope(r, m, il, lp.rope, n_ctx, pos); });
             once(kx::paged_attention_kernel(lp.paged_attention, T).name, "attention over shuffled pages",
                  [&] { return check_paged_attention(r, lp.paged_attention, pos); });
@@ -284,27 +347,58 @@ std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const D
         });
         once(kx::gemv_kernel(lp.wo, T).name, lp.wo.accumulate ? "attention output + residual" : "attention output",
              [&] { return check_gemv(r, lp.wo, {&l.wo}, nullptr); });
-        if (lp.post_attn_norm)
-            once(kx::add_norm_kernel(plan.add_norm, T).name, "normalised residual add", [&] {
-                const std::vector<float> x = r.randv(E, 1.0f), o = r.randv(E, 3.0f), nw = vec(l.attn_post_norm);
-                const DevPtr dx = r.up(x);
-                r.launch(kx::add_norm_kernel(plan.add_norm, T), {dx, r.up(o), r.up(nw)});
-                double ss = 0;
-                for (float v : o) ss += double(v) * v;
-                const float scale = 1.0f / std::sqrt(float(ss / E) + plan.add_norm.eps);
-                const std::vector<float> got = r.down<float>(dx, E);
-                Worst w;
-                for (uint32_t i = 0; i < E; ++i) {
-                    const float ref = x[i] + (o[i] * scale) * nw[i];
-                    w.add(std::fabs(got[i] - ref), 1e-6 * (1 + std::fabs(ref)));
-                }
-                return w;
-            });
+        // x += rmsnorm(o) ∘ w, times gemma4's output scale when the shape says so.
+        auto add_norm = [&](const kx::AddNormShape& an, const Weight& norm) {
+            once(kx::add_norm_kernel(an, T).name, an.scaled ? "normalised residual add, times the layer's output scale"
+                                                            : "normalised residual add",
+                 [&] {
+                     const std::vector<float> x = r.randv(E, 1.0f), o = r.randv(E, 3.0f), nw = vec(norm);
+                     const float out_scale = an.scaled ? vec(l.out_scale).at(0) : 1.0f;
+                     const DevPtr dx = r.up(x);
+                     std::vector<ptx::ParamValue> args = {dx, r.up(o), r.up(nw)};
+                     if (an.scaled) args.push_back(r.up(std::vector<float>{out_scale}));
+                     r.launch(kx::add_norm_kernel(an, T), args);
+                     double ss = 0;
+                     for (float v : o) ss += double(v) * v;
+                     const float scale = 1.0f / std::sqrt(float(ss / E) + an.eps);
+                     const std::vector<float> got = r.down<float>(dx, E);
+                     Worst w;
+                     for (uint32_t i = 0; i < E; ++i) {
+                         const float sum = x[i] + (o[i] * scale) * nw[i], ref = an.scaled ? sum * out_scale : sum;
+                         w.add(std::fabs(got[i] - ref), 1e-6 * (1 + std::fabs(ref)));
+                     }
+                     return w;
+                 });
+        };
+        if (lp.post_attn_norm) add_norm(plan.add_norm, l.attn_post_norm);
         once(kx::gemv_kernel(lp.gate_up, T).name, "ffn_norm + gate, up, act(gate) * up",
              [&] { return check_gemv(r, lp.gate_up, {&l.gate, &l.up}, &l.ffn_norm); });
         once(kx::gemv_kernel(lp.down, T).name, "down projection",
              [&] { return check_gemv(r, lp.down, {&l.down}, nullptr); });
+        if (lp.post_ffn_norm) add_norm(lp.out_scale && !lp.ple ? plan.add_norm_scaled : plan.add_norm, l.ffn_post_norm);
+        if (lp.ple) {   // gemma4: x += rmsnorm(proj · (gelu(gate · x) ⊙ slice))
+            once(kx::gemv_kernel(lp.ple_gate, T).name, "per-layer input gate",
+                 [&] { return check_gemv(r, lp.ple_gate, {&l.ple_gate}, nullptr); });
+            once(kx::ple_gate_kernel(lp.ple_mul, T).name, "gelu(gate) * the layer's per-layer input",
+                 [&] { return check_ple_gate(r, lp.ple_mul); });
+            once(kx::gemv_kernel(lp.ple_proj, T).name, "per-layer input projection",
+                 [&] { return check_gemv(r, lp.ple_proj, {&l.ple_proj}, nullptr); });
+            add_norm(lp.out_scale ? plan.add_norm_scaled : plan.add_norm, l.ple_post_norm);
+        }
     }
+    if (plan.softcap.cap > 0)
+        once(kx::softcap_kernel(plan.softcap, T).name, "final logit soft-cap", [&] {
+            const std::vector<float> x = r.randv(m.n_vocab, 2.0f * plan.softcap.cap);
+            const DevPtr dx = r.up(x);
+            r.launch(kx::softcap_kernel(plan.softcap, T), {dx});
+            const std::vector<float> got = r.down<float>(dx, x.size());
+            Worst w;   // tanh as 1 - 2 / (1 + e^2y) with ex2.approx: ~1e-7 absolute, times the cap
+            for (size_t i = 0; i < x.size(); ++i) {
+                const double ref = plan.softcap.cap * std::tanh(double(x[i]) / plan.softcap.cap);
+                w.add(std::fabs(got[i] - ref), 1e-6 * plan.softcap.cap + 1e-6 * std::fabs(ref));
+            }
+            return w;
+        });
     once(kx::gemv_kernel(plan.head, T).name, "output_norm + LM head",
          [&] { return check_gemv(r, plan.head, {&m.output}, &m.output_norm); });
     once(kx::clear_u64_kernel(T).name, "clear the argmax slot", [&] {

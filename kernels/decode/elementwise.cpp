@@ -240,8 +240,10 @@ GeneratedKernel add_norm_kernel(const AddNormShape& s, Target t, const InlineTar
   const LaunchGeometry g = add_norm_geometry(s, in);
   ParamList params;
   params.add_ptr("x").add_ptr("o").add_ptr("w");
+  if (s.scaled) params.add_ptr("s");
   std::string name("add_norm_");
   name.append(std::to_string(s.n));
+  if (s.scaled) name.append("_scaled");
   if (s.tokens > 1) name.append("_t").append(std::to_string(s.tokens));
   Emit emit(in, name.c_str(), t, params, g);
   Kernel& k = emit.k();
@@ -263,13 +265,15 @@ GeneratedKernel add_norm_kernel(const AddNormShape& s, Target t, const InlineTar
   Reg root = k.sqrt(k.add(k.div(total, float(s.n)), s.eps));
   Reg scale = k.reg(Type::f32);
   k.div(scale, 1.0f, root);
+  Reg out_scale = s.scaled ? k.ld_global_nc(Type::f32, at(k.param("s"))) : Reg{};
   k.for_range(i, tid, s.n, kThreads, [&] {
     Reg off = k.mul_wide(i, 4u);
     Reg v = k.ld_global(Type::f32, at(k.add(o, off)));
     Reg wv = k.ld_global_nc(Type::f32, at(k.add(w, off)));
     Reg a = k.add(x, off);
     Reg scaled = k.mul(k.mul(v, scale), wv);
-    k.st_global(at(a), k.add(k.ld_global(Type::f32, at(a)), scaled));
+    Reg sum = k.add(k.ld_global(Type::f32, at(a)), scaled);
+    k.st_global(at(a), s.scaled ? k.mul(sum, out_scale) : sum);
   });
   return emit.done(true);
 }

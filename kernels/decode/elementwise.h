@@ -29,13 +29,16 @@ ptx::LaunchGeometry embed_geometry(const EmbedShape& s);
 ptx::GeneratedKernel embed_kernel(const EmbedShape& s, ptx::Target t = {}, const InlineTarget* in = nullptr);
 
 // x += rmsnorm(o) ∘ w (gemma3's post-attention and post-FFN norms), one
-// block. Params: x (n f32, updated), o (n f32), w (n f32).
+// block. Params: x (n f32, updated), o (n f32), w (n f32), [s (one f32)
+// when scaled]. scaled: x = (x + rmsnorm(o) ∘ w) · *s (gemma4's
+// layer_output_scale at a layer's end).
 // tokens T > 1: x and o T rows of n (row t at t·n), a block per row, w
 // shared; not inline. T = 1 is the single-token kernel, unchanged.
 struct AddNormShape {
   uint32_t n = 0;
   float eps = 1e-6f;
   uint32_t tokens = 1;
+  bool scaled = false;
 };
 ptx::LaunchGeometry add_norm_geometry(const AddNormShape& s);
 ptx::GeneratedKernel add_norm_kernel(const AddNormShape& s, ptx::Target t = {}, const InlineTarget* in = nullptr);

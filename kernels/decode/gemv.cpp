@@ -27,11 +27,12 @@ uint32_t total_rows(const GemvShape& s) {
   return uint32_t(n);
 }
 
-bool sixteen_bit(GgmlType t) { return t == GgmlType::F16 || t == GgmlType::BF16; }
+// A float matrix (F16, BF16, F32): f16_row_dot takes its rows.
+bool float_rows(GgmlType t) { return t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::F32; }
 
-// Every segment F16 or BF16: N input columns on the f32 input.
-bool sixteen_bit_only(const GemvShape& s) {
-  return std::all_of(s.segments.begin(), s.segments.end(), [](const GemvSegment& g) { return sixteen_bit(g.type); });
+// Every segment a float matrix: N input columns on the f32 input.
+bool float_rows_only(const GemvShape& s) {
+  return std::all_of(s.segments.begin(), s.segments.end(), [](const GemvSegment& g) { return float_rows(g.type); });
 }
 
 void check_shape(const GemvShape& s) {
@@ -45,8 +46,8 @@ void check_shape(const GemvShape& s) {
     throw Error("gemv: an 8-bit input for a 256-element type (Q4_K, Q6_K, ...) needs n_in a multiple of 256");
   if (s.columns == 0 || s.columns > kMaxGemvColumns)
     throw Error("gemv: " + std::to_string(s.columns) + " input columns (1 to " + std::to_string(kMaxGemvColumns) + ")");
-  if (s.columns > 1 && !s.q8_input && !sixteen_bit_only(s))
-    throw Error("gemv: several input columns need the 8-bit input (q8_input), or F16/BF16 weights only");
+  if (s.columns > 1 && !s.q8_input && !float_rows_only(s))
+    throw Error("gemv: several input columns need the 8-bit input (q8_input), or F16/BF16/F32 weights only");
   if (s.columns > 1 && !s.q8_input && uint64_t(s.n_in) * 4 * s.columns > 200 * 1024)
     throw Error("gemv: " + std::to_string(s.columns) + " f32 input columns of " + std::to_string(s.n_in) +
                 " do not fit in shared memory");
@@ -89,6 +90,13 @@ std::string kernel_name(const GemvShape& s) {
   return n;
 }
 
+// The address of row `local` of segment si's weights (parameter w<si>).
+Reg segment_row(Kernel& k, const GemvShape& s, size_t si, const Reg& local) {
+  return k.add(k.param(indexed("w", si)), k.mul_wide(local, row_layout(s.segments[si].type, s.n_in).row_bytes));
+}
+
+}  // namespace
+
 // silu(g) = g / (1 + e^-g), or gelu_tanh(g) = 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))),
 // in the CPU reference's order of operations; e^y as 2^(y·log2 e) and
 // tanh(y) = 1 - 2 / (1 + e^(2y)) (exact at the extremes, ~1e-7 absolute).
@@ -108,17 +116,9 @@ Reg glu_activation(Kernel& k, const Reg& g, Glu kind) {
   return k.mul(half_g, k.add(th, 1.0f));
 }
 
-// The address of row `local` of segment si's weights (parameter w<si>).
-Reg segment_row(Kernel& k, const GemvShape& s, size_t si, const Reg& local) {
-  return k.add(k.param(indexed("w", si)), k.mul_wide(local, row_layout(s.segments[si].type, s.n_in).row_bytes));
-}
-
-}  // namespace
-
 bool gemv_supports(GgmlType t) {
   return t == GgmlType::Q4_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0 || t == GgmlType::Q4_0 ||
-         t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::IQ4_NL || k256_decoded(t) || t == GgmlType::F16 ||
-         t == GgmlType::BF16;
+         t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::IQ4_NL || k256_decoded(t) || float_rows(t);
 }
 
 GemvPlan gemv_plan(const GemvShape& s) {
@@ -143,7 +143,7 @@ LaunchGeometry gemv_geometry(const GemvShape& s) {
   const uint32_t passes = q8_pass_blocks(s);
   g.shared_bytes = passes          ? s.columns * q8_pass_column_bytes(s)   // a pass's 8-bit input, every column
                    : s.q8_input    ? q8_shared_bytes(s)               // the 8-bit input, every column
-                   : s.columns > 1 ? s.columns * s.n_in * 4           // F16/BF16: every column's f32 input
+                   : s.columns > 1 ? s.columns * s.n_in * 4           // float rows: every column's f32 input
                                    : s.n_in * 4 + s.n_in / 8 * 4;   // the staged input, then its 8-element sums
   return g;
 }
@@ -224,7 +224,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
   // likewise.
   // So do the 16-bit-float rows' kF16Unroll chunks (32 words, gemv_f32.cpp).
   const bool decoded = std::any_of(s.segments.begin(), s.segments.end(), [](const GemvSegment& g) {
-    return k256_decoded(g.type) || g.type == GgmlType::F16 || g.type == GgmlType::BF16;
+    return k256_decoded(g.type) || float_rows(g.type);
   });
   if ((s.q8_input || decoded) && !in) k.set_minnctapersm(1);
   Symbol dyn = k.dynamic_shared("xs", 16);
@@ -304,7 +304,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
   } else {
     k.comment("stage the input (times the norm weight) in shared memory; sum of squares for the norm");
     stage_f32(x, xs, ss);
-    if (!sixteen_bit_only(s)) {   // F16/BF16 rows have no offsets or mins
+    if (!float_rows_only(s)) {   // float rows have no offsets or mins
       Reg i = k.reg(Type::u32);
       k.bar_sync(0);
       k.comment("sums of each 8 staged inputs (the quant offsets and mins multiply them)");
@@ -348,7 +348,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
             : seg.type == GgmlType::Q6_K ? q6k_row_dot(k, layout, wrow, lane, xs, xsum8)
             : seg.type == GgmlType::Q8_0 ? q8_0_row_dot(k, layout, wrow, lane, xs)
             : k256_decoded(seg.type)     ? k256_row_dot(k, layout, wrow, lane, xs, xsum8)
-            : seg.type == GgmlType::F16 || seg.type == GgmlType::BF16 ? f16_row_dot(k, layout, wrow, lane, xs)[0]
+            : float_rows(seg.type)       ? f16_row_dot(k, layout, wrow, lane, xs)[0]
                                          : block32_row_dot(k, layout, wrow, lane, xs, xsum8)};
   };
   auto finish_row = [&](const Reg& part, uint32_t col) {

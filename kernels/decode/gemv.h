@@ -11,9 +11,10 @@
 // butterfly reduction ends the row.
 //
 // Types: Q4_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, IQ4_NL, and Q5_K, Q3_K, Q2_K,
-// IQ4_XS (kernels/decode/gemv_types.h), and the 16-bit floats F16 and BF16
-// (on the f32 input only: each weight converted exactly to f32, one f32 FMA;
-// a launch that mixes them with quantized types stays on the f32 input).
+// IQ4_XS (kernels/decode/gemv_types.h), and the float matrices F16, BF16
+// and F32 (on the f32 input only: each weight converted exactly to f32, one
+// f32 FMA; a launch that mixes them with quantized types stays on the f32
+// input).
 //
 // A GLU's gate and up rows are computed by the same warp, which writes
 // act(gate)·up (the Glu modes below).
@@ -47,6 +48,10 @@ struct GemvSegment {
 // the activation needs no launch and the down projection stages one vector.
 enum class Glu : uint8_t { None, SwiGlu, GeGlu };
 
+// act(g) of a GLU (SwiGlu: silu, GeGlu: gelu_tanh), as the GEMV's epilogue
+// computes it (gemma4's per-layer gate takes the same).
+ptx::Reg glu_activation(ptx::Kernel& k, const ptx::Reg& g, Glu kind);
+
 // An H100 SXM's SMs: the grid GemvShape sizes for unless told the device's.
 constexpr uint32_t kH100SxmSms = 132;
 
@@ -74,7 +79,7 @@ struct GemvShape {
   // each weight block loaded once for all of them (a batch of decode tokens,
   // a prompt chunk). x holds the columns one after another (column c at
   // c·n_in), every output likewise (column c at c·rows). Only with q8_input,
-  // or on the f32 input when every segment is F16/BF16 (each weight converted
+  // or on the f32 input when every segment is F16/BF16/F32 (each weight converted
   // once for all columns; columns × n_in × 4 bytes of shared memory, at most
   // 200 KiB), in a kernel of its own, 1 to kMaxGemvColumns. Column c's results are bit
   // for bit those of N = 1 on column c alone: each column is quantized,

@@ -267,10 +267,11 @@ Reg q4k_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane,
 // uses the first: 4 KiB in flight per warp wait, the 256-element kernels' most.
 constexpr uint32_t kF16Unroll = 8;
 
-// The per-warp dot product of one F16 or BF16 row (the file's bytes, the row
-// padded to a sector) with the staged f32 input. Lane l takes the 16-byte
-// chunks l, l + 32, ... (elements 8c .. 8c + 7 of chunk c): a warp request is
-// 512 contiguous bytes, whole sectors, kF16Unroll requests in flight before
+// The per-warp dot product of one F16, BF16 or F32 row (the file's bytes,
+// the row padded to a sector) with the staged f32 input. Lane l takes the
+// 16-byte chunks l, l + 32, ... (elements 8c .. 8c + 7 of chunk c; F32: the
+// 32-byte chunks, as two 16-byte loads): a warp request is 512 contiguous
+// bytes (F32: two requests of every other 16 bytes of 1024), whole sectors, kF16Unroll requests in flight before
 // the first is used (the last step's chunks past the row read the row's last
 // chunk and add -0). Each weight becomes an exact f32 (F16: cvt.f32.f16;
 // BF16: its bits shifted up 16, an integer op) and one f32 FMA takes it:
@@ -285,11 +286,12 @@ constexpr uint32_t kF16Unroll = 8;
 // sums are added in the same order whatever the column count.
 std::vector<Reg> f16_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, const Reg& lane, const Reg& xs,
                              uint32_t columns, uint32_t col_bytes) {
-  const bool bf16 = l.type == GgmlType::BF16;
+  const bool bf16 = l.type == GgmlType::BF16, f32 = l.type == GgmlType::F32;
   // More than 4 columns: fewer chunks per step (a half, a quarter past 8), so
   // the columns' accumulators have the registers (test_ptxas: a 16-column GLU
   // spilled on sm_90 at a half).
-  const uint32_t per_step = columns > 8 ? kF16Unroll / 4 : columns > 4 ? kF16Unroll / 2 : kF16Unroll;
+  // F32: half the chunks, each twice the bytes (the same words in flight).
+  const uint32_t per_step = (columns > 8 ? kF16Unroll / 4 : columns > 4 ? kF16Unroll / 2 : kF16Unroll) / (f32 ? 2 : 1);
   const uint32_t nc = l.cols / 8, unroll = std::min(per_step, ceil_div(nc, 32u));
   Reg flip = k.and_(lane, 4u);
   Reg swap = k.setp(Cmp::ne, flip, 0u);
@@ -310,18 +312,26 @@ std::vector<Reg> f16_row_dot(Kernel& k, const RowLayout& l, const Reg& wrow, con
       Reg c = u ? k.add(b, 32 * u) : b;
       valid.push_back(u ? k.setp(Cmp::lt, c, nc) : Reg{});
       chunk.push_back(u ? k.min(c, nc - 1) : c);
-      raw.push_back(ld_v4_nc(k, Type::u32, k.add(wrow, k.mul_wide(chunk.back(), 16u))));
+      Reg at_chunk = k.add(wrow, k.mul_wide(chunk.back(), f32 ? 32u : 16u));
+      raw.push_back(ld_v4_nc(k, Type::u32, at_chunk));
+      if (f32) {   // elements 4-7 in the next 16 bytes
+        const std::vector<Reg> more = ld_v4_nc(k, Type::u32, at_chunk, 16);
+        raw.back().insert(raw.back().end(), more.begin(), more.end());
+      }
     }
     for (uint32_t u = 0; u < unroll; ++u) {
       Reg xo = k.shl(chunk[u], 5u);
       Reg xa0 = k.add(x_first, xo), xb0 = k.add(x_second, xo);
       const std::vector<Reg>& r = raw[u];
-      // The words of the half read first (elements 0-3, or 4-7 when swapped), then the other's.
-      const std::array<Reg, 4> w = {k.selp(r[2], r[0], swap, Type::u32), k.selp(r[3], r[1], swap, Type::u32),
-                                    k.selp(r[0], r[2], swap, Type::u32), k.selp(r[1], r[3], swap, Type::u32)};
       std::vector<Reg> f;   // the 8 weights as f32, in the order the input's halves are read
-      for (uint32_t i = 0; i < 4; ++i)
-        for (uint32_t h = 0; h < 2; ++h) f.push_back(to_f32(w[i], h));
+      if (f32) {            // the words of the half read first (elements 0-3, or 4-7 when swapped), then the other's
+        for (uint32_t i = 0; i < 8; ++i) f.push_back(k.bitcast(Type::f32, k.selp(r[(i + 4) % 8], r[i], swap, Type::u32)));
+      } else {              // the same in pairs of 16-bit words
+        const std::array<Reg, 4> w = {k.selp(r[2], r[0], swap, Type::u32), k.selp(r[3], r[1], swap, Type::u32),
+                                      k.selp(r[0], r[2], swap, Type::u32), k.selp(r[1], r[3], swap, Type::u32)};
+        for (uint32_t i = 0; i < 4; ++i)
+          for (uint32_t h = 0; h < 2; ++h) f.push_back(to_f32(w[i], h));
+      }
       for (uint32_t col = 0; col < columns; ++col) {
         std::vector<Reg> xa = ld_vec(k, Space::shared, Type::f32, 4, xa0, col * col_bytes);
         std::vector<Reg> xb = ld_vec(k, Space::shared, Type::f32, 4, xb0, col * col_bytes);

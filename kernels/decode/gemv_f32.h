@@ -25,7 +25,7 @@ ptx::Reg q6k_row_dot(ptx::Kernel& k, const RowLayout& l, const ptx::Reg& wrow, c
                      const ptx::Reg& xs, const ptx::Reg& xsum8);
 ptx::Reg q4k_row_dot(ptx::Kernel& k, const RowLayout& l, const ptx::Reg& wrow, const ptx::Reg& lane,
                      const ptx::Reg& xs, const ptx::Reg& xsum8);
-// F16 or BF16, one partial per input column (`columns` staged col_bytes apart).
+// F16, BF16 or F32, one partial per input column (`columns` staged col_bytes apart).
 std::vector<ptx::Reg> f16_row_dot(ptx::Kernel& k, const RowLayout& l, const ptx::Reg& wrow, const ptx::Reg& lane,
                                   const ptx::Reg& xs, uint32_t columns = 1, uint32_t col_bytes = 0);
 

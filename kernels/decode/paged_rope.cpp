@@ -34,14 +34,14 @@ void check(const PagedRopeShape& s) {
 
 LaunchGeometry paged_rope_geometry(const PagedRopeShape& s) {
   check(s);
-  return LaunchGeometry{{(s.n_head + s.n_head_kv + kWarps - 1) / kWarps, s.tokens, 1}, {kThreads, 1, 1}, 0};
+  return LaunchGeometry{{(s.units() + kWarps - 1) / kWarps, s.tokens, 1}, {kThreads, 1, 1}, 0};
 }
 
 GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t, const InlineTarget* in) {
   const LaunchGeometry geo = paged_rope_geometry(s);
   const uint32_t hd = s.head_dim, half = hd / 2, rp = s.rot() / 2, nkv = s.n_head_kv, ps = s.page_size;
   const uint32_t slots = (half + 31) / 32;   // pairs per lane
-  const uint32_t units = s.n_head + nkv;
+  const uint32_t units = s.units();
   ParamList params;
   params.add_ptr("tokens").add_ptr("tables").add_ptr("q").add_ptr("k").add_ptr("v");
   if (s.bias) params.add_ptr("bq").add_ptr("bk").add_ptr("bv");
@@ -54,6 +54,8 @@ GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t, const Inlin
   if (s.bias) name += "_bias";
   if (s.qk_norm) name += "_qknorm";
   if (s.temp_scale != 0) name += "_temp" + std::to_string(s.temp_floor);
+  if (s.v_norm) name += "_vnorm";
+  if (s.q_only) name += "_qonly";
   t.pdl = false;   // launched plainly (see the header)
   Emit emit(in, name.c_str(), t, params, geo);
   Kernel& k = emit.k();
@@ -175,8 +177,7 @@ GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t, const Inlin
     else k.if_(sl[c].valid, fn);
   };
 
-  Reg is_q = k.setp(Cmp::lo, unit, s.n_head);
-  k.if_else(is_q, [&] {
+  auto query_head = [&] {
     k.comment("a query head: bias, norm, RoPE, times the scale (and the temperature), to q_rot");
     Reg qrow = k.mad_lo(tok, s.n_head, unit);
     std::vector<std::pair<Reg, Reg>> x = load("q", "bq", qrow, unit);
@@ -193,7 +194,8 @@ GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t, const Inlin
         k.st_global(at(k.add(dst, sl[c].ob)), y1);
       });
     }
-  }, [&] {
+  };
+  auto kv_head = [&] {
     k.comment("a KV head: K (bias, norm, RoPE) and V (bias) as f16 to the token's slot of its page");
     Reg kvh = k.sub(unit, s.n_head);
     Reg kvrow = k.mad_lo(tok, nkv, kvh);
@@ -207,6 +209,15 @@ GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t, const Inlin
     if (s.bias) {
       Reg bsrc = k.add(k.add(k.param("bv"), k.mul_wide(kvh, hd * 4)), lane4);
       for (uint32_t i = 0; i < vper; ++i) k.add(vv[i], vv[i], k.ld_global_nc(Type::f32, at(bsrc, int64_t(i) * 128)));
+    }
+    if (s.v_norm) {   // rms_norm without a weight: the lanes' squares, a butterfly, the same root
+      Reg ss = k.mul(vv[0], vv[0]);
+      for (uint32_t i = 1; i < vper; ++i) k.fma(ss, vv[i], vv[i], ss);
+      Reg total = warp_allreduce(k, ss, ReduceOp::sum_f32);
+      Reg root = k.sqrt(k.add(k.div(total, float(hd)), s.eps));
+      Reg scale = k.reg(Type::f32);
+      k.div(scale, 1.0f, root);
+      for (uint32_t i = 0; i < vper; ++i) k.mul(vv[i], vv[i], scale);
     }
     unused();
     Reg page = k.ld_global(Type::u32, at(k.add(k.param("tables"),
@@ -226,7 +237,9 @@ GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t, const Inlin
     }
     Reg vd = k.add(vdst, k.mul_wide(lane, 2u));
     for (uint32_t i = 0; i < vper; ++i) k.st_global(at(vd, int64_t(i) * 64), k.cvt(Type::f16, vv[i]));
-  });
+  };
+  if (s.q_only) query_head();
+  else k.if_else(k.setp(Cmp::lo, unit, s.n_head), query_head, kv_head);
   return emit.done(true);
 }
 

@@ -22,7 +22,7 @@
 // q, K and V are bit-equal to it (test_paged_attention_emu checks it end to
 // end through paged_attention).
 //
-// Grid: (⌈(n_head + n_head_kv) / 4⌉, T) blocks of 4 warps; warp u of a row
+// Grid: (⌈units() / 4⌉, T) blocks of 4 warps; warp u of a row
 // handles query head u (u < n_head) or KV head u − n_head (K and V), lane l
 // the pairs l, l + 32, ... of the head. No shared memory, no barriers:
 // the head's loads are in flight with the token descriptor's, then the page
@@ -66,7 +66,12 @@ struct PagedRopeShape {
   // temp_floor⌋ + 1) as attention.h computes it (lg2.approx); 0 = off.
   float temp_scale = 0;
   uint32_t temp_floor = 0;
+  bool v_norm = false;       // gemma4: V RMS-normed per head without a weight (after its bias)
+  // gemma4's shared-KV layers: q only (the grid covers the query heads; k,
+  // v and the pools are not touched: attention reads an earlier layer's).
+  bool q_only = false;
   uint32_t rot() const { return n_rot ? n_rot : head_dim; }
+  uint32_t units() const { return n_head + (q_only ? 0 : n_head_kv); }   // warps' head units
 };
 
 // Warps (heads) per block.

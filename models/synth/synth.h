@@ -5,7 +5,7 @@
 // phi4mini: a phi3 file with Phi-4-mini's partial rotary (3/4 of each head),
 // and gemma4 (Gemma 4 dense: sliding and full layers of different head sizes,
 // shared-KV layers, per-layer embeddings, proportional RoPE on the full
-// layers; CPU only, so it is not in all_archs(), tiny and small only).
+// layers; tiny and small only, so it is not in all_archs()).
 //
 // A model is fully described by a Spec (shapes, RoPE bases, seed). The weights
 // are random but deterministic (same Spec = byte-identical file on any machine),
@@ -42,8 +42,8 @@ const char* size_name(Size s);   // "tiny", "small", "medium", "wide4096", "llam
                                  // "llama3.2-1b-slice", "llama3-8b"
 std::optional<Arch> parse_arch(std::string_view s);
 std::optional<Size> parse_size(std::string_view s);
-// The presets both devices run, in every size (gemma4, which the GPU path
-// refuses, is parsed and named but left out).
+// The presets both devices run, in every size (gemma4, tiny and small only,
+// is parsed and named but left out).
 const std::vector<Arch>& all_archs();
 const std::vector<Size>& all_sizes();
 

@@ -1,0 +1,146 @@
+#include "kernels/decode/gemma4.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "kernels/decode/gemv.h"
+#include "kernels/examples/common.h"
+
+namespace ptxlm::kernels {
+
+using namespace ptx;
+
+namespace {
+
+constexpr uint32_t kThreads = 256;
+
+void check_rows(const char* op, uint32_t rows, const InlineTarget* in) {
+  if (rows == 0 || rows > 65535) throw Error(std::string(op) + ": tokens must be 1..65535");
+  if (rows > 1 && in) throw Error(std::string(op) + ": a batch of tokens has no inline form");
+}
+
+std::string with_rows(std::string name, uint32_t rows) {
+  if (rows > 1) name.append("_t").append(std::to_string(rows));
+  return name;
+}
+
+// The f32 at `base` + 4·i.
+Reg f32_at(Kernel& k, const Reg& base, const Reg& i) { return k.add(base, k.mul_wide(i, 4u)); }
+
+}  // namespace
+
+static LaunchGeometry ple_input_geometry(const PleInputShape& s, const InlineTarget* in) {
+  if (s.per_layer == 0 || s.per_layer % 4) throw Error("ple_input: per_layer must be a positive multiple of 4");
+  if (s.layers == 0 || s.layers > 65535) throw Error("ple_input: layers must be 1..65535");
+  check_rows("ple_input", s.tokens, in);
+  return LaunchGeometry{{s.layers, s.tokens, 1}, {kThreads, 1, 1}, 0};
+}
+
+LaunchGeometry ple_input_geometry(const PleInputShape& s) { return ple_input_geometry(s, nullptr); }
+
+GeneratedKernel ple_input_kernel(const PleInputShape& s, Target t, const InlineTarget* in) {
+  const LaunchGeometry g = ple_input_geometry(s, in);
+  const uint32_t P = s.per_layer, PL = s.per_layer * s.layers;
+  ParamList params;
+  params.add_ptr("proj").add_ptr("tok").add_ptr("w").add_ptr("out");
+  const std::string name = with_rows("ple_input_" + std::to_string(P) + "x" + std::to_string(s.layers), s.tokens);
+  Emit emit(in, name.c_str(), t, params, g);
+  Kernel& k = emit.k();
+  Symbol red = k.shared_array("red", Type::f32, kThreads / 32);
+  // Block (l, t): the slice at t·P·L + l·P of each row.
+  Reg slice = k.mul_wide(k.special(Sreg::ctaid_x), P * 4);
+  if (s.tokens > 1) slice = k.add(slice, k.mul_wide(k.special(Sreg::ctaid_y), PL * 4));
+  Reg proj = k.add(k.param("proj"), slice), tok = k.add(k.param("tok"), slice), out = k.add(k.param("out"), slice);
+  Reg w = k.param("w");
+  Reg tid = k.special(Sreg::tid_x);
+  Reg i = k.reg(Type::u32);
+  Reg ss = k.mov(Type::f32, 0.0f);
+  k.for_range(i, tid, P, kThreads, [&] {
+    Reg y = k.mul(k.ld_global(Type::f32, at(f32_at(k, proj, i))), s.proj_scale);
+    k.fma(ss, y, y, ss);
+  });
+  Reg total = block_allreduce(k, ss, ReduceOp::sum_f32, red, kThreads);
+  Reg root = k.sqrt(k.add(k.div(total, float(P)), s.eps));
+  Reg scale = k.reg(Type::f32);
+  k.div(scale, 1.0f, root);
+  // Every thread reads its elements of proj before the barrier inside the
+  // reduction, and after it only the elements it writes: out may be proj.
+  k.for_range(i, tid, P, kThreads, [&] {
+    Reg y = k.mul(k.ld_global(Type::f32, at(f32_at(k, proj, i))), s.proj_scale);
+    Reg normed = k.mul(k.mul(y, scale), k.ld_global_nc(Type::f32, at(f32_at(k, w, i))));
+    Reg sum = k.add(normed, k.ld_global(Type::f32, at(f32_at(k, tok, i))));
+    k.st_global(at(f32_at(k, out, i)), k.mul(sum, s.sum_scale));
+  });
+  return emit.done(true);
+}
+
+static LaunchGeometry ple_gate_geometry(const PleGateShape& s, const InlineTarget* in) {
+  if (s.per_layer == 0 || s.layers == 0) throw Error("ple_gate: per_layer and layers must be positive");
+  check_rows("ple_gate", s.tokens, in);
+  return LaunchGeometry{{ceil_div(s.per_layer, kThreads), s.tokens, 1}, {kThreads, 1, 1}, 0};
+}
+
+LaunchGeometry ple_gate_geometry(const PleGateShape& s) { return ple_gate_geometry(s, nullptr); }
+
+GeneratedKernel ple_gate_kernel(const PleGateShape& s, Target t, const InlineTarget* in) {
+  const LaunchGeometry g = ple_gate_geometry(s, in);
+  const uint32_t P = s.per_layer;
+  ParamList params;
+  params.add_ptr("g").add_ptr("slice");
+  const std::string name = with_rows("ple_gate_" + std::to_string(P) + "x" + std::to_string(s.layers), s.tokens);
+  Emit emit(in, name.c_str(), t, params, g);
+  Kernel& k = emit.k();
+  Reg e = k.global_index_x();
+  Reg gp = k.param("g"), pl = k.param("slice");
+  if (s.tokens > 1) {   // row t: g + t·P, ple_in + t·P·L
+    Reg row = k.special(Sreg::ctaid_y);
+    gp = k.add(gp, k.mul_wide(row, P * 4));
+    pl = k.add(pl, k.mul_wide(row, P * s.layers * 4));
+  }
+  k.if_(k.setp(Cmp::lt, e, P), [&] {
+    Reg a = f32_at(k, gp, e);
+    Reg act = glu_activation(k, k.ld_global(Type::f32, at(a)), Glu::GeGlu);
+    k.st_global(at(a), k.mul(act, k.ld_global(Type::f32, at(f32_at(k, pl, e)))));
+  });
+  return emit.done(true);
+}
+
+static LaunchGeometry softcap_geometry(const SoftcapShape& s, const InlineTarget* in) {
+  if (s.n == 0) throw Error("softcap: n must be positive");
+  if (!(s.cap > 0)) throw Error("softcap: the cap must be positive");
+  check_rows("softcap", s.rows, in);
+  return LaunchGeometry{{ceil_div(s.n, kThreads), s.rows, 1}, {kThreads, 1, 1}, 0};
+}
+
+LaunchGeometry softcap_geometry(const SoftcapShape& s) { return softcap_geometry(s, nullptr); }
+
+GeneratedKernel softcap_kernel(const SoftcapShape& s, Target t, const InlineTarget* in) {
+  const LaunchGeometry g = softcap_geometry(s, in);
+  ParamList params;
+  params.add_ptr("x");
+  // The cap to 9 significant digits (every f32 its own), '.' as 'p'.
+  char cap[32];
+  std::snprintf(cap, sizeof cap, "%.9g", double(s.cap));
+  std::string c = cap;
+  std::replace(c.begin(), c.end(), '.', 'p');
+  const std::string name = with_rows("softcap_" + std::to_string(s.n) + "_cap" + c, s.rows);
+  Emit emit(in, name.c_str(), t, params, g);
+  Kernel& k = emit.k();
+  Reg e = k.global_index_x();
+  Reg x = k.param("x");
+  if (s.rows > 1) x = k.add(x, k.mul_wide(k.special(Sreg::ctaid_y), s.n * 4));
+  k.if_(k.setp(Cmp::lt, e, s.n), [&] {
+    constexpr double kLog2e = 1.4426950408889634;
+    Reg a = f32_at(k, x, e);
+    Reg y = k.div(k.ld_global(Type::f32, at(a)), s.cap);
+    Reg e2 = k.ex2_approx(k.mul(y, 2.0 * kLog2e));
+    Reg q = k.reg(Type::f32), th = k.reg(Type::f32);
+    k.div(q, 2.0f, k.add(e2, 1.0f));
+    k.sub(th, 1.0f, q);
+    k.st_global(at(a), k.mul(th, s.cap));
+  });
+  return emit.done(true);
+}
+
+}  // namespace ptxlm::kernels

@@ -1,0 +1,210 @@
+// Gemma 4 on the GPU decode path (issue 25) on emu: the synthetic gemma4
+// presets (tiny: 6 layers, one KV head; small: 8 layers, two) carry every
+// feature the GPU must compute as the CPU does: sliding layers with their own
+// head size and RoPE base, proportional RoPE factors on the full layers,
+// q/k norms with weights and v's without, shared-KV layers (q only, over an
+// earlier layer's pages), per-layer embeddings (the token's row of
+// per_layer_token_embd, the F32 per_layer_model_proj, each layer's gate and
+// projection), layer output scales and the final soft-cap.
+//
+// Teacher-forced on the CPU reference's greedy continuation (18 tokens:
+// past the window of 16 and across a KV page), the paged graph schedule on
+// the reference arithmetic, one token at a time (tiny) and in prompt chunks
+// of 7 (the step's T-row chains), gives the CPU reference's logits within a
+// measured bound with the same argmax everywhere. Negative controls (tiny):
+// a CPU model with one feature turned off (the soft-cap, the output scales, the
+// per-layer embeddings, v's norm) is far outside that bound, so the GPU
+// computes each one. `ptxlm selftest` checks every kernel kind of the
+// chain. The contiguous cache and the persistent schedule refuse the model
+// by name.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/decode_plan.h"
+#include "engine/cuda/selftest.h"
+#include "models/synth/synth.h"
+
+using namespace ptxlm;
+
+namespace {
+
+constexpr GpuArithmetic kRef = GpuArithmetic::Reference;
+constexpr uint32_t kCtx = 64;
+constexpr uint32_t kTokens = 18;
+
+Model load(synth::Size z, std::vector<uint8_t>& bytes) {
+  bytes = synth::model_bytes(synth::preset(synth::Arch::Gemma4, z));
+  return Model::from_file(gguf::File::parse(bytes, "synth-gemma4"));
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - b[i]));
+  return d;
+}
+
+size_t argmax(const float* row, size_t n) { return size_t(std::max_element(row, row + n) - row); }
+
+// The CPU reference's logits at every position of `ids` (teacher-forced).
+std::vector<float> cpu_logits(const Model& m, const std::vector<TokenId>& ids) {
+  cpu::CpuBackend cpu(m, kCtx, KvType::F16, 2);
+  cpu.set_path(cpu::CpuPath::Reference);
+  std::vector<float> out(ids.size() * m.n_vocab);
+  for (uint32_t i = 0; i < ids.size(); ++i) cpu.eval(ids[i], i, out.data() + size_t(i) * m.n_vocab);
+  return out;
+}
+
+// The CPU reference's greedy continuation of a fixed prompt to kTokens.
+std::vector<TokenId> cpu_greedy(const Model& m) {
+  cpu::CpuBackend cpu(m, kCtx, KvType::F16, 2);
+  cpu.set_path(cpu::CpuPath::Reference);
+  std::vector<TokenId> ids = {764, 17, 301, 52};
+  std::vector<float> row(m.n_vocab);
+  for (uint32_t i = 0; i < kTokens; ++i) {
+    cpu.eval(ids[i], i, row.data());
+    if (i + 1 == ids.size() && ids.size() < kTokens) ids.push_back(TokenId(argmax(row.data(), row.size())));
+  }
+  return ids;
+}
+
+std::vector<float> gpu_logits(Backend& b, const std::vector<TokenId>& ids, uint32_t batch) {
+  const size_t nv = b.n_vocab();
+  std::vector<float> out(ids.size() * nv);
+  for (uint32_t i = 0; i < ids.size(); i += batch) {
+    const uint32_t k = std::min<uint32_t>(batch, uint32_t(ids.size()) - i);
+    b.eval_batch({ids.data() + i, k}, i, out.data() + i * nv, k);
+  }
+  return out;
+}
+
+cuda::GpuTuning paged() {
+  cuda::GpuTuning t;
+  t.paged_kv = true;
+  return t;
+}
+
+// GPU reference path against the CPU reference, max |logit diff| over 18
+// positions (logits up to the soft-cap of 30), 1.25x the largest measured,
+// rounded up (emu, 2026-12-01, the same one token at a time and in chunks):
+// tiny 4.53e-3, small 7.17e-3 (gemma3's six layers reach 4.0e-3 in
+// test_cuda_backend; the post norms and per-layer adds amplify alike).
+// Controls (below): 1.98 (no v norm) to 24.4, over 200x either bound.
+double bound_of(synth::Size z) { return z == synth::Size::Tiny ? 5.7e-3 : 9e-3; }
+
+class CudaGemma4 : public ::testing::TestWithParam<synth::Size> {};
+
+TEST_P(CudaGemma4, PagedLogitsAreTheCpusAndEachFeatureCounts) {
+  std::vector<uint8_t> bytes;
+  const Model m = load(GetParam(), bytes);
+  const size_t nv = m.n_vocab;
+  const std::vector<TokenId> ids = cpu_greedy(m);
+  ASSERT_EQ(ids.size(), kTokens);
+  const std::vector<float> ref = cpu_logits(m, ids);
+
+  cuda::CudaBackend gpu(m, cuda::Driver::load(), kCtx, Schedule::Graph, kRef, nullptr, paged());
+  size_t ropes_q_only = 0, ple_gates = 0, softcaps = 0;
+  for (const cuda::CudaBackend::Launch& l : gpu.launches()) {
+    ropes_q_only += l.kernel.starts_with("paged_rope") && l.kernel.ends_with("_qonly");
+    ple_gates += l.kernel.starts_with("ple_gate");
+    softcaps += l.kernel.starts_with("softcap");
+  }
+  uint32_t shared = 0;
+  for (uint32_t il = 0; il < m.layers.size(); ++il) shared += !m.has_kv(il);
+  EXPECT_GT(shared, 0u);
+  EXPECT_EQ(ropes_q_only, shared);
+  EXPECT_EQ(ple_gates, m.layers.size());
+  EXPECT_EQ(softcaps, 1u);
+
+  // small (the time of this test): its prompt chunks only, and no controls.
+  const bool tiny = GetParam() == synth::Size::Tiny;
+  const std::vector<float> chunks = gpu_logits(gpu, ids, 7), one = tiny ? gpu_logits(gpu, ids, 1) : chunks;
+  size_t argmax_diff = 0;
+  for (uint32_t i = 0; i < kTokens; ++i)
+    argmax_diff += (argmax(ref.data() + i * nv, nv) != argmax(one.data() + i * nv, nv)) +
+                   (argmax(ref.data() + i * nv, nv) != argmax(chunks.data() + i * nv, nv));
+  const double d_one = max_abs_diff(ref, one), d_chunks = max_abs_diff(ref, chunks);
+
+  // The controls: the CPU reference of the same file with one feature off.
+  struct Control {
+    const char* what;
+    void (*off)(Model&);
+  };
+  const Control controls[] = {
+      {"no soft-cap", [](Model& c) { c.final_softcap = 0; }},
+      {"no output scales", [](Model& c) { for (LayerDesc& l : c.layers) l.out_scale = {}; }},
+      {"no v norm", [](Model& c) { for (LayerDesc& l : c.layers) l.v_norm = false; }},
+      {"no per-layer embeddings",
+       [](Model& c) {
+         c.n_embd_per_layer = 0;
+         for (LayerDesc& l : c.layers) l.ple_gate = {};
+       }},
+  };
+  const double bound = bound_of(GetParam());
+  std::printf("[cuda-gemma4] %s: max |logit diff| against the CPU reference: one token at a time %.3g, chunks of 7 "
+              "%.3g (bound %.1e); %zu argmax differences\n",
+              synth::size_name(GetParam()), d_one, d_chunks, bound, argmax_diff);
+  for (const Control& c : tiny ? std::span<const Control>(controls) : std::span<const Control>()) {
+    Model off = load(GetParam(), bytes);
+    c.off(off);
+    const double d = max_abs_diff(cpu_logits(off, ids), one);
+    std::printf("[cuda-gemma4]   against the CPU with %s: %.3g (%.0fx the bound)\n", c.what, d, d / bound);
+    EXPECT_GE(d, 100 * bound) << c.what << ": the GPU matched a CPU model without it";
+  }
+  EXPECT_LE(d_one, bound);
+  EXPECT_LE(d_chunks, bound);
+  EXPECT_EQ(argmax_diff, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, CudaGemma4, ::testing::Values(synth::Size::Tiny, synth::Size::Small),
+                         [](const auto& info) { return std::string(synth::size_name(info.param)); });
+
+// `ptxlm selftest` covers every kernel kind of the chain (the per-layer
+// embedding steps, the F32 GEMV, q-only RoPE, v's norm, the scaled add, the
+// soft-cap), on both GEMV paths, each within its tolerance.
+TEST(CudaGemma4, SelftestCoversEveryKernel) {
+  std::vector<uint8_t> bytes;
+  const Model m = load(synth::Size::Tiny, bytes);
+  for (bool quantized : {true, false}) {
+    const std::vector<cuda::SelftestResult> rs = cuda::run_selftest(m, cuda::Driver::load(), 256, 1, {}, quantized, true);
+    std::string names;
+    for (const cuda::SelftestResult& r : rs) {
+      names += r.kernel + " ";
+      EXPECT_TRUE(r.pass) << r.kernel << " (" << r.what << "): " << r.max_error << " against " << r.tolerance;
+    }
+    for (const char* want : {"ple_input_", "ple_gate_", "softcap_", "_qonly", "_vnorm", "_scaled", "_f32x", "embed_1536"})
+      EXPECT_NE(names.find(want), std::string::npos) << want << " not among " << names;
+  }
+}
+
+// The persistent schedule is refused by name, before anything is uploaded.
+TEST(CudaGemma4Plan, ThePersistentScheduleIsRefusedByName) {
+  std::vector<uint8_t> bytes;
+  const Model m = load(synth::Size::Tiny, bytes);
+  try {
+    cuda::CudaBackend pers(m, cuda::Driver::load(), kCtx, Schedule::Persistent, GpuArithmetic::Default, nullptr, paged());
+    ADD_FAILURE() << "the persistent schedule took gemma4";
+  } catch (const ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("--schedule persistent: not for gemma4 yet"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaGemma4Plan, TheContiguousCacheRefusesSharedKvByName) {
+  std::vector<uint8_t> bytes;
+  const Model m = load(synth::Size::Tiny, bytes);
+  try {
+    cuda::decode_plan(m, kCtx, true, 8, false);
+    ADD_FAILURE() << "the contiguous plan took gemma4";
+  } catch (const ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("is on the GPU path's paged KV only"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
