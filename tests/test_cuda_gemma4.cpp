@@ -31,6 +31,7 @@
 #include "engine/cuda/decode_plan.h"
 #include "engine/cuda/selftest.h"
 #include "models/synth/synth.h"
+#include "tests/backend_logits_util.h"
 
 using namespace ptxlm;
 
@@ -75,16 +76,6 @@ std::vector<TokenId> cpu_greedy(const Model& m) {
   return ids;
 }
 
-std::vector<float> gpu_logits(Backend& b, const std::vector<TokenId>& ids, uint32_t batch) {
-  const size_t nv = b.n_vocab();
-  std::vector<float> out(ids.size() * nv);
-  for (uint32_t i = 0; i < ids.size(); i += batch) {
-    const uint32_t k = std::min<uint32_t>(batch, uint32_t(ids.size()) - i);
-    b.eval_batch({ids.data() + i, k}, i, out.data() + i * nv, k);
-  }
-  return out;
-}
-
 cuda::GpuTuning paged() {
   cuda::GpuTuning t;
   t.paged_kv = true;
@@ -125,7 +116,7 @@ TEST_P(CudaGemma4, PagedLogitsAreTheCpusAndEachFeatureCounts) {
 
   // small (the time of this test): its prompt chunks only, and no controls.
   const bool tiny = GetParam() == synth::Size::Tiny;
-  const std::vector<float> chunks = gpu_logits(gpu, ids, 7), one = tiny ? gpu_logits(gpu, ids, 1) : chunks;
+  const std::vector<float> chunks = logits_of(gpu, ids, 7), one = tiny ? logits_of(gpu, ids, 1) : chunks;
   size_t argmax_diff = 0;
   for (uint32_t i = 0; i < kTokens; ++i)
     argmax_diff += (argmax(ref.data() + i * nv, nv) != argmax(one.data() + i * nv, nv)) +

@@ -29,6 +29,7 @@
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/decode_plan.h"
 #include "models/synth/synth.h"
+#include "tests/backend_logits_util.h"
 
 using namespace ptxlm;
 
@@ -67,17 +68,6 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 size_t argmax(const float* row, size_t n) { return size_t(std::max_element(row, row + n) - row); }
-
-// Every position's logits, in batches of `batch` (1: one eval per token).
-std::vector<float> logits_of(Backend& b, const std::vector<TokenId>& ids, uint32_t batch) {
-  const size_t nv = b.n_vocab();
-  std::vector<float> out(ids.size() * nv);
-  for (uint32_t i = 0; i < ids.size(); i += batch) {
-    const uint32_t k = std::min<uint32_t>(batch, uint32_t(ids.size()) - i);
-    b.eval_batch({ids.data() + i, k}, i, out.data() + i * nv, k);
-  }
-  return out;
-}
 
 // The CPU reference's greedy continuation of a fixed 4-token prompt to
 // kTokens tokens, and its logits at every position (kTokens × n_vocab).
