@@ -130,8 +130,12 @@ TEST(DecodePlan, SyntheticModelsKernelsAssemble) {
 // embedding steps, the F32 projection's GEMV, the q-only RoPE and the
 // soft-cap among them.
 TEST(DecodePlan, Gemma4KernelsAssemble) {
-  for (synth::Size z : {synth::Size::Small}) {
-    std::vector<uint8_t> bytes = synth::model_bytes(synth::preset(synth::Arch::Gemma4, z));
+  // small, then small with Gemma-4-E2B's attention (8 query heads over one
+  // KV head, full layers of head 512, sliding ones of 256).
+  for (bool e2b : {false, true}) {
+    synth::Spec spec = synth::preset(synth::Arch::Gemma4, synth::Size::Small);
+    if (e2b) spec.n_head = 8, spec.n_head_kv = 1, spec.head_dim = 512, spec.head_dim_swa = 256;
+    std::vector<uint8_t> bytes = synth::model_bytes(spec);
     const Model m = Model::from_file(gguf::File::parse(bytes, "synth"));
     std::string names;
     for (const ptx::GeneratedKernel& g :
@@ -139,7 +143,7 @@ TEST(DecodePlan, Gemma4KernelsAssemble) {
       names += g.name + " ";
     for (const char* want : {"ple_input_", "ple_gate_", "softcap_", "_qonly", "_vnorm", "_scaled", "_f32x"})
       EXPECT_NE(names.find(want), std::string::npos) << want << " not among " << names;
-    assemble_all(m, std::string("synth gemma4 ") + synth::size_name(z), false, false);
+    assemble_all(m, e2b ? "synth gemma4 small, E2B's attention" : "synth gemma4 small", false, false);
   }
 }
 

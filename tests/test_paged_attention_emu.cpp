@@ -128,7 +128,7 @@ protected:
     const float sentinel = 12345.0f;
     auto dtok = upload(tokv), dtab = upload(tables), dq = upload(q), dk = upload(pools.k), dv = upload(pools.v);
     auto dpart = upload(std::vector<float>(size_t(T) * s.n_head * s.splits * (hd + 4), 0.0f));
-    auto dsync = upload(std::vector<uint32_t>(size_t(T) * s.n_head_kv, 0u));
+    auto dsync = upload(std::vector<uint32_t>(kx::paged_attention_sync_slots(s), 0u));
     auto dout = upload(std::vector<float>(q.size(), sentinel));
     launch(kx::paged_attention_kernel(s), {DevPtr{dtok.ptr()}, DevPtr{dtab.ptr()}, DevPtr{dq.ptr()}, DevPtr{dk.ptr()},
                                           DevPtr{dv.ptr()}, DevPtr{dpart.ptr()}, DevPtr{dsync.ptr()}, DevPtr{dout.ptr()}});
@@ -156,7 +156,7 @@ protected:
         ADD_FAILURE() << "row " << i / (s.n_head * hd) << ", head " << i / hd % s.n_head << " [" << i % hd
                       << "]: " << out[i] << " vs " << e[i].value << " (tolerance " << e[i].tol << ")";
     }
-    for (uint32_t c : download<uint32_t>(dsync, size_t(T) * s.n_head_kv)) r.counters += c;
+    for (uint32_t c : download<uint32_t>(dsync, kx::paged_attention_sync_slots(s))) r.counters += c;
     return r;
   }
 
@@ -229,6 +229,13 @@ TEST_F(PagedAttentionOnEmu, DepthsGroupOf4Head128) { depths(8, 2, 128, 4, {0u, 1
 TEST_F(PagedAttentionOnEmu, DepthsGroupOf1Head64) { depths(2, 2, 64, 4, {0u, 16u, 257u}); }
 TEST_F(PagedAttentionOnEmu, DepthsGroupOf8Head64) { depths(8, 1, 64, 3, {15u, 300u}); }
 TEST_F(PagedAttentionOnEmu, DepthsGroupOf8Head128) { depths(16, 2, 128, 8, {47u, 700u}); }
+// Gemma 4's: head 256 with 8 query heads over one KV head (two sub-groups of
+// 4 per KV head), head 512 (32 lanes of two chunks each) with groups of 1,
+// 4 and 8 (sub-groups of 2: E4B's and E2B's full layers).
+TEST_F(PagedAttentionOnEmu, DepthsGroupOf8Head256) { depths(8, 1, 256, 4, {0u, 15u, 300u}); }
+TEST_F(PagedAttentionOnEmu, DepthsGroupOf1Head512) { depths(2, 2, 512, 4, {0u, 16u, 257u}); }
+TEST_F(PagedAttentionOnEmu, DepthsGroupOf4Head512) { depths(8, 2, 512, 4, {15u, 300u}); }
+TEST_F(PagedAttentionOnEmu, DepthsGroupOf8Head512) { depths(8, 1, 512, 3, {0u, 31u, 700u}); }
 // Head 96: 12 data lanes of a row's 16; depths 0, a page, many pages and not
 // page-aligned; Phi-3-mini's group of 1, Phi-4-mini's of 3, and 4 and 8.
 TEST_F(PagedAttentionOnEmu, DepthsGroupOf1Head96) { depths(2, 2, 96, 4, {0u, 15u, 16u, 257u}); }
@@ -285,7 +292,7 @@ TEST_F(PagedAttentionOnEmu, PagesOf32PromptChunkUnderAWindow) {
 
 // Negative control: one entry of a table points at another sequence's page.
 TEST_F(PagedAttentionOnEmu, WrongPageTableEntryFails) {
-  for (uint32_t hd : {128u, 96u}) negative_controls(hd);
+  for (uint32_t hd : {128u, 96u, 512u}) negative_controls(hd);   // 512: two sub-groups of 2, two chunks a lane
 }
 
 // ---------------------------------------------------------------- counts
@@ -393,6 +400,7 @@ TEST(PagedAttention, RefusesShapesItCannotRun) {
   EXPECT_THROW(kx::paged_attention_kernel({9, 4, 64, 16, 8}), ptx::Error);     // 9 heads over 4 KV heads
   EXPECT_THROW(kx::paged_attention_kernel({32, 2, 128, 16, 8}), ptx::Error);   // a group of 16
   EXPECT_NO_THROW(kx::paged_attention_kernel({4, 4, 96, 16, 8}));              // head_dim 96: 16 lanes, 4 idle
+  EXPECT_NO_THROW(kx::paged_attention_kernel({8, 1, 512, 16, 8}));             // head_dim 512, a group of 8: sub-groups of 2
   // 80 and 48 (10 of 16 and 6 of 8 lanes would hold data): no model of ours
   // has them, and nothing tests them.
   EXPECT_THROW(kx::paged_attention_kernel({4, 4, 80, 16, 8}), ptx::Error);

@@ -247,8 +247,9 @@ TEST(Ptxas, AttentionKernelsAssembleWithoutSpills) {
 }
 
 // Paged flash-decoding attention: groups of 1, 4, 7 and 8 query heads per KV
-// head, head_dim 64, 96 (a row on 16 lanes, 4 idle), 128 and 256, a sliding
-// window, a batch of 16 rows.
+// head, head_dim 64, 96 (a row on 16 lanes, 4 idle), 128, 256 and 512 (and
+// sub-groups: Gemma 4's 8 query heads over one KV head), a sliding window,
+// a batch of 16 rows.
 TEST(Ptxas, PagedAttentionKernelsAssembleWithoutSpills) {
   ASSERT_TRUE(have_ptxas()) << "ptxas missing: see Ptxas.IsAvailable";
   const std::vector<kx::PagedAttentionShape> shapes = {
@@ -262,6 +263,11 @@ TEST(Ptxas, PagedAttentionKernelsAssembleWithoutSpills) {
       {24, 8, 96, 16, 256, 1, 16, 0},      // Phi-4-mini: head 96, a group of 3
       {24, 8, 96, 16, 256, 16, 2, 0},      // ... a batch of 16
       {4, 1, 256, 16, 2048, 1, 64, 512},   // gemma3's sliding layers
+      {8, 1, 512, 16, 2048, 1, 33, 0},     // Gemma-4-E2B's full layers: head 512, sub-groups of 2
+      {8, 1, 512, 16, 2048, 16, 2, 0},     // ... a batch of 16
+      {8, 1, 256, 16, 2048, 1, 64, 512},   // its sliding layers: sub-groups of 4
+      {8, 2, 512, 16, 2048, 1, 33, 0},     // Gemma-4-E4B's full layers
+      {4, 4, 512, 16, 2048, 1, 16, 0},     // head 512, a group of 1
   };
   for (const char* arch : kArches) {
     for (const kx::PagedAttentionShape& s : shapes) {
@@ -274,7 +280,7 @@ TEST(Ptxas, PagedAttentionKernelsAssembleWithoutSpills) {
 
 // RoPE + K/V append into pages: Llama-3-8B (one row, a batch of 16),
 // qwen2 (NEOX, biases), gemma3 (head 256, q/k norms), Phi-4-mini (head 96,
-// n_rot 72), Mistral 3's temperature.
+// n_rot 72), Mistral 3's temperature, Gemma 4 (head 512, v's norm, q only).
 TEST(Ptxas, PagedRopeKernelsAssembleWithoutSpills) {
   ASSERT_TRUE(have_ptxas()) << "ptxas missing: see Ptxas.IsAvailable";
   const std::vector<kx::PagedRopeShape> shapes = {
@@ -285,6 +291,12 @@ TEST(Ptxas, PagedRopeKernelsAssembleWithoutSpills) {
       {.n_head = 24, .n_head_kv = 8, .head_dim = 96, .n_rot = 72, .max_pages = 8192, .scale = 0.102f, .neox = true},
       {.n_head = 32, .n_head_kv = 8, .head_dim = 128, .max_pages = 512, .scale = 0.088f, .temp_scale = 0.1f,
        .temp_floor = 8192},
+      // Gemma-4-E2B: head 512 (full) and 256 (sliding) with v's norm; a shared-KV layer's q only; a batch of 16.
+      {.n_head = 8, .n_head_kv = 1, .head_dim = 512, .max_pages = 2048, .neox = true, .qk_norm = true, .v_norm = true},
+      {.n_head = 8, .n_head_kv = 1, .head_dim = 256, .max_pages = 2048, .tokens = 16, .neox = true, .qk_norm = true,
+       .v_norm = true},
+      {.n_head = 8, .n_head_kv = 1, .head_dim = 512, .max_pages = 2048, .neox = true, .qk_norm = true, .v_norm = true,
+       .q_only = true},
   };
   for (const char* arch : kArches) {
     for (const kx::PagedRopeShape& s : shapes) {

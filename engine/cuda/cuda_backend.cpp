@@ -23,11 +23,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
             throw ModelError("--gpu-pdl: the persistent schedule is one launch; use it with --schedule graph or chain");
         p.target.pdl = true;
     }
-    // (On emu its op table runs gemma4 bit for bit as the graph does, but
-    // ptxas spills it: docs/status.md.)
-    if (p.schedule == Schedule::Persistent && m.n_embd_per_layer)
-        throw ModelError("--schedule persistent: not for gemma4 yet (its decoder's 512-thread blocks leave 128 registers "
-                         "a thread, fewer than its paged attention needs); use --schedule graph (the default) or chain");
+    if (p.schedule == Schedule::Persistent) check_persistent(m);
     p.paged = tuning.paged_kv || pages.n_pages;
     if (pages.n_pages) {
         if (pages.page_size != kKvPageSize)
@@ -215,7 +211,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         for (const LayerPlan& lp : plan.layers) {
             const kx::PagedAttentionShape& a = lp.paged_attention;
             part_floats = std::max<uint64_t>(part_floats, uint64_t(a.n_head) * a.splits * (a.head_dim + 4));
-            p.sync_heads = std::max(p.sync_heads, a.n_head_kv);
+            p.sync_heads = std::max(p.sync_heads, kx::paged_attention_sync_slots(a));   // per token row
         }
         p.q_rot = DeviceBuffer(p.ctx, R * max_q * 4);
         p.q_rot.fill_bytes(0);

@@ -73,7 +73,7 @@ struct CudaBackend::Impl {
     // output (paged_attention's q), paged_part / paged_sync its workspace and
     // split counters (per layer, one u32 per KV head; left zero).
     bool paged = false;
-    uint32_t n_pages = 0, sync_heads = 0;   // sync_heads: paged_sync's u32 per layer
+    uint32_t n_pages = 0, sync_heads = 0;   // sync_heads: paged_sync's u32 per layer (and token row)
     DeviceBuffer page_table, q_rot, paged_part, paged_sync;
     // The device state one token reads, written per token from a pinned slot:
     // {token, pos}; under paged KV {pos, table row 0, token, 0}, so that its
@@ -335,13 +335,14 @@ struct CudaBackend::Impl {
         }
         chain[rope].deps = {q, k, v};
         const kx::PagedAttentionShape& a = lp.paged_attention;
-        const uint32_t group = nh / nkv;
-        if (chain[attention].geometry.grid.count() != a.splits * nkv)
+        const uint32_t group = nh / nkv, hpb = a.heads_per_block(), subs = a.sub_groups();
+        if (chain[attention].geometry.grid.count() != a.splits * nkv * subs)
             throw std::logic_error("paged_deps: a paged_attention grid of other than one token row");
         Op::Dep heads{uint32_t(rope), {}}, slot{uint32_t(rope), {}};
-        for (uint32_t g = 0; g < nkv; ++g)
-            for (uint32_t s = 0; s < a.splits; ++s) {   // virtual block s + g * splits
-                const uint32_t first = g * group / W, last = (g * group + group - 1) / W;
+        for (uint32_t y = 0; y < nkv * subs; ++y)   // KV head g = y / subs, its sub-group y % subs
+            for (uint32_t s = 0; s < a.splits; ++s) {   // virtual block s + y * splits
+                const uint32_t g = y / subs, h0 = g * group + y % subs * hpb;
+                const uint32_t first = h0 / W, last = (h0 + hpb - 1) / W;
                 heads.ranges.insert(heads.ranges.end(), {first, last - first + 1, 1u});
                 slot.ranges.insert(slot.ranges.end(), {(nh + g) / W, 1u, 1u});
             }

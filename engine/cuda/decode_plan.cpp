@@ -40,14 +40,13 @@ kx::GemvShape gemv(uint32_t n_in, std::vector<kx::GemvSegment> segments, bool no
 void plan_paged(LayerPlan& lp, uint32_t il, uint32_t n_ctx, uint32_t sms, bool v_norm) {
     const kx::AttentionShape& a = lp.attention;
     const uint32_t hd = a.head_dim;
-    if (hd != 64 && hd != 96 && hd != 128 && hd != 256)
+    if (hd != 64 && hd != 96 && hd != 128 && hd != 256 && hd != 512)
         throw ModelError("paged KV: head size " + std::to_string(hd) + " (layer " + std::to_string(il) +
-                         ") is not supported by the paged attention kernel (64, 96, 128 or 256)");
+                         ") is not supported by the paged attention kernel (64, 96, 128, 256 or 512)");
     const uint32_t group = a.n_head / a.n_head_kv;
-    if (group > 8 || group * hd > 1024)
-        throw ModelError("paged KV: " + std::to_string(group) + " query heads per KV head at head size " +
-                         std::to_string(hd) + " (layer " + std::to_string(il) +
-                         ") are more than the paged attention kernel serves (8, and group x head size <= 1024)");
+    if (group > 8)
+        throw ModelError("paged KV: " + std::to_string(group) + " query heads per KV head (layer " + std::to_string(il) +
+                         ") are more than the paged attention kernel serves (8)");
     const uint32_t pages = kv_pages(n_ctx);
     lp.paged = true;
     lp.rope = {.n_head = a.n_head, .n_head_kv = a.n_head_kv, .head_dim = hd, .n_rot = a.n_rot, .page_size = kKvPageSize,
@@ -55,7 +54,8 @@ void plan_paged(LayerPlan& lp, uint32_t il, uint32_t n_ctx, uint32_t sms, bool v
                .eps = a.eps, .temp_scale = a.temp_scale, .temp_floor = a.temp_floor, .v_norm = v_norm,
                .q_only = lp.kv_layer != il};
     kx::PagedAttentionShape& p = lp.paged_attention;
-    p = {a.n_head, a.n_head_kv, hd, kKvPageSize, pages, 1, kx::paged_attention_splits(a.n_head_kv, 1, sms), a.window};
+    p = {a.n_head, a.n_head_kv, hd, kKvPageSize, pages, 1, 1, a.window};
+    p.splits = kx::paged_attention_splits(a.n_head_kv * p.sub_groups(), 1, sms);   // the grid's block rows
     for (;;) {
         try {
             kx::paged_attention_geometry(p);
@@ -141,6 +141,15 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, ui
     }
     p.head = gemv(E, {{m.output.type, m.n_vocab}}, true, eps, false, qi, sms);
     return p;
+}
+
+void check_persistent(const Model& m) {
+    // On emu its op table runs the gemma4 presets bit for bit as the graph,
+    // race-free; ptxas spills it at Gemma 4's sizes.
+    if (m.n_embd_per_layer)
+        throw ModelError("--schedule persistent: not for gemma4 yet (at its sizes the decoder's 512-thread blocks leave "
+                         "128 registers a thread, fewer than the inlined paged attention needs: ptxas spills); use "
+                         "--schedule graph (the default) or chain");
 }
 
 DecodePlan step_plan(const DecodePlan& one, uint32_t tokens) {

@@ -89,6 +89,11 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, ui
 // in 1..kernels::kMaxGemvColumns or a plan without paged KV.
 DecodePlan step_plan(const DecodePlan& one, uint32_t tokens);
 
+// Throws ModelError naming why the persistent schedule does not serve `m`
+// (gemma4: its decoder spills; docs/status.md), else nothing. CudaBackend and
+// `ptxlm ptx --schedule persistent` ask it.
+void check_persistent(const Model& m);
+
 // Whether `path` runs 8-bit GEMV inputs (every schedule: the default, and
 // --gpu-path quantized) or f32 ones (--gpu-path reference).
 inline bool quantized_gemvs(GpuArithmetic path) { return path != GpuArithmetic::Reference; }

@@ -202,7 +202,8 @@ Worst check_paged_attention(Runner& r, const kx::PagedAttentionShape& s, uint32_
     const DevPtr out = r.up(std::vector<float>(in.q.size()));
     r.launch(kx::paged_attention_kernel(s, r.target()),
              {r.up(std::vector<uint32_t>{pos, 0}), r.up(in.tables), r.up(in.q), r.up(in.k_pool), r.up(in.v_pool),
-              r.up(std::vector<float>(size_t(s.n_head) * s.splits * (hd + 4))), r.up(std::vector<uint32_t>(s.n_head_kv, 0u)),
+              r.up(std::vector<float>(size_t(s.n_head) * s.splits * (hd + 4))),
+              r.up(std::vector<uint32_t>(kx::paged_attention_sync_slots(s), 0u)),
               out});
     const std::vector<Checked> e = paged_attention_reference(s, in);
     const std::vector<float> got = r.down<float>(out, in.q.size());

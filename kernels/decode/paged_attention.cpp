@@ -24,17 +24,18 @@ uint32_t log2u(uint32_t x) { return uint32_t(std::countr_zero(x)); }
 
 // Lanes per K row: hd/8 (8 f16 each) rounded up to a power of two, so that a
 // warp load covers whole rows and the butterfly stays within one; at head 96
-// a row takes 16 lanes, the last 4 idle (their loads off, their products 0).
-uint32_t lanes_per_row(uint32_t hd) { return std::bit_ceil(hd / 8); }
+// a row takes 16 lanes, the last 4 idle (their loads off, their products 0);
+// at head 512 the whole warp, each lane two chunks of 8 (chunks_per_lane).
+uint32_t lanes_per_row(uint32_t hd) { return std::min(32u, std::bit_ceil(hd / 8)); }
+uint32_t chunks_per_lane(uint32_t hd) { return hd > 256 ? hd / 256 : 1; }
 
 void check(const PagedAttentionShape& s) {
   if (s.n_head == 0 || s.n_head_kv == 0 || s.n_head % s.n_head_kv)
     throw Error("paged_attention: n_head must be a positive multiple of n_head_kv");
   if (s.group() > 8) throw Error("paged_attention: at most 8 query heads per KV head");
-  if (s.group() * s.head_dim > 1024) throw Error("paged_attention: group × head_dim over 1024 (the warps' V sums)");
-  if (s.head_dim != 64 && s.head_dim != 96 && s.head_dim != 128 && s.head_dim != 256)
+  if (s.head_dim != 64 && s.head_dim != 96 && s.head_dim != 128 && s.head_dim != 256 && s.head_dim != 512)
     throw Error("paged_attention: head_dim " + std::to_string(s.head_dim) +
-                " not supported (64, 96, 128 or 256: the sizes with a test on emu)");
+                " not supported (64, 96, 128, 256 or 512: the sizes with a test on emu)");
   const uint32_t rows_per_load = 32 / lanes_per_row(s.head_dim);
   if (!std::has_single_bit(s.page_size) || s.page_size < rows_per_load)
     throw Error("paged_attention: page_size must be a power of two of at least " + std::to_string(rows_per_load));
@@ -56,10 +57,13 @@ uint32_t paged_attention_splits(uint32_t n_head_kv, uint32_t tokens, uint32_t sm
 // (K and V words, the K row as f32, a score per head and row): U shrinks as
 // the group grows so that ptxas keeps everything in registers (test_ptxas).
 uint32_t paged_attention_unroll(const PagedAttentionShape& s) {
-  const uint32_t g = s.group(), rows_per_load = 32 / lanes_per_row(s.head_dim);
+  const uint32_t g = s.heads_per_block(), rows_per_load = 32 / lanes_per_row(s.head_dim);
   // At head 64 a load covers 4 rows: 4 loads already make a 16-position tile
-  // (and ptxas spilled at 8 with a group of 1).
-  const uint32_t u = std::min(g <= 2 ? 8u : g <= 4 ? 4u : 2u, s.head_dim == 64 ? 4u : 8u);
+  // (and ptxas spilled at 8 with a group of 1); at head 512 a row is two
+  // loads per lane and twice the f32 K and V sums: a quarter of the rows
+  // (ptxas spilled at half on sm_86 and sm_89, a group of 2).
+  const uint32_t cpl = chunks_per_lane(s.head_dim);
+  const uint32_t u = std::min(g <= 2 ? 8u : g <= 4 ? 4u : 2u, s.head_dim == 64 ? 4u : 8u) / (cpl * cpl);
   return std::max(1u, std::min(u, s.page_size / rows_per_load));   // a tile lies in one page
 }
 
@@ -77,7 +81,7 @@ uint32_t shared_bytes(const PagedAttentionShape& s, uint32_t* pages_max) {
   const uint64_t ctx = uint64_t(s.max_pages) * s.page_size;
   const uint64_t chunk_max = ((ctx + s.splits - 1) / s.splits + tile - 1) / tile * tile;
   *pages_max = uint32_t(chunk_max / s.page_size + 2);
-  const uint32_t g = s.group(), hd = s.head_dim;
+  const uint32_t g = s.heads_per_block(), hd = s.head_dim;
   return 4 * (g * hd + *pages_max + kWarps * g * 2 + kWarps * g * hd + 1);
 }
 
@@ -89,14 +93,19 @@ LaunchGeometry paged_attention_geometry(const PagedAttentionShape& s) {
   if (shared_bytes(s, &pages_max) > 48 * 1024)
     throw Error("paged_attention: " + std::to_string(pages_max) + " page ids per chunk and the warps' sums need " +
                 std::to_string(shared_bytes(s, &pages_max)) + " bytes of shared memory (48 KiB): more splits or larger pages");
-  return LaunchGeometry{{s.splits, s.n_head_kv, s.tokens}, {kThreads, 1, 1}, 0};
+  return LaunchGeometry{{s.splits, s.n_head_kv * s.sub_groups(), s.tokens}, {kThreads, 1, 1}, 0};
 }
 
 GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t, const InlineTarget* in) {
   const LaunchGeometry geo = paged_attention_geometry(s);
-  const uint32_t hd = s.head_dim, G = s.group(), ps = s.page_size, S = s.splits, nkv = s.n_head_kv;
+  // G: the query heads of this block (the group, or a sub-group of it).
+  const uint32_t hd = s.head_dim, G = s.heads_per_block(), subs = s.sub_groups(), ps = s.page_size, S = s.splits,
+                 nkv = s.n_head_kv;
   const uint32_t lpr = lanes_per_row(hd), rpl = 32 / lpr;   // lanes per row, rows per warp load
-  const uint32_t dpr = hd / 8;                     // lanes of a row that hold data (8 f16 each): lpr but at 96
+  const uint32_t cpl = chunks_per_lane(hd);        // 16-byte chunks of a row per lane: 2 at head 512
+  const uint32_t vl = hd / 8;                      // a row's chunks of 8 dims (the shared layout's lanes)
+  const uint32_t dpr = vl / cpl;                   // lanes of a row that hold data: lpr but at 96
+  const uint32_t ne = 8 * cpl;                     // dims per lane
   const uint32_t U = paged_attention_unroll(s), tile = paged_attention_tile(s);
   uint32_t pages_max = 0;   // page ids of the longest chunk
   shared_bytes(s, &pages_max);
@@ -128,7 +137,9 @@ GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t, c
   Symbol wacc = k.shared_array("wacc", Type::f32, kWarps * G * hd, 16);   // per warp and head: V sums
   Symbol cell = k.shared_array("last", Type::u32, 1);
 
-  Reg split = k.special(Sreg::ctaid_x), kvh = k.special(Sreg::ctaid_y), tok = k.special(Sreg::ctaid_z);
+  Reg split = k.special(Sreg::ctaid_x), cy = k.special(Sreg::ctaid_y), tok = k.special(Sreg::ctaid_z);
+  Reg kvh = subs > 1 ? k.div(cy, subs) : cy;   // the KV head, and the sub-group of its query heads
+  Reg sub = subs > 1 ? k.sub(cy, k.mul(kvh, subs)) : Reg{};
   Reg tid = k.special(Sreg::tid_x);
   Reg lane = k.and_(tid, 31u), warp = k.shr(tid, 5u);
 
@@ -166,19 +177,21 @@ GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t, c
     return r;
   };
   // Shared copies of q and of the warps' V sums keep a head's float4 columns
-  // as [half][lane of the row]: column 2·dl + h at h·(hd/8) + dl, so that a
+  // as [half][chunk of the row]: column 2·dl + h at h·(hd/8) + dl, so that a
   // warp's 16-byte reads of its lanes' first (second) halves are contiguous
-  // (no bank conflicts). Threads walk the shared order; this is the column
-  // of the output a shared index holds.
+  // (no bank conflicts; at head 512 lane l's chunks are l and l + 32).
+  // Threads walk the shared order; this is the column of the output a shared
+  // index holds.
   auto column_of = [&](const Reg& si) {
     Reg r = mod_by(si, hd / 4);
-    Reg h = div_by(r, dpr);
-    Reg pair = k.mad_lo(mod_by(r, dpr), 2u, h);
+    Reg h = div_by(r, vl);
+    Reg pair = k.mad_lo(mod_by(r, vl), 2u, h);
     return k.add(k.sub(si, r), pair);
   };
   k.comment("the group's q rows and the chunk's page ids, in one round trip");
   Reg qparam = k.param("q");
-  Reg head0 = k.mad_lo(tok, s.n_head, k.mul(kvh, G));   // the group's first query row
+  Reg head0 = k.mad_lo(tok, s.n_head, k.mul(kvh, s.group()));   // the block's first query row
+  if (subs > 1) head0 = k.mad_lo(sub, G, head0);
   Reg qsrc = k.add(qparam, k.mul_wide(head0, hd * 4));
   const uint32_t q_iters = (cols + kThreads - 1) / kThreads;
   std::vector<std::vector<Reg>> qv(q_iters);
@@ -229,12 +242,12 @@ GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t, c
   for (uint32_t g = 0; g < G; ++g) {
     m[g] = k.mov(Type::f32, kNegInf);
     l[g] = k.mov(Type::f32, 0.0f);
-    for (int e = 0; e < 8; ++e) acc[g].push_back(k.mov(Type::f32, 0.0f));
+    for (uint32_t e = 0; e < ne; ++e) acc[g].push_back(k.mov(Type::f32, 0.0f));
   }
   Reg tile_lo = k.shr(lo, log2u(tile));
   Reg tile_end = k.add(k.shr(k.sub(hi, 1u), log2u(tile)), 1u);
   Reg ti = k.reg(Type::u32);
-  auto to_f32 = [&](const std::vector<Reg>& words) {   // 4 words of 2 f16 -> 8 f32
+  auto to_f32 = [&](const std::vector<Reg>& words) {   // 4 words of 2 f16 -> 8 f32 (per chunk)
     std::vector<Reg> f;
     for (const Reg& w : words) {
       Reg h0 = k.reg(Type::f16), h1 = k.reg(Type::f16);
@@ -259,38 +272,45 @@ GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t, c
       Reg above = k.setp(Cmp::hs, j, p0);
       valid[u] = k.and_(above, k.setp(Cmp::lo, j, hi));
       load[u] = data_lane.valid() ? k.and_(valid[u], data_lane) : valid[u];
-      for (int e = 0; e < 4; ++e) {
+      for (uint32_t e = 0; e < 4 * cpl; ++e) {
         kw[u].push_back(k.mov(Type::u32, 0u));
         if (!lean) vw[u].push_back(k.mov(Type::u32, 0u));
       }
     }
     MemOpt nc;
     nc.nc = true;
+    // Row u's words of this lane: chunk c (4 words) 512 bytes after chunk c − 1.
+    auto load_row = [&](const std::vector<Reg>& w, const Reg& base, uint32_t u) {
+      for (uint32_t c = 0; c < cpl; ++c)
+        k.ld(Space::global, std::vector<Reg>(w.begin() + 4 * c, w.begin() + 4 * c + 4),
+             at(base, int64_t(u) * rpl * hd * 2 + int64_t(c) * 512), nc);
+    };
     auto load_v = [&] {
-      for (uint32_t u = 0; u < U; ++u)
-        k.when(load[u], [&] { k.ld(Space::global, vw[u], at(va, int64_t(u) * rpl * hd * 2), nc); });
+      for (uint32_t u = 0; u < U; ++u) k.when(load[u], [&] { load_row(vw[u], va, u); });
     };
     k.comment(lean ? "K of the tile in flight (V after the scores); rows outside [p0, hi) are not read (kNoPage below p0)"
                    : "K and V of the tile in flight together; rows outside [p0, hi) are not read (kNoPage below p0)");
-    for (uint32_t u = 0; u < U; ++u)
-      k.when(load[u], [&] { k.ld(Space::global, kw[u], at(ka, int64_t(u) * rpl * hd * 2), nc); });
+    for (uint32_t u = 0; u < U; ++u) k.when(load[u], [&] { load_row(kw[u], ka, u); });
     if (!lean) load_v();
     std::vector<std::vector<Reg>> kf(U);
     for (uint32_t u = 0; u < U; ++u) kf[u] = to_f32(kw[u]);
     std::vector<std::vector<Reg>> sc(G, std::vector<Reg>(U));
     for (uint32_t g = 0; g < G; ++g) {
-      std::vector<Reg> q = ld_vec(k, Space::shared, Type::f32, 4, q_lane, int64_t(g) * hd * 4);
-      std::vector<Reg> q2 = ld_vec(k, Space::shared, Type::f32, 4, q_lane, int64_t(g) * hd * 4 + hd * 2);
-      q.insert(q.end(), q2.begin(), q2.end());
+      std::vector<Reg> q;   // this lane's dims of head g, chunk by chunk, as kf holds K's
+      for (uint32_t c = 0; c < cpl; ++c)
+        for (int64_t half : {int64_t(0), int64_t(hd) * 2}) {
+          const std::vector<Reg> q4 = ld_vec(k, Space::shared, Type::f32, 4, q_lane, int64_t(g) * hd * 4 + c * 512 + half);
+          q.insert(q.end(), q4.begin(), q4.end());
+        }
       for (uint32_t u = 0; u < U; ++u) {
         Reg d = k.mul(q[0], kf[u][0]);
-        for (int e = 1; e < 8; ++e) k.fma(d, q[e], kf[u][e], d);
+        for (uint32_t e = 1; e < ne; ++e) k.fma(d, q[e], kf[u][e], d);
         sc[g][u] = d;
       }
     }
     if (lean) {   // V now: the K words and their f32 copies are dead
       for (uint32_t u = 0; u < U; ++u)
-        for (int e = 0; e < 4; ++e) vw[u].push_back(k.mov(Type::u32, 0u));
+        for (uint32_t e = 0; e < 4 * cpl; ++e) vw[u].push_back(k.mov(Type::u32, 0u));
       load_v();
     }
     k.comment("scores: a butterfly over the row's lanes; the online softmax per head (log2 units)");
@@ -312,12 +332,12 @@ GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t, c
         else k.add(sum, sum, sc[g][u]);
       }
       k.fma(l[g], l[g], alpha, sum);
-      for (int e = 0; e < 8; ++e) k.mul(acc[g][e], acc[g][e], alpha);
+      for (uint32_t e = 0; e < ne; ++e) k.mul(acc[g][e], acc[g][e], alpha);
     }
     for (uint32_t u = 0; u < U; ++u) {
       std::vector<Reg> vf = to_f32(vw[u]);
       for (uint32_t g = 0; g < G; ++g)
-        for (int e = 0; e < 8; ++e) k.fma(acc[g][e], sc[g][u], vf[e], acc[g][e]);
+        for (uint32_t e = 0; e < ne; ++e) k.fma(acc[g][e], sc[g][u], vf[e], acc[g][e]);
     }
   }, false);
 
@@ -325,16 +345,18 @@ GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t, c
   for (uint32_t g = 0; g < G; ++g)
     for (uint32_t b = lpr; b < 32; b *= 2) {
       k.add(l[g], l[g], k.shfl_bfly(l[g], b));
-      for (int e = 0; e < 8; ++e) k.add(acc[g][e], acc[g][e], k.shfl_bfly(acc[g][e], b));
+      for (uint32_t e = 0; e < ne; ++e) k.add(acc[g][e], acc[g][e], k.shfl_bfly(acc[g][e], b));
     }
   Reg wacc_base = k.shared_addr(wacc), wml_base = k.shared_addr(wml);
   // The first row's data lanes store the warp's sums.
   k.if_(data_lane.valid() ? k.setp(Cmp::lo, lane, dpr) : k.setp(Cmp::eq, rsub, 0u), [&] {
     Reg a = k.mad_lo(warp, G * hd * 4, k.mad_lo(dl, 16u, wacc_base));
-    for (uint32_t g = 0; g < G; ++g) {
-      k.st(Space::shared, at(a, int64_t(g) * hd * 4), std::vector<Operand>(acc[g].begin(), acc[g].begin() + 4));
-      k.st(Space::shared, at(a, int64_t(g) * hd * 4 + hd * 2), std::vector<Operand>(acc[g].begin() + 4, acc[g].end()));
-    }
+    for (uint32_t g = 0; g < G; ++g)
+      for (uint32_t c = 0; c < cpl; ++c) {   // chunk c: the shared layout's lane dl + 32c
+        const auto first = acc[g].begin() + 8 * c;
+        k.st(Space::shared, at(a, int64_t(g) * hd * 4 + c * 512), std::vector<Operand>(first, first + 4));
+        k.st(Space::shared, at(a, int64_t(g) * hd * 4 + c * 512 + hd * 2), std::vector<Operand>(first + 4, first + 8));
+      }
   });
   k.if_(k.setp(Cmp::eq, lane, 0u), [&] {
     Reg a = k.mad_lo(warp, G * 8, wml_base);
@@ -386,7 +408,7 @@ GeneratedKernel paged_attention_kernel(const PagedAttentionShape& s, Target t, c
   k.comment("several splits: the last block of (token, KV head) to finish combines them");
   Reg is_t0 = k.setp(Cmp::eq, tid, 0u);
   k.bar_sync(0);   // every thread's part precedes thread 0's release
-  last_block_or_return(k, is_t0, k.add(k.param("sync"), k.mul_wide(k.mad_lo(tok, nkv, kvh), 4u)), nsplit, cell);
+  last_block_or_return(k, is_t0, k.add(k.param("sync"), k.mul_wide(k.mad_lo(tok, nkv * subs, cy), 4u)), nsplit, cell);
 
   k.comment("the reduction: splits in batches of 16 in flight, rescaled online by their max, in split order");
   constexpr uint32_t kBatch = 16;

@@ -16,14 +16,16 @@
 // a sliding window dropped: never read).
 //
 // Block (split s, KV head g, token t) serves the whole GQA group of g (K/V
-// read once for the group). The token's visible range [p0, pos] (p0 = pos +
-// 1 − window on a sliding layer) is cut on the device, from the token's own
+// read once for the group), or one sub-group of it (heads_per_block). The
+// token's visible range [p0, pos] (p0 = pos + 1 − window on a sliding
+// layer) is cut on the device, from the token's own
 // length, into at most `splits` chunks of whole tiles; blocks past the last
 // chunk exit at once, so the grid does not grow with the context. Each warp
 // takes every 8th tile of its block's chunk: U 16-byte K loads and U V loads
 // per lane in flight together (a tile is U × (32 / lanes) positions, a row
 // on hd/8 lanes rounded up to a power of two: at head 96, 16 lanes of which
-// the last 4 load nothing and add exact zeros), the group's scores by a
+// the last 4 load nothing and add exact zeros; at head 512 on 32 lanes, two
+// 16-byte chunks each, 256 dims apart), the group's scores by a
 // butterfly over the lanes of a row, an online softmax per head, the V sum
 // per lane over its rows; warps, then splits, combine by their (max, sum).
 // The splits are combined by the last block of (t, g) to finish (a counter
@@ -36,7 +38,8 @@
 // captured graph stays valid from step to step.
 //
 // Inline (the persistent decoder, InlineTarget): the same code on a virtual
-// block (ctaid.x the split, ctaid.y the KV head) for one token row (T = 1:
+// block (ctaid.x the split, ctaid.y the KV head, times sub_groups() plus the
+// sub-group) for one token row (T = 1:
 // the token's ctaid.z is 0 inline, and the decoder takes 2-D grids only).
 // Its shared arrays are regions of the decoder's window, bar.sync counts
 // the op's 256 threads, and its returns (an unused slot, a split past the
@@ -59,9 +62,9 @@ struct InlineTarget;   // kernels/examples/common.h: emit inline into a persiste
 // blocks exit), tables (rows × max_pages u32 page ids), q (T × n_head·hd
 // f32, rotated and times the attention scale), k_pool, v_pool (n_pages ×
 // n_head_kv × page_size × hd f16), part (workspace: T × n_head × splits ×
-// (hd + 4) f32: max, sum, 2 unused, V sum), sync (T × n_head_kv u32, zero
-// before the first launch; every launch leaves it zero), out (T × n_head·hd
-// f32).
+// (hd + 4) f32: max, sum, 2 unused, V sum), sync
+// (paged_attention_sync_slots u32, zero before the first launch; every
+// launch leaves it zero), out (T × n_head·hd f32).
 struct PagedAttentionShape {
   uint32_t n_head = 0, n_head_kv = 0, head_dim = 0;
   uint32_t page_size = 16;   // positions per page: a power of two, at least one tile
@@ -70,7 +73,22 @@ struct PagedAttentionShape {
   uint32_t splits = 32;      // most chunks one token's range is cut into (grid x)
   uint32_t window = 0;       // 0: every position up to pos
   uint32_t group() const { return n_head / n_head_kv; }
+  // Query heads a block serves: the whole group, or where the group's V
+  // sums would not fit (group × head_dim over 1024: Gemma 4's 8 over one KV
+  // head) the largest divisor of the group that does; the group's K/V is
+  // then read once per sub-group (grid y: n_head_kv × sub_groups()).
+  uint32_t heads_per_block() const {
+    uint32_t h = group();
+    while (h > 1 && (h * head_dim > 1024 || group() % h)) --h;
+    return h;
+  }
+  uint32_t sub_groups() const { return group() / heads_per_block(); }
 };
+
+// The split counters a launch takes (its `sync`): one per token and block row.
+inline uint32_t paged_attention_sync_slots(const PagedAttentionShape& s) {
+  return s.tokens * s.n_head_kv * s.sub_groups();
+}
 
 // Warps per block: 8 keep a block's loads in flight (one block per SM at
 // Llama-3-8B's decode grid) and their V sums fit 32 KiB of shared memory.

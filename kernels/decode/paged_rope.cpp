@@ -20,8 +20,8 @@ constexpr uint32_t kWarps = kPagedRopeWarps, kThreads = 32 * kWarps;
 void check(const PagedRopeShape& s) {
   if (s.n_head == 0 || s.n_head_kv == 0 || s.n_head % s.n_head_kv)
     throw Error("paged_rope: n_head must be a positive multiple of n_head_kv");
-  if (s.head_dim == 0 || s.head_dim % 32 || s.head_dim > 256)
-    throw Error("paged_rope: head_dim must be a multiple of 32 up to 256");
+  if (s.head_dim == 0 || s.head_dim % 32 || s.head_dim > 512)
+    throw Error("paged_rope: head_dim must be a multiple of 32 up to 512");
   if (s.rot() % 2 || s.rot() < 2 || s.rot() > s.head_dim)
     throw Error("paged_rope: n_rot must be even, 2..head_dim");
   if (!std::has_single_bit(s.page_size)) throw Error("paged_rope: page_size must be a power of two");
