@@ -273,32 +273,35 @@ TEST(CudaOpsTypeMixes, EachMixFollowsTheCpuQuantizedPath) {
   }
 }
 
-// F16 and BF16 matrices (synth has no such mix): the tiny llama with some
+// F16, BF16 and F32 matrices (synth has no such mix): the tiny llama with some
 // matrices re-encoded in memory, so the CPU reference dequantizes the same
 // bytes the device multiplies. Layer 0's Q in one 16-bit type and K in the
 // other beside a Q4_K V (one QKV launch, on the f32 input), its gate beside a
 // Q4_K up (one GLU launch), layer 1's down, the token embedding and the LM
-// head (untied), then the same with F16 and BF16 swapped. The selftest's
+// head (untied), then the same with F16 and BF16 swapped, then F32 with
+// F16 (F32 the embedding and Q: gemma4's per_layer_model_proj). The selftest's
 // checks (the embedding row bit for bit) and every GEMV op of four positions
 // must pass; the other launches stay on the 8-bit input; the persistent
 // schedule's logits equal the graph schedule's.
 TEST(CudaOpsTypeMixes, SixteenBitFloatMatrices) {
   using gguf::GgmlType;
-  for (const auto& [a, b] : {std::pair{GgmlType::F16, GgmlType::BF16}, std::pair{GgmlType::BF16, GgmlType::F16}}) {
+  for (const auto& [a, b] : {std::pair{GgmlType::F16, GgmlType::BF16}, std::pair{GgmlType::BF16, GgmlType::F16},
+                             std::pair{GgmlType::F32, GgmlType::F16}}) {
     std::vector<uint8_t> bytes;
     Model m = tiny(synth::Arch::Llama, bytes);
     std::deque<std::vector<uint8_t>> store;
     auto retype = [&](Weight& w, GgmlType t) {
+      const uint64_t el = gguf::type_traits(t).block_bytes;   // bytes an element: 2, or 4 (F32)
       std::vector<float> row(w.cols);
-      std::vector<uint8_t> out(w.rows * w.cols * 2);
+      std::vector<uint8_t> out(w.rows * w.cols * el);
       for (uint64_t r = 0; r < w.rows; ++r) {
         gguf::type_traits(w.type).dequantize_row(w.row(r), row.data(), int64_t(w.cols));
-        gguf::type_traits(t).quantize_row(row.data(), out.data() + r * w.cols * 2, int64_t(w.cols));
+        gguf::type_traits(t).quantize_row(row.data(), out.data() + r * w.cols * el, int64_t(w.cols));
       }
       store.push_back(std::move(out));
       w.type = t;
       w.data = store.back().data();
-      w.row_bytes = w.cols * 2;
+      w.row_bytes = w.cols * el;
     };
     const bool tied = m.tied_embeddings();
     retype(m.layers[0].wq, a);

@@ -440,7 +440,7 @@ TEST_F(GemvOnEmu, NegativeControlWrongIq4TableEntryAndQhPlaneOffset) {
 // Q6_K (the launch stays on the f32 input: gemv_q8_input_fits is false and
 // an 8-bit input is refused), several rows per warp on an odd grid.
 TEST_F(GemvOnEmu, SixteenBitFloatsOnTheF32Input) {
-  for (GgmlType t : {GgmlType::F16, GgmlType::BF16}) {
+  for (GgmlType t : {GgmlType::F16, GgmlType::BF16, GgmlType::F32}) {   // F32: gemma4's per_layer_model_proj
     SCOPED_TRACE(gguf::type_traits(t).name);
     const Case c = make_case(shape(1024, {40, 16, 16}, true, false, {t, t, t}));
     EXPECT_EQ(mismatches(c, run(kx::gemv_kernel(c.shape), c)), 0u);
@@ -589,6 +589,9 @@ TEST_F(GemvOnEmu, EachColumnIsBitIdenticalWhateverTheColumnCount) {
       // 544 chunks: 3 steps of 8 per lane at N = 1, 5 of 4 at N = 5 (the partial last ones add -0)
       {{GgmlType::BF16}, {36}, 4352, false, true, kx::Glu::None, true},
       {{GgmlType::F16, GgmlType::BF16}, {48, 48}, 512, true, false, kx::Glu::SwiGlu, true},
+      // F32 rows: 32-byte chunks, half the 16-bit rows' per step (4 at N = 1: 136 of 4352 in 2 steps)
+      {{GgmlType::F32, GgmlType::F16}, {40, 24}, 512, true, false, kx::Glu::None, true},
+      {{GgmlType::F32}, {36}, 4352, false, true, kx::Glu::None, true},
       // 16 columns of 14336 (a step's down projection) overflow shared
       // memory: the input in passes of 32 and 24 blocks (q8_pass_blocks),
       // two rows per warp carrying their accumulators, the second partial.
