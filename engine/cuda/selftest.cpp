@@ -235,10 +235,9 @@ Worst check_ple_input(Runner& r, const kx::PleInputShape& s, const std::vector<f
     return w;
 }
 
-// gelu_tanh(g) · a layer's slice (kernels::ple_gate_kernel; the slice's
-// first P of a row of P·L) against the
-// CPU's gelu_tanh (std::tanh; the kernel's tanh from ex2.approx: ~1e-7
-// absolute, so 1e-6 relative to |g| + 1).
+// gelu_tanh(g) · a layer's slice (kernels::ple_gate_kernel; the slice: the
+// first P of a row of P·L) against the CPU's gelu_tanh (std::tanh; the
+// kernel's tanh from ex2.approx: ~1e-7 absolute, so 1e-6 relative to |g| + 1).
 Worst check_ple_gate(Runner& r, const kx::PleGateShape& s) {
     const uint32_t P = s.per_layer, PL = P * s.layers;
     const std::vector<float> g = r.randv(P, 3.0f), pl = r.randv(PL, 1.0f);

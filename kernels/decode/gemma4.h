@@ -1,7 +1,8 @@
 // Gemma 4's small kernels on the decode path (issue 25): its per-layer
 // embeddings' two elementwise steps and the final logit soft-cap. Each
-// computes what engine/cpu/cpu_backend.cpp computes, in the same order of
-// operations (the CPU reference's scalar loops; llama.cpp's gemma4 graph).
+// computes what engine/cpu/cpu_backend.cpp computes (llama.cpp's gemma4
+// graph), its products in the CPU's order; the slice norms' sums of squares
+// are f32 here (a block reduction), double there, and tanh comes from ex2.
 //
 // Per token, before the first layer (CpuBackend::per_layer_inputs):
 //   ple_in = (rmsnorm_slices(ple_proj · x₀ / √n_embd, w) + tok_row · √P) / √2
