@@ -242,3 +242,30 @@ TEST(DecodePlan, GemvGridsAreOneWaveOfTheDevicesSms) {
 }
 
 }  // namespace
+
+// A type the GPU path has no kernel for is refused by name when the plan is
+// made, before anything is allocated (so `--device auto` falls back to the
+// CPU): a matrix (the GEMVs), the token embedding and gemma4's per-layer
+// embedding table (the embedding kernel). Only the types are changed: the
+// plan reads no weight bytes.
+TEST(DecodePlan, RefusesTypesItHasNoKernelForByName) {
+  std::vector<uint8_t> bytes = synth::model_bytes(synth::preset(synth::Arch::Gemma4, synth::Size::Tiny));
+  const Model base = Model::from_file(gguf::File::parse(bytes, "synth"));
+  EXPECT_NO_THROW(cuda::decode_plan(base, 64, true, 8, true));
+  auto refusal = [&](void (*edit)(Model&)) {
+    Model m = Model::from_file(gguf::File::parse(bytes, "synth"));
+    edit(m);
+    try {
+      cuda::decode_plan(m, 64, true, 8, true);
+    } catch (const ModelError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no refusal)");
+  };
+  EXPECT_EQ(refusal([](Model& m) { m.layers[1].up.type = gguf::GgmlType::Q5_1; }),
+            "blk.1.ffn_up.weight: weight type Q5_1 is not supported on the GPU path yet");
+  EXPECT_EQ(refusal([](Model& m) { m.tok_embd.type = gguf::GgmlType::Q5_1; }),
+            "token_embd.weight: weight type Q5_1 is not supported on the GPU path's embedding rows yet");
+  EXPECT_EQ(refusal([](Model& m) { m.per_layer_tok_embd.type = gguf::GgmlType::Q5_1; }),
+            "per_layer_token_embd.weight: weight type Q5_1 is not supported on the GPU path's embedding rows yet");
+}

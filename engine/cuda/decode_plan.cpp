@@ -20,6 +20,16 @@ void check_weight(const Weight& w) {
                          " is not supported on the GPU path yet");
 }
 
+// An embedding table (looked up, never multiplied): the embedding kernel's types.
+void check_table(const Weight& w) {
+    try {
+        kx::embed_geometry({w.type, uint32_t(w.cols), 1.0f, 1});
+    } catch (const std::exception&) {   // the device layout or the kernel refuses the type
+        throw ModelError(w.name() + ": weight type " + gguf::type_traits(w.type).name +
+                         " is not supported on the GPU path's embedding rows yet");
+    }
+}
+
 kx::GemvShape gemv(uint32_t n_in, std::vector<kx::GemvSegment> segments, bool norm, float eps, bool accumulate,
                    bool quantized, uint32_t sms) {
     kx::GemvShape s;
@@ -78,12 +88,14 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, ui
     const uint32_t E = hp.n_embd, L = uint32_t(m.layers.size()), P = m.n_embd_per_layer;
     const float eps = hp.rms_eps;
     check_weight(m.output);
+    check_table(m.tok_embd);
     DecodePlan p;
     p.embed = {m.tok_embd.type, E, m.embd_scale};
     p.add_norm = {E, eps};
     p.add_norm_scaled = {E, eps, 1, true};
     if (P) {   // gemma4's per-layer inputs, as CpuBackend::per_layer_inputs computes them
         check_weight(m.per_layer_model_proj);
+        check_table(m.per_layer_tok_embd);
         p.ple = true;
         p.ple_embed = {m.per_layer_tok_embd.type, P * L, std::sqrt(float(P))};
         p.ple_model = gemv(E, {{m.per_layer_model_proj.type, P * L}}, false, eps, false, qi, sms);
