@@ -280,12 +280,12 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
                              &l.ffn_norm, {&l.gate, &l.up}, &p.x, {&p.h}});
         p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, lp.down), {H, wd[il], lp.post_ffn_norm ? O : X}), lp.down, nullptr,
                              {&l.down}, &p.h, {lp.post_ffn_norm ? &p.o : &p.x}});
-        // The layer's last normalised add takes gemma4's output scale.
-        auto add_norm = [&](DevPtr norm, bool last) {
-            if (last && lp.out_scale) p.add(bind(kx::add_norm_kernel, plan.add_norm_scaled), {X, O, norm, pw.out_scale[il]});
-            else p.add(bind(kx::add_norm_kernel, plan.add_norm), {X, O, norm});
+        auto add_norm = [&](const kx::AddNormShape& an, DevPtr norm) {   // scaled: times gemma4's output scale
+            std::vector<ptx::ParamValue> a = {X, O, norm};
+            if (an.scaled) a.push_back(pw.out_scale[il]);
+            p.add(bind(kx::add_norm_kernel, an), a);
         };
-        if (lp.post_ffn_norm) add_norm(post_ffn[il], !lp.ple);
+        if (lp.post_ffn_norm) add_norm(lp.ffn_add, post_ffn[il]);
         if (lp.ple) {   // x += rmsnorm(proj · (gelu(gate · x) ⊙ slice))
             const DevPtr SLICE = Impl::ptr(p.ple_in, size_t(il) * m.n_embd_per_layer * 4);
             p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, lp.ple_gate), {X, pw.gate[il], PG}), lp.ple_gate, nullptr,
@@ -293,7 +293,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
             p.add(bind(kx::ple_gate_kernel, lp.ple_mul), {PG, SLICE});
             p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, lp.ple_proj), {PG, pw.proj[il], O}), lp.ple_proj, nullptr,
                                  {&l.ple_proj}, &p.ple_g, {&p.o}});
-            add_norm(pw.post_norm[il], true);
+            add_norm(lp.ple_add, pw.post_norm[il]);
         }
     }
     p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, plan.head), {X, out_norm, out, Impl::ptr(p.logits)}), plan.head,

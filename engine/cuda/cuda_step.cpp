@@ -114,17 +114,18 @@ CudaBackend::Impl::StepChain& CudaBackend::Impl::step_chain(uint32_t tokens, uin
         if (lp.post_attn_norm) op(bind(kx::add_norm_kernel, sp.add_norm), {X, O, w.post_attn[il]});
         gemv(lp.gate_up, x, w.ffn_norm[il], {w.wg[il], w.wu[il]}, {&h});
         gemv(lp.down, h, {}, {w.wd[il]}, {lp.post_ffn_norm ? &o : &x});
-        auto add_norm = [&](DevPtr norm, bool last) {   // the layer's last one takes gemma4's output scale
-            if (last && lp.out_scale) op(bind(kx::add_norm_kernel, sp.add_norm_scaled), {X, O, norm, pw.out_scale[il]});
-            else op(bind(kx::add_norm_kernel, sp.add_norm), {X, O, norm});
+        auto add_norm = [&](const kx::AddNormShape& an, DevPtr norm) {   // scaled: times gemma4's output scale
+            std::vector<ptx::ParamValue> a = {X, O, norm};
+            if (an.scaled) a.push_back(pw.out_scale[il]);
+            op(bind(kx::add_norm_kernel, an), a);
         };
-        if (lp.post_ffn_norm) add_norm(w.post_ffn[il], !lp.ple);
+        if (lp.post_ffn_norm) add_norm(lp.ffn_add, w.post_ffn[il]);
         if (lp.ple) {
             const DevPtr SLICE = ptr(ple_in, size_t(il) * m.n_embd_per_layer * 4);
             gemv(lp.ple_gate, x, {}, {pw.gate[il]}, {&ple_g});
             op(bind(kx::ple_gate_kernel, lp.ple_mul), {PG, SLICE});
             gemv(lp.ple_proj, ple_g, {}, {pw.proj[il]}, {&o});
-            add_norm(pw.post_norm[il], true);
+            add_norm(lp.ple_add, pw.post_norm[il]);
         }
     }
     if (H) {

@@ -92,7 +92,6 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, ui
     DecodePlan p;
     p.embed = {m.tok_embd.type, E, m.embd_scale};
     p.add_norm = {E, eps};
-    p.add_norm_scaled = {E, eps, 1, true};
     if (P) {   // gemma4's per-layer inputs, as CpuBackend::per_layer_inputs computes them
         check_weight(m.per_layer_model_proj);
         check_table(m.per_layer_tok_embd);
@@ -149,6 +148,8 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, ui
                                  "GPU path");
             lp.out_scale = true;
         }
+        lp.ffn_add = {E, eps, 1, lp.out_scale && !lp.ple};
+        lp.ple_add = {E, eps, 1, lp.out_scale};
         p.layers.push_back(lp);
     }
     p.head = gemv(E, {{m.output.type, m.n_vocab}}, true, eps, false, qi, sms);
@@ -186,12 +187,12 @@ DecodePlan step_plan(const DecodePlan& one, uint32_t tokens) {
             return;
         }
     };
-    p.embed.tokens = p.add_norm.tokens = p.add_norm_scaled.tokens = tokens;
+    p.embed.tokens = p.add_norm.tokens = tokens;
     p.ple_embed.tokens = p.ple_input.tokens = tokens;
     if (p.ple) columns(p.ple_model);
     for (LayerPlan& lp : p.layers) {
         if (!lp.paged) throw std::invalid_argument("step_plan: a layer without paged KV");
-        lp.rope.tokens = lp.paged_attention.tokens = tokens;
+        lp.rope.tokens = lp.paged_attention.tokens = lp.ffn_add.tokens = lp.ple_add.tokens = tokens;
         for (kx::GemvShape* s : {&lp.qkv, &lp.wo, &lp.gate_up, &lp.down}) columns(*s);
         if (lp.ple) {
             columns(lp.ple_gate);
@@ -240,12 +241,12 @@ std::vector<kx::OpGenerator> decode_op_kinds(const DecodePlan& plan) {
         if (l.post_attn_norm) add(bind(kx::add_norm_kernel, plan.add_norm));
         add(bind(kx::gemv_kernel, l.gate_up));
         add(bind(kx::gemv_kernel, l.down));
-        if (l.post_ffn_norm) add(bind(kx::add_norm_kernel, l.out_scale && !l.ple ? plan.add_norm_scaled : plan.add_norm));
+        if (l.post_ffn_norm) add(bind(kx::add_norm_kernel, l.ffn_add));
         if (l.ple) {
             add(bind(kx::gemv_kernel, l.ple_gate));
             add(bind(kx::ple_gate_kernel, l.ple_mul));
             add(bind(kx::gemv_kernel, l.ple_proj));
-            add(bind(kx::add_norm_kernel, l.out_scale ? plan.add_norm_scaled : plan.add_norm));
+            add(bind(kx::add_norm_kernel, l.ple_add));
         }
     }
     add(bind(kx::gemv_kernel, plan.head));

@@ -42,19 +42,21 @@ struct LayerPlan {
     // residual, the per-layer embedding's gate GEMV (the residual, P rows),
     // ple_mul (gelu · the layer's slice), its projection (P -> n_embd) and a
     // normalised add; out_scale: the layer's last normalised add multiplies
-    // by layer_output_scale (add_norm_scaled).
+    // by layer_output_scale.
     uint32_t kv_layer = 0;
     bool ple = false;
     kernels::GemvShape ple_gate, ple_proj;
     kernels::PleGateShape ple_mul;
     bool out_scale = false;
+    // The normalised adds after the FFN (post_ffn_norm) and the per-layer
+    // input (ple), the layer's last one `scaled` under out_scale.
+    kernels::AddNormShape ffn_add, ple_add;
 };
 
 struct DecodePlan {
     kernels::EmbedShape embed;
     std::vector<LayerPlan> layers;
-    kernels::AddNormShape add_norm;   // used where a layer has post norms
-    kernels::AddNormShape add_norm_scaled;   // a layer's last one under LayerPlan::out_scale
+    kernels::AddNormShape add_norm;   // the post-attention norms' (LayerPlan: the later ones')
     kernels::GemvShape head;          // fused output_norm + LM head
     // gemma4's per-layer inputs, after the embedding (ple): the token's row
     // of per_layer_token_embd times √P, the projection of the scaled input

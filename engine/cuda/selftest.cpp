@@ -375,7 +375,7 @@ std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const D
              [&] { return check_gemv(r, lp.gate_up, {&l.gate, &l.up}, &l.ffn_norm); });
         once(kx::gemv_kernel(lp.down, T).name, "down projection",
              [&] { return check_gemv(r, lp.down, {&l.down}, nullptr); });
-        if (lp.post_ffn_norm) add_norm(lp.out_scale && !lp.ple ? plan.add_norm_scaled : plan.add_norm, l.ffn_post_norm);
+        if (lp.post_ffn_norm) add_norm(lp.ffn_add, l.ffn_post_norm);
         if (lp.ple) {   // gemma4: x += rmsnorm(proj · (gelu(gate · x) ⊙ slice))
             once(kx::gemv_kernel(lp.ple_gate, T).name, "per-layer input gate",
                  [&] { return check_gemv(r, lp.ple_gate, {&l.ple_gate}, nullptr); });
@@ -383,7 +383,7 @@ std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const D
                  [&] { return check_ple_gate(r, lp.ple_mul); });
             once(kx::gemv_kernel(lp.ple_proj, T).name, "per-layer input projection",
                  [&] { return check_gemv(r, lp.ple_proj, {&l.ple_proj}, nullptr); });
-            add_norm(lp.out_scale ? plan.add_norm_scaled : plan.add_norm, l.ple_post_norm);
+            add_norm(lp.ple_add, l.ple_post_norm);
         }
     }
     if (plan.softcap.cap > 0)

@@ -181,11 +181,6 @@ Reg dequant_element(Kernel& k, const RowLayout& l, const Reg& row, const Reg& e)
 
 }  // namespace
 
-// A batch kernel (T rows, grid.y) has no inline form in a persistent kernel.
-static void check_batch(const char* op, uint32_t tokens, const InlineTarget* in) {
-  if (tokens == 0 || tokens > 65535) throw Error(std::string(op) + ": tokens must be 1..65535");
-  if (tokens > 1 && in) throw Error(std::string(op) + ": a batch of tokens has no inline form");
-}
 
 // The geometry for a launch of its own (in = null) or inline into `in`:
 // the public geometry and the generator both come here, so each shape is

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/decode/gemv.h"
+#include "kernels/decode/util.h"
 #include "kernels/examples/common.h"
 
 namespace ptxlm::kernels {
@@ -14,11 +15,6 @@ using namespace ptx;
 namespace {
 
 constexpr uint32_t kThreads = 256;
-
-void check_rows(const char* op, uint32_t rows, const InlineTarget* in) {
-  if (rows == 0 || rows > 65535) throw Error(std::string(op) + ": tokens must be 1..65535");
-  if (rows > 1 && in) throw Error(std::string(op) + ": a batch of tokens has no inline form");
-}
 
 std::string with_rows(std::string name, uint32_t rows) {
   if (rows > 1) name.append("_t").append(std::to_string(rows));
@@ -33,7 +29,7 @@ Reg f32_at(Kernel& k, const Reg& base, const Reg& i) { return k.add(base, k.mul_
 static LaunchGeometry ple_input_geometry(const PleInputShape& s, const InlineTarget* in) {
   if (s.per_layer == 0 || s.per_layer % 4) throw Error("ple_input: per_layer must be a positive multiple of 4");
   if (s.layers == 0 || s.layers > 65535) throw Error("ple_input: layers must be 1..65535");
-  check_rows("ple_input", s.tokens, in);
+  check_batch("ple_input", s.tokens, in);
   return LaunchGeometry{{s.layers, s.tokens, 1}, {kThreads, 1, 1}, 0};
 }
 
@@ -77,7 +73,7 @@ GeneratedKernel ple_input_kernel(const PleInputShape& s, Target t, const InlineT
 
 static LaunchGeometry ple_gate_geometry(const PleGateShape& s, const InlineTarget* in) {
   if (s.per_layer == 0 || s.layers == 0) throw Error("ple_gate: per_layer and layers must be positive");
-  check_rows("ple_gate", s.tokens, in);
+  check_batch("ple_gate", s.tokens, in);
   return LaunchGeometry{{ceil_div(s.per_layer, kThreads), s.tokens, 1}, {kThreads, 1, 1}, 0};
 }
 
@@ -109,7 +105,7 @@ GeneratedKernel ple_gate_kernel(const PleGateShape& s, Target t, const InlineTar
 static LaunchGeometry softcap_geometry(const SoftcapShape& s, const InlineTarget* in) {
   if (s.n == 0) throw Error("softcap: n must be positive");
   if (!(s.cap > 0)) throw Error("softcap: the cap must be positive");
-  check_rows("softcap", s.rows, in);
+  check_batch("softcap", s.rows, in);
   return LaunchGeometry{{ceil_div(s.n, kThreads), s.rows, 1}, {kThreads, 1, 1}, 0};
 }
 

@@ -125,6 +125,13 @@ GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t, const Inlin
     }
     return x;
   };
+  // 1 / sqrt(total / hd + eps), sqrt.rn then div.rn: a head's RMSNorm factor.
+  auto inverse_rms = [&](const Reg& total) {
+    Reg root = k.sqrt(k.add(k.div(total, float(hd)), s.eps));
+    Reg scale = k.reg(Type::f32);
+    k.div(scale, 1.0f, root);
+    return scale;
+  };
   // The per-head RMSNorm (attention.cpp's order: each pair's x0² + x1² as
   // mul + fma, a butterfly over each 32 pairs, their sums in order).
   auto norm = [&](std::vector<std::pair<Reg, Reg>>& x, const char* weights) {
@@ -137,9 +144,7 @@ GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t, const Inlin
       Reg w = warp_allreduce(k, ss, ReduceOp::sum_f32);
       total = c == 0 ? w : k.add(total, w);
     }
-    Reg root = k.sqrt(k.add(k.div(total, float(hd)), s.eps));
-    Reg scale = k.reg(Type::f32);
-    k.div(scale, 1.0f, root);
+    Reg scale = inverse_rms(total);
     Reg w = k.param(weights);
     for (uint32_t c = 0; c < slots; ++c) {
       Reg wa = k.ld_global_nc(Type::f32, at(k.add(w, sl[c].oa)));
@@ -213,10 +218,7 @@ GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t, const Inlin
     if (s.v_norm) {   // rms_norm without a weight: the lanes' squares, a butterfly, the same root
       Reg ss = k.mul(vv[0], vv[0]);
       for (uint32_t i = 1; i < vper; ++i) k.fma(ss, vv[i], vv[i], ss);
-      Reg total = warp_allreduce(k, ss, ReduceOp::sum_f32);
-      Reg root = k.sqrt(k.add(k.div(total, float(hd)), s.eps));
-      Reg scale = k.reg(Type::f32);
-      k.div(scale, 1.0f, root);
+      Reg scale = inverse_rms(warp_allreduce(k, ss, ReduceOp::sum_f32));
       for (uint32_t i = 0; i < vper; ++i) k.mul(vv[i], vv[i], scale);
     }
     unused();

@@ -1,11 +1,22 @@
 // Small PTX-emitting helpers the decode kernels share.
 #pragma once
 
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/ptx/builder.h"
 
 namespace ptxlm::kernels {
+
+struct InlineTarget;   // kernels/examples/common.h
+
+// A small kernel's T token rows: 1..65535 (grid y or x), and a batch (T > 1)
+// has no inline form in a persistent kernel.
+inline void check_batch(const char* op, uint32_t tokens, const InlineTarget* in) {
+  if (tokens == 0 || tokens > 65535) throw ptx::Error(std::string(op) + ": tokens must be 1..65535");
+  if (tokens > 1 && in) throw ptx::Error(std::string(op) + ": a batch of tokens has no inline form");
+}
 
 // The f16 in bits [lo, lo + 16) of a 32-bit register, as f32.
 inline ptx::Reg half_to_f32(ptx::Kernel& k, const ptx::Reg& word, unsigned lo) {
