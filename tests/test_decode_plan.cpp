@@ -44,9 +44,8 @@ const ptx::PtxasResult& assemble(const std::string& ptx, const std::string& arch
 }
 
 // contiguous: false for a model the contiguous cache refuses (gemma4):
-// then both GEMV paths' plans are paged ones; persistent: false for one the
-// persistent schedule refuses (gemma4: CudaBackend).
-void assemble_all(const Model& m, const std::string& what, bool contiguous = true, bool persistent = true) {
+// then both GEMV paths' plans are paged ones.
+void assemble_all(const Model& m, const std::string& what, bool contiguous = true) {
   ASSERT_FALSE(std::string(PTXLM_PTXAS).empty()) << "ptxas not found: these tests never skip";
   // The standalone kernels of both GEMV paths (8-bit inputs, the default,
   // and f32 inputs, --gpu-path reference) and of paged KV, then the
@@ -54,6 +53,12 @@ void assemble_all(const Model& m, const std::string& what, bool contiguous = tru
   const cuda::DecodePlan plan = cuda::decode_plan(m, 4096, true, kernels::kH100SxmSms, !contiguous),
                          ref = cuda::decode_plan(m, 4096, false, kernels::kH100SxmSms, !contiguous),
                          paged = cuda::decode_plan(m, 4096, true, kernels::kH100SxmSms, true);
+  // The persistent decoder's plans: GEMV blocks of the schedule's warps
+  // (gemma4's 8, cuda::gemv_warps).
+  const uint32_t pw = cuda::gemv_warps(m, Schedule::Persistent);
+  const cuda::DecodePlan p_plan = cuda::decode_plan(m, 4096, true, kernels::kH100SxmSms, !contiguous, pw),
+                         p_ref = cuda::decode_plan(m, 4096, false, kernels::kH100SxmSms, !contiguous, pw),
+                         p_paged = cuda::decode_plan(m, 4096, true, kernels::kH100SxmSms, true, pw);
   const kernels::PersistentState state = cuda::state_layout(!contiguous);
   for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90"}) {
     std::vector<ptx::GeneratedKernel> ks = cuda::decode_kernels(plan, ptx::Target::parse(arch));
@@ -67,20 +72,17 @@ void assemble_all(const Model& m, const std::string& what, bool contiguous = tru
     EXPECT_GE(n_paged, 2u) << what;
     // The persistent decoder on each path: every kind inline in one kernel, also hot.
     const size_t standalone = ks.size();
-    for (const cuda::DecodePlan* p : {&plan, &ref})
-      if (persistent)
+    for (const cuda::DecodePlan* p : {&p_plan, &p_ref})
       ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(*p), ptx::Target::parse(arch), state).kernel);
     ptx::Target prefetching = ptx::Target::parse(arch);   // --gpu-prefetch: GEMV ops prefetch before their wait
     prefetching.prefetch = true;
-    if (persistent) {
-      ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(plan), prefetching, state).kernel);
-      // Paged KV (the default): paged_rope and paged_attention inline, the advance
-      // writing paged KV's state {pos, table row, token}.
-      ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(paged), ptx::Target::parse(arch),
-                                              kernels::PersistentState{8, 0}).kernel);
-      EXPECT_NE(ks.back().ptx.find("inline op paged_rope"), std::string::npos) << what;
-      EXPECT_NE(ks.back().ptx.find("inline op paged_attention"), std::string::npos) << what;
-    }
+    ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(p_plan), prefetching, state).kernel);
+    // Paged KV (the default): paged_rope and paged_attention inline, the advance
+    // writing paged KV's state {pos, table row, token}.
+    ks.push_back(kernels::persistent_kernel(cuda::decode_op_kinds(p_paged), ptx::Target::parse(arch),
+                                            kernels::PersistentState{8, 0}).kernel);
+    EXPECT_NE(ks.back().ptx.find("inline op paged_rope"), std::string::npos) << what;
+    EXPECT_NE(ks.back().ptx.find("inline op paged_attention"), std::string::npos) << what;
     int max_regs = 0;
     std::vector<int> persistent_regs;
     for (const ptx::GeneratedKernel& g : ks) {
@@ -95,15 +97,10 @@ void assemble_all(const Model& m, const std::string& what, bool contiguous = tru
       if (size_t(&g - ks.data()) >= standalone) persistent_regs.push_back(f->registers);
       else max_regs = std::max(max_regs, f->registers);
     }
-    ASSERT_EQ(persistent_regs.size(), persistent ? 4u : 0u);
-    if (!persistent) {
-      std::printf("[decode-plan] %s %s: %zu kernels, at most %d registers, no spills (no persistent decoder)\n",
-                  what.c_str(), arch, standalone, max_regs);
-      continue;
-    }
-    std::printf("[decode-plan] %s %s: %zu kernels, at most %d registers, no spills (persistent decoder: %d registers, "
-                "%d with f32 GEMV inputs, %d prefetching, %d with paged KV)\n",
-                what.c_str(), arch, standalone, max_regs, persistent_regs[0], persistent_regs[1], persistent_regs[2],
+    ASSERT_EQ(persistent_regs.size(), 4u);
+    std::printf("[decode-plan] %s %s: %zu kernels, at most %d registers, no spills (persistent decoder, GEMVs of at "
+                "most %u warps: %d registers, %d with f32 GEMV inputs, %d prefetching, %d with paged KV)\n",
+                what.c_str(), arch, standalone, max_regs, pw, persistent_regs[0], persistent_regs[1], persistent_regs[2],
                 persistent_regs[3]);
   }
   std::printf("[decode-plan] ptxas ran %zu times for %zu kernels so far (the rest were texts already assembled)\n",
@@ -125,10 +122,11 @@ TEST(DecodePlan, SyntheticModelsKernelsAssemble) {
   }
 }
 
-// Gemma 4 (paged KV only, no persistent schedule): its small preset's
-// kernels (the size every synthetic arch is assembled at), the per-layer
-// embedding steps, the F32 projection's GEMV, the q-only RoPE and the
-// soft-cap among them.
+// Gemma 4 (paged KV only): its small preset's kernels (the size every
+// synthetic arch is assembled at), the per-layer embedding steps, the F32
+// projection's GEMV, the q-only RoPE and the soft-cap among them, and its
+// persistent decoder (GEMV blocks of 8 warps, cuda::gemv_warps) on every
+// arch without spills.
 TEST(DecodePlan, Gemma4KernelsAssemble) {
   // small, then small with Gemma-4-E2B's attention (8 query heads over one
   // KV head, full layers of head 512, sliding ones of 256).
@@ -143,7 +141,7 @@ TEST(DecodePlan, Gemma4KernelsAssemble) {
       names += g.name + " ";
     for (const char* want : {"ple_input_", "ple_gate_", "softcap_", "_qonly", "_vnorm", "_scaled", "_f32x"})
       EXPECT_NE(names.find(want), std::string::npos) << want << " not among " << names;
-    assemble_all(m, e2b ? "synth gemma4 small, E2B's attention" : "synth gemma4 small", false, false);
+    assemble_all(m, e2b ? "synth gemma4 small, E2B's attention" : "synth gemma4 small", false);
   }
 }
 

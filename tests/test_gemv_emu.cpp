@@ -225,7 +225,11 @@ TEST_F(GemvOnEmu, Q4kSeveralRowsPerWarpUnevenWarpsAndAPartialLastBlock) {
 // Grids are sized for the device's SMs (GemvShape::sms); a row is one
 // warp's whole dot product, so every row is bit-identical on any grid: an
 // H100 SXM's 132 SMs (one row per block here), an A100's 108, an odd 7 (a
-// partial last block, several rows per warp) and 1, on both input paths.
+// partial last block, several rows per warp) and 1, on both input paths;
+// and at 1 SM with blocks capped at 8 warps (GemvShape::max_warps: the
+// persistent decoder's for gemma4), each warp taking 46 rows instead of 23
+// (the input of 512 is staged and its squares summed by the same 128
+// threads either way).
 TEST_F(GemvOnEmu, EveryRowIsBitIdenticalOnAGridForAnySmCount) {
   for (bool q8 : {false, true}) {
     SCOPED_TRACE(q8 ? "8-bit input" : "f32 input");
@@ -234,11 +238,13 @@ TEST_F(GemvOnEmu, EveryRowIsBitIdenticalOnAGridForAnySmCount) {
     const Case c = make_case(s);
     std::vector<std::vector<float>> first;
     std::vector<uint32_t> grids;
-    for (uint32_t sms : {132u, 108u, 7u, 1u}) {
+    for (auto [sms, warps] : {std::pair{132u, 16u}, {108u, 16u}, {7u, 16u}, {1u, 16u}, {1u, 8u}}) {
       Case ci = c;
       ci.shape.sms = sms;
+      ci.shape.max_warps = warps;
       const ptx::GeneratedKernel g = kx::gemv_kernel(ci.shape);
       EXPECT_LE(g.geometry.grid.x, sms);
+      EXPECT_EQ(g.geometry.block.x, 32 * std::clamp((361 + sms - 1) / sms, 8u, warps));
       grids.push_back(g.geometry.grid.x);
       const std::vector<std::vector<float>> ys = run(g, ci);
       if (first.empty()) {
@@ -253,7 +259,7 @@ TEST_F(GemvOnEmu, EveryRowIsBitIdenticalOnAGridForAnySmCount) {
           ASSERT_EQ(std::bit_cast<uint32_t>(ys[si][r]), std::bit_cast<uint32_t>(first[si][r]))
               << sms << " SMs, segment " << si << " row " << r;
     }
-    EXPECT_EQ(grids, (std::vector<uint32_t>{121, 91, 7, 1}));   // ceil(361 / ceil(361 / sms))
+    EXPECT_EQ(grids, (std::vector<uint32_t>{121, 91, 7, 1, 1}));   // ceil(361 / ceil(361 / sms))
   }
 }
 
@@ -688,6 +694,11 @@ TEST(Gemv, RefusesShapesItCannotRun) {
   EXPECT_THROW(kx::gemv_kernel(cols), ptx::Error);                         // too many columns
   cols.columns = 0;
   EXPECT_THROW(kx::gemv_kernel(cols), ptx::Error);
+  for (uint32_t warps : {0u, 7u, kx::kMaxGemvWarps + 1}) {
+    kx::GemvShape w = shape(512, {4}, false);
+    w.max_warps = warps;
+    EXPECT_THROW(kx::gemv_kernel(w), ptx::Error) << warps << " warps";   // 8 to 16 warps a block
+  }
   kx::GemvShape wide = shape(14336 * 3, {4}, true);
   wide.q8_input = true;
   wide.columns = kx::kMaxGemvColumns;

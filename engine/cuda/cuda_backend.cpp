@@ -23,7 +23,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
             throw ModelError("--gpu-pdl: the persistent schedule is one launch; use it with --schedule graph or chain");
         p.target.pdl = true;
     }
-    if (p.schedule == Schedule::Persistent) check_persistent(m);
+    const uint32_t warps = tuning.gemv_warps ? tuning.gemv_warps : gemv_warps(m, p.schedule);
     p.paged = tuning.paged_kv || pages.n_pages;
     if (pages.n_pages) {
         if (pages.page_size != kKvPageSize)
@@ -40,7 +40,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     if (p.paged) p.rows = kMaxStep;
     const HParams& hp = m.hp;
     const uint32_t E = hp.n_embd;
-    decode_plan(m, 1, p.quantized, uint32_t(dev.sm_count), p.paged);   // refuses what the GPU path cannot run before anything is allocated
+    decode_plan(m, 1, p.quantized, uint32_t(dev.sm_count), p.paged, warps);   // refuses what the GPU path cannot run before anything is allocated
 
     // The memory plan, against the device's free memory, before allocating.
     // (Shared-KV layers keep no cache; gemma4's per-layer inputs take
@@ -198,7 +198,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
                  O = Impl::ptr(p.o), H = Impl::ptr(p.h), PART = Impl::ptr(p.part);
 
     // The chain, from the plan; the GEMV grids sized for this device's SMs.
-    p.plan = decode_plan(m, C, p.quantized, uint32_t(dev.sm_count), p.paged);
+    p.plan = decode_plan(m, C, p.quantized, uint32_t(dev.sm_count), p.paged, warps);
     const DecodePlan& plan = p.plan;
     if (p.paged) {
         // One sequence: table row 0 holds pages 0..max_pages-1 in order (pos /

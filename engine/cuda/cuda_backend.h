@@ -49,6 +49,10 @@ struct GpuTuning {
     // contiguous cache with its attention kernel (latency-bound at depth; head sizes 64, 128 and 256 only), kept
     // for A/B runs (--gpu-contiguous-kv) and as the tests' default, each test naming the layout it checks.
     bool paged_kv = false;
+    // The most warps a GEMV block takes (kernels::GemvShape::max_warps, 8 to 16); 0: the schedule's, gemv_warps(m,
+    // schedule) (decode_plan.h: 16, 8 for gemma4's persistent decoder). A row's result depends on it only through
+    // a fused norm's sum of squares, which the block reduces: the tests compare schedules at one count.
+    uint32_t gemv_warps = 0;
 };
 
 class CudaBackend final : public StepBackend {

@@ -81,8 +81,12 @@ void plan_paged(LayerPlan& lp, uint32_t il, uint32_t n_ctx, uint32_t sms, bool v
 
 }  // namespace
 
-DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, uint32_t sms, bool paged_kv) {
+DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, uint32_t sms, bool paged_kv,
+                       uint32_t max_gemv_warps) {
     if (sms == 0) throw std::invalid_argument("decode_plan: a device with no SMs");
+    if (max_gemv_warps < 8 || max_gemv_warps > kx::kMaxGemvWarps)
+        throw std::invalid_argument("decode_plan: GEMV blocks of at most " + std::to_string(max_gemv_warps) +
+                                    " warps (8 to " + std::to_string(kx::kMaxGemvWarps) + ")");
     const bool qi = quantized_inputs;
     const HParams& hp = m.hp;
     const uint32_t E = hp.n_embd, L = uint32_t(m.layers.size()), P = m.n_embd_per_layer;
@@ -153,16 +157,20 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, ui
         p.layers.push_back(lp);
     }
     p.head = gemv(E, {{m.output.type, m.n_vocab}}, true, eps, false, qi, sms);
+    for (kx::GemvShape* g : {&p.ple_model, &p.head}) g->max_warps = max_gemv_warps;
+    for (LayerPlan& lp : p.layers)
+        for (kx::GemvShape* g : {&lp.qkv, &lp.wo, &lp.gate_up, &lp.down, &lp.ple_gate, &lp.ple_proj})
+            g->max_warps = max_gemv_warps;
     return p;
 }
 
-void check_persistent(const Model& m) {
-    // On emu its op table runs the gemma4 presets bit for bit as the graph,
-    // race-free; ptxas spills it at Gemma 4's sizes.
-    if (m.n_embd_per_layer)
-        throw ModelError("--schedule persistent: not for gemma4 yet (at its sizes the decoder's 512-thread blocks leave "
-                         "128 registers a thread, fewer than the inlined paged attention needs: ptxas spills); use "
-                         "--schedule graph (the default) or chain");
+uint32_t gemv_warps(const Model& m, Schedule s) {
+    // gemma4's inlined paged attention (a group of 4 at head 128 with a
+    // window, Gemma-4-E2B's head 512) needs more than the 128 registers a
+    // thread that 16-warp GEMVs leave in a 512-thread block: ptxas spilled
+    // it on sm_80 to sm_90. At 8 warps the block is 256 threads (255
+    // registers a thread) and the decoder assembles without spills.
+    return s == Schedule::Persistent && m.n_embd_per_layer ? 8 : kx::kMaxGemvWarps;
 }
 
 DecodePlan step_plan(const DecodePlan& one, uint32_t tokens) {

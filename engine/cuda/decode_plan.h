@@ -79,7 +79,10 @@ struct DecodePlan {
 // paged_kv: each layer's attention as paged_rope -> paged_attention over
 // pages of kKvPageSize (LayerPlan::paged); throws ModelError naming a head
 // size or GQA group the paged kernels cannot run.
-DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, uint32_t sms, bool paged_kv = false);
+// max_gemv_warps: every GEMV's kernels::GemvShape::max_warps (8 to
+// kernels::kMaxGemvWarps; gemv_warps gives the schedule's).
+DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, uint32_t sms, bool paged_kv = false,
+                       uint32_t max_gemv_warps = kernels::kMaxGemvWarps);
 
 // The plan of a batch step of T token rows (CudaBackend::step), from the
 // single-token plan `one` (paged KV): the embedding, normalised adds,
@@ -91,10 +94,12 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, ui
 // in 1..kernels::kMaxGemvColumns or a plan without paged KV.
 DecodePlan step_plan(const DecodePlan& one, uint32_t tokens);
 
-// Throws ModelError naming why the persistent schedule does not serve `m`
-// (gemma4: its decoder spills; docs/status.md), else nothing. CudaBackend and
-// `ptxlm ptx --schedule persistent` ask it.
-void check_persistent(const Model& m);
+// The most warps a GEMV block takes in `m`'s plan under schedule s (the
+// decode_plan argument): kernels::kMaxGemvWarps, but 8 for gemma4's
+// persistent decoder, whose block, the widest op's, would otherwise leave its
+// inlined paged attention too few registers (decode_plan.cpp says which).
+// CudaBackend, `ptxlm ptx` and the counted projection plan with it.
+uint32_t gemv_warps(const Model& m, Schedule s);
 
 // Whether `path` runs 8-bit GEMV inputs (every schedule: the default, and
 // --gpu-path quantized) or f32 ones (--gpu-path reference).

@@ -81,6 +81,7 @@ std::string kernel_name(const GemvShape& s) {
   if (s.accumulate) n.append("_acc");
   if (s.q8_input) n.append("_q8");
   if (s.columns > 1) n.append("_n").append(std::to_string(s.columns));
+  if (s.max_warps != kMaxGemvWarps) n.append("_w").append(std::to_string(s.max_warps));
   n.append("_").append(std::to_string(s.n_in));
   for (const GemvSegment& g : s.segments) {
     std::string t = gguf::type_traits(g.type).name;
@@ -123,6 +124,8 @@ bool gemv_supports(GgmlType t) {
 
 GemvPlan gemv_plan(const GemvShape& s) {
   if (s.sms == 0) throw Error("gemv: a grid sized for 0 SMs");
+  if (s.max_warps < 8 || s.max_warps > kMaxGemvWarps)
+    throw Error("gemv: at most " + std::to_string(s.max_warps) + " warps a block (8 to " + std::to_string(kMaxGemvWarps) + ")");
   GemvPlan p;
   const uint32_t rows = total_rows(s);
   // At most one block per SM: every block stages the whole input, so fewer,
@@ -130,7 +133,7 @@ GemvPlan gemv_plan(const GemvShape& s) {
   // would run a second, mostly idle wave; fewer blocks than SMs leave SMs
   // idle, so rows per block is the least that fits the rows in `sms` blocks.
   p.rows_per_block = ceil_div(rows, s.sms);
-  p.warps = std::clamp<uint32_t>(p.rows_per_block, 8, 16);
+  p.warps = std::clamp<uint32_t>(p.rows_per_block, 8, s.max_warps);
   return p;
 }
 

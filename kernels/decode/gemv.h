@@ -85,9 +85,17 @@ struct GemvShape {
   // for bit those of N = 1 on column c alone: each column is quantized,
   // normalised, accumulated and reduced in the same order whatever N.
   uint32_t columns = 1;
+  // The most warps a block takes (8 to kMaxGemvWarps; gemv_plan): fewer
+  // make a smaller block, which leaves each thread more registers where
+  // the GEMV is emitted inline beside a heavier op (the persistent decoder's
+  // block is its widest op's). A row's result does not depend on it except
+  // through the fused norm's sum of squares, which the block's threads
+  // reduce; names carry it (_w8).
+  uint32_t max_warps = 16;
 };
 
 constexpr uint32_t kMaxGemvColumns = 16;
+constexpr uint32_t kMaxGemvWarps = 16;
 
 // Types gemv_kernel multiplies with a q8_input (dp4a on packed weights).
 bool gemv_supports_q8_input(gguf::GgmlType t);
@@ -103,7 +111,8 @@ bool gemv_supports(gguf::GgmlType t);
 // row is a pair: the gate row and the up row). Warp w of a block takes its
 // rows w, w + warps, ... Rows per block is the least that keeps the grid to
 // one wave of the shape's `sms` (a block per SM); warps grow with it (up to
-// 16) so that a block keeps more loads in flight.
+// the shape's max_warps, 16 by default) so that a block keeps more loads in
+// flight.
 struct GemvPlan {
   uint32_t warps = 8;
   uint32_t rows_per_block = 8;

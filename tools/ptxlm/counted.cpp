@@ -234,14 +234,15 @@ nlohmann::json counted_persistent(const Model& m, const Counted& c, const GpuSpe
     const auto [w_unique, w_sectors] = weight_traffic(k, c.weights);
     // All-to-all waits inside the layers (the rest: the embedding's and the
     // LM head's gathers).
-    const ChainParts parts = chain_parts(cuda::decode_plan(m, ctx, q, gpu.sms, paged));
+    const cuda::DecodePlan plan = cuda::decode_plan(m, ctx, q, gpu.sms, paged, cuda::gemv_warps(m, Schedule::Persistent));
+    const ChainParts parts = chain_parts(plan);
     uint64_t layer_a2a = 0;
     for (const cuda::CudaBackend::Launch& l : c.launches)
         if (parts.layer.count(l.kernel)) layer_a2a += l.all_to_all_waits;
     ptx::Target t = ptx::Target::parse("sm_90");
     t.prefetch = prefetch;
     const ptx::GeneratedKernel g =
-        kernels::persistent_kernel(cuda::decode_op_kinds(cuda::decode_plan(m, ctx, q, gpu.sms, paged)), t,
+        kernels::persistent_kernel(cuda::decode_op_kinds(plan), t,
                                    cuda::state_layout(paged))
             .kernel;
     nlohmann::json row = {{"kernel", g.name}, {"part", "token"}, {"launches", k.at("launches")}, {"blocks", nullptr},
@@ -369,7 +370,7 @@ nlohmann::json counted_token(const Model& m, Schedule schedule, GpuArithmetic pa
     if (c.schedule == Schedule::Persistent) return counted_persistent(m, c, gpu, depth, q, prefetch, paged_kv);
     const uint32_t ctx = depth + kCountedContext;
     const nlohmann::json& ks = c.kernels;
-    const cuda::DecodePlan plan = cuda::decode_plan(m, ctx, q, gpu.sms, paged_kv);
+    const cuda::DecodePlan plan = cuda::decode_plan(m, ctx, q, gpu.sms, paged_kv, cuda::gemv_warps(m, c.schedule));
     const std::map<std::string, ptx::PtxasFunctionReport> regs = ptxas_reports(plan, prefetch);
     const ChainParts parts = chain_parts(plan);
 

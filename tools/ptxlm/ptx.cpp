@@ -36,8 +36,7 @@ int run(const Args& a) {
     const Model m = Model::load(path);
     const bool q8 = cuda::quantized_gemvs(parse_gpu_path(a.gpu_path));
     const bool paged = !a.contiguous_kv;
-    const cuda::DecodePlan plan = cuda::decode_plan(m, a.n_ctx, q8, a.sms, paged);
-    if (a.schedule == "persistent") cuda::check_persistent(m);
+    const cuda::DecodePlan plan = cuda::decode_plan(m, a.n_ctx, q8, a.sms, paged, cuda::gemv_warps(m, parse_schedule(a.schedule)));
     const std::vector<ptx::GeneratedKernel> ks =
         a.schedule == "persistent"
             ? std::vector<ptx::GeneratedKernel>{kernels::persistent_kernel(cuda::decode_op_kinds(plan), target,
