@@ -582,4 +582,29 @@ TEST(SynthGemma4, TensorsMetadataAndDeterminism) {
     EXPECT_THROW(validate(bad), std::invalid_argument);
 }
 
+// gemma4-e2b (for measuring at Gemma-4-E2B's size; never generated here): its
+// widths, Gemma 4's vocabulary, E2B's window, and a plan whose every
+// quantized row is whole Q4_K blocks; gemma4's alone.
+TEST(SynthGemma4, E2bPreset) {
+    EXPECT_EQ(parse_size("gemma4-e2b"), Size::Gemma4E2B);
+    const Spec s = preset(Arch::Gemma4, Size::Gemma4E2B);
+    EXPECT_EQ(s.n_embd, 1536u);
+    EXPECT_EQ(s.n_layer, 35u);
+    EXPECT_EQ(s.head_dim, 512u);
+    EXPECT_EQ(s.head_dim_swa, 256u);
+    EXPECT_EQ(s.n_head, 8u);
+    EXPECT_EQ(s.n_head_kv, 1u);
+    EXPECT_EQ(s.n_vocab, kGemma4Vocab);
+    EXPECT_EQ(s.sliding_window, 512u);
+    EXPECT_EQ(s.n_embd_per_layer, 256u);
+    EXPECT_NO_THROW(validate(s));
+    for (const TensorSpec& t : tensor_plan(s)) {
+        if (t.type != GgmlType::F32) {
+            EXPECT_EQ(t.ne[0] % 256, 0u) << t.name;
+        }
+    }
+    EXPECT_GT(param_count(s), 4'000'000'000u);   // E2B: about 5.1B with its wider later FFNs
+    for (Arch a : all_archs()) EXPECT_THROW(preset(a, Size::Gemma4E2B), std::invalid_argument) << arch_name(a);
+}
+
 }  // namespace

@@ -118,7 +118,10 @@ struct Case {
 //   19.46, shared-KV layers reading layers 0/1 17.75, without v's norm 1.805,
 //   without the soft-cap 4.874, without the output scales 4.613; quantized
 //   file scalar 0.8624 / avx2 0.9922 / reference 0.9019, avx512 and
-//   avx512vnni 0.8630 -> 1.24, control 19.52
+//   avx512vnni 0.8630 -> 1.24, control 19.52; on 2026-12-02 (a Zen 4 EPYC,
+//   the soft-cap vectorised in the quantized path) scalar 0.8624 / avx2
+//   0.8377 / avx512 and avx512vnni 0.9071 / reference 0.9019, the same four
+//   digits as the build before that change gave
 // avx512 / avx512vnni, measured 2026-11-28 on an AVX-512 VNNI Xeon (Intel
 // family 6 model 207; the 32-element types on the packed AVX2 kernels):
 // gemma3-270m 0.9317 (2 prompts) / 1.428 (8), smollm2-135m 0.9948 / 1.022,

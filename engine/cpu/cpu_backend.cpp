@@ -609,10 +609,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
         row0 += sn;
     }
     matmul(*pool_, {job(*output_, output_pack_, out, m_.n_vocab)}, xn_.data(), wanted, E, arith_);
-    if (m_.final_softcap > 0) {
-        const float cap = m_.final_softcap;
-        for (uint64_t i = 0; i < uint64_t(wanted) * nv; ++i) out[i] = cap * std::tanh(out[i] / cap);
-    }
+    if (m_.final_softcap > 0) elementwise_ops(fast ? arith_.isa : Isa::Scalar).softcap(out, uint64_t(wanted) * nv, m_.final_softcap);
     for (uint64_t w = 0; const SeqStep& s : batch) {
         const uint32_t rows = head_rows(s);
         if (!rows) continue;

@@ -26,6 +26,9 @@ void gelu_mul_scalar(float* g, const float* u, uint32_t n) {
         g[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x))) * u[i];
     }
 }
+void softcap_scalar(float* x, uint64_t n, float cap) {
+    for (uint64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
 
 // ---- the polynomial exp, shared constants ------------------------------------
 // x = k·ln2 + r with ln2 split in two (Cody-Waite), exp(r) by a degree-7
@@ -88,6 +91,22 @@ PTXLM_AVX2 inline void gate_avx2(float* g, const float* u, uint32_t n) {
     _mm256_store_ps(tg, _mm256_mul_ps(F(_mm256_load_ps(tg)), _mm256_load_ps(tu)));
     std::memcpy(g + i, tg, (n - i) * 4);
 }
+// cap · tanh(x / cap), tanh(y) = 1 − 2/(1 + e^2y) (e^2y clamped at exp's
+// range: ±1 at the ends).
+PTXLM_AVX2 inline __m256 softcap_avx2(__m256 x, __m256 two_over_cap, __m256 cap) {
+    const __m256 e = exp_avx2(_mm256_mul_ps(x, two_over_cap)), one = _mm256_set1_ps(1.0f);
+    return _mm256_mul_ps(cap, _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(one, e))));
+}
+PTXLM_AVX2 void softcap_avx2_n(float* x, uint64_t n, float c) {
+    const __m256 t = _mm256_set1_ps(2.0f / c), cap = _mm256_set1_ps(c);
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, softcap_avx2(_mm256_loadu_ps(x + i), t, cap));
+    if (i == n) return;
+    alignas(32) float r[8] = {};
+    std::memcpy(r, x + i, (n - i) * 4);
+    _mm256_store_ps(r, softcap_avx2(_mm256_load_ps(r), t, cap));
+    std::memcpy(x + i, r, (n - i) * 4);
+}
 PTXLM_AVX2 void exp_avx2_n(float* x, uint32_t n) { map_avx2<exp_avx2>(x, n); }
 PTXLM_AVX2 void silu_mul_avx2(float* g, const float* u, uint32_t n) { gate_avx2<silu_avx2>(g, u, n); }
 PTXLM_AVX2 void gelu_mul_avx2(float* g, const float* u, uint32_t n) { gate_avx2<gelu_avx2>(g, u, n); }
@@ -134,6 +153,14 @@ PTXLM_AVX512 inline void gate_avx512(float* g, const float* u, uint32_t n) {
         _mm512_mask_storeu_ps(g + i, m, _mm512_mul_ps(F(_mm512_maskz_loadu_ps(m, g + i)), _mm512_maskz_loadu_ps(m, u + i)));
     }
 }
+PTXLM_AVX512 void softcap_avx512_n(float* x, uint64_t n, float c) {
+    const __m512 t = _mm512_set1_ps(2.0f / c), cap = _mm512_set1_ps(c), one = _mm512_set1_ps(1.0f);
+    for (uint64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+        const __m512 e = exp_avx512(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), t));
+        _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(cap, _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(one, e)))));
+    }
+}
 PTXLM_AVX512 void exp_avx512_n(float* x, uint32_t n) { map_avx512<exp_avx512>(x, n); }
 PTXLM_AVX512 void silu_mul_avx512(float* g, const float* u, uint32_t n) { gate_avx512<silu_avx512>(g, u, n); }
 PTXLM_AVX512 void gelu_mul_avx512(float* g, const float* u, uint32_t n) { gate_avx512<gelu_avx512>(g, u, n); }
@@ -143,11 +170,11 @@ PTXLM_AVX512 void gelu_mul_avx512(float* g, const float* u, uint32_t n) { gate_a
 ElementwiseOps elementwise_ops(Isa isa) {
     switch (isa) {
         case Isa::Scalar: break;
-        case Isa::Avx2: return {exp_avx2_n, silu_mul_avx2, gelu_mul_avx2};
+        case Isa::Avx2: return {exp_avx2_n, silu_mul_avx2, gelu_mul_avx2, softcap_avx2_n};
         case Isa::Avx512:
-        case Isa::Avx512Vnni: return {exp_avx512_n, silu_mul_avx512, gelu_mul_avx512};
+        case Isa::Avx512Vnni: return {exp_avx512_n, silu_mul_avx512, gelu_mul_avx512, softcap_avx512_n};
     }
-    return {exp_scalar, silu_mul_scalar, gelu_mul_scalar};
+    return {exp_scalar, silu_mul_scalar, gelu_mul_scalar, softcap_scalar};
 }
 
 }  // namespace ptxlm::cpu

@@ -87,8 +87,12 @@ void matmul_reference(ThreadPool& pool, const MatVec* js, size_t n_jobs, const f
             const uint64_t r = walk.row(i);
             const size_t j = walk.j;
             const Weight& w = *js[j].w;
-            dequantize_row(w, r, buf);
-            for (uint64_t t = 0; t < n_in; ++t) js[j].y[t * js[j].ldy + r] = dot(buf, x + t * ldx, w.cols);
+            // An F32 row is its own dequantization: read in place, not copied
+            // (gemma4's per_layer_model_proj, 55 MB a token at E2B's size).
+            const float* row = buf;
+            if (w.type == gguf::GgmlType::F32) row = reinterpret_cast<const float*>(w.row(r));
+            else dequantize_row(w, r, buf);
+            for (uint64_t t = 0; t < n_in; ++t) js[j].y[t * js[j].ldy + r] = dot(row, x + t * ldx, w.cols);
         }
     });
 }

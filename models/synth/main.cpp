@@ -1,5 +1,5 @@
 // ptxlm-synth: writes a synthetic GGUF test model.
-//   ptxlm-synth --arch llama|qwen2|gemma3|qwen3|llama3|mistral3|phi3|phi4mini|gemma4 --size tiny|small|medium|wide4096|llama3-8b-slice|llama3.2-1b-slice|llama3-8b [--seed N] --out FILE
+//   ptxlm-synth --arch llama|qwen2|gemma3|qwen3|llama3|mistral3|phi3|phi4mini|gemma4 --size tiny|small|medium|wide4096|llama3-8b-slice|llama3.2-1b-slice|llama3-8b|gemma4-e2b [--seed N] --out FILE
 //   ptxlm-synth --list
 #include <chrono>
 #include <cstdio>
@@ -23,9 +23,11 @@ int usage_error(const std::string& msg) {
 void print_list() {
     std::printf("%-8s %-9s %6s %6s %5s %4s %4s %6s %6s %5s %11s\n", "arch", "size", "n_embd", "layers", "heads",
                 "kv", "hd", "n_ff", "vocab", "ctx", "params");
-    for (Size z : all_sizes()) {
-        std::vector<Arch> archs = all_archs();
-        if (z == Size::Tiny || z == Size::Small) archs.push_back(Arch::Gemma4);   // gemma4: these two only
+    std::vector<Size> sizes = all_sizes();
+    sizes.push_back(Size::Gemma4E2B);
+    for (Size z : sizes) {
+        std::vector<Arch> archs = z == Size::Gemma4E2B ? std::vector<Arch>{} : all_archs();
+        if (z == Size::Tiny || z == Size::Small || z == Size::Gemma4E2B) archs.push_back(Arch::Gemma4);   // gemma4: these three only
         for (Arch a : archs) {
             const Spec s = preset(a, z);
             std::printf("%-8s %-9s %6u %6u %5u %4u %4u %6u %6u %5u %11llu\n", arch_name(a), size_name(z), s.n_embd,
@@ -44,7 +46,7 @@ int main(int argc, char** argv) {
     unsigned threads = 0;
     bool list = false;
     app.add_option("--arch", arch_s, "llama, qwen2, gemma3, qwen3, llama3 (llama with Llama 3.x RoPE and tokenizer), mistral3, phi3 (Phi-3/Phi-4: fused QKV and gate/up, LongRoPE), phi4mini (phi3 with Phi-4-mini's partial rotary: 3/4 of each head) or gemma4 (Gemma 4 dense: tiny and small)");
-    app.add_option("--size", size_s, "tiny, small, medium, wide4096, llama3-8b-slice, llama3.2-1b-slice or llama3-8b (see --list)");
+    app.add_option("--size", size_s, "tiny, small, medium, wide4096, llama3-8b-slice, llama3.2-1b-slice, llama3-8b or gemma4-e2b (gemma4 only; see --list)");
     app.add_option("--seed", seed, "seed of the weights (default 1)");
     app.add_option("--out", out, "the GGUF file to write");
     app.add_option("--threads", threads, "worker threads (default: all cores; the output does not depend on it)");

@@ -54,6 +54,7 @@ const char* size_name(Size s) {
         case Size::Llama3_8B_Slice: return "llama3-8b-slice";
         case Size::Llama3_2_1B_Slice: return "llama3.2-1b-slice";
         case Size::Llama3_8B: return "llama3-8b";
+        case Size::Gemma4E2B: return "gemma4-e2b";
     }
     return "?";
 }
@@ -80,6 +81,7 @@ std::optional<Arch> parse_arch(std::string_view s) {
 std::optional<Size> parse_size(std::string_view s) {
     for (Size z : all_sizes())
         if (s == size_name(z)) return z;
+    if (s == size_name(Size::Gemma4E2B)) return Size::Gemma4E2B;
     return std::nullopt;
 }
 
@@ -123,8 +125,15 @@ Shape shape_of(Arch a, Size s) {
         //                                                n_embd layers head kv  hd     n_ff  ctx
         if (s == Size::Tiny)   return Shape{256,    6,   4, 1, 256,   512, 1024};
         if (s == Size::Small)  return Shape{512,    8,   8, 2, 256,  1536, 2048};
-        throw std::invalid_argument("gemma4 has tiny and small presets only");
+        // Gemma-4-E2B's widths (n_embd 1536, 35 layers, heads of 512 on the
+        // full layers and 256 on the sliding ones, 8 query heads over one KV
+        // head, n_ff 6144; preset() adds the rest). Not E2B's: one n_ff for
+        // every layer (its later layers are twice as wide), the sliding
+        // layers every other one (E2B: four of five).
+        if (s == Size::Gemma4E2B) return Shape{1536,  35,   8, 1, 512,  6144, 8192};
+        throw std::invalid_argument("gemma4 has tiny, small and gemma4-e2b presets only");
     }
+    if (s == Size::Gemma4E2B) throw std::invalid_argument("gemma4-e2b is gemma4's preset only");
     if (a == Arch::Qwen3) {   // the larger sizes keep the common shapes
         //                                                n_embd layers head kv  hd     n_ff  ctx
         if (s == Size::Tiny)   return Shape{256,    2,   4, 2, 128,   512, 1024};
@@ -143,6 +152,7 @@ Shape shape_of(Arch a, Size s) {
         case Size::Llama3_8B_Slice: return  Shape{4096,   2,  32, 8, 128, 14336, 8192};
         case Size::Llama3_2_1B_Slice: return Shape{2048,  2,  32, 8,  64,  8192, 8192};
         case Size::Llama3_8B:       return  Shape{4096,  32,  32, 8, 128, 14336, 8192};
+        case Size::Gemma4E2B: break;   // refused above
     }
     throw std::invalid_argument("unknown size");
 }
@@ -167,6 +177,7 @@ Spec preset(Arch arch, Size size, uint64_t seed) {
     // the tokenizer's own are reserved control tokens no text encodes to.
     if (size == Size::Llama3_8B_Slice || size == Size::Llama3_2_1B_Slice || size == Size::Llama3_8B)
         s.n_vocab = kLlama3Vocab;
+    if (size == Size::Gemma4E2B) s.n_vocab = kGemma4Vocab;
     s.seed = seed;
     switch (arch) {
         case Arch::Llama:   // SmolLM2-like
@@ -233,6 +244,10 @@ Spec preset(Arch arch, Size size, uint64_t seed) {
             s.shared_kv_layers = 2;
             s.n_embd_per_layer = 256;
             s.final_softcap = 30.0f;
+            if (size == Size::Gemma4E2B) {   // E2B's window; 19 shared layers (E2B's count assumed: n_kv must be even here)
+                s.sliding_window = 512;
+                s.shared_kv_layers = 19;
+            }
             break;
     }
     validate(s);
