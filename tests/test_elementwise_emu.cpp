@@ -59,18 +59,34 @@ TEST_F(ElementwiseOnEmu, EmbeddingRowIsTheReferenceDequantization) {
   }
 }
 
+// Widths with one batch of loads a thread (640: a partial last round of
+// elements, 1536: whole rounds) and several (2052: 9 a thread, the last
+// round 4 elements wide; 5376, Gemma-3-27B's: 21), plain and scaled; emu
+// checks every access is inside its buffer.
 TEST_F(ElementwiseOnEmu, AddNormMatchesTheReferenceFormula) {
-  const uint32_t n = 640;
-  const std::vector<float> x = randv(n, 1.0f), o = randv(n, 3.0f), w = randv(n, 0.5f);
-  auto dx = upload(x), dob = upload(o), dw = upload(w);
-  launch(kx::add_norm_kernel({n, 1e-6f}), {DevPtr{dx.ptr()}, DevPtr{dob.ptr()}, DevPtr{dw.ptr()}});
-  double ss = 0;
-  for (float v : o) ss += double(v) * v;
-  const float scale = 1.0f / std::sqrt(float(ss / n) + 1e-6f);
-  const std::vector<float> got = download<float>(dx, n);
-  for (uint32_t i = 0; i < n; ++i) {
-    const float ref = x[i] + (o[i] * scale) * w[i];
-    EXPECT_NEAR(got[i], ref, 1e-6 * (1 + std::fabs(ref))) << i;
+  for (uint32_t n : {640u, 1536u, 2052u, 5376u}) {
+    for (bool scaled : {false, true}) {
+      SCOPED_TRACE(std::to_string(n) + (scaled ? " scaled" : ""));
+      const std::vector<float> x = randv(n, 1.0f), o = randv(n, 3.0f), w = randv(n, 0.5f);
+      const float out_scale = 0.75f;
+      auto dx = upload(x), dob = upload(o), dw = upload(w), ds = upload(std::vector<float>{out_scale});
+      kx::AddNormShape shape{n, 1e-6f};
+      shape.scaled = scaled;
+      std::vector<ptx::ParamValue> args = {DevPtr{dx.ptr()}, DevPtr{dob.ptr()}, DevPtr{dw.ptr()}};
+      if (scaled) args.push_back(DevPtr{ds.ptr()});
+      launch(kx::add_norm_kernel(shape), args);
+      double ss = 0;
+      for (float v : o) ss += double(v) * v;
+      const float scale = 1.0f / std::sqrt(float(ss / n) + 1e-6f);
+      const std::vector<float> got = download<float>(dx, n);
+      size_t bad = 0;
+      for (uint32_t i = 0; i < n; ++i) {
+        const float ref = (x[i] + (o[i] * scale) * w[i]) * (scaled ? out_scale : 1.0f);
+        if (!(std::fabs(got[i] - ref) <= 1e-6 * (1 + std::fabs(ref))) && bad++ < 3)
+          ADD_FAILURE() << "x[" << i << "]: " << got[i] << " vs " << ref;
+      }
+      EXPECT_EQ(bad, 0u);
+    }
   }
 }
 
