@@ -7,8 +7,9 @@
 // wrong page id, the reference one position ahead. End to end: today's
 // attention_kernel against paged_rope -> paged_attention over 20 decode steps.
 //
-// Counts: the op's distinct bytes, waits and dependent loads at Llama-3-8B's
-// heads, and the H100 SXM projection (tests/paged_emu_util.h).
+// Counts: the op's distinct bytes, waits and dependent loads at Llama-3-8B's,
+// Qwen2.5's and Gemma-4-E2B's heads, and the H100 SXM projection
+// (tests/paged_emu_util.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -221,49 +222,77 @@ TEST_F(PagedRopeOnEmu, WrongPageOrPositionFails) {
   EXPECT_GT(p.kv_bad, 0u);
 }
 
-// The op's counts at Llama-3-8B's heads (32 query, 8 KV, hd 128), one decode
-// row and a batch of 16 at scattered depths: distinct bytes against what the
-// op must move (q, k, v in; each row's cos/sin row, descriptor and page id;
-// q_rot, K and V out), waits per warp, the dependent load chain (descriptor,
-// then page id), and the H100 SXM projection from engine/projection's terms
-// (32 registers: 16 blocks of 4 warps per SM).
-TEST(PagedRopeCounts, LlamaThreeEightB) {
-  const uint32_t nh = 32, nkv = 8, hd = 128, ps = 16, max_pages = 512;
+// The op's counts per family's heads, one decode row and a batch of 16 at
+// scattered depths: distinct bytes against what the op must move (q, k, v
+// in, their biases and norm weights once; each row's cos/sin row,
+// descriptor and page id; q_rot, K and V out), waits per warp (every load
+// of a head issued before the first use of any: the descriptor's round
+// trip, then the page id's and cos/sin's), the dependent load chain
+// (descriptor, then page id), and the H100 SXM projection from
+// engine/projection's terms. Llama-3-8B (32/8 heads of 128), qwen2's biases
+// (Qwen2.5-7B: 28/4), Gemma-4-E2B's full-attention heads (8/1 of 512: q/k
+// norms, V's norm, 8 pairs a lane) and its shared-KV layers (q only).
+TEST(PagedRopeCounts, TwoRoundTripsPerWarpOnEveryFamilysHeads) {
+  struct Case {
+    const char* what;
+    kx::PagedRopeShape s;
+  };
+  const uint32_t ps = 16, max_pages = 512;
+  const Case cases[] = {
+      {"Llama-3-8B", {.n_head = 32, .n_head_kv = 8, .head_dim = 128, .scale = 0.088f}},
+      {"Qwen2.5-7B, biases", {.n_head = 28, .n_head_kv = 4, .head_dim = 128, .scale = 0.088f, .neox = true, .bias = true}},
+      {"Gemma-4-E2B full", {.n_head = 8, .n_head_kv = 1, .head_dim = 512, .scale = 1.0f, .neox = true, .qk_norm = true,
+                            .v_norm = true}},
+      {"Gemma-4-E2B shared KV", {.n_head = 8, .n_head_kv = 1, .head_dim = 512, .scale = 1.0f, .neox = true,
+                                 .qk_norm = true, .v_norm = true, .q_only = true}},
+  };
   std::mt19937 rng(5);
-  for (uint32_t T : {1u, 16u}) {
-    kx::PagedRopeShape s{.n_head = nh, .n_head_kv = nkv, .head_dim = hd, .max_pages = max_pages, .tokens = T,
-                         .scale = 0.088f};
-    std::vector<uint32_t> tok, tables(size_t(T) * max_pages, KvPool::kNoPage);
-    for (uint32_t t = 0; t < T; ++t) {
-      const uint32_t pos = (t * 977u + 4096u) % 8000u;
-      tok.push_back(pos), tok.push_back(t);
-      tables[size_t(t) * max_pages + pos / ps] = t;
+  for (const Case& cs : cases)
+    for (uint32_t T : {1u, 16u}) {
+      kx::PagedRopeShape s = cs.s;
+      s.max_pages = max_pages;
+      s.tokens = T;
+      const uint32_t nh = s.n_head, nkv = s.q_only ? 0 : s.n_head_kv, hd = s.head_dim;
+      std::vector<uint32_t> tok, tables(size_t(T) * max_pages, KvPool::kNoPage);
+      for (uint32_t t = 0; t < T; ++t) {
+        const uint32_t pos = (t * 977u + 4096u) % 8000u;
+        tok.push_back(pos), tok.push_back(t);
+        tables[size_t(t) * max_pages + pos / ps] = t;
+      }
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      auto rnd = [&](size_t n) {
+        std::vector<float> v(n);
+        for (float& x : v) x = nd(rng);
+        return v;
+      };
+      const std::vector<float> q = rnd(size_t(T) * nh * hd), kv = rnd(size_t(T) * s.n_head_kv * hd),
+                               rope = rnd(size_t(8192) * hd), bq = rnd(size_t(nh) * hd),
+                               bkv = rnd(size_t(s.n_head_kv) * hd), w = rnd(hd);
+      const std::vector<uint16_t> pool(size_t(T) * s.n_head_kv * ps * hd, 0);
+      std::vector<std::vector<uint8_t>> bufs = {bytes_of(tok), bytes_of(tables), bytes_of(q), bytes_of(kv), bytes_of(kv)};
+      if (s.bias) bufs.insert(bufs.end(), {bytes_of(bq), bytes_of(bkv), bytes_of(bkv)});
+      if (s.qk_norm) bufs.insert(bufs.end(), {bytes_of(w), bytes_of(w)});
+      bufs.insert(bufs.end(), {bytes_of(rope), bytes_of(pool), bytes_of(pool), bytes_of(q)});
+      const Counted c = count(kx::paged_rope_kernel(s), bufs);
+      const uint64_t warps = uint64_t(T) * s.units();
+      // Once per launch: the biases and norm weights; per row: q, k, v in,
+      // the cos/sin row, descriptor and page id, q_rot, K, V out.
+      const double once = (s.bias ? double(nh + 2 * nkv) * hd * 4 : 0) + (s.qk_norm ? (nkv ? 2.0 : 1.0) * hd * 4 : 0);
+      const double need = once + double(T) * ((nh + 2 * nkv) * hd * 4 + s.rot() / 2 * 8 + 8 + (nkv ? 4 : 0) +
+                                              nh * hd * 4 + 2 * nkv * hd * 2);
+      const uint64_t blocks = uint64_t(T) * ((s.units() + kx::kPagedRopeWarps - 1) / kx::kPagedRopeWarps);
+      const Summary m = summarize(c.stats, 0, blocks, 0, 32 * kx::kPagedRopeWarps, 16);
+      const double waits = double(c.stats.inflight_batches) / double(warps);
+      std::printf("[paged rope counts] %s, %u rows: %.1f KB touched (%.3fx what the op must move), %.2f waits per "
+                  "warp, dependent load chain %llu, %.1f warp instructions per warp; H100 SXM projected %.2f us (%s)\n",
+                  cs.what, T, c.stats.unique_global_bytes / 1e3, c.stats.unique_global_bytes / need, waits,
+                  (unsigned long long)c.stats.dependent_load_chain_max,
+                  double(c.stats.warp_instructions) / double(warps), m.us, m.terms.bound_by().c_str());
+      EXPECT_LE(double(c.stats.unique_global_bytes), 1.02 * need) << cs.what << ", " << T;
+      EXPECT_GE(double(c.stats.unique_global_bytes), need) << cs.what << ", " << T;
+      EXPECT_LE(c.stats.dependent_load_chain_max, 2u) << cs.what << ": descriptor, then page id / cos-sin";
+      EXPECT_LE(waits, 2.0) << cs.what << ", " << T << ": two round trips per warp";
     }
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    auto rnd = [&](size_t n) {
-      std::vector<float> v(n);
-      for (float& x : v) x = nd(rng);
-      return v;
-    };
-    const std::vector<float> q = rnd(size_t(T) * nh * hd), kv = rnd(size_t(T) * nkv * hd), rope = rnd(size_t(8192) * hd);
-    const std::vector<uint16_t> pool(size_t(T) * nkv * ps * hd, 0);
-    const Counted c = count(kx::paged_rope_kernel(s), {bytes_of(tok), bytes_of(tables), bytes_of(q), bytes_of(kv),
-                                                       bytes_of(kv), bytes_of(rope), bytes_of(pool), bytes_of(pool),
-                                                       bytes_of(q)});
-    const uint64_t warps = uint64_t(T) * (nh + nkv);
-    // In: q, k, v, per row its cos/sin row, descriptor and page id; out: q_rot, K, V.
-    const double need = double(T) * ((nh + 2 * nkv) * hd * 4 + hd / 2 * 8 + 8 + 4 + nh * hd * 4 + 2 * nkv * hd * 2);
-    const Summary m = summarize(c.stats, 0, uint64_t(T) * ((nh + nkv) / kx::kPagedRopeWarps), 0, 32 * kx::kPagedRopeWarps, 16);
-    std::printf("[paged rope counts] Llama-3-8B heads, %u rows: %.1f KB touched (%.3fx what the op must move), %.2f waits "
-                "per warp, dependent load chain %llu, %.1f warp instructions per warp; H100 SXM projected %.2f us (%s)\n",
-                T, c.stats.unique_global_bytes / 1e3, c.stats.unique_global_bytes / need,
-                double(c.stats.inflight_batches) / double(warps), (unsigned long long)c.stats.dependent_load_chain_max,
-                double(c.stats.warp_instructions) / double(warps), m.us, m.terms.bound_by().c_str());
-    EXPECT_LE(double(c.stats.unique_global_bytes), 1.02 * need) << T;
-    EXPECT_GE(double(c.stats.unique_global_bytes), need) << T;
-    EXPECT_LE(c.stats.dependent_load_chain_max, 2u) << "descriptor, then page id / cos-sin";
-    EXPECT_LE(double(c.stats.inflight_batches), 2.0 * double(warps)) << "two round trips per warp";
-  }
 }
 
 TEST(PagedRope, RefusesShapesItCannotRun) {

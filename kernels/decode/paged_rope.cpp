@@ -107,23 +107,35 @@ GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t, const Inlin
   }
 
   // Row `head_row` of `vec` (T × heads rows; `head` its head): the slots'
-  // pairs with their biases, loaded.
-  auto load = [&](const char* vec, const char* bias, const Reg& head_row, const Reg& head) {
-    Reg off = k.mul_wide(head_row, hd * 4);
-    Reg src = k.add(k.param(vec), off);
-    std::vector<std::pair<Reg, Reg>> x(slots);
-    for (uint32_t c = 0; c < slots; ++c) {
-      x[c].first = k.ld_global(Type::f32, at(k.add(src, sl[c].oa)));
-      x[c].second = k.ld_global(Type::f32, at(k.add(src, sl[c].ob)));
-    }
-    if (s.bias) {
-      Reg b = k.add(k.param(bias), k.mul_wide(head, hd * 4));
+  // pairs, their biases and the norm's weights (`weights`, when qk_norm),
+  // loaded; add_bias() adds the biases. Every load of a head is issued
+  // before the first use of any: one round trip, in flight with the token
+  // descriptor's.
+  struct Loaded {
+    std::vector<std::pair<Reg, Reg>> x, b, w;
+  };
+  auto load = [&](const char* vec, const char* bias, const char* weights, const Reg& head_row, const Reg& head) {
+    Reg src = k.add(k.param(vec), k.mul_wide(head_row, hd * 4));
+    auto pairs = [&](const Reg& base, bool nc) {
+      std::vector<std::pair<Reg, Reg>> v(slots);
       for (uint32_t c = 0; c < slots; ++c) {
-        k.add(x[c].first, x[c].first, k.ld_global_nc(Type::f32, at(k.add(b, sl[c].oa))));
-        k.add(x[c].second, x[c].second, k.ld_global_nc(Type::f32, at(k.add(b, sl[c].ob))));
+        Reg a = k.add(base, sl[c].oa), b = k.add(base, sl[c].ob);
+        v[c] = nc ? std::pair{k.ld_global_nc(Type::f32, at(a)), k.ld_global_nc(Type::f32, at(b))}
+                  : std::pair{k.ld_global(Type::f32, at(a)), k.ld_global(Type::f32, at(b))};
       }
+      return v;
+    };
+    Loaded r;
+    r.x = pairs(src, false);
+    if (s.bias) r.b = pairs(k.add(k.param(bias), k.mul_wide(head, hd * 4)), true);
+    if (s.qk_norm) r.w = pairs(k.param(weights), true);
+    return r;
+  };
+  auto add_bias = [&](Loaded& in) {
+    for (uint32_t c = 0; c < in.b.size(); ++c) {
+      k.add(in.x[c].first, in.x[c].first, in.b[c].first);
+      k.add(in.x[c].second, in.x[c].second, in.b[c].second);
     }
-    return x;
   };
   // 1 / sqrt(total / hd + eps), sqrt.rn then div.rn: a head's RMSNorm factor.
   auto inverse_rms = [&](const Reg& total) {
@@ -133,9 +145,11 @@ GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t, const Inlin
     return scale;
   };
   // The per-head RMSNorm (attention.cpp's order: each pair's x0² + x1² as
-  // mul + fma, a butterfly over each 32 pairs, their sums in order).
-  auto norm = [&](std::vector<std::pair<Reg, Reg>>& x, const char* weights) {
+  // mul + fma, a butterfly over each 32 pairs, their sums in order), with
+  // the weights load() brought.
+  auto norm = [&](Loaded& in) {
     if (!s.qk_norm) return;
+    std::vector<std::pair<Reg, Reg>>& x = in.x;
     Reg total;
     for (uint32_t c = 0; c < slots; ++c) {
       Reg ss = k.mul(x[c].first, x[c].first);
@@ -145,12 +159,9 @@ GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t, const Inlin
       total = c == 0 ? w : k.add(total, w);
     }
     Reg scale = inverse_rms(total);
-    Reg w = k.param(weights);
     for (uint32_t c = 0; c < slots; ++c) {
-      Reg wa = k.ld_global_nc(Type::f32, at(k.add(w, sl[c].oa)));
-      Reg wb = k.ld_global_nc(Type::f32, at(k.add(w, sl[c].ob)));
-      k.mul(x[c].first, k.mul(x[c].first, scale), wa);
-      k.mul(x[c].second, k.mul(x[c].second, scale), wb);
+      k.mul(x[c].first, k.mul(x[c].first, scale), in.w[c].first);
+      k.mul(x[c].second, k.mul(x[c].second, scale), in.w[c].second);
     }
   };
   // cos/sin of the slots that rotate, at pos (after the unused check).
@@ -185,10 +196,12 @@ GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t, const Inlin
   auto query_head = [&] {
     k.comment("a query head: bias, norm, RoPE, times the scale (and the temperature), to q_rot");
     Reg qrow = k.mad_lo(tok, s.n_head, unit);
-    std::vector<std::pair<Reg, Reg>> x = load("q", "bq", qrow, unit);
+    Loaded in = load("q", "bq", "q_norm", qrow, unit);
+    std::vector<std::pair<Reg, Reg>>& x = in.x;
+    add_bias(in);
     unused();
     std::vector<std::vector<Reg>> cs = table();
-    norm(x, "q_norm");
+    norm(in);
     rotate(x, cs);
     const Operand scale = q_scale(k, pos, s.scale, s.temp_scale, s.temp_floor);
     Reg dst = k.add(k.param("q_rot"), k.mul_wide(qrow, hd * 4));
@@ -204,7 +217,8 @@ GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t, const Inlin
     k.comment("a KV head: K (bias, norm, RoPE) and V (bias) as f16 to the token's slot of its page");
     Reg kvh = k.sub(unit, s.n_head);
     Reg kvrow = k.mad_lo(tok, nkv, kvh);
-    std::vector<std::pair<Reg, Reg>> x = load("k", "bk", kvrow, kvh);
+    Loaded in = load("k", "bk", "k_norm", kvrow, kvh);
+    std::vector<std::pair<Reg, Reg>>& x = in.x;
     const uint32_t vper = hd / 32;
     Reg voff = k.mul_wide(kvrow, hd * 4);
     Reg vsrc = k.add(k.param("v"), voff);
@@ -213,8 +227,11 @@ GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t, const Inlin
     for (uint32_t i = 0; i < vper; ++i) vv[i] = k.ld_global(Type::f32, at(k.add(vsrc, lane4), int64_t(i) * 128));
     if (s.bias) {
       Reg bsrc = k.add(k.add(k.param("bv"), k.mul_wide(kvh, hd * 4)), lane4);
-      for (uint32_t i = 0; i < vper; ++i) k.add(vv[i], vv[i], k.ld_global_nc(Type::f32, at(bsrc, int64_t(i) * 128)));
+      std::vector<Reg> bv(vper);
+      for (uint32_t i = 0; i < vper; ++i) bv[i] = k.ld_global_nc(Type::f32, at(bsrc, int64_t(i) * 128));
+      for (uint32_t i = 0; i < vper; ++i) k.add(vv[i], vv[i], bv[i]);
     }
+    add_bias(in);   // K's, once V's loads are in flight too
     if (s.v_norm) {   // rms_norm without a weight: the lanes' squares, a butterfly, the same root
       Reg ss = k.mul(vv[0], vv[0]);
       for (uint32_t i = 1; i < vper; ++i) k.fma(ss, vv[i], vv[i], ss);
@@ -225,7 +242,7 @@ GeneratedKernel paged_rope_kernel(const PagedRopeShape& s, Target t, const Inlin
     Reg page = k.ld_global(Type::u32, at(k.add(k.param("tables"),
                                                k.mul_wide(k.mad_lo(row, s.max_pages, k.shr(pos, uint32_t(std::countr_zero(ps)))), 4u))));
     std::vector<std::vector<Reg>> cs = table();
-    norm(x, "k_norm");
+    norm(in);
     rotate(x, cs);
     Reg slot_row = k.mad_lo(k.mad_lo(page, nkv, kvh), ps, k.and_(pos, ps - 1));
     Reg base = k.mul_wide(slot_row, hd * 2);

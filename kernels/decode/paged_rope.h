@@ -25,8 +25,9 @@
 // Grid: (⌈units() / 4⌉, T) blocks of 4 warps; warp u of a row
 // handles query head u (u < n_head) or KV head u − n_head (K and V), lane l
 // the pairs l, l + 32, ... of the head. No shared memory, no barriers:
-// the head's loads are in flight with the token descriptor's, then the page
-// id and cos/sin (one more round trip), then the stores
+// every load of a head (its q or k and v, their biases, the norm's weights)
+// is issued before any is used, in flight with the token descriptor's;
+// then the page id and cos/sin (one more round trip), then the stores
 // (docs/efficiency.md, "Paged attention").
 //
 // Inline (the persistent decoder, InlineTarget): the same code on a virtual
