@@ -42,7 +42,7 @@ ptxlm_emu_gtest(test_paged_rope_emu test_paged_rope_emu.cpp LIBS ptxlm_engine pt
 # skipped entry; controls: one row short, the wrong source page).
 ptxlm_emu_gtest(test_kv_copy_emu test_kv_copy_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 120)
 # The embedding row (bit-equal to gguf's dequantizers) and gemma3's normalised add.
-ptxlm_emu_gtest(test_elementwise_emu test_elementwise_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 120)
+ptxlm_emu_gtest(test_elementwise_emu test_elementwise_emu.cpp LIBS ptxlm_engine ptxlm_kernels ptxlm_emu_core TIMEOUT 120)
 # The GPU decode path end to end on emu against the CPU reference: synthetic
 # models teacher-forced over 36 positions (with a negative control), SmolLM2
 # over its first 4.

@@ -2,7 +2,8 @@
 // elementwise) on emu: the embedding bit-equal to gguf's reference
 // dequantizer for every type the GPU path stores; add_norm against the CPU
 // reference's formula; their batch forms (T rows, issue 22) and the argmax's
-// and slot clear's row by row bit-equal to the single-token kernels.
+// and slot clear's row by row bit-equal to the single-token kernels. Counts:
+// add_norm's and gemma4's ple_gate's round trips per warp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,9 +11,11 @@
 
 #include "gguf/quant.h"
 #include "kernels/decode/elementwise.h"
+#include "kernels/decode/gemma4.h"
 #include "kernels/decode/layout.h"
 #include "kernels/examples/examples.h"
 #include "tests/emu_cuda_fixture.h"
+#include "tests/paged_emu_util.h"
 
 namespace {
 
@@ -135,6 +138,32 @@ TEST_F(ElementwiseOnEmu, BatchRowsEqualTheSingleTokenKernels) {
     EXPECT_EQ(kx::argmax_index(keys[t]), uint32_t(std::max_element(one.begin(), one.end()) - one.begin()));
   }
   EXPECT_NE(kx::argmax_index(keys[0]), kx::argmax_index(keys[1]));   // distinct rows, or the check is blind
+}
+
+// Round trips: a wait on global loads costs a warp a DRAM round trip
+// (engine/projection.h), and these kernels move a few KB, so their time is
+// their waits. add_norm loads each thread's elements (o, w, x and the
+// output scale) in one batch before its reduction's barrier, then only
+// stores: one wait a warp at Gemma-4-E2B's 1536 and gemma-3's 640 (18 at
+// 1536 before 726462b). ple_gate loads the gate and the per-layer input
+// together: one (two when it loaded the input after the activation).
+TEST(ElementwiseCounts, OneRoundTripPerWarp) {
+  using paged_test::bytes_of;
+  for (uint32_t n : {640u, 1536u})
+    for (bool scaled : {false, true}) {
+      kx::AddNormShape shape{n, 1e-6f};
+      shape.scaled = scaled;
+      const std::vector<float> v(n, 0.5f), one{0.75f};
+      std::vector<std::vector<uint8_t>> bufs = {bytes_of(v), bytes_of(v), bytes_of(v)};
+      if (scaled) bufs.push_back(bytes_of(one));
+      const paged_test::Counted c = paged_test::count(kx::add_norm_kernel(shape), bufs);
+      const double warps = kx::add_norm_geometry(shape).block.x / 32.0;
+      EXPECT_EQ(double(c.stats.inflight_batches) / warps, 1.0) << "add_norm " << n << (scaled ? " scaled" : "");
+    }
+  const kx::PleGateShape gate{.per_layer = 256, .layers = 35};
+  const std::vector<float> g(256, 0.5f), ple(256 * 35, 0.25f);
+  const paged_test::Counted c = paged_test::count(kx::ple_gate_kernel(gate), {bytes_of(g), bytes_of(ple)});
+  EXPECT_EQ(double(c.stats.inflight_batches) / (kx::ple_gate_geometry(gate).block.x / 32.0), 1.0) << "ple_gate";
 }
 
 TEST(ElementwiseBatch, RefusesEmptyBatches) {

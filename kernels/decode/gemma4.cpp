@@ -96,8 +96,8 @@ GeneratedKernel ple_gate_kernel(const PleGateShape& s, Target t, const InlineTar
   }
   k.if_(k.setp(Cmp::lt, e, P), [&] {
     Reg a = f32_at(k, gp, e);
-    Reg act = glu_activation(k, k.ld_global(Type::f32, at(a)), Glu::GeGlu);
-    k.st_global(at(a), k.mul(act, k.ld_global(Type::f32, at(f32_at(k, pl, e)))));
+    Reg gate = k.ld_global(Type::f32, at(a)), up = k.ld_global(Type::f32, at(f32_at(k, pl, e)));   // one round trip
+    k.st_global(at(a), k.mul(glu_activation(k, gate, Glu::GeGlu), up));
   });
   return emit.done(true);
 }
