@@ -229,7 +229,9 @@ TEST_F(GemvOnEmu, Q4kSeveralRowsPerWarpUnevenWarpsAndAPartialLastBlock) {
 // and at 1 SM with blocks capped at 8 warps (GemvShape::max_warps: the
 // persistent decoder's for gemma4), each warp taking 46 rows instead of 23
 // (the input of 512 is staged and its squares summed by the same 128
-// threads either way).
+// threads either way). On the 8-bit input the Q4_K rows go alone at 132
+// and 108 SMs (3 rows a block) and in pairs from 7 (q8_rows_paired), so
+// a pair's rows equal the rows alone.
 TEST_F(GemvOnEmu, EveryRowIsBitIdenticalOnAGridForAnySmCount) {
   for (bool q8 : {false, true}) {
     SCOPED_TRACE(q8 ? "8-bit input" : "f32 input");
@@ -243,6 +245,7 @@ TEST_F(GemvOnEmu, EveryRowIsBitIdenticalOnAGridForAnySmCount) {
       ci.shape.sms = sms;
       ci.shape.max_warps = warps;
       const ptx::GeneratedKernel g = kx::gemv_kernel(ci.shape);
+      EXPECT_EQ(kx::q8_rows_paired(ci.shape), q8 && sms < 100) << sms << " SMs";
       EXPECT_LE(g.geometry.grid.x, sms);
       EXPECT_EQ(g.geometry.block.x, 32 * std::clamp((361 + sms - 1) / sms, 8u, warps));
       grids.push_back(g.geometry.grid.x);
@@ -576,9 +579,9 @@ TEST_F(GemvOnEmu, EachColumnIsBitIdenticalWhateverTheColumnCount) {
   const std::vector<Mix> mixes = {
       {{GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K}, {40, 24, 24}, 512, true, false, kx::Glu::None},
       {{GgmlType::Q6_K}, {36}, 4352, false, true, kx::Glu::None},   // 17 blocks: a partial unrolled step
-      // One Q4_K matrix: from 5 columns its rows go two at a time
-      // (q8_rows_paired); 43 rows per block of 16 warps: a pair and a last
-      // row alone for some, a pair for the rest.
+      // One Q4_K matrix: its rows go two at a time (q8_rows_paired); 43
+      // rows per block of 16 warps: a pair and a last row alone for some,
+      // a pair for the rest.
       {{GgmlType::Q4_K}, {300}, 4352, false, true, kx::Glu::None},
       // A QKV of Q4_K, Q4_K, Q6_K: pairs within the Q4_K segments, rows
       // alone across a segment's end and in the Q6_K one.

@@ -625,7 +625,7 @@ bool q8_rows_together(const GemvShape& s) {
 }
 
 bool q8_rows_paired(const GemvShape& s) {
-  if (!s.q8_input || s.glu != Glu::None || s.columns <= 4 || q8_pass_blocks(s)) return false;
+  if (!s.q8_input || s.glu != Glu::None || q8_pass_blocks(s)) return false;
   const GemvPlan plan = gemv_plan(s);
   return plan.rows_per_block >= 2 * plan.warps &&
          std::any_of(s.segments.begin(), s.segments.end(), [](const GemvSegment& g) { return g.type == GgmlType::Q4_K; });
