@@ -166,6 +166,25 @@ TEST(ElementwiseCounts, OneRoundTripPerWarp) {
   EXPECT_EQ(double(c.stats.inflight_batches) / (kx::ple_gate_geometry(gate).block.x / 32.0), 1.0) << "ple_gate";
 }
 
+// argmax issues every item's load before it uses the first: one wait a
+// warp at gemma-3's 262144 logits and SmolLM2's 49152, in one column and in
+// a batch's four (8, the items a thread takes, when each load was used at
+// once). test_examples_emu checks the keys it leaves.
+TEST(ArgmaxCounts, OneRoundTripPerWarp) {
+  using paged_test::bytes_of;
+  for (uint32_t n : {262144u, 49152u})
+    for (uint32_t columns : {1u, 4u}) {
+      const kx::ArgmaxShape shape{.n = n, .columns = columns};
+      std::vector<float> x(size_t(n) * columns);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = float((i * 2654435761u) % 100003) * 1e-3f - 40.0f;
+      const paged_test::Counted c =
+          paged_test::count(kx::argmax_kernel(shape), {bytes_of(x), std::vector<uint8_t>(8 * columns, 0)});
+      const kx::LaunchGeometry g = kx::argmax_geometry(shape);
+      const double warps = double(g.grid.x) * g.grid.y * g.block.x / 32.0;
+      EXPECT_EQ(double(c.stats.inflight_batches) / warps, 1.0) << n << " x " << columns;
+    }
+}
+
 TEST(ElementwiseBatch, RefusesEmptyBatches) {
   EXPECT_THROW(kx::embed_geometry({GgmlType::Q4_K, 512, 1.0f, 0}), ptx::Error);
   EXPECT_THROW(kx::add_norm_geometry({512, 1e-6f, 0}), ptx::Error);
