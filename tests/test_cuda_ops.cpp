@@ -273,7 +273,7 @@ TEST(CudaOpsTypeMixes, EachMixFollowsTheCpuQuantizedPath) {
   }
 }
 
-// F16, BF16 and F32 matrices (synth has no such mix): the tiny llama with some
+// F16, BF16 and F32 matrices beside quantized ones: the tiny llama with some
 // matrices re-encoded in memory, so the CPU reference dequantizes the same
 // bytes the device multiplies. Layer 0's Q in one 16-bit type and K in the
 // other beside a Q4_K V (one QKV launch, on the f32 input), its gate beside a
@@ -338,6 +338,87 @@ TEST(CudaOpsTypeMixes, SixteenBitFloatMatrices) {
                 "worst %.3g of the tolerance\n",
                 gguf::type_traits(a).name, gguf::type_traits(b).name, tied ? "tied" : "untied", selftests, c.ops,
                 c.q8_ops, c.worst);
+  }
+}
+
+// Whole 16-bit files (synth's f16 and bf16 mixes: every matrix, the token
+// embedding and the LM head 16-bit, the norms F32), as llama-quantize writes
+// a model's F16 or BF16 conversion (test_vs_llamacpp checks the CPU against
+// llama.cpp on them). The device converts every weight exactly and
+// multiplies in f32, as the CPU does, so its logits differ from the CPU's by
+// float reordering alone: within a bound measured here, the argmax the
+// CPU's at every position whose margin is clear of it; every op of four
+// positions passes its check, none on 8-bit inputs; the persistent schedule
+// gives the graph schedule's bits. The negative control: the CPU with its
+// inputs rounded to the matrices' type first (what a device multiplying in
+// f16x2 or bf16x2 would compute; llama.cpp's CPU does it) lands at least
+// twice the bound away.
+TEST(CudaOpsTypeMixes, SixteenBitFilesFollowTheCpu) {
+  // Max |logit diff| from the CPU (its default path: exact f32 products for
+  // 16-bit matrices), 1.25x the largest measured 2026-12-02 on an AVX-512
+  // VNNI Xeon over every Isa (PTXLM_CPU_ISA): F16 3.53e-5 (scalar; 6.7e-6
+  // to 8.1e-6 on the others), BF16 3.46e-5 (avx512, avx512vnni; 6.7e-6 and
+  // 7.9e-6 on avx2 and scalar).
+  constexpr double kTol = 4.4e-5;
+  for (synth::TypeMix mix : {synth::TypeMix::F16, synth::TypeMix::BF16}) {
+    synth::Spec spec = synth::preset(synth::Arch::Llama, synth::Size::Tiny);
+    spec.types = mix;
+    const std::vector<uint8_t> bytes = synth::model_bytes(spec);
+    Model m = Model::from_file(gguf::File::parse(bytes, "synth-llama-16bit"));
+    const gguf::GgmlType want = mix == synth::TypeMix::F16 ? gguf::GgmlType::F16 : gguf::GgmlType::BF16;
+    SCOPED_TRACE(gguf::type_traits(want).name);
+    ASSERT_EQ(m.tok_embd.type, want);
+    for (const LayerDesc& l : m.layers)
+      for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) ASSERT_EQ(w->type, want);
+    size_t selftests = 0;
+    for (const cuda::SelftestResult& r : cuda::run_selftest(m, cuda::Driver::load(), 16, 1, nullptr)) {
+      ++selftests;
+      EXPECT_TRUE(r.pass) << r.kernel << " (" << r.what << "): error " << r.max_error << ", tolerance " << r.tolerance;
+    }
+    EXPECT_GT(selftests, 5u);
+    cuda::CudaBackend traced(m, cuda::Driver::load(), 16, Schedule::Chain);
+    const OpCheck c = check_prompt(traced, {kPrompt.begin(), kPrompt.begin() + 4});
+    EXPECT_EQ(c.bad, 0u);
+    EXPECT_EQ(c.q8_ops, 0u) << "a 16-bit matrix's launch took the 8-bit input";
+    cpu::CpuBackend cpu(m, 16, KvType::F16, 2);
+    cuda::CudaBackend gpu(m, cuda::Driver::load(), 16, Schedule::Graph);
+    cuda::CudaBackend pers(m, cuda::Driver::load(), 16, Schedule::Persistent);
+    const size_t nv = m.n_vocab;
+    std::vector<float> a(nv), b(nv), p(nv);
+    double max_diff = 0;
+    size_t clear = 0, agree = 0, differ = 0;
+    for (uint32_t i = 0; i < 6; ++i) {
+      cpu.eval(kPrompt[i], i, a.data());
+      gpu.eval(kPrompt[i], i, b.data());
+      pers.eval(kPrompt[i], i, p.data());
+      for (size_t t = 0; t < nv; ++t) differ += b[t] != p[t];
+      for (size_t t = 0; t < nv; ++t) max_diff = std::max(max_diff, std::fabs(double(a[t]) - b[t]));
+      std::vector<float> top = a;
+      std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
+      if (top[0] - top[1] <= 2 * kTol) continue;
+      ++clear;
+      agree += std::max_element(a.begin(), a.end()) - a.begin() == std::max_element(b.begin(), b.end()) - b.begin();
+    }
+    std::printf("[cuda-ops] llama, every matrix %s: %zu selftests, %zu GEMV ops, worst %.3g of the tolerance; "
+                "max |logit diff| %.3g, argmax agrees at %zu of %zu clear positions\n",
+                gguf::type_traits(want).name, selftests, c.ops, c.worst, max_diff, agree, clear);
+    EXPECT_LE(max_diff, kTol);
+    EXPECT_EQ(agree, clear);
+    EXPECT_GE(clear, 4u);
+    EXPECT_EQ(differ, 0u) << "the persistent schedule's logits differ from the graph schedule's";
+
+    cpu::CpuBackend rounded(m, 16, KvType::F16, 2);
+    rounded.set_input_rounding(cpu::InputRounding::LikeLlamaCpp);
+    cuda::CudaBackend gpu2(m, cuda::Driver::load(), 16, Schedule::Graph);
+    double control = 0;
+    for (uint32_t i = 0; i < 6; ++i) {
+      rounded.eval(kPrompt[i], i, a.data());
+      gpu2.eval(kPrompt[i], i, b.data());
+      for (size_t t = 0; t < nv; ++t) control = std::max(control, std::fabs(double(a[t]) - b[t]));
+    }
+    std::printf("[cuda-ops]   control (the CPU's inputs rounded to %s): max |logit diff| %.3g, %.1f x the bound\n",
+                gguf::type_traits(want).name, control, control / kTol);
+    EXPECT_GE(control, 2 * kTol) << "the bound is over half of what rounding the inputs to 16 bits moves";
   }
 }
 

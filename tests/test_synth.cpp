@@ -11,6 +11,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <unistd.h>
@@ -368,6 +369,38 @@ INSTANTIATE_TEST_SUITE_P(TinyAndSmall, SynthModel,
                          param_name);
 
 // ---- presets -------------------------------------------------------------------------
+
+// The 16-bit mixes: every tensor the Q4_K_M mix quantizes (matrices, the
+// token embedding, the LM head) in F16 or BF16, the rest F32 as in every
+// mix; llama.cpp's file type (MOSTLY_F16 1, MOSTLY_BF16 32); the Q4_K_M
+// file's tensors, names and shapes.
+TEST(SynthMixes, SixteenBitMatrices) {
+    for (auto [name, mix, type, ftype] : {std::tuple{"f16", TypeMix::F16, GgmlType::F16, 1u},
+                                          std::tuple{"bf16", TypeMix::BF16, GgmlType::BF16, 32u}}) {
+        SCOPED_TRACE(name);
+        ASSERT_EQ(parse_type_mix(name), mix);
+        for (Arch a : {Arch::Llama, Arch::Gemma4}) {
+            Spec s = preset(a, Size::Tiny);
+            const std::vector<uint8_t> q4 = model_bytes(s);
+            s.types = mix;
+            const std::vector<uint8_t> bytes = model_bytes(s);
+            const gguf::File f = gguf::File::parse(bytes, name), fq = gguf::File::parse(q4, "q4_k_m");
+            EXPECT_EQ(f.get_u32("general.file_type"), ftype);
+            ASSERT_EQ(f.tensors().size(), fq.tensors().size());
+            size_t sixteen = 0;
+            for (const gguf::TensorInfo& t : f.tensors()) {
+                const gguf::TensorInfo* o = fq.find_tensor(t.name);
+                ASSERT_NE(o, nullptr) << t.name;
+                EXPECT_EQ(t.ne, o->ne) << t.name;
+                const bool f32 = o->ggml_type() == GgmlType::F32;
+                EXPECT_EQ(t.ggml_type(), f32 ? GgmlType::F32 : type) << t.name;
+                sixteen += !f32;
+            }
+            EXPECT_GE(sixteen, 2 + 7 * s.n_layer) << "the embedding, the LM head or a matrix is not 16-bit";
+        }
+    }
+    EXPECT_FALSE(parse_type_mix("f32"));
+}
 
 TEST(SynthPresets, AllValidAndQ4KRows) {
     for (Size z : all_sizes()) {

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
     app.add_option("--out", out, "the GGUF file to write");
     app.add_option("--threads", threads, "worker threads (default: all cores; the output does not depend on it)");
     std::string types_s = "q4_k_m";
-    app.add_option("--types", types_s, "the weights' quantization mix: q4_k_m (default), q5_k_m, q3_k_m, q2_k or iq4_xs");
+    app.add_option("--types", types_s, "the weights' quantization mix: q4_k_m (default), q5_k_m, q3_k_m, q2_k, iq4_xs, or f16 / bf16 (16-bit matrices)");
     app.add_flag("--list", list, "print the presets and their shapes");
     try {
         app.parse(argc, argv);
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     try {
         Spec spec = preset(*arch, *size, seed);
         const auto mix = parse_type_mix(types_s);
-        if (!mix) return usage_error("unknown --types '" + types_s + "' (q4_k_m, q5_k_m, q3_k_m, q2_k or iq4_xs)");
+        if (!mix) return usage_error("unknown --types '" + types_s + "' (q4_k_m, q5_k_m, q3_k_m, q2_k, iq4_xs, f16 or bf16)");
         spec.types = *mix;
         const uint64_t params = param_count(spec);
         const bool verbose = params > 50'000'000;   // seconds or more: show progress

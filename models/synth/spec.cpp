@@ -331,6 +331,8 @@ GgmlType q4_k_m_type(WeightKind kind, uint32_t layer, uint32_t n_layer, bool tie
 
 GgmlType mix_type(TypeMix mix, WeightKind kind, uint32_t layer, uint32_t n_layer, bool tied_embeddings) {
     const GgmlType q4km = q4_k_m_type(kind, layer, n_layer, tied_embeddings);
+    if (q4km != GgmlType::F32 && (mix == TypeMix::F16 || mix == TypeMix::BF16))
+        return mix == TypeMix::F16 ? GgmlType::F16 : GgmlType::BF16;
     if (mix == TypeMix::Q4_K_M || q4km == GgmlType::F32 || kind == WeightKind::Output ||
         (kind == WeightKind::TokenEmbd && tied_embeddings))
         return q4km;
@@ -343,7 +345,9 @@ GgmlType mix_type(TypeMix mix, WeightKind kind, uint32_t layer, uint32_t n_layer
             return out ? GgmlType::Q4_K : GgmlType::Q3_K;
         case TypeMix::Q2_K: return v || down || out ? GgmlType::Q3_K : GgmlType::Q2_K;
         case TypeMix::IQ4_XS: return kind == WeightKind::TokenEmbd || out ? GgmlType::IQ4_NL : GgmlType::IQ4_XS;
-        case TypeMix::Q4_K_M: break;
+        case TypeMix::Q4_K_M:
+        case TypeMix::F16:
+        case TypeMix::BF16: break;
     }
     return q4km;
 }
@@ -351,7 +355,8 @@ GgmlType mix_type(TypeMix mix, WeightKind kind, uint32_t layer, uint32_t n_layer
 std::optional<TypeMix> parse_type_mix(std::string_view name) {
     for (auto [n, m] : {std::pair{"q4_k_m", TypeMix::Q4_K_M}, std::pair{"q5_k_m", TypeMix::Q5_K_M},
                         std::pair{"q3_k_m", TypeMix::Q3_K_M}, std::pair{"q2_k", TypeMix::Q2_K},
-                        std::pair{"iq4_xs", TypeMix::IQ4_XS}})
+                        std::pair{"iq4_xs", TypeMix::IQ4_XS}, std::pair{"f16", TypeMix::F16},
+                        std::pair{"bf16", TypeMix::BF16}})
         if (name == n) return m;
     return std::nullopt;
 }

@@ -347,6 +347,8 @@ uint32_t llama_ftype(TypeMix m) {
         case TypeMix::Q3_K_M: return 12;
         case TypeMix::Q2_K: return 10;
         case TypeMix::IQ4_XS: return 30;
+        case TypeMix::F16: return 1;
+        case TypeMix::BF16: return 32;
     }
     return 15;
 }

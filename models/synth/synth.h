@@ -54,7 +54,9 @@ constexpr uint64_t kDefaultSeed = 1;
 constexpr uint32_t kLlama3Vocab = 128256;   // the slices' vocabulary (Llama-3's)
 constexpr uint32_t kGemma4Vocab = 262144;   // gemma4-e2b's (Gemma 4's)
 
-enum class TypeMix { Q4_K_M, Q5_K_M, Q3_K_M, Q2_K, IQ4_XS };
+// F16 and BF16: every matrix (the Q4_K_M types' non-F32 weights) 16-bit floats,
+// as llama-quantize writes a model's F16 or BF16 conversion.
+enum class TypeMix { Q4_K_M, Q5_K_M, Q3_K_M, Q2_K, IQ4_XS, F16, BF16 };
 
 struct Spec {
     Arch arch = Arch::Llama;
@@ -152,7 +154,7 @@ gguf::GgmlType q4_k_m_type(WeightKind kind, uint32_t layer, uint32_t n_layer, bo
 // attn_output Q4_K), Q2_K (Q2_K; attn_v, ffn_down and attn_output Q3_K),
 // IQ4_XS (IQ4_XS; IQ4_NL token embeddings); the output Q6_K in each.
 gguf::GgmlType mix_type(TypeMix mix, WeightKind kind, uint32_t layer, uint32_t n_layer, bool tied_embeddings);
-std::optional<TypeMix> parse_type_mix(std::string_view name);   // "q4_k_m", "q5_k_m", "q3_k_m", "q2_k", "iq4_xs"
+std::optional<TypeMix> parse_type_mix(std::string_view name);   // "q4_k_m", "q5_k_m", "q3_k_m", "q2_k", "iq4_xs", "f16", "bf16"
 
 // One tensor of a model, in file order. ne is ggml order: a weight W of shape
 // (out, in) has ne = {in, out}.
