@@ -147,6 +147,7 @@ TEST_F(ElementwiseOnEmu, BatchRowsEqualTheSingleTokenKernels) {
 // stores: one wait a warp at Gemma-4-E2B's 1536 and gemma-3's 640 (18 at
 // 1536 before 726462b). ple_gate loads the gate and the per-layer input
 // together: one (two when it loaded the input after the activation).
+// ple_input likewise.
 TEST(ElementwiseCounts, OneRoundTripPerWarp) {
   using paged_test::bytes_of;
   for (uint32_t n : {640u, 1536u})
@@ -164,6 +165,18 @@ TEST(ElementwiseCounts, OneRoundTripPerWarp) {
   const std::vector<float> g(256, 0.5f), ple(256 * 35, 0.25f);
   const paged_test::Counted c = paged_test::count(kx::ple_gate_kernel(gate), {bytes_of(g), bytes_of(ple)});
   EXPECT_EQ(double(c.stats.inflight_batches) / (kx::ple_gate_geometry(gate).block.x / 32.0), 1.0) << "ple_gate";
+  // ple_input loads each element's proj, w and tok before its reduction:
+  // one wait a warp at Gemma-4-E2B's 256 a layer and at two elements a
+  // thread (four when proj was reloaded beside w and tok after it).
+  for (uint32_t per_layer : {256u, 512u}) {
+    const kx::PleInputShape in{.per_layer = per_layer, .layers = 35};
+    const std::vector<float> proj(per_layer * 35, 0.5f), w(per_layer, 1.25f);
+    const paged_test::Counted ci =
+        paged_test::count(kx::ple_input_kernel(in), {bytes_of(proj), bytes_of(proj), bytes_of(w), bytes_of(proj)});
+    const kx::LaunchGeometry g = kx::ple_input_geometry(in);
+    EXPECT_EQ(double(ci.stats.inflight_batches) / (g.grid.x * g.block.x / 32.0), 1.0) << "ple_input " << per_layer;
+  }
+  EXPECT_THROW(kx::ple_input_geometry({.per_layer = 2052, .layers = 1}), ptx::Error);
 }
 
 // argmax issues every item's load before it uses the first: one wait a

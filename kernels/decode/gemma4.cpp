@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "kernels/decode/gemv.h"
 #include "kernels/decode/util.h"
@@ -27,7 +28,8 @@ Reg f32_at(Kernel& k, const Reg& base, const Reg& i) { return k.add(base, k.mul_
 }  // namespace
 
 static LaunchGeometry ple_input_geometry(const PleInputShape& s, const InlineTarget* in) {
-  if (s.per_layer == 0 || s.per_layer % 4) throw Error("ple_input: per_layer must be a positive multiple of 4");
+  if (s.per_layer == 0 || s.per_layer % 4 || s.per_layer > 8 * kThreads)
+    throw Error("ple_input: per_layer must be a positive multiple of 4, at most 2048");
   if (s.layers == 0 || s.layers > 65535) throw Error("ple_input: layers must be 1..65535");
   check_batch("ple_input", s.tokens, in);
   return LaunchGeometry{{s.layers, s.tokens, 1}, {kThreads, 1, 1}, 0};
@@ -50,24 +52,40 @@ GeneratedKernel ple_input_kernel(const PleInputShape& s, Target t, const InlineT
   Reg proj = k.add(k.param("proj"), slice), tok = k.add(k.param("tok"), slice), out = k.add(k.param("out"), slice);
   Reg w = k.param("w");
   Reg tid = k.special(Sreg::tid_x);
-  Reg i = k.reg(Type::u32);
+  // Thread t takes elements t, t + 256, ...: every one's proj, w and tok
+  // loaded at once, before the reduction's barrier (one round trip a warp;
+  // a loop that loaded proj, then reloaded it beside w and tok took four),
+  // and after it only the stores: out may be proj.
+  const uint32_t items = (P + kThreads - 1) / kThreads;
+  MemOpt nc;
+  nc.nc = true;
+  std::vector<Reg> idx, live, y, wv, tv;
+  for (uint32_t j = 0; j < items; ++j) {
+    idx.push_back(j == 0 ? tid : k.add(tid, j * kThreads));
+    live.push_back(k.setp(Cmp::lo, idx[j], P));
+    y.push_back(k.mov(Type::f32, 0.0f));
+    wv.push_back(k.mov(Type::f32, 0.0f));
+    tv.push_back(k.mov(Type::f32, 0.0f));
+    k.when(live[j], [&] {
+      k.ld(Space::global, y[j], at(f32_at(k, proj, idx[j])));
+      k.ld(Space::global, wv[j], at(f32_at(k, w, idx[j])), nc);
+      k.ld(Space::global, tv[j], at(f32_at(k, tok, idx[j])));
+    });
+  }
   Reg ss = k.mov(Type::f32, 0.0f);
-  k.for_range(i, tid, P, kThreads, [&] {
-    Reg y = k.mul(k.ld_global(Type::f32, at(f32_at(k, proj, i))), s.proj_scale);
-    k.fma(ss, y, y, ss);
-  });
+  for (uint32_t j = 0; j < items; ++j) {
+    k.mul(y[j], y[j], s.proj_scale);   // 0 where not live
+    k.fma(ss, y[j], y[j], ss);
+  }
   Reg total = block_allreduce(k, ss, ReduceOp::sum_f32, red, kThreads);
   Reg root = k.sqrt(k.add(k.div(total, float(P)), s.eps));
   Reg scale = k.reg(Type::f32);
   k.div(scale, 1.0f, root);
-  // Every thread reads its elements of proj before the barrier inside the
-  // reduction, and after it only the elements it writes: out may be proj.
-  k.for_range(i, tid, P, kThreads, [&] {
-    Reg y = k.mul(k.ld_global(Type::f32, at(f32_at(k, proj, i))), s.proj_scale);
-    Reg normed = k.mul(k.mul(y, scale), k.ld_global_nc(Type::f32, at(f32_at(k, w, i))));
-    Reg sum = k.add(normed, k.ld_global(Type::f32, at(f32_at(k, tok, i))));
-    k.st_global(at(f32_at(k, out, i)), k.mul(sum, s.sum_scale));
-  });
+  for (uint32_t j = 0; j < items; ++j) {
+    Reg normed = k.mul(k.mul(y[j], scale), wv[j]);
+    Reg sum = k.add(normed, tv[j]);
+    k.when(live[j], [&] { k.st_global(at(f32_at(k, out, idx[j])), k.mul(sum, s.sum_scale)); });
+  }
   return emit.done(true);
 }
 
