@@ -264,6 +264,14 @@ TEST_F(GemvOnEmu, EveryRowIsBitIdenticalOnAGridForAnySmCount) {
     }
     EXPECT_EQ(grids, (std::vector<uint32_t>{121, 91, 7, 1, 1}));   // ceil(361 / ceil(361 / sms))
   }
+  // Q6_K rows pair at one column (the Q6_K segment above is paired at 7 and
+  // 1 SMs too), not at 8, where two of its rows spill on sm_80 to sm_89.
+  kx::GemvShape q6 = shape(512, {61}, false, false, {GgmlType::Q6_K});
+  q6.q8_input = true;
+  q6.sms = 1;
+  EXPECT_TRUE(kx::q8_rows_paired(q6));
+  q6.columns = 8;
+  EXPECT_FALSE(kx::q8_rows_paired(q6));
 }
 
 TEST_F(GemvOnEmu, EveryBlock32Type) {

@@ -422,7 +422,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
     }
   };
   if (q8_rows_paired(s)) {
-    // Rows row and row + warps together when both are of one Q4_K segment
+    // Rows row and row + warps together when both are of one paired segment
     // (the warp's rows as one at a time); otherwise each alone. Warp-uniform
     // branches: shuffles whole.
     k.for_range(row, row_w, row_end, 2 * plan.warps, [&] {
@@ -437,7 +437,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
       Reg any;
       uint32_t base = 0;
       for (size_t si = 0; si < s.segments.size(); base += s.segments[si].rows, ++si) {
-        if (s.segments[si].type != GgmlType::Q4_K) continue;
+        if (!q8_pairs_type(s, s.segments[si].type)) continue;
         Reg both = k.and_(has2, k.setp(Cmp::lt, k.sub(row2, base), s.segments[si].rows));
         both = k.and_(both, k.setp(Cmp::lt, k.sub(row, base), s.segments[si].rows));   // wraps when row < base
         pairs.push_back({si, base, both});

@@ -624,11 +624,15 @@ bool q8_rows_together(const GemvShape& s) {
   return (t == GgmlType::Q4_K || t == GgmlType::Q6_K) && s.segments[1].type == t;
 }
 
+bool q8_pairs_type(const GemvShape& s, GgmlType t) {
+  return t == GgmlType::Q4_K || (t == GgmlType::Q6_K && s.columns == 1);
+}
+
 bool q8_rows_paired(const GemvShape& s) {
   if (!s.q8_input || s.glu != Glu::None || q8_pass_blocks(s)) return false;
   const GemvPlan plan = gemv_plan(s);
   return plan.rows_per_block >= 2 * plan.warps &&
-         std::any_of(s.segments.begin(), s.segments.end(), [](const GemvSegment& g) { return g.type == GgmlType::Q4_K; });
+         std::any_of(s.segments.begin(), s.segments.end(), [&](const GemvSegment& g) { return q8_pairs_type(s, g.type); });
 }
 
 std::vector<std::vector<Reg>> q8_rows_dot(Kernel& k, const GemvShape& s, const RowLayout& l,

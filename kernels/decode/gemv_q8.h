@@ -133,15 +133,18 @@ std::vector<ptx::Reg> q8_row_dot(ptx::Kernel& k, const GemvShape& s, const RowLa
 // (half the shared-memory traffic); each row's arithmetic as alone.
 // Results [row][column].
 bool q8_rows_together(const GemvShape& s);
-// Matrices without a GLU, one of them Q4_K, with at least two rows per
-// warp, at any column count: each warp takes its rows two at a time
-// through q8_rows_dot where both are of one Q4_K matrix, one read of each
+// Matrices without a GLU, one of them of a paired type (q8_pairs_type),
+// with at least two rows per warp: each warp takes its rows two at a time
+// through q8_rows_dot where both are of one such matrix, one read of each
 // input word for both (the shared-memory wavefronts halved) and both rows'
 // weights in flight together (at one column the persistent decoder's
 // 8-warp GEMVs are latency-bound: docs/efficiency.md, "Gemma 4 at
-// Gemma-4-E2B's size"). Not Q6_K: two of its rows spill at 8 columns on
-// sm_80 to sm_89 (ptxas, 12-20 bytes).
+// Gemma-4-E2B's size").
 bool q8_rows_paired(const GemvShape& s);
+// The types q8_rows_paired pairs: Q4_K at any column count, Q6_K at one
+// column (a decode token's LM head; two of its rows spill at 8 columns on
+// sm_80 to sm_89: ptxas, 12-20 bytes).
+bool q8_pairs_type(const GemvShape& s, gguf::GgmlType t);
 std::vector<std::vector<ptx::Reg>> q8_rows_dot(ptx::Kernel& k, const GemvShape& s, const RowLayout& l,
                                                const std::vector<ptx::Reg>& wrows, const ptx::Reg& lane,
                                                const ptx::Reg& xq);
