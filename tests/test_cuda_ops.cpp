@@ -199,6 +199,46 @@ TEST(CudaOpsPaged, SelftestChecksThePagedPair) {
   }
 }
 
+// `ptxlm selftest`'s checks on m, each expected to pass; returns how many ran.
+size_t passing_selftests(const Model& m) {
+  size_t n = 0;
+  for (const cuda::SelftestResult& r : cuda::run_selftest(m, cuda::Driver::load(), 16, 1, nullptr)) {
+    ++n;
+    EXPECT_TRUE(r.pass) << r.kernel << " (" << r.what << "): error " << r.max_error << ", tolerance " << r.tolerance;
+  }
+  return n;
+}
+
+// The first 6 positions of kPrompt on `cpu`, the graph schedule and the
+// persistent one: the largest |logit diff| of the graph from the CPU, the
+// positions whose CPU top-2 margin clears 2·tol and at how many of them the
+// argmaxes agree, and how many logits the persistent schedule gives
+// differently from the graph.
+struct FollowsCpu {
+  double max_diff = 0;
+  size_t clear = 0, agree = 0, differ = 0;
+};
+FollowsCpu follow_cpu(const Model& m, Backend& cpu, double tol) {
+  cuda::CudaBackend gpu(m, cuda::Driver::load(), 16, Schedule::Graph);
+  cuda::CudaBackend pers(m, cuda::Driver::load(), 16, Schedule::Persistent);   // the GEMVs inline
+  const size_t nv = m.n_vocab;
+  std::vector<float> a(nv), b(nv), p(nv);
+  FollowsCpu f;
+  for (uint32_t i = 0; i < 6; ++i) {
+    cpu.eval(kPrompt[i], i, a.data());
+    gpu.eval(kPrompt[i], i, b.data());
+    pers.eval(kPrompt[i], i, p.data());
+    for (size_t t = 0; t < nv; ++t) f.differ += b[t] != p[t];
+    for (size_t t = 0; t < nv; ++t) f.max_diff = std::max(f.max_diff, std::fabs(double(a[t]) - b[t]));
+    std::vector<float> top = a;
+    std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
+    if (top[0] - top[1] <= 2 * tol) continue;
+    ++f.clear;
+    f.agree += std::max_element(a.begin(), a.end()) - a.begin() == std::max_element(b.begin(), b.end()) - b.begin();
+  }
+  return f;
+}
+
 // Issue 25's weight types end to end on the default path: the tiny llama in
 // each synthetic type mix (Q5_K_M, Q3_K_M, Q2_K, IQ4_XS: Q5_K, Q3_K, Q2_K,
 // IQ4_XS and IQ4_NL weights and embeddings, beside Q4_K and Q6_K). `ptxlm
@@ -232,11 +272,7 @@ TEST(CudaOpsTypeMixes, EachMixFollowsTheCpuQuantizedPath) {
     SCOPED_TRACE(names);
     EXPECT_GE(types.size(), 2u);
 
-    size_t selftests = 0;
-    for (const cuda::SelftestResult& r : cuda::run_selftest(m, cuda::Driver::load(), 16, 1, nullptr)) {
-      ++selftests;
-      EXPECT_TRUE(r.pass) << r.kernel << " (" << r.what << "): error " << r.max_error << ", tolerance " << r.tolerance;
-    }
+    const size_t selftests = passing_selftests(m);
     EXPECT_GT(selftests, 5u);
 
     cuda::CudaBackend traced(m, cuda::Driver::load(), 16, Schedule::Chain);
@@ -246,30 +282,13 @@ TEST(CudaOpsTypeMixes, EachMixFollowsTheCpuQuantizedPath) {
 
     cpu::CpuBackend cpu(m, 16, KvType::F16, 2);
     cpu.set_isa(cpu::Isa::Scalar);
-    cuda::CudaBackend gpu(m, cuda::Driver::load(), 16, Schedule::Graph);
-    cuda::CudaBackend pers(m, cuda::Driver::load(), 16, Schedule::Persistent);   // the GEMVs inline
-    const size_t nv = m.n_vocab;
-    std::vector<float> a(nv), b(nv), p(nv);
-    double max_diff = 0;
-    size_t clear = 0, agree = 0, differ = 0;
-    for (uint32_t i = 0; i < 6; ++i) {
-      cpu.eval(kPrompt[i], i, a.data());
-      gpu.eval(kPrompt[i], i, b.data());
-      pers.eval(kPrompt[i], i, p.data());
-      for (size_t t = 0; t < nv; ++t) differ += b[t] != p[t];
-      for (size_t t = 0; t < nv; ++t) max_diff = std::max(max_diff, std::fabs(double(a[t]) - b[t]));
-      std::vector<float> top = a;
-      std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
-      if (top[0] - top[1] <= 2 * tol) continue;
-      ++clear;
-      agree += std::max_element(a.begin(), a.end()) - a.begin() == std::max_element(b.begin(), b.end()) - b.begin();
-    }
+    const FollowsCpu f = follow_cpu(m, cpu, tol);
     std::printf("[cuda-ops] llama %s: %zu selftests, %zu GEMV ops (%zu on 8-bit inputs), worst %.3g of the tolerance; "
                 "max |logit diff| %.3g, argmax agrees at %zu of %zu clear positions\n",
-                names.c_str(), selftests, c.ops, c.q8_ops, c.worst, max_diff, agree, clear);
-    EXPECT_LE(max_diff, tol);
-    EXPECT_EQ(agree, clear);
-    EXPECT_EQ(differ, 0u) << "the persistent schedule's logits differ from the graph schedule's";
+                names.c_str(), selftests, c.ops, c.q8_ops, c.worst, f.max_diff, f.agree, f.clear);
+    EXPECT_LE(f.max_diff, tol);
+    EXPECT_EQ(f.agree, f.clear);
+    EXPECT_EQ(f.differ, 0u) << "the persistent schedule's logits differ from the graph schedule's";
   }
 }
 
@@ -312,11 +331,7 @@ TEST(CudaOpsTypeMixes, SixteenBitFloatMatrices) {
     if (tied) m.output = m.tok_embd;
     else retype(m.output, b);
     SCOPED_TRACE(std::string(gguf::type_traits(a).name) + " first");
-    size_t selftests = 0;
-    for (const cuda::SelftestResult& r : cuda::run_selftest(m, cuda::Driver::load(), 16, 1, nullptr)) {
-      ++selftests;
-      EXPECT_TRUE(r.pass) << r.kernel << " (" << r.what << "): error " << r.max_error << ", tolerance " << r.tolerance;
-    }
+    const size_t selftests = passing_selftests(m);
     EXPECT_GT(selftests, 5u);
     cuda::CudaBackend traced(m, cuda::Driver::load(), 16, Schedule::Chain);
     const OpCheck c = check_prompt(traced, {kPrompt.begin(), kPrompt.begin() + 4});
@@ -370,52 +385,25 @@ TEST(CudaOpsTypeMixes, SixteenBitFilesFollowTheCpu) {
     ASSERT_EQ(m.tok_embd.type, want);
     for (const LayerDesc& l : m.layers)
       for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) ASSERT_EQ(w->type, want);
-    size_t selftests = 0;
-    for (const cuda::SelftestResult& r : cuda::run_selftest(m, cuda::Driver::load(), 16, 1, nullptr)) {
-      ++selftests;
-      EXPECT_TRUE(r.pass) << r.kernel << " (" << r.what << "): error " << r.max_error << ", tolerance " << r.tolerance;
-    }
+    const size_t selftests = passing_selftests(m);
     EXPECT_GT(selftests, 5u);
     cuda::CudaBackend traced(m, cuda::Driver::load(), 16, Schedule::Chain);
     const OpCheck c = check_prompt(traced, {kPrompt.begin(), kPrompt.begin() + 4});
     EXPECT_EQ(c.bad, 0u);
     EXPECT_EQ(c.q8_ops, 0u) << "a 16-bit matrix's launch took the 8-bit input";
     cpu::CpuBackend cpu(m, 16, KvType::F16, 2);
-    cuda::CudaBackend gpu(m, cuda::Driver::load(), 16, Schedule::Graph);
-    cuda::CudaBackend pers(m, cuda::Driver::load(), 16, Schedule::Persistent);
-    const size_t nv = m.n_vocab;
-    std::vector<float> a(nv), b(nv), p(nv);
-    double max_diff = 0;
-    size_t clear = 0, agree = 0, differ = 0;
-    for (uint32_t i = 0; i < 6; ++i) {
-      cpu.eval(kPrompt[i], i, a.data());
-      gpu.eval(kPrompt[i], i, b.data());
-      pers.eval(kPrompt[i], i, p.data());
-      for (size_t t = 0; t < nv; ++t) differ += b[t] != p[t];
-      for (size_t t = 0; t < nv; ++t) max_diff = std::max(max_diff, std::fabs(double(a[t]) - b[t]));
-      std::vector<float> top = a;
-      std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
-      if (top[0] - top[1] <= 2 * kTol) continue;
-      ++clear;
-      agree += std::max_element(a.begin(), a.end()) - a.begin() == std::max_element(b.begin(), b.end()) - b.begin();
-    }
+    const FollowsCpu f = follow_cpu(m, cpu, kTol);
     std::printf("[cuda-ops] llama, every matrix %s: %zu selftests, %zu GEMV ops, worst %.3g of the tolerance; "
                 "max |logit diff| %.3g, argmax agrees at %zu of %zu clear positions\n",
-                gguf::type_traits(want).name, selftests, c.ops, c.worst, max_diff, agree, clear);
-    EXPECT_LE(max_diff, kTol);
-    EXPECT_EQ(agree, clear);
-    EXPECT_GE(clear, 4u);
-    EXPECT_EQ(differ, 0u) << "the persistent schedule's logits differ from the graph schedule's";
+                gguf::type_traits(want).name, selftests, c.ops, c.worst, f.max_diff, f.agree, f.clear);
+    EXPECT_LE(f.max_diff, kTol);
+    EXPECT_EQ(f.agree, f.clear);
+    EXPECT_GE(f.clear, 4u);
+    EXPECT_EQ(f.differ, 0u) << "the persistent schedule's logits differ from the graph schedule's";
 
     cpu::CpuBackend rounded(m, 16, KvType::F16, 2);
     rounded.set_input_rounding(cpu::InputRounding::LikeLlamaCpp);
-    cuda::CudaBackend gpu2(m, cuda::Driver::load(), 16, Schedule::Graph);
-    double control = 0;
-    for (uint32_t i = 0; i < 6; ++i) {
-      rounded.eval(kPrompt[i], i, a.data());
-      gpu2.eval(kPrompt[i], i, b.data());
-      for (size_t t = 0; t < nv; ++t) control = std::max(control, std::fabs(double(a[t]) - b[t]));
-    }
+    const double control = follow_cpu(m, rounded, kTol).max_diff;
     std::printf("[cuda-ops]   control (the CPU's inputs rounded to %s): max |logit diff| %.3g, %.1f x the bound\n",
                 gguf::type_traits(want).name, control, control / kTol);
     EXPECT_GE(control, 2 * kTol) << "the bound is over half of what rounding the inputs to 16 bits moves";
