@@ -152,7 +152,8 @@ gguf::GgmlType q4_k_m_type(WeightKind kind, uint32_t layer, uint32_t n_layer, bo
 // Q5_K_M (Q5_K, Q6_K where Q4_K_M gives it), Q3_K_M (Q3_K; attn_v Q5_K on
 // layers 0-1, else Q4_K; ffn_down Q4_K on Q4_K_M's more-bits layers;
 // attn_output Q4_K), Q2_K (Q2_K; attn_v, ffn_down and attn_output Q3_K),
-// IQ4_XS (IQ4_XS; IQ4_NL token embeddings); the output Q6_K in each.
+// IQ4_XS (IQ4_XS; IQ4_NL token embeddings); the output Q6_K in each. F16
+// and BF16: every tensor Q4_K_M quantizes, the output too, in that type.
 gguf::GgmlType mix_type(TypeMix mix, WeightKind kind, uint32_t layer, uint32_t n_layer, bool tied_embeddings);
 std::optional<TypeMix> parse_type_mix(std::string_view name);   // "q4_k_m", "q5_k_m", "q3_k_m", "q2_k", "iq4_xs", "f16", "bf16"
 
