@@ -16,6 +16,7 @@
 #include <cmath>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -66,8 +67,11 @@ OpCheck check_prompt(cuda::CudaBackend& gpu, const std::vector<TokenId>& ids) {
   return c;
 }
 
-Model tiny(synth::Arch a, std::vector<uint8_t>& bytes) {
-  bytes = synth::model_bytes(synth::preset(a, synth::Size::Tiny));
+// The tiny preset of `a` in type mix `mix`; bytes keeps the file.
+Model tiny(synth::Arch a, std::vector<uint8_t>& bytes, synth::TypeMix mix = synth::TypeMix::Q4_K_M) {
+  synth::Spec spec = synth::preset(a, synth::Size::Tiny);
+  spec.types = mix;
+  bytes = synth::model_bytes(spec);
   return Model::from_file(gguf::File::parse(bytes, std::string("synth-") + synth::arch_name(a)));
 }
 
@@ -209,26 +213,29 @@ size_t passing_selftests(const Model& m) {
   return n;
 }
 
-// The first 6 positions of kPrompt on `cpu`, the graph schedule and the
-// persistent one: the largest |logit diff| of the graph from the CPU, the
-// positions whose CPU top-2 margin clears 2·tol and at how many of them the
-// argmaxes agree, and how many logits the persistent schedule gives
-// differently from the graph.
+// The first 6 positions of kPrompt on `cpu`, the graph schedule and (with
+// `persistent`) the persistent one: the largest |logit diff| of the graph
+// from the CPU, the positions whose CPU top-2 margin clears 2·tol and at how
+// many of them the argmaxes agree, and how many logits the persistent
+// schedule gives differently from the graph.
 struct FollowsCpu {
   double max_diff = 0;
   size_t clear = 0, agree = 0, differ = 0;
 };
-FollowsCpu follow_cpu(const Model& m, Backend& cpu, double tol) {
+FollowsCpu follow_cpu(const Model& m, Backend& cpu, double tol, bool persistent = true) {
   cuda::CudaBackend gpu(m, cuda::Driver::load(), 16, Schedule::Graph);
-  cuda::CudaBackend pers(m, cuda::Driver::load(), 16, Schedule::Persistent);   // the GEMVs inline
+  std::optional<cuda::CudaBackend> pers;   // the GEMVs inline
+  if (persistent) pers.emplace(m, cuda::Driver::load(), 16, Schedule::Persistent);
   const size_t nv = m.n_vocab;
   std::vector<float> a(nv), b(nv), p(nv);
   FollowsCpu f;
   for (uint32_t i = 0; i < 6; ++i) {
     cpu.eval(kPrompt[i], i, a.data());
     gpu.eval(kPrompt[i], i, b.data());
-    pers.eval(kPrompt[i], i, p.data());
-    for (size_t t = 0; t < nv; ++t) f.differ += b[t] != p[t];
+    if (pers) {
+      pers->eval(kPrompt[i], i, p.data());
+      for (size_t t = 0; t < nv; ++t) f.differ += b[t] != p[t];
+    }
     for (size_t t = 0; t < nv; ++t) f.max_diff = std::max(f.max_diff, std::fabs(double(a[t]) - b[t]));
     std::vector<float> top = a;
     std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
@@ -259,10 +266,8 @@ TEST(CudaOpsTypeMixes, EachMixFollowsTheCpuQuantizedPath) {
       {synth::TypeMix::Q5_K_M, 7.2e-6}, {synth::TypeMix::Q3_K_M, 0.25}, {synth::TypeMix::Q2_K, 4.8e-6},
       {synth::TypeMix::IQ4_XS, 3.1e-5}};
   for (const auto& [mix, tol] : mixes) {
-    synth::Spec spec = synth::preset(synth::Arch::Llama, synth::Size::Tiny);
-    spec.types = mix;
-    const std::vector<uint8_t> bytes = synth::model_bytes(spec);
-    Model m = Model::from_file(gguf::File::parse(bytes, "synth-llama-mix"));
+    std::vector<uint8_t> bytes;
+    Model m = tiny(synth::Arch::Llama, bytes, mix);
     std::set<std::string> types;
     for (const LayerDesc& l : m.layers)
       for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) types.insert(gguf::type_traits(w->type).name);
@@ -376,10 +381,8 @@ TEST(CudaOpsTypeMixes, SixteenBitFilesFollowTheCpu) {
   // 7.9e-6 on avx2 and scalar).
   constexpr double kTol = 4.4e-5;
   for (synth::TypeMix mix : {synth::TypeMix::F16, synth::TypeMix::BF16}) {
-    synth::Spec spec = synth::preset(synth::Arch::Llama, synth::Size::Tiny);
-    spec.types = mix;
-    const std::vector<uint8_t> bytes = synth::model_bytes(spec);
-    Model m = Model::from_file(gguf::File::parse(bytes, "synth-llama-16bit"));
+    std::vector<uint8_t> bytes;
+    Model m = tiny(synth::Arch::Llama, bytes, mix);
     const gguf::GgmlType want = mix == synth::TypeMix::F16 ? gguf::GgmlType::F16 : gguf::GgmlType::BF16;
     SCOPED_TRACE(gguf::type_traits(want).name);
     ASSERT_EQ(m.tok_embd.type, want);
@@ -403,7 +406,7 @@ TEST(CudaOpsTypeMixes, SixteenBitFilesFollowTheCpu) {
 
     cpu::CpuBackend rounded(m, 16, KvType::F16, 2);
     rounded.set_input_rounding(cpu::InputRounding::LikeLlamaCpp);
-    const double control = follow_cpu(m, rounded, kTol).max_diff;
+    const double control = follow_cpu(m, rounded, kTol, false).max_diff;
     std::printf("[cuda-ops]   control (the CPU's inputs rounded to %s): max |logit diff| %.3g, %.1f x the bound\n",
                 gguf::type_traits(want).name, control, control / kTol);
     EXPECT_GE(control, 2 * kTol) << "the bound is over half of what rounding the inputs to 16 bits moves";

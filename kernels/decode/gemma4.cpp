@@ -16,6 +16,7 @@ using namespace ptx;
 namespace {
 
 constexpr uint32_t kThreads = 256;
+constexpr uint32_t kPleInputItems = 8;   // ple_input's elements a thread holds at most
 
 std::string with_rows(std::string name, uint32_t rows) {
   if (rows > 1) name.append("_t").append(std::to_string(rows));
@@ -28,8 +29,9 @@ Reg f32_at(Kernel& k, const Reg& base, const Reg& i) { return k.add(base, k.mul_
 }  // namespace
 
 static LaunchGeometry ple_input_geometry(const PleInputShape& s, const InlineTarget* in) {
-  if (s.per_layer == 0 || s.per_layer % 4 || s.per_layer > 8 * kThreads)
-    throw Error("ple_input: per_layer must be a positive multiple of 4, at most 2048");
+  if (s.per_layer == 0 || s.per_layer % 4 || s.per_layer > kPleInputItems * kThreads)
+    throw Error("ple_input: per_layer must be a positive multiple of 4, at most " +
+                std::to_string(kPleInputItems * kThreads));
   if (s.layers == 0 || s.layers > 65535) throw Error("ple_input: layers must be 1..65535");
   check_batch("ple_input", s.tokens, in);
   return LaunchGeometry{{s.layers, s.tokens, 1}, {kThreads, 1, 1}, 0};
