@@ -24,7 +24,7 @@ ptxlm_gtest(test_emu_mma test_emu_mma.cpp LIBS ptxlm_emu_core ptxlm_kernels TIME
 target_compile_definitions(test_emu_mma PRIVATE PTXLM_PTXAS="${PTXLM_PTXAS_EXE}")
 # The decode path's GEMV kernels on emu against the dequantized reference,
 # with negative controls.
-ptxlm_emu_gtest(test_gemv_emu test_gemv_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 300)
+ptxlm_emu_gtest(test_gemv_emu test_gemv_emu.cpp LIBS ptxlm_engine ptxlm_kernels ptxlm_emu_core TIMEOUT 300)
 # GEMV shared-memory wavefronts and conversions at Llama-3-8B's shapes, counted
 # by emu's interpreter directly (issue 20's targets for the 8-bit input).
 ptxlm_gtest(test_gemv_counts test_gemv_counts.cpp LIBS ptxlm_emu_core ptxlm_kernels ptxlm_engine TIMEOUT 600)

@@ -52,6 +52,8 @@ inline Counted count(const ptx::GeneratedKernel& g, const std::vector<std::vecto
   emu::LaunchConfig cfg;
   cfg.grid = {g.geometry.grid.x, g.geometry.grid.y, g.geometry.grid.z};
   cfg.block = {g.geometry.block.x, 1, 1};
+  cfg.dynamic_shared_bytes = g.geometry.shared_bytes;
+  cfg.shared_limit = 227 * 1024;   // an sm_90 block's opt-in most
   cfg.params = reinterpret_cast<const uint8_t*>(pack.data());
   cfg.params_size = uint32_t(pack.size());
   std::optional<emu::Fault> f = emu::run_kernel(*prog, g.name, cfg, mem, &c.stats);

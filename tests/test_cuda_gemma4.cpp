@@ -105,7 +105,7 @@ TEST_P(CudaGemma4, PagedLogitsAreTheCpusAndEachFeatureCounts) {
   size_t ropes_q_only = 0, ple_gates = 0, softcaps = 0;
   for (const cuda::CudaBackend::Launch& l : gpu.launches()) {
     ropes_q_only += l.kernel.starts_with("paged_rope") && l.kernel.ends_with("_qonly");
-    ple_gates += l.kernel.starts_with("ple_gate");
+    ple_gates += l.kernel.find("_geluby_") != std::string::npos;
     softcaps += l.kernel.starts_with("softcap");
   }
   uint32_t shared = 0;
@@ -200,7 +200,7 @@ TEST(CudaGemma4, SelftestCoversEveryKernel) {
       names += r.kernel + " ";
       EXPECT_TRUE(r.pass) << r.kernel << " (" << r.what << "): " << r.max_error << " against " << r.tolerance;
     }
-    for (const char* want : {"ple_input_", "ple_gate_", "softcap_", "_qonly", "_vnorm", "_scaled", "_f32x", "embed_1536"})
+    for (const char* want : {"ple_input_", "_geluby_", "softcap_", "_qonly", "_vnorm", "_scaled", "_f32x", "embed_1536"})
       EXPECT_NE(names.find(want), std::string::npos) << want << " not among " << names;
   }
 }

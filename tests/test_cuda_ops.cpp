@@ -43,7 +43,7 @@ struct OpCheck {
 void check_token(cuda::CudaBackend& gpu, TokenId token, uint32_t pos, OpCheck& c, bool report = true) {
   for (const cuda::CudaBackend::GemvTrace& t : gpu.trace_gemvs(token, pos)) {
     const std::vector<float> nw = t.norm ? to_floats(*t.norm) : std::vector<float>{};
-    const std::vector<std::vector<cuda::RowCheck>> ref = cuda::gemv_reference(t.shape, t.matrices, nw, t.input, t.before);
+    const std::vector<std::vector<cuda::RowCheck>> ref = cuda::gemv_reference(t.shape, t.matrices, nw, t.input, t.before, t.gate);
     ++c.ops;
     c.q8_ops += t.shape.q8_input;
     for (size_t o = 0; o < ref.size(); ++o)

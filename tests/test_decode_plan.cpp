@@ -139,7 +139,7 @@ TEST(DecodePlan, Gemma4KernelsAssemble) {
     for (const ptx::GeneratedKernel& g :
          cuda::decode_kernels(cuda::decode_plan(m, 4096, true, kernels::kH100SxmSms, true), ptx::Target::parse("sm_90")))
       names += g.name + " ";
-    for (const char* want : {"ple_input_", "ple_gate_", "softcap_", "_qonly", "_vnorm", "_scaled", "_f32x"})
+    for (const char* want : {"ple_input_", "_geluby_", "softcap_", "_qonly", "_vnorm", "_scaled", "_f32x"})
       EXPECT_NE(names.find(want), std::string::npos) << want << " not among " << names;
     assemble_all(m, e2b ? "synth gemma4 small, E2B's attention" : "synth gemma4 small", false);
   }

@@ -3,7 +3,7 @@
 // dequantizer for every type the GPU path stores; add_norm against the CPU
 // reference's formula; their batch forms (T rows, issue 22) and the argmax's
 // and slot clear's row by row bit-equal to the single-token kernels. Counts:
-// add_norm's and gemma4's ple_gate's round trips per warp.
+// add_norm's and gemma4's ple_input's round trips per warp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -145,9 +145,7 @@ TEST_F(ElementwiseOnEmu, BatchRowsEqualTheSingleTokenKernels) {
 // their waits. add_norm loads each thread's elements (o, w, x and the
 // output scale) in one batch before its reduction's barrier, then only
 // stores: one wait a warp at Gemma-4-E2B's 1536 and gemma-3's 640 (18 at
-// 1536 before 726462b). ple_gate loads the gate and the per-layer input
-// together: one (two when it loaded the input after the activation).
-// ple_input likewise.
+// 1536 before 726462b). ple_input likewise.
 TEST(ElementwiseCounts, OneRoundTripPerWarp) {
   using paged_test::bytes_of;
   for (uint32_t n : {640u, 1536u})
@@ -161,10 +159,6 @@ TEST(ElementwiseCounts, OneRoundTripPerWarp) {
       const double warps = kx::add_norm_geometry(shape).block.x / 32.0;
       EXPECT_EQ(double(c.stats.inflight_batches) / warps, 1.0) << "add_norm " << n << (scaled ? " scaled" : "");
     }
-  const kx::PleGateShape gate{.per_layer = 256, .layers = 35};
-  const std::vector<float> g(256, 0.5f), ple(256 * 35, 0.25f);
-  const paged_test::Counted c = paged_test::count(kx::ple_gate_kernel(gate), {bytes_of(g), bytes_of(ple)});
-  EXPECT_EQ(double(c.stats.inflight_batches) / (kx::ple_gate_geometry(gate).block.x / 32.0), 1.0) << "ple_gate";
   // ple_input loads each element's proj, w and tok before its reduction:
   // one wait a warp at Gemma-4-E2B's 256 a layer and at two elements a
   // thread (four when proj was reloaded beside w and tok after it).

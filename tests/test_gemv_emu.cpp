@@ -21,6 +21,7 @@
 #include "kernels/decode/gemv_q8.h"
 #include "kernels/decode/layout.h"
 #include "tests/emu_cuda_fixture.h"
+#include "tests/paged_emu_util.h"
 
 namespace {
 
@@ -60,11 +61,13 @@ protected:
     std::vector<Matrix> mats;
     std::vector<float> x, norm_w;
     std::vector<std::vector<float>> y0;   // initial outputs (accumulate)
+    std::vector<float> gate;              // a gated output's multiplier (columns gate_stride apart)
   };
 
   // Random matrices, input (every column) and initial outputs.
   Case make_case(const kx::GemvShape& s) {
-    Case c{s, {}, randv(s.columns * s.n_in, 1.0f), {}, {}};
+    Case c{s, {}, randv(s.columns * s.n_in, 1.0f), {}, {}, {}};
+    if (s.gated != kx::Glu::None) c.gate = randv((s.columns - 1) * s.gate_stride + s.segments.at(0).rows, 1.0f);
     if (s.norm) {
       c.norm_w = randv(s.n_in, 0.3f);
       for (float& w : c.norm_w) w += 1.0f;
@@ -96,6 +99,10 @@ protected:
       bufs.push_back(upload(c.y0[i].data(), c.y0[i].size() * 4));
       args.push_back(DevPtr{bufs.back().ptr()});
       outs.push_back(bufs.size() - 1);
+    }
+    if (c.shape.gated != kx::Glu::None) {
+      bufs.push_back(upload(c.gate.data(), c.gate.size() * 4));
+      args.push_back(DevPtr{bufs.back().ptr()});
     }
     launch(g, args);
     std::vector<std::vector<float>> ys;
@@ -573,6 +580,85 @@ TEST_F(GemvOnEmu, EightBitInputEqualsTheCpuQuantizedPath) {
 // hardware-variance mode perturbs every .approx instruction site on its own
 // (a GPU computes one input's ex2.approx the same wherever it sits): there a
 // GLU's columns, whose activation takes ex2.approx, agree within 8 ulps.
+// Gemma 4's per-layer gate as the epilogue (GemvShape::gated): each row's
+// output is gelu(the ungated kernel's row) · m[row], on every row path
+// (rows alone on the f32 input, Q4_K and Q6_K pairs on the 8-bit one, N
+// columns with m's columns gate_stride apart, the input in passes, float
+// rows), within the host's gelu of the ungated result: the kernel's tanh
+// from ex2.approx is ~1e-7 absolute, so 1e-6 (1 + |g|) |m|. Controls: m one
+// row on, and m's columns read rows (not gate_stride) apart, each fail 3/4
+// of the rows (not all: gelu of a large negative row is ~0 whatever m).
+TEST_F(GemvOnEmu, GatedOutputIsTheActivationOfTheRowTimesItsMultiplier) {
+  struct Cfg {
+    GgmlType type;
+    uint32_t n_in;
+    bool q8;
+    uint32_t columns, sms;
+  };
+  const Cfg cfgs[] = {
+      {GgmlType::Q4_K, 512, false, 1, 7},   // the f32 input, rows alone
+      {GgmlType::Q4_K, 512, true, 1, 7},    // rows in pairs (q8_rows_paired)
+      {GgmlType::Q6_K, 512, true, 1, 7},    // Q6_K pairs at one column
+      {GgmlType::Q4_K, 512, true, 5, 7},    // 5 columns
+      {GgmlType::Q8_0, 512, true, 3, 7},    // a 32-element type
+      {GgmlType::F16, 512, false, 3, 7},    // float rows, 3 columns of the f32 input
+      {GgmlType::Q4_K, 14336, true, 16, 2},   // the input in passes (q8_pass_blocks)
+  };
+  constexpr uint32_t kRows = 40;
+  auto gelu = [](double g) { return 0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))); };
+  for (const Cfg& cf : cfgs) {
+    SCOPED_TRACE(std::string(gguf::type_traits(cf.type).name) + " n_in " + std::to_string(cf.n_in) + " columns " +
+                 std::to_string(cf.columns) + (cf.q8 ? " q8" : " f32"));
+    kx::GemvShape plain = shape(cf.n_in, {kRows}, false, false, {cf.type});
+    plain.q8_input = cf.q8;
+    plain.columns = cf.columns;
+    plain.sms = cf.sms;
+    kx::GemvShape gated = plain;
+    gated.gated = kx::Glu::GeGlu;
+    gated.gate_stride = 3 * kRows;   // a token's row of the per-layer inputs: other layers' slices between
+    const Case c = make_case(gated);
+    Case p = c;
+    p.shape = plain;
+    const std::vector<float> y = run(kx::gemv_kernel(plain), p).at(0), yg = run(kx::gemv_kernel(gated), c).at(0);
+    ASSERT_EQ(yg.size(), size_t(cf.columns) * kRows);
+    // Rows outside the bound when m's column c is read from c · stride + r + shift.
+    auto misses = [&](uint32_t stride, uint32_t shift) {
+      size_t bad = 0;
+      for (uint32_t col = 0; col < cf.columns; ++col)
+        for (uint32_t r = 0; r < kRows; ++r) {
+          const double g = y[col * kRows + r], m = c.gate.at(col * stride + (r + shift) % kRows), want = gelu(g) * m;
+          bad += !(std::fabs(yg[col * kRows + r] - want) <= 1e-6 * (1 + std::fabs(g)) * std::fabs(m));
+        }
+      return bad;
+    };
+    EXPECT_EQ(misses(gated.gate_stride, 0), 0u);
+    EXPECT_GE(misses(gated.gate_stride, 1), cf.columns * kRows * 3 / 4) << "m one row on was not told apart";
+    if (cf.columns > 1) {
+      EXPECT_GE(misses(kRows, 0), (cf.columns - 1) * kRows * 3 / 4) << "m's columns rows apart were not told apart";
+    }
+  }
+}
+
+// The multiplier costs the gated GEMV no round trip: it is loaded with the
+// row's first weights, so a warp waits as often as the ungated kernel's
+// (Gemma-4-E2B's per-layer gate: 1536 -> 256 Q4_K on the 8-bit input, 132
+// SMs; loaded after the row's reduction it would add a wait a row).
+TEST(GemvCounts, TheGateAddsNoRoundTrip) {
+  using paged_test::bytes_of;
+  kx::GemvShape plain = shape(1536, {256}, false, false, {GgmlType::Q4_K});
+  plain.q8_input = true;
+  kx::GemvShape gated = plain;
+  gated.gated = kx::Glu::GeGlu;
+  gated.gate_stride = 256 * 35;
+  const kx::RowLayout l = kx::row_layout(GgmlType::Q4_K, 1536);
+  const std::vector<uint8_t> w(size_t(l.row_bytes) * 256, 0x11);
+  const std::vector<float> x(1536, 0.5f), y(256, 0.0f), m(256 * 35, 0.25f);
+  const paged_test::Counted a = paged_test::count(kx::gemv_kernel(plain), {bytes_of(x), w, bytes_of(y)});
+  const paged_test::Counted b = paged_test::count(kx::gemv_kernel(gated), {bytes_of(x), w, bytes_of(y), bytes_of(m)});
+  ASSERT_GT(a.stats.inflight_batches, 0u);
+  EXPECT_EQ(b.stats.inflight_batches, a.stats.inflight_batches);
+}
+
 TEST_F(GemvOnEmu, EachColumnIsBitIdenticalWhateverTheColumnCount) {
   struct Mix {
     std::vector<GgmlType> types;

@@ -288,9 +288,9 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         if (lp.post_ffn_norm) add_norm(lp.ffn_add, post_ffn[il]);
         if (lp.ple) {   // x += rmsnorm(proj · (gelu(gate · x) ⊙ slice))
             const DevPtr SLICE = Impl::ptr(p.ple_in, size_t(il) * m.n_embd_per_layer * 4);
-            p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, lp.ple_gate), {X, pw.gate[il], PG}), lp.ple_gate, nullptr,
-                                 {&l.ple_gate}, &p.x, {&p.ple_g}});
-            p.add(bind(kx::ple_gate_kernel, lp.ple_mul), {PG, SLICE});
+            p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, lp.ple_gate), {X, pw.gate[il], PG, SLICE}), lp.ple_gate,
+                                 nullptr, {&l.ple_gate}, &p.x, {&p.ple_g}});
+            p.gemv_io.back().gate = {&p.ple_in, size_t(il) * m.n_embd_per_layer};
             p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, lp.ple_proj), {PG, pw.proj[il], O}), lp.ple_proj, nullptr,
                                  {&l.ple_proj}, &p.ple_g, {&p.o}});
             add_norm(lp.ple_add, pw.post_norm[il]);
@@ -407,9 +407,9 @@ std::vector<CudaBackend::GemvTrace> CudaBackend::trace_gemvs(TokenId token, uint
     if (p.persistent) throw std::logic_error("trace_gemvs: the persistent schedule has no standalone ops");
     p.queue_state(token, pos);
     p.stream.synchronize();
-    auto read = [](const DeviceBuffer* b, size_t n) {
+    auto read = [](const DeviceBuffer* b, size_t n, size_t first = 0) {
         std::vector<float> v(n);
-        b->download(v.data(), n * 4);
+        b->download(v.data(), n * 4, first * 4);
         return v;
     };
     std::vector<GemvTrace> out;
@@ -419,11 +419,12 @@ std::vector<CudaBackend::GemvTrace> CudaBackend::trace_gemvs(TokenId token, uint
         const Impl::GemvIo* io = next < p.gemv_io.size() && p.gemv_io[next].op == i ? &p.gemv_io[next++] : nullptr;
         GemvTrace t;
         if (io) {
-            t = {i, op.kernel, io->shape, io->norm, io->matrices, read(io->in, io->shape.n_in), {}, {}};
+            t = {i, op.kernel, io->shape, io->norm, io->matrices, read(io->in, io->shape.n_in), {}, {}, {}};
             // The outputs: one per segment, or the pairs' one under a GLU.
             const bool glu = io->shape.glu != kx::Glu::None;
             for (size_t o = 0; o < io->outs.size(); ++o)
                 t.before.push_back(read(io->outs[o], io->shape.segments[glu ? 0 : o].rows));
+            if (io->gate.buf) t.gate = read(io->gate.buf, io->shape.segments[0].rows, io->gate.first);
         }
         p.launch_op(op);
         p.stream.synchronize();

@@ -141,6 +141,7 @@ public:
         std::vector<const Weight*> matrices;   // one per segment
         std::vector<float> input;              // x as the op read it (before its norm)
         std::vector<std::vector<float>> before, after;   // each output (one per segment, one under a GLU)
+        std::vector<float> gate;               // a gated output's multiplier (shape.gated), one per row
     };
     std::vector<GemvTrace> trace_gemvs(TokenId token, uint32_t pos);
     // For `ptxlm profile`: one token's ops launched `reps` times (not under

@@ -176,6 +176,11 @@ struct CudaBackend::Impl {
         std::vector<const Weight*> matrices;
         const DeviceBuffer* in = nullptr;
         std::vector<const DeviceBuffer*> outs;
+        struct Gate {
+            const DeviceBuffer* buf = nullptr;   // a gated output's multiplier (GemvShape::gated)
+            size_t first = 0;                    // its first float in buf
+        };
+        Gate gate = {};                          // set after the op's other operands
     };
     std::vector<GemvIo> gemv_io;
     bool quantized = true;   // decode_plan's quantized_inputs

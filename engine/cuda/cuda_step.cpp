@@ -74,8 +74,9 @@ CudaBackend::Impl::StepChain& CudaBackend::Impl::step_chain(uint32_t tokens, uin
     // A GEMV over the T rows of `in`, as T / g.columns launches: each takes
     // its columns of the input and of every output (a GLU's one output).
     // `first`: the input's first row (the LM head reads the last H rows).
+    // A gated output's multiplier: `gate` (its first row; rows gate_stride apart).
     auto gemv = [&](const kx::GemvShape& g, const DeviceBuffer& in, DevPtr norm, std::vector<DevPtr> ws,
-                    std::vector<const DeviceBuffer*> outs, uint32_t rows = 0, uint32_t first = 0) {
+                    std::vector<const DeviceBuffer*> outs, uint32_t rows = 0, uint32_t first = 0, DevPtr gate = {}) {
         const bool glu = g.glu != kx::Glu::None;
         for (uint32_t c0 = 0; c0 < (rows ? rows : T); c0 += g.columns) {
             std::vector<ptx::ParamValue> a = {ptr(in, size_t(first + c0) * g.n_in * 4)};
@@ -85,13 +86,14 @@ CudaBackend::Impl::StepChain& CudaBackend::Impl::step_chain(uint32_t tokens, uin
                 if (!glu) a.push_back(ptr(*outs[i], size_t(c0) * g.segments[i].rows * 4));
             }
             if (glu) a.push_back(ptr(*outs[0], size_t(c0) * g.segments[0].rows * 4));
+            if (g.gated != kx::Glu::None) a.push_back(DevPtr{gate.addr + uint64_t(c0) * g.gate_stride * 4});
             op(bind(kx::gemv_kernel, g), a);
         }
     };
     const DevPtr desc = ptr(step_io), ids = ptr(step_io, kIdsOffset), tables = ptr(step_io, kTablesOffset);
     const DevPtr X = ptr(x), O = ptr(o);
     op(bind(kx::embed_kernel, sp.embed), {w.embd, ids, X});
-    const DevPtr PLI = ptr(ple_in), PG = ptr(ple_g);
+    const DevPtr PLI = ptr(ple_in);
     if (sp.ple) {   // gemma4's per-layer inputs (the single-token chain's, T rows)
         op(bind(kx::embed_kernel, sp.ple_embed), {pw.tok_embd, ids, ptr(ple_tok)});
         gemv(sp.ple_model, x, {}, {pw.model_proj}, {&ple_in});
@@ -122,8 +124,7 @@ CudaBackend::Impl::StepChain& CudaBackend::Impl::step_chain(uint32_t tokens, uin
         if (lp.post_ffn_norm) add_norm(lp.ffn_add, w.post_ffn[il]);
         if (lp.ple) {
             const DevPtr SLICE = ptr(ple_in, size_t(il) * m.n_embd_per_layer * 4);
-            gemv(lp.ple_gate, x, {}, {pw.gate[il]}, {&ple_g});
-            op(bind(kx::ple_gate_kernel, lp.ple_mul), {PG, SLICE});
+            gemv(lp.ple_gate, x, {}, {pw.gate[il]}, {&ple_g}, 0, 0, SLICE);
             gemv(lp.ple_proj, ple_g, {}, {pw.proj[il]}, {&o});
             add_norm(lp.ple_add, pw.post_norm[il]);
         }

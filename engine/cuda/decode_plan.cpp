@@ -143,7 +143,8 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, ui
             check_weight(l.ple_proj);
             lp.ple = true;
             lp.ple_gate = gemv(E, {{l.ple_gate.type, P}}, false, eps, false, qi, sms);
-            lp.ple_mul = {P, L, 1};
+            lp.ple_gate.gated = kx::Glu::GeGlu;   // gelu(gate · x) ⊙ the layer's slice
+            lp.ple_gate.gate_stride = P * L;
             lp.ple_proj = gemv(P, {{l.ple_proj.type, E}}, false, eps, false, qi, sms);
         }
         if (l.out_scale) {
@@ -205,7 +206,6 @@ DecodePlan step_plan(const DecodePlan& one, uint32_t tokens) {
         if (lp.ple) {
             columns(lp.ple_gate);
             columns(lp.ple_proj);
-            lp.ple_mul.tokens = tokens;
         }
     }
     columns(p.head);
@@ -252,7 +252,6 @@ std::vector<kx::OpGenerator> decode_op_kinds(const DecodePlan& plan) {
         if (l.post_ffn_norm) add(bind(kx::add_norm_kernel, l.ffn_add));
         if (l.ple) {
             add(bind(kx::gemv_kernel, l.ple_gate));
-            add(bind(kx::ple_gate_kernel, l.ple_mul));
             add(bind(kx::gemv_kernel, l.ple_proj));
             add(bind(kx::add_norm_kernel, l.ple_add));
         }

@@ -39,14 +39,13 @@ struct LayerPlan {
     bool post_attn_norm = false, post_ffn_norm = false;   // gemma3: normalised adds
     // gemma4: the layer whose KV pages attention reads (its own index, or an
     // earlier layer's: then paged_rope writes q only); after the FFN's
-    // residual, the per-layer embedding's gate GEMV (the residual, P rows),
-    // ple_mul (gelu · the layer's slice), its projection (P -> n_embd) and a
-    // normalised add; out_scale: the layer's last normalised add multiplies
-    // by layer_output_scale.
+    // residual, the per-layer embedding's gate GEMV (the residual, P rows,
+    // writing gelu(·) ⊙ the layer's slice: GemvShape::gated), its projection
+    // (P -> n_embd) and a normalised add; out_scale: the layer's last
+    // normalised add multiplies by layer_output_scale.
     uint32_t kv_layer = 0;
     bool ple = false;
     kernels::GemvShape ple_gate, ple_proj;
-    kernels::PleGateShape ple_mul;
     bool out_scale = false;
     // The normalised adds after the FFN (post_ffn_norm) and the per-layer
     // input (ple), the layer's last one `scaled` under out_scale.

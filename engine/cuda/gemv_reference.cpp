@@ -16,11 +16,12 @@ float glu_activation(kx::Glu g, float x) {
 
 std::vector<std::vector<RowCheck>> gemv_reference(const kx::GemvShape& s, const std::vector<const Weight*>& ws,
                                                   const std::vector<float>& norm, const std::vector<float>& x,
-                                                  const std::vector<std::vector<float>>& y0) {
+                                                  const std::vector<std::vector<float>>& y0,
+                                                  const std::vector<float>& gate) {
     const uint32_t n = s.n_in;
     const bool glu = s.glu != kx::Glu::None;
     if (ws.size() != s.segments.size() || x.size() != n || (s.norm && norm.size() != n) ||
-        (s.accumulate && y0.size() != ws.size()))
+        (s.accumulate && y0.size() != ws.size()) || (s.gated != kx::Glu::None && gate.size() != ws.at(0)->rows))
         throw std::invalid_argument("gemv_reference: operands do not match the shape");
     // The norm's scale, and the input the rows multiply: x ∘ norm_w, scaled
     // after the dot on the quantized path (as the CPU's is), before on the
@@ -65,6 +66,16 @@ std::vector<std::vector<RowCheck>> gemv_reference(const kx::GemvShape& s, const 
             const double a = glu_activation(s.glu, float(g.value));
             out[0][r] = {a * u.value, 1.13 * g.tol * (std::fabs(u.value) + u.tol) + std::fabs(a) * u.tol +
                                           1e-6 * std::fabs(a * u.value)};
+        }
+        return out;
+    }
+    if (s.gated != kx::Glu::None) {
+        // act(g)·m, m exact: e_g moves it by at most 1.13 e_g |m|.
+        out.emplace_back(ws[0]->rows);
+        for (uint64_t r = 0; r < ws[0]->rows; ++r) {
+            const RowCheck g = row(0, r);
+            const double v = double(glu_activation(s.gated, float(g.value))) * gate[r];
+            out[0][r] = {v, 1.13 * g.tol * std::fabs(gate[r]) + 1e-6 * std::fabs(v)};
         }
         return out;
     }

@@ -18,8 +18,9 @@ struct RowCheck {
 
 // One op of shape `s` over matrices `ws` (one per segment) and norm weights
 // `norm` (s.norm only), input `x` (n_in, before the norm) and, when it
-// accumulates, `y0` (per output, what it adds to). Outputs: one per segment,
-// or one under a GLU (act(gate)·up). The arithmetic is the CPU's that the
+// accumulates, `y0` (per output, what it adds to); when gated, `gate` (the
+// multiplier, one per row). Outputs: one per segment, or one under a GLU
+// (act(gate)·up) or a gate (act(row)·gate). The arithmetic is the CPU's that the
 // shape claims to equal: with s.q8_input the quantized path's (the
 // normalised-but-unscaled input quantized by cpu::quantize_input, cpu::qdot,
 // times the norm's scale), else the reference's (dequantized rows, the
@@ -28,7 +29,8 @@ struct RowCheck {
 // far larger than the product), and for a GLU the propagation through act.
 std::vector<std::vector<RowCheck>> gemv_reference(const kernels::GemvShape& s, const std::vector<const Weight*>& ws,
                                                   const std::vector<float>& norm, const std::vector<float>& x,
-                                                  const std::vector<std::vector<float>>& y0);
+                                                  const std::vector<std::vector<float>>& y0,
+                                                  const std::vector<float>& gate = {});
 
 // The CPU reference's activations (engine/cpu) of a GLU's gate.
 float glu_activation(kernels::Glu g, float x);

@@ -115,8 +115,13 @@ Worst check_gemv(Runner& r, const kx::GemvShape& s, const std::vector<const Weig
         outs.push_back(r.up(y0.back()));
         args.push_back(outs.back());
     }
+    std::vector<float> gate;   // a gated output's multiplier (gemma4's per-layer inputs)
+    if (s.gated != kx::Glu::None) {
+        gate = r.randv(ws[0]->rows, 1.0f);
+        args.push_back(r.up(gate));
+    }
     r.launch(kx::gemv_kernel(s, r.target()), args);
-    const std::vector<std::vector<RowCheck>> ref = gemv_reference(s, ws, nw, x, y0);
+    const std::vector<std::vector<RowCheck>> ref = gemv_reference(s, ws, nw, x, y0, gate);
     Worst worst;
     for (size_t o = 0; o < ref.size(); ++o) {
         const std::vector<float> got = r.down<float>(outs[o], ref[o].size());
@@ -231,24 +236,6 @@ Worst check_ple_input(Runner& r, const kx::PleInputShape& s, const std::vector<f
             const float ref = ((proj[j + i] * s.proj_scale) * scale * norm[i] + tok[j + i]) * s.sum_scale;
             w.add(std::fabs(got[j + i] - ref), 1e-6 * (1 + std::fabs(ref)));
         }
-    }
-    return w;
-}
-
-// gelu_tanh(g) · a layer's slice (kernels::ple_gate_kernel; the slice: the
-// first P of a row of P·L) against the CPU's gelu_tanh (std::tanh; the
-// kernel's tanh from ex2.approx: ~1e-7 absolute, so 1e-6 relative to |g| + 1).
-Worst check_ple_gate(Runner& r, const kx::PleGateShape& s) {
-    const uint32_t P = s.per_layer, PL = P * s.layers;
-    const std::vector<float> g = r.randv(P, 3.0f), pl = r.randv(PL, 1.0f);
-    const DevPtr dg = r.up(g);
-    r.launch(kx::ple_gate_kernel(s, r.target()), {dg, r.up(pl)});
-    const std::vector<float> got = r.down<float>(dg, P);
-    Worst w;
-    for (uint32_t i = 0; i < P; ++i) {
-        const double x = g[i], gelu = 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-        const double ref = gelu * pl[i];
-        w.add(std::fabs(got[i] - ref), 1e-6 * (1 + std::fabs(x)) * (1 + std::fabs(pl[i])));
     }
     return w;
 }
@@ -377,10 +364,8 @@ std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const D
              [&] { return check_gemv(r, lp.down, {&l.down}, nullptr); });
         if (lp.post_ffn_norm) add_norm(lp.ffn_add, l.ffn_post_norm);
         if (lp.ple) {   // gemma4: x += rmsnorm(proj · (gelu(gate · x) ⊙ slice))
-            once(kx::gemv_kernel(lp.ple_gate, T).name, "per-layer input gate",
+            once(kx::gemv_kernel(lp.ple_gate, T).name, "per-layer input gate, gelu(gate) * the layer's slice",
                  [&] { return check_gemv(r, lp.ple_gate, {&l.ple_gate}, nullptr); });
-            once(kx::ple_gate_kernel(lp.ple_mul, T).name, "gelu(gate) * the layer's per-layer input",
-                 [&] { return check_ple_gate(r, lp.ple_mul); });
             once(kx::gemv_kernel(lp.ple_proj, T).name, "per-layer input projection",
                  [&] { return check_gemv(r, lp.ple_proj, {&l.ple_proj}, nullptr); });
             add_norm(lp.ple_add, l.ple_post_norm);

@@ -91,37 +91,6 @@ GeneratedKernel ple_input_kernel(const PleInputShape& s, Target t, const InlineT
   return emit.done(true);
 }
 
-static LaunchGeometry ple_gate_geometry(const PleGateShape& s, const InlineTarget* in) {
-  if (s.per_layer == 0 || s.layers == 0) throw Error("ple_gate: per_layer and layers must be positive");
-  check_batch("ple_gate", s.tokens, in);
-  return LaunchGeometry{{ceil_div(s.per_layer, kThreads), s.tokens, 1}, {kThreads, 1, 1}, 0};
-}
-
-LaunchGeometry ple_gate_geometry(const PleGateShape& s) { return ple_gate_geometry(s, nullptr); }
-
-GeneratedKernel ple_gate_kernel(const PleGateShape& s, Target t, const InlineTarget* in) {
-  const LaunchGeometry g = ple_gate_geometry(s, in);
-  const uint32_t P = s.per_layer;
-  ParamList params;
-  params.add_ptr("g").add_ptr("slice");
-  const std::string name = with_rows("ple_gate_" + std::to_string(P) + "x" + std::to_string(s.layers), s.tokens);
-  Emit emit(in, name.c_str(), t, params, g);
-  Kernel& k = emit.k();
-  Reg e = k.global_index_x();
-  Reg gp = k.param("g"), pl = k.param("slice");
-  if (s.tokens > 1) {   // row t: g + t·P, ple_in + t·P·L
-    Reg row = k.special(Sreg::ctaid_y);
-    gp = k.add(gp, k.mul_wide(row, P * 4));
-    pl = k.add(pl, k.mul_wide(row, P * s.layers * 4));
-  }
-  k.if_(k.setp(Cmp::lt, e, P), [&] {
-    Reg a = f32_at(k, gp, e);
-    Reg gate = k.ld_global(Type::f32, at(a)), up = k.ld_global(Type::f32, at(f32_at(k, pl, e)));   // one round trip
-    k.st_global(at(a), k.mul(glu_activation(k, gate, Glu::GeGlu), up));
-  });
-  return emit.done(true);
-}
-
 static LaunchGeometry softcap_geometry(const SoftcapShape& s, const InlineTarget* in) {
   if (s.n == 0) throw Error("softcap: n must be positive");
   if (!(s.cap > 0)) throw Error("softcap: the cap must be positive");

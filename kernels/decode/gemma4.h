@@ -1,5 +1,5 @@
 // Gemma 4's small kernels on the decode path (issue 25): its per-layer
-// embeddings' two elementwise steps and the final logit soft-cap. Each
+// embeddings' input step and the final logit soft-cap. Each
 // computes what engine/cpu/cpu_backend.cpp computes (llama.cpp's gemma4
 // graph), its products in the CPU's order; the slice norms' sums of squares
 // are f32 here (a block reduction), double there, and tanh comes from ex2.
@@ -10,8 +10,9 @@
 // kernel's row of per_layer_token_embd: ple_input_kernel takes both.
 // After layer l's FFN residual:
 //   x += rmsnorm(inp_proj · (gelu(inp_gate · x) ⊙ ple_in[l·P, l·P + P)))
-// where the two products are GEMVs, ple_gate_kernel the ⊙ between them and
-// the normalised add kernels/decode/elementwise's add_norm.
+// where the two products are GEMVs (the first writes gelu(·) ⊙ the slice:
+// GemvShape::gated) and the normalised add kernels/decode/elementwise's
+// add_norm.
 #pragma once
 
 #include <cstdint>
@@ -38,19 +39,6 @@ struct PleInputShape {
 };
 ptx::LaunchGeometry ple_input_geometry(const PleInputShape& s);
 ptx::GeneratedKernel ple_input_kernel(const PleInputShape& s, ptx::Target t = {}, const InlineTarget* in = nullptr);
-
-// g[t][i] = gelu_tanh(g[t][i]) · slice[t·P·L + i] for i < P, with the
-// GEMVs' GeGLU activation (kernels/decode/gemv.h, glu_activation). Params:
-// g (T rows of P f32, updated), slice (layer l's part of the per-layer
-// inputs: ple_in + l·P, rows P·L apart). Grid: ⌈P / 256⌉ blocks of 256,
-// y = T. tokens T > 1: not inline.
-struct PleGateShape {
-  uint32_t per_layer = 0;   // P
-  uint32_t layers = 0;      // L: the row stride of the slice is P·L
-  uint32_t tokens = 1;
-};
-ptx::LaunchGeometry ple_gate_geometry(const PleGateShape& s);
-ptx::GeneratedKernel ple_gate_kernel(const PleGateShape& s, ptx::Target t = {}, const InlineTarget* in = nullptr);
 
 // x = cap · tanh(x / cap) over rows × n f32, tanh(y) as the GeGLU's 1 − 2 /
 // (1 + e^(2y)) (exact at the extremes, ~1e-7 absolute). Params: x (updated).

@@ -40,6 +40,11 @@ void check_shape(const GemvShape& s) {
   if (s.glu != Glu::None && (s.segments.size() != 2 || s.segments[0].rows != s.segments[1].rows))
     throw Error("gemv: a GLU needs two segments (gate, up) with the same rows");
   if (s.glu != Glu::None && s.accumulate) throw Error("gemv: a GLU output does not accumulate");
+  if (s.gated != Glu::None && (s.segments.size() != 1 || s.glu != Glu::None || s.accumulate))
+    throw Error("gemv: a gated output needs one segment, no GLU and no accumulate");
+  if (s.gated != Glu::None && s.columns > 1 && s.gate_stride < s.segments[0].rows)
+    throw Error("gemv: a gated output's columns of m overlap (stride " + std::to_string(s.gate_stride) + " < " +
+                std::to_string(s.segments[0].rows) + " rows)");
   if (s.n_in == 0 || s.n_in % 32) throw Error("gemv: n_in " + std::to_string(s.n_in) + " is not a positive multiple of 32");
   if (uint64_t(s.n_in) * 4 > 200 * 1024) throw Error("gemv: n_in " + std::to_string(s.n_in) + " does not fit in shared memory");
   if (s.q8_input && q8_blocks256(s) && s.n_in % 256)
@@ -78,6 +83,9 @@ std::string kernel_name(const GemvShape& s) {
   std::string n(s.norm ? "gemv_norm" : "gemv");
   if (s.glu == Glu::SwiGlu) n.append("_swiglu");
   if (s.glu == Glu::GeGlu) n.append("_geglu");
+  if (s.gated == Glu::SwiGlu) n.append("_siluby");
+  if (s.gated == Glu::GeGlu) n.append("_geluby");
+  if (s.gated != Glu::None && s.columns > 1) n.append("_s").append(std::to_string(s.gate_stride));
   if (s.accumulate) n.append("_acc");
   if (s.q8_input) n.append("_q8");
   if (s.columns > 1) n.append("_n").append(std::to_string(s.columns));
@@ -185,6 +193,7 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
   } else {
     for (size_t i = 0; i < s.segments.size(); ++i) params.add_ptr(indexed("w", i)).add_ptr(indexed("y", i));
   }
+  if (s.gated != Glu::None) params.add_ptr("m");
   // The first weight rows of the block (up to a 128-byte line per thread) into
   // L2 while the block stages its input: rows row0 .. row0 + rows_per_block
   // of the segment row0 falls in (a GLU's gate and up rows, half the threads
@@ -341,6 +350,17 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
     return k.add(k.param(indexed("y", si)),
                  k.mul_wide(s.columns == 1 ? local : k.mad_lo(lane, s.segments[si].rows, local), 4u));
   };
+  Reg writes = s.columns == 1 ? is_lane0 : k.setp(Cmp::lt, lane, s.columns);
+  // A gated output's multiplier for row `local` of the writing lane's column,
+  // loaded before the row's weights so that its round trip is theirs (none
+  // without a gate).
+  auto load_gate = [&](const Reg& local) {
+    if (s.gated == Glu::None) return Reg{};
+    Reg mul = k.reg(Type::f32);
+    Reg a = k.add(k.param("m"), k.mul_wide(s.columns == 1 ? local : k.mad_lo(lane, s.gate_stride, local), 4u));
+    k.when(writes, [&] { k.ld(Space::global, {mul}, at(a)); });
+    return mul;
+  };
   auto row_dot = [&](size_t si, const Reg& local) -> std::vector<Reg> {
     const GemvSegment& seg = s.segments[si];
     const RowLayout layout = row_layout(seg.type, s.n_in);
@@ -367,13 +387,16 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
       mine = k.selp(finish_row(parts[col], col), mine, k.setp(Cmp::eq, lane, col), Type::f32);
     return mine;
   };
-  Reg writes = s.columns == 1 ? is_lane0 : k.setp(Cmp::lt, lane, s.columns);
-  // A row's results into its outputs (column c's by lane c).
-  auto store = [&](const Reg& ya, const Reg& acc) {
+  // Row `local` of segment si's results into its output (column c's by lane
+  // c); `mul`: load_gate's.
+  auto store = [&](size_t si, const Reg& local, const Reg& acc, const Reg& mul) {
+    Reg ya = output_at(si, local);
     k.when(writes, [&] {
       if (s.accumulate) {
         Reg old = k.ld_global(Type::f32, at(ya));
         k.st_global(at(ya), k.add(old, acc));
+      } else if (s.gated != Glu::None) {
+        k.st_global(at(ya), k.mul(glu_activation(k, acc, s.gated), mul));
       } else {
         k.st_global(at(ya), acc);
       }
@@ -402,8 +425,9 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
       for (uint32_t r = 0; r < slots; ++r) {
         Reg row_r = k.add(row_w, r * plan.warps);
         k.if_(k.setp(Cmp::lt, row_r, row_end), [&] {
+          Reg mul = last ? load_gate(row_r) : Reg{};
           q8_row_dot_pass(k, pass, layout, weight_row(0, row_r), lane, xs, col_bytes, first, acc[r]);
-          if (last) store(output_at(0, row_r), lane_result(acc[r]));
+          if (last) store(0, row_r, lane_result(acc[r]), mul);
         });
       }
     }
@@ -416,7 +440,8 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
       const GemvSegment& seg = s.segments[si];
       Reg local = k.sub(r, base);   // wraps above rows when r < base
       k.if_(k.setp(Cmp::lt, local, seg.rows), [&] {
-        store(output_at(si, local), lane_result(row_dot(si, local)));
+        Reg mul = load_gate(local);
+        store(si, local, lane_result(row_dot(si, local)), mul);
       });
       base += seg.rows;
     }
@@ -449,11 +474,12 @@ GeneratedKernel gemv_kernel(const GemvShape& s, Target t, const InlineTarget* in
             for (const Pair& p : pairs) {
               k.if_(p.both, [&] {
                 Reg l1 = k.sub(row, p.base), l2 = k.sub(row2, p.base);
+                Reg mul1 = load_gate(l1), mul2 = load_gate(l2);
                 const std::vector<std::vector<Reg>> two =
                     q8_rows_dot(k, s, row_layout(s.segments[p.si].type, s.n_in),
                                 {weight_row(p.si, l1), weight_row(p.si, l2)}, lane, xs);
-                store(output_at(p.si, l1), lane_result(two[0]));
-                store(output_at(p.si, l2), lane_result(two[1]));
+                store(p.si, l1, lane_result(two[0]), mul1);
+                store(p.si, l2, lane_result(two[1]), mul2);
               });
             }
           },

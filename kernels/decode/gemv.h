@@ -62,6 +62,13 @@ struct GemvShape {
   float eps = 1e-6f;
   bool accumulate = false;             // y += W·x (a residual add fused in; not with a GLU)
   Glu glu = Glu::None;                 // pairs segments 0 and 1 into act(gate)·up
+  // Gemma 4's per-layer gate as the epilogue (one segment, no GLU, no
+  // accumulate): y[r] = act(W·x)[r] · m[r], m a further parameter (after
+  // y0) whose column c starts gate_stride floats after column c - 1 (a
+  // token's row of the per-layer inputs). The product and act are the
+  // standalone gate's bit for bit (the f32 row result, then act, then ·m).
+  Glu gated = Glu::None;
+  uint32_t gate_stride = 0;
   // Quantize the (normalised) input to 8-bit blocks of 256 by the CPU
   // quantized path's rule (engine/cpu/qdot.h, Block256: d = amax / 127,
   // q = round-to-nearest-even(127 / amax · x), block sums) and multiply the
@@ -124,7 +131,8 @@ ptx::LaunchGeometry gemv_geometry(const GemvShape& s);
 // Params: x (columns × n_in f32), norm_w (n_in f32; only with norm), then
 // per segment i: w<i> (rows in the device layout of kernels/decode/layout.h),
 // y<i> (columns × rows f32); with a GLU only y0 (the pairs' outputs) follows
-// w0 and w1. x must not alias any y.
+// w0 and w1; when gated, m (columns rows gate_stride apart) after y0. x must
+// not alias any y.
 ptx::GeneratedKernel gemv_kernel(const GemvShape& s, ptx::Target t = {}, const InlineTarget* in = nullptr);
 
 // The bytes the weight prefetch of `s` (Target::prefetch) asks L2 for, all
