@@ -85,7 +85,7 @@ std::string kernel_name(const GemvShape& s) {
   if (s.glu == Glu::GeGlu) n.append("_geglu");
   if (s.gated == Glu::SwiGlu) n.append("_siluby");
   if (s.gated == Glu::GeGlu) n.append("_geluby");
-  if (s.gated != Glu::None && s.columns > 1) n.append("_s").append(std::to_string(s.gate_stride));
+  if (s.gated != Glu::None && s.columns > 1) n.append("_m").append(std::to_string(s.gate_stride));   // m's column stride
   if (s.accumulate) n.append("_acc");
   if (s.q8_input) n.append("_q8");
   if (s.columns > 1) n.append("_n").append(std::to_string(s.columns));
