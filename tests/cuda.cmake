@@ -24,7 +24,9 @@ ptxlm_gtest(test_emu_mma test_emu_mma.cpp LIBS ptxlm_emu_core ptxlm_kernels TIME
 target_compile_definitions(test_emu_mma PRIVATE PTXLM_PTXAS="${PTXLM_PTXAS_EXE}")
 # The decode path's GEMV kernels on emu against the dequantized reference,
 # with negative controls.
-ptxlm_emu_gtest(test_gemv_emu test_gemv_emu.cpp LIBS ptxlm_engine ptxlm_kernels ptxlm_emu_core TIMEOUT 300)
+ptxlm_emu_gtest(test_gemv_emu test_gemv_emu.cpp LIBS ptxlm_engine ptxlm_kernels TIMEOUT 300)
+# The epilogues: a GLU's act(gate)·up and the per-layer gate, with its round-trip count.
+ptxlm_emu_gtest(test_gemv_epilogue_emu test_gemv_epilogue_emu.cpp LIBS ptxlm_engine ptxlm_kernels ptxlm_emu_core TIMEOUT 300)
 # GEMV shared-memory wavefronts and conversions at Llama-3-8B's shapes, counted
 # by emu's interpreter directly (issue 20's targets for the 8-bit input).
 ptxlm_gtest(test_gemv_counts test_gemv_counts.cpp LIBS ptxlm_emu_core ptxlm_kernels ptxlm_engine TIMEOUT 600)
@@ -66,7 +68,7 @@ ptxlm_gtest(test_decode_plan test_decode_plan.cpp LIBS ptxlm_engine ptxlm_synth 
 target_compile_definitions(test_decode_plan PRIVATE PTXLM_PTXAS="${PTXLM_PTXAS_EXECUTABLE}")
 # The kernel tests again with emu's memory-model checking on for every launch
 # (PTXLM_EMU_RACECHECK=1): no kernel of the decode path may race.
-foreach(t test_gemv_emu test_attention_emu test_paged_attention_emu test_paged_rope_emu test_kv_copy_emu
+foreach(t test_gemv_emu test_gemv_epilogue_emu test_attention_emu test_paged_attention_emu test_paged_rope_emu test_kv_copy_emu
           test_elementwise_emu)
   add_test(NAME ${t}_racecheck COMMAND ${t})
   set_tests_properties(${t}_racecheck PROPERTIES TIMEOUT 300 LABELS "unit"
@@ -75,7 +77,7 @@ endforeach()
 # The kernel tests and the llama decode path again in emu's hardware-variance
 # mode (PTXLM_EMU_VARIANCE=1): .approx results anywhere within their PTX ISA
 # bounds, plain mul+add fused as ptxas may; the tolerances must survive that.
-foreach(t test_gemv_emu test_attention_emu test_paged_attention_emu test_paged_rope_emu test_elementwise_emu test_examples_emu)
+foreach(t test_gemv_emu test_gemv_epilogue_emu test_attention_emu test_paged_attention_emu test_paged_rope_emu test_elementwise_emu test_examples_emu)
   add_test(NAME ${t}_variance COMMAND ${t})
   set_tests_properties(${t}_variance PROPERTIES TIMEOUT 300 LABELS "unit"
     ENVIRONMENT "PTXLM_LIBCUDA=$<TARGET_FILE:ptxlm_emu_libcuda>;PTXLM_EMU_VARIANCE=1")

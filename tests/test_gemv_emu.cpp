@@ -1,10 +1,12 @@
 // The fused RMSNorm + GEMV kernels (kernels/decode/gemv) through the engine's
 // real CUDA path on emu, against a double-precision product of the
 // dequantized rows (gguf's reference dequantizers) with the normalised input,
-// at gemv_tolerance. Negative controls: one corrupted Q4_K sub-block scale in
-// one matrix, and a kernel generated without its norm, must fail; for issue
-// 25's types a wrong kvalues_iq4nl entry and a Q5_K qh plane read one block
-// off must fail too.
+// at gemv_tolerance; N columns bit for bit what one column gives. Negative
+// controls: one corrupted Q4_K sub-block scale in one matrix, and a kernel
+// generated without its norm, must fail; for issue 25's types a wrong
+// kvalues_iq4nl entry and a Q5_K qh plane read one block off must fail too.
+// The epilogues (a GLU's act(gate)·up, the per-layer gate) are in
+// test_gemv_epilogue_emu.cpp; the fixture in gemv_emu_fixture.h.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
-#include <random>
 #include <vector>
 
 #include "engine/cpu/qdot.h"
@@ -20,187 +21,13 @@
 #include "kernels/decode/gemv.h"
 #include "kernels/decode/gemv_q8.h"
 #include "kernels/decode/layout.h"
-#include "tests/emu_cuda_fixture.h"
-#include "tests/paged_emu_util.h"
+#include "tests/gemv_emu_fixture.h"
 
 namespace {
 
 using namespace ptxlm;
-namespace kx = ptxlm::kernels;
-using gguf::GgmlType;
-using ptx::DevPtr;
+using namespace ptxlm::gemv_test;
 
-struct Matrix {
-  GgmlType type;
-  uint32_t rows = 0, cols = 0;
-  std::vector<uint8_t> bytes;
-  size_t row_bytes() const { return bytes.size() / rows; }
-  std::vector<float> row(uint32_t r) const {
-    std::vector<float> out(cols);
-    gguf::type_traits(type).dequantize_row(bytes.data() + r * row_bytes(), out.data(), cols);
-    return out;
-  }
-};
-
-class GemvOnEmu : public testing_util::EmuCudaTest {
-protected:
-  Matrix random_matrix(GgmlType t, uint32_t rows, uint32_t cols) {
-    Matrix m{t, rows, cols, {}};
-    const gguf::TypeTraits& tt = gguf::type_traits(t);
-    const size_t rb = cols / tt.block_elems * tt.block_bytes;
-    m.bytes.resize(rb * rows);
-    for (uint32_t r = 0; r < rows; ++r) {
-      const std::vector<float> w = randv(cols, 0.05f);
-      tt.quantize_row(w.data(), m.bytes.data() + r * rb, cols);
-    }
-    return m;
-  }
-
-  struct Case {
-    kx::GemvShape shape;
-    std::vector<Matrix> mats;
-    std::vector<float> x, norm_w;
-    std::vector<std::vector<float>> y0;   // initial outputs (accumulate)
-    std::vector<float> gate;              // a gated output's multiplier (columns gate_stride apart)
-  };
-
-  // Random matrices, input (every column) and initial outputs.
-  Case make_case(const kx::GemvShape& s) {
-    Case c{s, {}, randv(s.columns * s.n_in, 1.0f), {}, {}, {}};
-    if (s.gated != kx::Glu::None) c.gate = randv((s.columns - 1) * s.gate_stride + s.segments.at(0).rows, 1.0f);
-    if (s.norm) {
-      c.norm_w = randv(s.n_in, 0.3f);
-      for (float& w : c.norm_w) w += 1.0f;
-    }
-    for (const kx::GemvSegment& seg : s.segments) {
-      c.mats.push_back(random_matrix(seg.type, seg.rows, s.n_in));
-      c.y0.push_back(s.accumulate ? randv(s.columns * seg.rows, 1.0f) : std::vector<float>(s.columns * seg.rows, 0.0f));
-    }
-    return c;
-  }
-
-  // Runs `g` on the case's buffers; returns each segment's output (every column).
-  std::vector<std::vector<float>> run(const ptx::GeneratedKernel& g, const Case& c) {
-    std::vector<cuda::DeviceBuffer> bufs;
-    std::vector<ptx::ParamValue> args;
-    bufs.push_back(upload(c.x.data(), c.x.size() * 4));
-    args.push_back(DevPtr{bufs.back().ptr()});
-    if (c.shape.norm) {
-      bufs.push_back(upload(c.norm_w.data(), c.norm_w.size() * 4));
-      args.push_back(DevPtr{bufs.back().ptr()});
-    }
-    std::vector<size_t> outs;
-    for (size_t i = 0; i < c.mats.size(); ++i) {
-      const kx::RowLayout l = kx::row_layout(c.mats[i].type, c.mats[i].cols);
-      const std::vector<uint8_t> dev = kx::repack_rows(l, c.mats[i].bytes.data(), c.mats[i].rows);
-      bufs.push_back(upload(dev.data(), dev.size()));
-      args.push_back(DevPtr{bufs.back().ptr()});
-      if (c.shape.glu != kx::Glu::None && i == 0) continue;   // a GLU's one output follows w1
-      bufs.push_back(upload(c.y0[i].data(), c.y0[i].size() * 4));
-      args.push_back(DevPtr{bufs.back().ptr()});
-      outs.push_back(bufs.size() - 1);
-    }
-    if (c.shape.gated != kx::Glu::None) {
-      bufs.push_back(upload(c.gate.data(), c.gate.size() * 4));
-      args.push_back(DevPtr{bufs.back().ptr()});
-    }
-    launch(g, args);
-    std::vector<std::vector<float>> ys;
-    for (size_t i = 0; i < outs.size(); ++i) {
-      ys.emplace_back(c.y0[c.shape.glu != kx::Glu::None ? 1 : i].size());
-      bufs[outs[i]].download(ys.back().data(), ys.back().size() * 4);
-    }
-    return ys;
-  }
-
-  // Rows outside gemv_tolerance of the double-precision reference.
-  size_t mismatches(const Case& c, const std::vector<std::vector<float>>& ys, bool report = true,
-                    double* worst_out = nullptr) {
-    const kx::GemvShape& s = c.shape;
-    std::vector<float> xn = c.x;
-    if (s.norm) {
-      double ss = 0;
-      for (float v : c.x) ss += double(v) * v;
-      const float scale = float(1.0 / std::sqrt(ss / s.n_in + s.eps));
-      for (uint32_t i = 0; i < s.n_in; ++i) xn[i] = c.x[i] * scale * c.norm_w[i];
-    }
-    size_t bad = 0;
-    double worst = 0;
-    for (size_t si = 0; si < c.mats.size(); ++si) {
-      for (uint32_t r = 0; r < c.mats[si].rows; ++r) {
-        const std::vector<float> w = c.mats[si].row(r);
-        double dot = 0, abs_dot = 0;
-        for (uint32_t i = 0; i < s.n_in; ++i) {
-          dot += double(w[i]) * xn[i];
-          abs_dot += std::fabs(double(w[i]) * xn[i]);
-        }
-        const double ref = dot + (s.accumulate ? c.y0[si][r] : 0.0);
-        const double err = std::fabs(ys[si][r] - ref), tol = kx::gemv_tolerance(abs_dot, s.n_in);
-        worst = std::max(worst, err / tol);
-        if (!(err <= tol) && bad++ < 3 && report)
-          ADD_FAILURE() << "segment " << si << " row " << r << ": got " << ys[si][r] << ", reference " << ref
-                        << " (error " << err << ", tolerance " << tol << ")";
-      }
-    }
-    if (report) std::printf("[gemv] n_in %u: worst error %.3g of the tolerance\n", s.n_in, worst);
-    if (worst_out) *worst_out = worst;
-    return bad;
-  }
-
-  // Rows outside gemv_tolerance of the CPU quantized path (an 8-bit-input
-  // shape of one column; see EightBitInputEqualsTheCpuQuantizedPath).
-  size_t q8_mismatches(const Case& c, const std::vector<std::vector<float>>& ys, double* worst_out = nullptr,
-                       bool report = true) {
-    const kx::GemvShape& s = c.shape;
-    const uint32_t n_in = s.n_in;
-    const bool norm = s.norm;
-    std::vector<float> v = c.x;
-    float scale = 1.0f;
-    if (norm) {
-      double ss = 0;
-      for (float e : c.x) ss += double(e) * e;
-      scale = float(1.0 / std::sqrt(ss / n_in + s.eps));
-      for (uint32_t i = 0; i < n_in; ++i) v[i] = c.x[i] * c.norm_w[i];
-    }
-    cpu::QuantizedInput qi;
-    cpu::quantize_input(v.data(), n_in, s.segments[0].type, qi);
-    std::vector<float> deq(n_in);   // the quantized input, for the terms' magnitude
-    for (uint32_t i = 0; i < n_in; ++i)
-      deq[i] = qi.b256.empty() ? qi.b32[i / 32].d * float(qi.b32[i / 32].qs[i % 32])
-                               : qi.b256[i / 256].d * float(qi.b256[i / 256].qs[i % 256]);
-    size_t bad = 0;
-    double worst = 0;
-    for (size_t si = 0; si < c.mats.size(); ++si) {
-      for (uint32_t r = 0; r < c.mats[si].rows; ++r) {
-        const uint8_t* row = c.mats[si].bytes.data() + r * c.mats[si].row_bytes();
-        const double ref = double(scale) * cpu::qdot(cpu::Isa::Scalar, c.mats[si].type, row, qi, n_in) +
-                           (s.accumulate ? c.y0[si][r] : 0.0);
-        const std::vector<float> w = c.mats[si].row(r);
-        double abs_dot = 0;
-        for (uint32_t i = 0; i < n_in; ++i) abs_dot += std::fabs(double(w[i]) * deq[i]) * scale;
-        const double err = std::fabs(ys[si][r] - ref), tol = kx::gemv_tolerance(abs_dot, n_in);
-        worst = std::max(worst, err / tol);
-        if (!(err <= tol) && bad++ < 3 && report)
-          ADD_FAILURE() << "norm " << norm << " n_in " << n_in << " segment " << si << " row " << r << ": got "
-                        << ys[si][r] << ", CPU quantized path " << ref << " (error " << err << ", tolerance " << tol << ")";
-      }
-    }
-    if (worst_out) *worst_out = worst;
-    return bad;
-  }
-
-};
-
-kx::GemvShape shape(uint32_t n_in, std::vector<uint32_t> rows, bool norm, bool acc = false,
-                    std::vector<GgmlType> types = {}) {
-  kx::GemvShape s;
-  s.n_in = n_in;
-  s.norm = norm;
-  s.eps = 1e-6f;
-  s.accumulate = acc;
-  for (size_t i = 0; i < rows.size(); ++i) s.segments.push_back({i < types.size() ? types[i] : GgmlType::Q4_K, rows[i]});
-  return s;
-}
 
 TEST_F(GemvOnEmu, Q4kSingleMatrix) {
   const Case c = make_case(shape(512, {40}, false));
@@ -317,58 +144,6 @@ TEST_F(GemvOnEmu, NegativeControlCorruptedBlockScaleQ8) {
   bad.mats[0].bytes[7 * bad.mats[0].row_bytes() + 3 * 34] ^= 0x40;
   EXPECT_GE(mismatches(c, run(kx::gemv_kernel(c.shape), bad), false), 1u)
       << "a corrupted Q8_0 block scale passed the comparison";
-}
-
-TEST_F(GemvOnEmu, GatedActivationOfTheGateAndUpRows) {
-  // The FFN's gate and up rows of the normalised input, one output act(gate)·up.
-  for (kx::Glu glu : {kx::Glu::SwiGlu, kx::Glu::GeGlu}) {
-    for (auto types : {std::vector<GgmlType>{GgmlType::Q4_K, GgmlType::Q4_K},
-                       std::vector<GgmlType>{GgmlType::Q4_K, GgmlType::Q6_K},
-                       std::vector<GgmlType>{GgmlType::Q3_K, GgmlType::IQ4_XS},
-                       std::vector<GgmlType>{GgmlType::F16, GgmlType::BF16},
-                       std::vector<GgmlType>{GgmlType::BF16, GgmlType::Q4_K}}) {
-      kx::GemvShape s = shape(512, {40, 40}, true, false, types);
-      s.glu = glu;
-      const Case c = make_case(s);
-      const std::vector<float> y = run(kx::gemv_kernel(s), c).at(0);
-      // The gate and up rows of the normalised input, in double.
-      double ss = 0;
-      for (float v : c.x) ss += double(v) * v;
-      const float scale = float(1.0 / std::sqrt(ss / s.n_in + s.eps));
-      size_t bad = 0;
-      for (uint32_t r = 0; r < 40; ++r) {
-        double gu[2], t[2];
-        for (int m = 0; m < 2; ++m) {
-          const std::vector<float> w = c.mats[m].row(r);
-          double dot = 0, abs_dot = 0;
-          for (uint32_t i = 0; i < s.n_in; ++i) {
-            const double xn = c.x[i] * scale * c.norm_w[i];
-            dot += double(w[i]) * xn;
-            abs_dot += std::fabs(double(w[i]) * xn);
-          }
-          gu[m] = dot;
-          t[m] = kx::gemv_tolerance(abs_dot, s.n_in);
-        }
-        const float g = float(gu[0]);
-        const double a = glu == kx::Glu::SwiGlu
-                             ? g / (1.0f + std::exp(-g))
-                             : 0.5f * g * (1.0f + std::tanh(0.7978845608028654f * (g + 0.044715f * g * g * g)));
-        // |act'| < 1.13 for SiLU and GELU.
-        const double bound = 1.13 * t[0] * (std::fabs(gu[1]) + t[1]) + std::fabs(a) * t[1] + 1e-6 * std::fabs(a * gu[1]);
-        if (!(std::fabs(y[r] - a * gu[1]) <= bound) && bad++ < 3)
-          ADD_FAILURE() << "row " << r << ": got " << y[r] << ", reference " << a * gu[1];
-      }
-      EXPECT_EQ(bad, 0u) << (glu == kx::Glu::SwiGlu ? "swiglu" : "geglu");
-      // Negative control: the gate and up swapped must fail.
-      Case swapped = c;
-      std::swap(swapped.mats[0], swapped.mats[1]);
-      swapped.shape.segments = {s.segments[1], s.segments[0]};
-      const std::vector<float> y2 = run(kx::gemv_kernel(swapped.shape), swapped).at(0);
-      size_t differ = 0;
-      for (uint32_t r = 0; r < 40; ++r) differ += std::fabs(y2[r] - y[r]) > 1e-3 * (std::fabs(y[r]) + 1e-3);
-      EXPECT_GE(differ, 20u) << "act(up)·gate was not told apart from act(gate)·up";
-    }
-  }
 }
 
 TEST_F(GemvOnEmu, NegativeControlCorruptedSubBlockScale) {
@@ -580,85 +355,6 @@ TEST_F(GemvOnEmu, EightBitInputEqualsTheCpuQuantizedPath) {
 // hardware-variance mode perturbs every .approx instruction site on its own
 // (a GPU computes one input's ex2.approx the same wherever it sits): there a
 // GLU's columns, whose activation takes ex2.approx, agree within 8 ulps.
-// Gemma 4's per-layer gate as the epilogue (GemvShape::gated): each row's
-// output is gelu(the ungated kernel's row) · m[row], on every row path
-// (rows alone on the f32 input, Q4_K and Q6_K pairs on the 8-bit one, N
-// columns with m's columns gate_stride apart, the input in passes, float
-// rows), within the host's gelu of the ungated result: the kernel's tanh
-// from ex2.approx is ~1e-7 absolute, so 1e-6 (1 + |g|) |m|. Controls: m one
-// row on, and m's columns read rows (not gate_stride) apart, each fail 3/4
-// of the rows (not all: gelu of a large negative row is ~0 whatever m).
-TEST_F(GemvOnEmu, GatedOutputIsTheActivationOfTheRowTimesItsMultiplier) {
-  struct Cfg {
-    GgmlType type;
-    uint32_t n_in;
-    bool q8;
-    uint32_t columns, sms;
-  };
-  const Cfg cfgs[] = {
-      {GgmlType::Q4_K, 512, false, 1, 7},   // the f32 input, rows alone
-      {GgmlType::Q4_K, 512, true, 1, 7},    // rows in pairs (q8_rows_paired)
-      {GgmlType::Q6_K, 512, true, 1, 7},    // Q6_K pairs at one column
-      {GgmlType::Q4_K, 512, true, 5, 7},    // 5 columns
-      {GgmlType::Q8_0, 512, true, 3, 7},    // a 32-element type
-      {GgmlType::F16, 512, false, 3, 7},    // float rows, 3 columns of the f32 input
-      {GgmlType::Q4_K, 14336, true, 16, 2},   // the input in passes (q8_pass_blocks)
-  };
-  constexpr uint32_t kRows = 40;
-  auto gelu = [](double g) { return 0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))); };
-  for (const Cfg& cf : cfgs) {
-    SCOPED_TRACE(std::string(gguf::type_traits(cf.type).name) + " n_in " + std::to_string(cf.n_in) + " columns " +
-                 std::to_string(cf.columns) + (cf.q8 ? " q8" : " f32"));
-    kx::GemvShape plain = shape(cf.n_in, {kRows}, false, false, {cf.type});
-    plain.q8_input = cf.q8;
-    plain.columns = cf.columns;
-    plain.sms = cf.sms;
-    kx::GemvShape gated = plain;
-    gated.gated = kx::Glu::GeGlu;
-    gated.gate_stride = 3 * kRows;   // a token's row of the per-layer inputs: other layers' slices between
-    const Case c = make_case(gated);
-    Case p = c;
-    p.shape = plain;
-    const std::vector<float> y = run(kx::gemv_kernel(plain), p).at(0), yg = run(kx::gemv_kernel(gated), c).at(0);
-    ASSERT_EQ(yg.size(), size_t(cf.columns) * kRows);
-    // Rows outside the bound when m's column c is read from c · stride + r + shift.
-    auto misses = [&](uint32_t stride, uint32_t shift) {
-      size_t bad = 0;
-      for (uint32_t col = 0; col < cf.columns; ++col)
-        for (uint32_t r = 0; r < kRows; ++r) {
-          const double g = y[col * kRows + r], m = c.gate.at(col * stride + (r + shift) % kRows), want = gelu(g) * m;
-          bad += !(std::fabs(yg[col * kRows + r] - want) <= 1e-6 * (1 + std::fabs(g)) * std::fabs(m));
-        }
-      return bad;
-    };
-    EXPECT_EQ(misses(gated.gate_stride, 0), 0u);
-    EXPECT_GE(misses(gated.gate_stride, 1), cf.columns * kRows * 3 / 4) << "m one row on was not told apart";
-    if (cf.columns > 1) {
-      EXPECT_GE(misses(kRows, 0), (cf.columns - 1) * kRows * 3 / 4) << "m's columns rows apart were not told apart";
-    }
-  }
-}
-
-// The multiplier costs the gated GEMV no round trip: it is loaded with the
-// row's first weights, so a warp waits as often as the ungated kernel's
-// (Gemma-4-E2B's per-layer gate: 1536 -> 256 Q4_K on the 8-bit input, 132
-// SMs; loaded after the row's reduction it would add a wait a row).
-TEST(GemvCounts, TheGateAddsNoRoundTrip) {
-  using paged_test::bytes_of;
-  kx::GemvShape plain = shape(1536, {256}, false, false, {GgmlType::Q4_K});
-  plain.q8_input = true;
-  kx::GemvShape gated = plain;
-  gated.gated = kx::Glu::GeGlu;
-  gated.gate_stride = 256 * 35;
-  const kx::RowLayout l = kx::row_layout(GgmlType::Q4_K, 1536);
-  const std::vector<uint8_t> w(size_t(l.row_bytes) * 256, 0x11);
-  const std::vector<float> x(1536, 0.5f), y(256, 0.0f), m(256 * 35, 0.25f);
-  const paged_test::Counted a = paged_test::count(kx::gemv_kernel(plain), {bytes_of(x), w, bytes_of(y)});
-  const paged_test::Counted b = paged_test::count(kx::gemv_kernel(gated), {bytes_of(x), w, bytes_of(y), bytes_of(m)});
-  ASSERT_GT(a.stats.inflight_batches, 0u);
-  EXPECT_EQ(b.stats.inflight_batches, a.stats.inflight_batches);
-}
-
 TEST_F(GemvOnEmu, EachColumnIsBitIdenticalWhateverTheColumnCount) {
   struct Mix {
     std::vector<GgmlType> types;
