@@ -49,6 +49,9 @@ ptxlm_emu_gtest(test_elementwise_emu test_elementwise_emu.cpp LIBS ptxlm_engine 
 # models teacher-forced over 36 positions (with a negative control), SmolLM2
 # over its first 4.
 ptxlm_emu_gtest(test_cuda_backend test_cuda_backend.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 2000)
+# A phi3 file with separate q/k/v (the fused synthetic one rewritten): the fused
+# file's logits bit for bit on the CPU and on emu; k and v swapped as the control.
+ptxlm_emu_gtest(test_separate_qkv test_separate_qkv.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 300)
 # The default path's GEMVs op by op against the CPU quantized path fed the
 # device's own activations, with a negative control.
 ptxlm_emu_gtest(test_cuda_ops test_cuda_ops.cpp LIBS ptxlm_engine ptxlm_synth TIMEOUT 1200)
