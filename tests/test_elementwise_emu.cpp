@@ -62,6 +62,59 @@ TEST_F(ElementwiseOnEmu, EmbeddingRowIsTheReferenceDequantization) {
   }
 }
 
+// gemma4's per-layer inputs (ple_input_kernel) reading the token's row of
+// the per-layer table themselves: each slice (P = 256, 3 layers) of two
+// tokens' rows (the batch form, grid.y = 2) against the host's formula on
+// gguf's dequantized row (the slice's sum of squares in double: 1e-6
+// relative), for a float, 16-bit, 32-element and K-quant table, and the
+// single-token kernel bit for bit the batch's first row. Negative control:
+// the other token's row in the reference fails most elements.
+TEST_F(ElementwiseOnEmu, PleInputAddsTheTokensRowOfTheTable) {
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const auto& tt = gguf::type_traits(t);
+    SCOPED_TRACE(tt.name);
+    const uint32_t P = 256, L = 3, PL = P * L, rows = 5;
+    const std::vector<uint32_t> tokens = {3, 1};
+    kx::PleInputShape s{.per_layer = P, .layers = L, .eps = 1e-6f, .proj_scale = 0.05f, .sum_scale = 0.70710678f,
+                        .tokens = 2, .tok_type = t, .tok_scale = 16.0f};
+    const std::vector<uint8_t> file = quantized_rows(t, PL, rows);
+    const std::vector<float> proj = randv(size_t(2) * PL, 4.0f), norm = randv(P, 0.5f);
+    auto dw = upload(kx::repack_rows(kx::row_layout(t, PL), file.data(), rows));
+    auto dtok = upload(tokens), dnorm = upload(norm);
+    auto dp = upload(proj), dout = upload(std::vector<float>(size_t(2) * PL, NAN));
+    launch(kx::ple_input_kernel(s),
+           {DevPtr{dp.ptr()}, DevPtr{dw.ptr()}, DevPtr{dtok.ptr()}, DevPtr{dnorm.ptr()}, DevPtr{dout.ptr()}});
+    const std::vector<float> got = download<float>(dout, size_t(2) * PL);
+    // Elements outside the bound when row `row_of(c)` stands for column c's token.
+    auto misses = [&](auto row_of) {
+      size_t bad = 0;
+      for (uint32_t c = 0; c < 2; ++c) {
+        std::vector<float> row(PL);
+        tt.dequantize_row(file.data() + row_of(c) * (file.size() / rows), row.data(), PL);
+        for (uint32_t j = 0; j < PL; j += P) {
+          const float* y = proj.data() + c * PL + j;
+          double ss = 0;
+          for (uint32_t i = 0; i < P; ++i) ss += double(y[i] * s.proj_scale) * double(y[i] * s.proj_scale);
+          const float scale = 1.0f / std::sqrt(float(ss / P) + s.eps);
+          for (uint32_t i = 0; i < P; ++i) {
+            const float ref = ((y[i] * s.proj_scale) * scale * norm[i] + row[j + i] * s.tok_scale) * s.sum_scale;
+            bad += !(std::fabs(got[c * PL + j + i] - ref) <= 1e-6 * (1 + std::fabs(ref)));
+          }
+        }
+      }
+      return bad;
+    };
+    EXPECT_EQ(misses([&](uint32_t c) { return tokens[c]; }), 0u);
+    EXPECT_GE(misses([&](uint32_t c) { return tokens[1 - c]; }), size_t(2) * PL * 3 / 4) << "the other row passed";
+    kx::PleInputShape one = s;
+    one.tokens = 1;
+    auto d1 = upload(std::vector<float>(proj.begin(), proj.begin() + PL)), o1 = upload(std::vector<float>(PL, NAN));
+    launch(kx::ple_input_kernel(one),
+           {DevPtr{d1.ptr()}, DevPtr{dw.ptr()}, DevPtr{dtok.ptr()}, DevPtr{dnorm.ptr()}, DevPtr{o1.ptr()}});
+    EXPECT_EQ(download<float>(o1, PL), std::vector<float>(got.begin(), got.begin() + PL));
+  }
+}
+
 // Widths with one batch of loads a thread (640: a partial last round of
 // elements, 1536: whole rounds) and several (2052: 9 a thread, the last
 // round 4 elements wide; 5376, Gemma-3-27B's: 21), plain and scaled; emu
@@ -145,8 +198,10 @@ TEST_F(ElementwiseOnEmu, BatchRowsEqualTheSingleTokenKernels) {
 // their waits. add_norm loads each thread's elements (o, w, x and the
 // output scale) in one batch before its reduction's barrier, then only
 // stores: one wait a warp at Gemma-4-E2B's 1536 and gemma-3's 640 (18 at
-// 1536 before 726462b). ple_input likewise.
-TEST(ElementwiseCounts, OneRoundTripPerWarp) {
+// 1536 before 726462b). ple_input reads the token's row of the per-layer
+// table itself: the id's round trip, then the element's as embed_kernel
+// decodes it, proj and w riding along.
+TEST(ElementwiseCounts, RoundTripsPerWarp) {
   using paged_test::bytes_of;
   for (uint32_t n : {640u, 1536u})
     for (bool scaled : {false, true}) {
@@ -159,17 +214,39 @@ TEST(ElementwiseCounts, OneRoundTripPerWarp) {
       const double warps = kx::add_norm_geometry(shape).block.x / 32.0;
       EXPECT_EQ(double(c.stats.inflight_batches) / warps, 1.0) << "add_norm " << n << (scaled ? " scaled" : "");
     }
-  // ple_input loads each element's proj, w and tok before its reduction:
-  // one wait a warp at Gemma-4-E2B's 256 a layer and at two elements a
-  // thread (four when proj was reloaded beside w and tok after it).
-  for (uint32_t per_layer : {256u, 512u}) {
-    const kx::PleInputShape in{.per_layer = per_layer, .layers = 35};
-    const std::vector<float> proj(per_layer * 35, 0.5f), w(per_layer, 1.25f);
-    const paged_test::Counted ci =
-        paged_test::count(kx::ple_input_kernel(in), {bytes_of(proj), bytes_of(proj), bytes_of(w), bytes_of(proj)});
-    const kx::LaunchGeometry g = kx::ple_input_geometry(in);
-    EXPECT_EQ(double(ci.stats.inflight_batches) / (g.grid.x * g.block.x / 32.0), 1.0) << "ple_input " << per_layer;
-  }
+  // ple_input loads each element's proj, w and table element before its
+  // reduction. At Gemma-4-E2B's 256 a layer (an element a thread) a warp
+  // waits as often as embed_kernel's warps on the same table (the id, then
+  // the element's decode: 2 for F32 and Q8_0, 4 for Q6_K, whose decode
+  // reads its bytes one after another), where the embedding kernel and
+  // ple_input took those and one more (the row written, then read back) in
+  // two launches; at two elements a thread, the id once and each element's
+  // decode, a float table's two loads together (four waits when proj was
+  // reloaded beside w and the row after the reduction).
+  for (uint32_t per_layer : {256u, 512u})
+    for (gguf::GgmlType type : {gguf::GgmlType::F32, gguf::GgmlType::Q8_0, gguf::GgmlType::Q6_K}) {
+      kx::PleInputShape in{.per_layer = per_layer, .layers = 35};
+      in.tok_type = type;
+      in.tok_scale = 16.0f;
+      const std::vector<float> proj(per_layer * 35, 0.5f), w(per_layer, 1.25f);
+      const std::vector<uint8_t> table(size_t(kx::row_layout(type, per_layer * 35).row_bytes) * 4, 0x11);
+      const std::vector<uint32_t> token{3};
+      const paged_test::Counted ci = paged_test::count(
+          kx::ple_input_kernel(in), {bytes_of(proj), table, bytes_of(token), bytes_of(w), bytes_of(proj)});
+      const kx::LaunchGeometry g = kx::ple_input_geometry(in);
+      const double waits = double(ci.stats.inflight_batches) / (g.grid.x * g.block.x / 32.0);
+      const kx::EmbedShape es{type, per_layer * 35, 16.0f};
+      const std::vector<float> x(per_layer * 35, 0.0f);
+      const paged_test::Counted ce = paged_test::count(kx::embed_kernel(es), {table, bytes_of(token), bytes_of(x)});
+      const kx::LaunchGeometry eg = kx::embed_geometry(es);
+      const double embed = double(ce.stats.inflight_batches) / (eg.grid.x * eg.block.x / 32.0);
+      const double items = per_layer / 256.0;
+      SCOPED_TRACE("ple_input " + std::to_string(per_layer) + " " + gguf::type_traits(type).name);
+      EXPECT_EQ(waits, type == gguf::GgmlType::F32 ? 2.0 : 1 + items * (embed - 1));
+      if (per_layer == 256) {
+        EXPECT_EQ(waits, embed);
+      }
+    }
   EXPECT_THROW(kx::ple_input_geometry({.per_layer = 2052, .layers = 1}), ptx::Error);
 }
 

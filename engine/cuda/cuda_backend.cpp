@@ -177,7 +177,7 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
         if (R > 1) b->fill_bytes(0);   // a step's unused rows are computed on, never read: keep them finite
     }
     if (ple_w)
-        for (auto [b, n] : {std::pair{&p.ple_tok, ple_w}, {&p.ple_in, ple_w}, {&p.ple_g, uint64_t(m.n_embd_per_layer)}}) {
+        for (auto [b, n] : {std::pair{&p.ple_in, ple_w}, {&p.ple_g, uint64_t(m.n_embd_per_layer)}}) {
             *b = DeviceBuffer(p.ctx, R * n * 4);
             if (R > 1) b->fill_bytes(0);
         }
@@ -234,10 +234,9 @@ CudaBackend::CudaBackend(const Model& m, std::shared_ptr<const Driver> driver, u
     p.add(bind(kx::embed_kernel, plan.embed), {embd, token_ptr, X});
     const DevPtr PLI = Impl::ptr(p.ple_in), PG = Impl::ptr(p.ple_g);
     if (plan.ple) {   // gemma4's per-layer inputs, from the token and the scaled embedding
-        p.add(bind(kx::embed_kernel, plan.ple_embed), {pw.tok_embd, token_ptr, Impl::ptr(p.ple_tok)});
         p.gemv_io.push_back({p.add(bind(kx::gemv_kernel, plan.ple_model), {X, pw.model_proj, PLI}), plan.ple_model, nullptr,
                              {&m.per_layer_model_proj}, &p.x, {&p.ple_in}});
-        p.add(bind(kx::ple_input_kernel, plan.ple_input), {PLI, Impl::ptr(p.ple_tok), pw.proj_norm, PLI});
+        p.add(bind(kx::ple_input_kernel, plan.ple_input), {PLI, pw.tok_embd, token_ptr, pw.proj_norm, PLI});
     }
     for (uint32_t il = 0; il < m.layers.size(); ++il) {
         const LayerPlan& lp = plan.layers[il];

@@ -115,10 +115,10 @@ struct CudaBackend::Impl {
         std::vector<DevPtr> gate, proj, post_norm, out_scale;
         DevPtr tok_embd, model_proj, proj_norm;
     } pw;
-    // Its activations (rows each): the token's per-layer row times √P
-    // (ple_tok, P·L), the per-layer inputs (ple_in, P·L: the projection,
-    // combined in place by ple_input) and a layer's gate (ple_g, P).
-    DeviceBuffer ple_tok, ple_in, ple_g;
+    // Its activations (rows each): the per-layer inputs (ple_in, P·L: the
+    // projection, combined in place by ple_input with the token's row) and
+    // a layer's gate (ple_g, P).
+    DeviceBuffer ple_in, ple_g;
     DecodePlan plan;   // the single-token chain's
 
     struct Kernel {

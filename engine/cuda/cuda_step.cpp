@@ -95,9 +95,8 @@ CudaBackend::Impl::StepChain& CudaBackend::Impl::step_chain(uint32_t tokens, uin
     op(bind(kx::embed_kernel, sp.embed), {w.embd, ids, X});
     const DevPtr PLI = ptr(ple_in);
     if (sp.ple) {   // gemma4's per-layer inputs (the single-token chain's, T rows)
-        op(bind(kx::embed_kernel, sp.ple_embed), {pw.tok_embd, ids, ptr(ple_tok)});
         gemv(sp.ple_model, x, {}, {pw.model_proj}, {&ple_in});
-        op(bind(kx::ple_input_kernel, sp.ple_input), {PLI, ptr(ple_tok), pw.proj_norm, PLI});
+        op(bind(kx::ple_input_kernel, sp.ple_input), {PLI, pw.tok_embd, ids, pw.proj_norm, PLI});
     }
     for (uint32_t il = 0; il < m.layers.size(); ++il) {
         const LayerPlan& lp = sp.layers[il];

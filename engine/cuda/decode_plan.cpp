@@ -100,9 +100,9 @@ DecodePlan decode_plan(const Model& m, uint32_t n_ctx, bool quantized_inputs, ui
         check_weight(m.per_layer_model_proj);
         check_table(m.per_layer_tok_embd);
         p.ple = true;
-        p.ple_embed = {m.per_layer_tok_embd.type, P * L, std::sqrt(float(P))};
         p.ple_model = gemv(E, {{m.per_layer_model_proj.type, P * L}}, false, eps, false, qi, sms);
-        p.ple_input = {P, L, eps, 1.0f / std::sqrt(float(E)), 1.0f / std::sqrt(2.0f), 1};
+        p.ple_input = {P, L, eps, 1.0f / std::sqrt(float(E)), 1.0f / std::sqrt(2.0f), 1, m.per_layer_tok_embd.type,
+                       std::sqrt(float(P))};
     }
     if (m.final_softcap > 0) p.softcap = {m.n_vocab, m.final_softcap, 1};
     for (uint32_t il = 0; il < L; ++il) {
@@ -197,7 +197,7 @@ DecodePlan step_plan(const DecodePlan& one, uint32_t tokens) {
         }
     };
     p.embed.tokens = p.add_norm.tokens = tokens;
-    p.ple_embed.tokens = p.ple_input.tokens = tokens;
+    p.ple_input.tokens = tokens;
     if (p.ple) columns(p.ple_model);
     for (LayerPlan& lp : p.layers) {
         if (!lp.paged) throw std::invalid_argument("step_plan: a layer without paged KV");
@@ -233,7 +233,6 @@ std::vector<kx::OpGenerator> decode_op_kinds(const DecodePlan& plan) {
     };
     add(bind(kx::embed_kernel, plan.embed));
     if (plan.ple) {
-        add(bind(kx::embed_kernel, plan.ple_embed));
         add(bind(kx::gemv_kernel, plan.ple_model));
         add(bind(kx::ple_input_kernel, plan.ple_input));
     }

@@ -57,11 +57,10 @@ struct DecodePlan {
     std::vector<LayerPlan> layers;
     kernels::AddNormShape add_norm;   // the post-attention norms' (LayerPlan: the later ones')
     kernels::GemvShape head;          // fused output_norm + LM head
-    // gemma4's per-layer inputs, after the embedding (ple): the token's row
-    // of per_layer_token_embd times √P, the projection of the scaled input
-    // (P·L rows), and ple_input combining them (kernels/decode/gemma4.h).
+    // gemma4's per-layer inputs, after the embedding (ple): the projection
+    // of the scaled input (P·L rows), and ple_input combining it with the
+    // token's row of per_layer_token_embd times √P (kernels/decode/gemma4.h).
     bool ple = false;
-    kernels::EmbedShape ple_embed;
     kernels::GemvShape ple_model;
     kernels::PleInputShape ple_input;
     kernels::SoftcapShape softcap;    // cap 0: none; else on the logits after the head

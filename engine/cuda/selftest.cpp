@@ -218,14 +218,17 @@ Worst check_paged_attention(Runner& r, const kx::PagedAttentionShape& s, uint32_
 }
 
 
-// gemma4's per-layer inputs (kernels::ple_input_kernel): random projection
-// and row slices against CpuBackend::per_layer_inputs' arithmetic (the sum of
-// squares in double there, in f32 pairs here: 1e-6 relative).
-Worst check_ple_input(Runner& r, const kx::PleInputShape& s, const std::vector<float>& norm) {
-    const uint32_t P = s.per_layer, PL = P * s.layers;
-    const std::vector<float> proj = r.randv(PL, 4.0f), tok = r.randv(PL, 1.0f);
+// gemma4's per-layer inputs (kernels::ple_input_kernel): a random projection
+// and a random token's row of the model's table against
+// CpuBackend::per_layer_inputs' arithmetic (the sum of squares in double
+// there, in f32 pairs here: 1e-6 relative).
+Worst check_ple_input(Runner& r, const Model& m, const kx::PleInputShape& s) {
+    const uint32_t P = s.per_layer, PL = P * s.layers, token = r.rand_below(m.n_vocab);
+    const std::vector<float> proj = r.randv(PL, 4.0f), row = dequantize(m.per_layer_tok_embd, token),
+                             norm = vec(m.per_layer_proj_norm);
     const DevPtr out = r.up(std::vector<float>(PL, 0.0f));
-    r.launch(kx::ple_input_kernel(s, r.target()), {r.up(proj), r.up(tok), r.up(norm), out});
+    r.launch(kx::ple_input_kernel(s, r.target()),
+             {r.up(proj), r.weight(m.per_layer_tok_embd), r.up(std::vector<uint32_t>{token}), r.up(norm), out});
     const std::vector<float> got = r.down<float>(out, PL);
     Worst w;
     for (uint32_t j = 0; j < PL; j += P) {
@@ -233,7 +236,7 @@ Worst check_ple_input(Runner& r, const kx::PleInputShape& s, const std::vector<f
         for (uint32_t i = 0; i < P; ++i) ss += double(proj[j + i] * s.proj_scale) * double(proj[j + i] * s.proj_scale);
         const float scale = 1.0f / std::sqrt(float(ss / P) + s.eps);
         for (uint32_t i = 0; i < P; ++i) {
-            const float ref = ((proj[j + i] * s.proj_scale) * scale * norm[i] + tok[j + i]) * s.sum_scale;
+            const float ref = ((proj[j + i] * s.proj_scale) * scale * norm[i] + row[j + i] * s.tok_scale) * s.sum_scale;
             w.add(std::fabs(got[j + i] - ref), 1e-6 * (1 + std::fabs(ref)));
         }
     }
@@ -269,20 +272,10 @@ std::vector<SelftestResult> run_selftest(const Model& m, std::shared_ptr<const D
         return w;
     });
     if (plan.ple) {   // gemma4's per-layer inputs
-        once(kx::embed_kernel(plan.ple_embed, T).name, "per-layer embedding row", [&] {
-            const uint32_t token = r.rand_below(m.n_vocab), n = plan.ple_embed.n;
-            const DevPtr x = r.up(std::vector<float>(n, 0.0f));
-            r.launch(kx::embed_kernel(plan.ple_embed, T),
-                     {r.weight(m.per_layer_tok_embd), r.up(std::vector<uint32_t>{token}), x});
-            const std::vector<float> got = r.down<float>(x, n), ref = dequantize(m.per_layer_tok_embd, token);
-            Worst w;
-            for (uint32_t i = 0; i < n; ++i) w.add(std::fabs(got[i] - ref[i] * plan.ple_embed.scale), 0.0);
-            return w;
-        });
         once(kx::gemv_kernel(plan.ple_model, T).name, "per-layer model projection",
              [&] { return check_gemv(r, plan.ple_model, {&m.per_layer_model_proj}, nullptr); });
-        once(kx::ple_input_kernel(plan.ple_input, T).name, "per-layer inputs: slices normed, plus the rows",
-             [&] { return check_ple_input(r, plan.ple_input, vec(m.per_layer_proj_norm)); });
+        once(kx::ple_input_kernel(plan.ple_input, T).name, "per-layer inputs: slices normed, plus the token's row",
+             [&] { return check_ple_input(r, m, plan.ple_input); });
     }
     for (uint32_t il = 0; il < plan.layers.size(); ++il) {
         const LayerPlan& lp = plan.layers[il];

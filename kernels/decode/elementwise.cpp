@@ -38,7 +38,8 @@ Reg half_at(Kernel& k, const Reg& addr) {
 
 Reg plus(Kernel& k, const Reg& base, const Reg& offset_u32) { return k.add(base, k.cvt(Type::u64, offset_u32)); }
 
-// Element e of the row at `row`, as gguf's reference dequantizer computes it.
+}  // namespace
+
 Reg dequant_element(Kernel& k, const RowLayout& l, const Reg& row, const Reg& e) {
   switch (l.type) {
     case GgmlType::F32: return k.ld_global_nc(Type::f32, at(k.add(row, k.mul_wide(e, 4u))));
@@ -180,8 +181,6 @@ Reg dequant_element(Kernel& k, const RowLayout& l, const Reg& row, const Reg& e)
   }
   throw Error(std::string("embed: weight type ") + gguf::type_traits(l.type).name + " is not supported");
 }
-
-}  // namespace
 
 
 // The geometry for a launch of its own (in = null) or inline into `in`:

@@ -11,6 +11,13 @@
 namespace ptxlm::kernels {
 
 struct InlineTarget;   // kernels/examples/common.h: emit inline into a persistent kernel
+struct RowLayout;      // kernels/decode/layout.h
+
+// Element e (u32) of the device row at `row` (u64; layout l), as gguf's
+// reference dequantizer computes it: the embedding's, and gemma4's
+// ple_input's row of the per-layer token embeddings. Throws Error for a
+// type it cannot read.
+ptx::Reg dequant_element(ptx::Kernel& k, const RowLayout& l, const ptx::Reg& row, const ptx::Reg& e);
 
 // x = dequantized row `*token` of the embedding (device layout of
 // kernels/decode/layout.h) times `scale`, computed as gguf's reference

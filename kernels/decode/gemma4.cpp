@@ -1,11 +1,14 @@
 #include "kernels/decode/gemma4.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "kernels/decode/elementwise.h"
 #include "kernels/decode/gemv.h"
+#include "kernels/decode/layout.h"
 #include "kernels/decode/util.h"
 #include "kernels/examples/common.h"
 
@@ -34,6 +37,7 @@ static LaunchGeometry ple_input_geometry(const PleInputShape& s, const InlineTar
                 std::to_string(kPleInputItems * kThreads));
   if (s.layers == 0 || s.layers > 65535) throw Error("ple_input: layers must be 1..65535");
   check_batch("ple_input", s.tokens, in);
+  row_layout(s.tok_type, s.per_layer * s.layers);   // checks the table's type and width
   return LaunchGeometry{{s.layers, s.tokens, 1}, {kThreads, 1, 1}, 0};
 }
 
@@ -43,21 +47,33 @@ GeneratedKernel ple_input_kernel(const PleInputShape& s, Target t, const InlineT
   const LaunchGeometry g = ple_input_geometry(s, in);
   const uint32_t P = s.per_layer, PL = s.per_layer * s.layers;
   ParamList params;
-  params.add_ptr("proj").add_ptr("tok").add_ptr("w").add_ptr("out");
-  const std::string name = with_rows("ple_input_" + std::to_string(P) + "x" + std::to_string(s.layers), s.tokens);
+  params.add_ptr("proj").add_ptr("tok").add_ptr("token").add_ptr("w").add_ptr("out");
+  std::string type = gguf::type_traits(s.tok_type).name;
+  for (char& c : type) c = char(std::tolower(static_cast<unsigned char>(c)));
+  const std::string name =
+      with_rows("ple_input_" + std::to_string(P) + "x" + std::to_string(s.layers) + "_" + type, s.tokens);
   Emit emit(in, name.c_str(), t, params, g);
   Kernel& k = emit.k();
   Symbol red = k.shared_array("red", Type::f32, kThreads / 32);
-  // Block (l, t): the slice at t·P·L + l·P of each row.
-  Reg slice = k.mul_wide(k.special(Sreg::ctaid_x), P * 4);
-  if (s.tokens > 1) slice = k.add(slice, k.mul_wide(k.special(Sreg::ctaid_y), PL * 4));
-  Reg proj = k.add(k.param("proj"), slice), tok = k.add(k.param("tok"), slice), out = k.add(k.param("out"), slice);
+  const RowLayout tl = row_layout(s.tok_type, PL);
+  // Block (l, t): the slice at t·P·L + l·P of each row, the table's row token[t].
+  Reg layer = k.special(Sreg::ctaid_x);
+  Reg slice = k.mul_wide(layer, P * 4), token = k.param("token");
+  if (s.tokens > 1) {
+    Reg row = k.special(Sreg::ctaid_y);
+    slice = k.add(slice, k.mul_wide(row, PL * 4));
+    token = k.add(token, k.mul_wide(row, 4u));
+  }
+  Reg proj = k.add(k.param("proj"), slice), out = k.add(k.param("out"), slice);
+  Reg tok_row = k.add(k.param("tok"), k.mul_wide(k.ld_global(Type::u32, at(token)), tl.row_bytes));
+  Reg first = k.mul(layer, P);   // the slice's first element of the table's row
   Reg w = k.param("w");
   Reg tid = k.special(Sreg::tid_x);
-  // Thread t takes elements t, t + 256, ...: every one's proj, w and tok
-  // loaded at once, before the reduction's barrier (one round trip a warp;
-  // a loop that loaded proj, then reloaded it beside w and tok took four),
-  // and after it only the stores: out may be proj.
+  // Thread t takes elements t, t + 256, ...: every one's proj, w and table
+  // element loaded before the reduction's barrier (two round trips a warp:
+  // the token id, then the row beside proj and w; a loop that loaded proj,
+  // then reloaded it beside w and tok took four), and after it only the
+  // stores: out may be proj.
   const uint32_t items = (P + kThreads - 1) / kThreads;
   MemOpt nc;
   nc.nc = true;
@@ -71,9 +87,16 @@ GeneratedKernel ple_input_kernel(const PleInputShape& s, Target t, const InlineT
     k.when(live[j], [&] {
       k.ld(Space::global, y[j], at(f32_at(k, proj, idx[j])));
       k.ld(Space::global, wv[j], at(f32_at(k, w, idx[j])), nc);
-      k.ld(Space::global, tv[j], at(f32_at(k, tok, idx[j])));
     });
   }
+  // The table's elements after every proj and w load, all issued before
+  // any is read and kept unscaled until the reduction: a float table's
+  // loads then wait with the rest (a quantized element's decode waits on
+  // its own loads, as embed_kernel's does).
+  std::vector<Reg> raw(items);
+  for (uint32_t j = 0; j < items; ++j)
+    k.when(live[j], [&] { raw[j] = dequant_element(k, tl, tok_row, k.add(first, idx[j])); });
+  for (uint32_t j = 0; j < items; ++j) k.when(live[j], [&] { k.mov(tv[j], raw[j]); });
   Reg ss = k.mov(Type::f32, 0.0f);
   for (uint32_t j = 0; j < items; ++j) {
     k.mul(y[j], y[j], s.proj_scale);   // 0 where not live
@@ -85,7 +108,7 @@ GeneratedKernel ple_input_kernel(const PleInputShape& s, Target t, const InlineT
   k.div(scale, 1.0f, root);
   for (uint32_t j = 0; j < items; ++j) {
     Reg normed = k.mul(k.mul(y[j], scale), wv[j]);
-    Reg sum = k.add(normed, tv[j]);
+    Reg sum = k.add(normed, s.tok_scale != 1.0f ? k.mul(tv[j], s.tok_scale) : tv[j]);   // embed_kernel's product
     k.when(live[j], [&] { k.st_global(at(f32_at(k, out, idx[j])), k.mul(sum, s.sum_scale)); });
   }
   return emit.done(true);

@@ -6,8 +6,9 @@
 //
 // Per token, before the first layer (CpuBackend::per_layer_inputs):
 //   ple_in = (rmsnorm_slices(ple_proj · x₀ / √n_embd, w) + tok_row · √P) / √2
-// where ple_proj · x₀ is a GEMV (P·L rows) and tok_row · √P the embedding
-// kernel's row of per_layer_token_embd: ple_input_kernel takes both.
+// where ple_proj · x₀ is a GEMV (P·L rows) and tok_row the token's row of
+// per_layer_token_embd, which ple_input_kernel reads itself (each element
+// as the embedding kernel dequantizes it: dequant_element).
 // After layer l's FFN residual:
 //   x += rmsnorm(inp_proj · (gelu(inp_gate · x) ⊙ ple_in[l·P, l·P + P)))
 // where the two products are GEMVs (the first writes gelu(·) ⊙ the slice:
@@ -17,6 +18,7 @@
 
 #include <cstdint>
 
+#include "gguf/quant.h"
 #include "kernels/ptx/builder.h"
 #include "kernels/ptx/params.h"
 
@@ -25,10 +27,12 @@ namespace ptxlm::kernels {
 struct InlineTarget;   // kernels/examples/common.h: emit inline into a persistent kernel
 
 // out[t][l·P + i] = ((proj[t][l·P + i] · proj_scale) · r_l · w[i] + tok[t][l·P + i]) · sum_scale,
-// r_l = 1 / sqrt(mean over i of (proj[t][l·P + i] · proj_scale)² + eps): one
-// block of 256 threads per (slice l, token row t). Params: proj, tok (T rows
-// of P·L f32), w (P f32), out (T rows of P·L f32; may be proj itself).
-// tokens T > 1: grid.y = T; not inline.
+// r_l = 1 / sqrt(mean over i of (proj[t][l·P + i] · proj_scale)² + eps), and
+// tok[t] row token[t] of the table (P·L wide, tok_type, the device layout of
+// kernels/decode/layout.h) times tok_scale, as embed_kernel writes it: one
+// block of 256 threads per (slice l, token row t). Params: proj (T rows of
+// P·L f32), tok (the table), token (T u32), w (P f32), out (T rows of P·L
+// f32; may be proj itself). tokens T > 1: grid.y = T; not inline.
 struct PleInputShape {
   uint32_t per_layer = 0;   // P: n_embd_per_layer (a multiple of 4)
   uint32_t layers = 0;      // L
@@ -36,6 +40,8 @@ struct PleInputShape {
   float proj_scale = 1.0f;  // 1/√n_embd
   float sum_scale = 1.0f;   // 1/√2
   uint32_t tokens = 1;
+  gguf::GgmlType tok_type = gguf::GgmlType::F32;   // per_layer_token_embd's
+  float tok_scale = 1.0f;   // √P
 };
 ptx::LaunchGeometry ple_input_geometry(const PleInputShape& s);
 ptx::GeneratedKernel ple_input_kernel(const PleInputShape& s, ptx::Target t = {}, const InlineTarget* in = nullptr);
