@@ -70,10 +70,11 @@ GeneratedKernel ple_input_kernel(const PleInputShape& s, Target t, const InlineT
   Reg w = k.param("w");
   Reg tid = k.special(Sreg::tid_x);
   // Thread t takes elements t, t + 256, ...: every one's proj, w and table
-  // element loaded before the reduction's barrier (two round trips a warp:
-  // the token id, then the row beside proj and w; a loop that loaded proj,
-  // then reloaded it beside w and tok took four), and after it only the
-  // stores: out may be proj.
+  // element loaded before the reduction's barrier (for a float table two
+  // round trips a warp: the token id, then its row beside proj and w; a
+  // quantized element's decode adds its own, as embed_kernel's; a loop
+  // that loaded proj, then reloaded it beside w and the row took four), and
+  // after it only the stores: out may be proj.
   const uint32_t items = (P + kThreads - 1) / kThreads;
   MemOpt nc;
   nc.nc = true;
