@@ -18,48 +18,18 @@
 #include "gguf/gguf.h"
 #include "gguf/writer.h"
 #include "models/synth/synth.h"
+#include "tests/gguf_meta.h"
 
 using namespace ptxlm;
 
 namespace {
-
-// A metadata entry as the writer takes it (the file's own bytes and strings).
-gguf::MetaValue meta_value(const gguf::KeyValue& kv) {
-  using gguf::ValueType;
-  auto scalar = [&]<typename T>(T) {
-    T v;
-    std::memcpy(&v, kv.raw.data(), sizeof v);
-    return gguf::MetaValue{v};
-  };
-  switch (kv.type) {
-    case ValueType::U8: return scalar(uint8_t{});
-    case ValueType::I8: return scalar(int8_t{});
-    case ValueType::U16: return scalar(uint16_t{});
-    case ValueType::I16: return scalar(int16_t{});
-    case ValueType::U32: return scalar(uint32_t{});
-    case ValueType::I32: return scalar(int32_t{});
-    case ValueType::F32: return scalar(float{});
-    case ValueType::BOOL: return gguf::MetaValue{kv.raw[0] != 0};
-    case ValueType::U64: return scalar(uint64_t{});
-    case ValueType::I64: return scalar(int64_t{});
-    case ValueType::F64: return scalar(double{});
-    case ValueType::STRING: return gguf::MetaValue{std::string(kv.strings.at(0))};
-    case ValueType::ARRAY: {
-      gguf::MetaArray a{kv.elem_type, {}, {}};
-      if (kv.elem_type == ValueType::STRING) a.strings.assign(kv.strings.begin(), kv.strings.end());
-      else a.bytes.assign(kv.raw.begin(), kv.raw.end());
-      return gguf::MetaValue{std::move(a)};
-    }
-  }
-  throw std::logic_error("unknown metadata type of " + kv.key);
-}
 
 // The file with each layer's attn_qkv cut into attn_q, attn_k and attn_v
 // (k_name and v_name: the names k's and v's rows get).
 std::vector<uint8_t> separate_qkv(const gguf::File& f, uint64_t q_rows, uint64_t kv_rows, const char* k_name = "attn_k",
                                   const char* v_name = "attn_v") {
   gguf::Writer w;
-  for (const gguf::KeyValue& kv : f.metadata()) w.set(kv.key, meta_value(kv));
+  for (const gguf::KeyValue& kv : f.metadata()) w.set(kv.key, testing_util::to_meta(kv));
   const std::string fused = ".attn_qkv.weight";
   for (const gguf::TensorInfo& t : f.tensors()) {
     std::vector<uint64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);

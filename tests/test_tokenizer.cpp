@@ -25,6 +25,7 @@
 #include "engine/hparams.h"
 #include "engine/tokenizer.h"
 #include "gguf/writer.h"
+#include "tests/gguf_meta.h"
 #include "models/synth/synth.h"
 
 using namespace ptxlm;
@@ -32,36 +33,7 @@ using nlohmann::json;
 
 namespace {
 
-// A metadata entry of a file as a writer value.
-gguf::MetaValue to_meta(const gguf::KeyValue& kv) {
-    using VT = gguf::ValueType;
-    auto scalar = [&](auto v) {
-        std::memcpy(&v, kv.raw.data(), sizeof v);
-        return gguf::MetaValue(v);
-    };
-    switch (kv.type) {
-        case VT::U8: return scalar(uint8_t{});
-        case VT::I8: return scalar(int8_t{});
-        case VT::U16: return scalar(uint16_t{});
-        case VT::I16: return scalar(int16_t{});
-        case VT::U32: return scalar(uint32_t{});
-        case VT::I32: return scalar(int32_t{});
-        case VT::F32: return scalar(float{});
-        case VT::U64: return scalar(uint64_t{});
-        case VT::I64: return scalar(int64_t{});
-        case VT::F64: return scalar(double{});
-        case VT::BOOL: return gguf::MetaValue(kv.raw[0] != 0);
-        case VT::STRING: return gguf::MetaValue(std::string(kv.strings.at(0)));
-        case VT::ARRAY: {
-            gguf::MetaArray a;
-            a.elem_type = kv.elem_type;
-            if (kv.elem_type == VT::STRING) a.strings.assign(kv.strings.begin(), kv.strings.end());
-            else a.bytes.assign(kv.raw.begin(), kv.raw.end());
-            return a;
-        }
-    }
-    throw std::logic_error("unknown value type");
-}
+using testing_util::to_meta;
 
 // general.architecture and tokenizer.* of `model`, nothing else; `pre`
 // replaces tokenizer.ggml.pre when not empty, and kNoPre leaves it out;
