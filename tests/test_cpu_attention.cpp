@@ -12,7 +12,10 @@
 //   - several sequences in one call give each the bits of its own call; a
 //     page table pointing at another sequence's page does not;
 //   - exp, SiLU·u and GELU·u stay within a few ulp of the libm formulas,
-//     including array tails and extreme inputs.
+//     including array tails and extreme inputs;
+//   - the KV cache's f16 store gives f32_to_f16's bits for every f16 value,
+//     the ties and their neighbours between them, overflow, subnormals and
+//     NaNs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -384,6 +387,45 @@ TEST(CpuElementwise, ExpSiluAndGeluStayWithinAFewUlp) {
             std::printf("[elementwise] %s soft-cap %g: worst |error| %.3g of the cap\n", cpu::isa_name(isa), cap, worst_cap);
             EXPECT_LT(worst_cap, 2.5e-7) << "cap " << cap;
         }
+    }
+}
+
+TEST(CpuElementwise, TheF16StoreRoundsAsTheScalarConversion) {
+    // Every f16 value as f32, the midpoint to the next one (a tie) and the
+    // floats one bit either side of it: each rounding case of each binade.
+    std::vector<float> xs;
+    for (uint32_t h = 0; h < 0x7c00u; ++h) {
+        for (uint32_t sign : {0u, 0x8000u}) {
+            const float a = f16_to_f32(uint16_t(h | sign)), b = f16_to_f32(uint16_t((h + 1) | sign));
+            const uint32_t mid = f32_bits(float((double(a) + double(b)) / 2));
+            for (uint32_t bits : {f32_bits(a), mid - 1, mid, mid + 1}) xs.push_back(f32_from_bits(bits));
+        }
+    }
+    for (float x : {65504.0f, 65519.99f, 65520.0f, 1e6f, INFINITY, -INFINITY, 1e-30f, -1e-30f, 0x1p-25f, 0x1p-24f,
+                    std::nanf(""), -std::nanf("")})
+        xs.push_back(x);
+    xs.push_back(f32_from_bits(0x7f800001u));   // a signalling NaN: quieted, payload's top bits kept
+    xs.push_back(f32_from_bits(0xffa5a5a5u));
+    xs.resize(xs.size() + (29 - xs.size() % 16) % 16);   // 13 past a multiple of 16: a tail for the SIMD loops
+    std::vector<uint16_t> want(xs.size());
+    for (size_t i = 0; i < xs.size(); ++i) want[i] = f32_to_f16(xs[i]);
+    // Control: truncating instead of rounding differs on most of the ties.
+    size_t truncated_differs = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+        const uint32_t u = f32_bits(xs[i]);
+        const uint16_t t = uint16_t((u >> 16 & 0x8000u) | ((((u & 0x7fffffffu) - (112u << 23)) >> 13) & 0x7fffu));
+        truncated_differs += (u & 0x7fffffffu) >= 0x38800000u && (u & 0x7fffffffu) < 0x477fe000u && t != want[i];
+    }
+    EXPECT_GT(truncated_differs, xs.size() / 4);
+    for (Isa isa : cpu::runnable_isas()) {
+        SCOPED_TRACE(cpu::isa_name(isa));
+        std::vector<uint16_t> got(xs.size(), 0x1234);
+        cpu::elementwise_ops(isa).to_f16(xs.data(), got.data(), xs.size());
+        size_t wrong = 0;
+        for (size_t i = 0; i < xs.size(); ++i)
+            if (got[i] != want[i] && wrong++ < 5)
+                ADD_FAILURE() << std::hexfloat << xs[i] << ": " << std::hex << got[i] << ", want " << want[i];
+        EXPECT_EQ(wrong, 0u) << "of " << xs.size();
     }
 }
 

@@ -100,6 +100,8 @@ private:
     // Points the layers' `mats`, output_ and ple_model_ at the model's own
     // weights (no copies).
     void use_file_weights();
+    // Groups the layers by their RoPE rate tables (rope_sets_, Layer::rope_set).
+    void index_rope_sets();
     // Token `token`'s embedding as floats (n_embd of them, before any scale).
     void embedding(uint64_t token, float* out) const;
     // gemma4: every layer's per-layer input of the step's n tokens into
@@ -148,6 +150,14 @@ private:
     std::vector<float> ple_, pg_;
     uint64_t ple_w_ = 0;
     std::vector<float> step_logits_;   // a step of several sequences: the wanted rows' logits, then copied out
+    // The layers' distinct RoPE rate tables (llama: one; gemma3: local and
+    // global), and a step's cos and sin per token and rotated pair of each,
+    // computed once per step: token t's pairs of table i start at
+    // rope_cs_[t · rope_cs_w_ + rope_first_[i]].
+    std::vector<std::vector<double>> rope_sets_;
+    std::vector<uint64_t> rope_first_;
+    std::vector<RopeCosSin> rope_cs_;
+    uint64_t rope_cs_w_ = 0;
     uint64_t q_w_ = 0, kv_w_ = 0, ff_w_ = 0;
 };
 

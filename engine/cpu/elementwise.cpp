@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "engine/cpu/x86_intrinsics.h"
+#include "gguf/f16.h"
 
 namespace ptxlm::cpu {
 
@@ -28,6 +29,9 @@ void gelu_mul_scalar(float* g, const float* u, uint32_t n) {
 }
 void softcap_scalar(float* x, uint64_t n, float cap) {
     for (uint64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+void to_f16_scalar(const float* x, uint16_t* out, uint64_t n) {
+    for (uint64_t i = 0; i < n; ++i) out[i] = f32_to_f16(x[i]);
 }
 
 // ---- the polynomial exp, shared constants ------------------------------------
@@ -108,6 +112,12 @@ PTXLM_AVX2 void softcap_avx2_n(float* x, uint64_t n, float c) {
     std::memcpy(x + i, r, (n - i) * 4);
 }
 PTXLM_AVX2 void exp_avx2_n(float* x, uint32_t n) { map_avx2<exp_avx2>(x, n); }
+__attribute__((target("avx2,f16c"))) void to_f16_avx2(const float* x, uint16_t* out, uint64_t n) {
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; ++i) out[i] = f32_to_f16(x[i]);
+}
 PTXLM_AVX2 void silu_mul_avx2(float* g, const float* u, uint32_t n) { gate_avx2<silu_avx2>(g, u, n); }
 PTXLM_AVX2 void gelu_mul_avx2(float* g, const float* u, uint32_t n) { gate_avx2<gelu_avx2>(g, u, n); }
 
@@ -162,6 +172,12 @@ PTXLM_AVX512 void softcap_avx512_n(float* x, uint64_t n, float c) {
     }
 }
 PTXLM_AVX512 void exp_avx512_n(float* x, uint32_t n) { map_avx512<exp_avx512>(x, n); }
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void to_f16_avx512(const float* x, uint16_t* out, uint64_t n) {
+    for (uint64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+        _mm256_mask_storeu_epi16(out + i, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+}
 PTXLM_AVX512 void silu_mul_avx512(float* g, const float* u, uint32_t n) { gate_avx512<silu_avx512>(g, u, n); }
 PTXLM_AVX512 void gelu_mul_avx512(float* g, const float* u, uint32_t n) { gate_avx512<gelu_avx512>(g, u, n); }
 
@@ -170,11 +186,11 @@ PTXLM_AVX512 void gelu_mul_avx512(float* g, const float* u, uint32_t n) { gate_a
 ElementwiseOps elementwise_ops(Isa isa) {
     switch (isa) {
         case Isa::Scalar: break;
-        case Isa::Avx2: return {exp_avx2_n, silu_mul_avx2, gelu_mul_avx2, softcap_avx2_n};
+        case Isa::Avx2: return {exp_avx2_n, silu_mul_avx2, gelu_mul_avx2, softcap_avx2_n, to_f16_avx2};
         case Isa::Avx512:
-        case Isa::Avx512Vnni: return {exp_avx512_n, silu_mul_avx512, gelu_mul_avx512, softcap_avx512_n};
+        case Isa::Avx512Vnni: return {exp_avx512_n, silu_mul_avx512, gelu_mul_avx512, softcap_avx512_n, to_f16_avx512};
     }
-    return {exp_scalar, silu_mul_scalar, gelu_mul_scalar, softcap_scalar};
+    return {exp_scalar, silu_mul_scalar, gelu_mul_scalar, softcap_scalar, to_f16_scalar};
 }
 
 }  // namespace ptxlm::cpu

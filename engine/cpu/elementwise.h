@@ -12,7 +12,8 @@
 // tanh(y) = 1 − 2/(1 + e^2y) (as the GPU's softcap kernel does): within a
 // few units of 1e-7·c of the exact value, where the scalar std::tanh loop it
 // replaces cost a Gemma-4-E2B-sized decode about 4% of its time (262144
-// logits a token).
+// logits a token). The f16 conversion is exact rounding, the same bits on
+// every path.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,10 @@ struct ElementwiseOps {
     void (*gelu_mul)(float* g, const float* u, uint32_t n);
     // x[i] = cap · tanh(x[i] / cap), cap > 0
     void (*softcap)(float* x, uint64_t n, float cap);
+    // out[i] = x[i] as IEEE binary16, rounded to nearest even: the bits of
+    // f32_to_f16 (gguf/f16.h) for every input, NaN included (F16C's
+    // vcvtps2ph on the SIMD paths). The KV cache's store.
+    void (*to_f16)(const float* x, uint16_t* out, uint64_t n);
 };
 ElementwiseOps elementwise_ops(Isa isa);
 
