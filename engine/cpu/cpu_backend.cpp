@@ -507,7 +507,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
         embedding(uint64_t(tokens[t]), x);
         if (m_.embd_scale != 1.0f)
             for (uint64_t i = 0; i < E; ++i) x[i] *= m_.embd_scale;
-        // The token's RoPE angles, in double as the layers used to take them.
+        // The token's RoPE cos and sin for every rate table (angles in double).
         const double p = double(rows[t].pos) * m_.rope_freq_scale;
         RopeCosSin* cs = &rope_cs_[t * rope_cs_w_];
         for (const std::vector<double>& rates : rope_sets_)
