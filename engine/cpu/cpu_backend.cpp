@@ -49,7 +49,7 @@ struct CpuBackend::Layer {
     std::vector<float> attn_norm, ffn_norm, q_norm, k_norm, attn_post_norm, ffn_post_norm, bq, bk, bv, ple_post_norm;
     float out_scale = 1.0f;         // gemma4's layer_output_scale (1 when absent)
     std::vector<double> inv_freq;   // per rotated pair (n_rot/2): base^(−2i/n_rot) / rope_factors(n_ctx)[i]
-    uint32_t rope_set = 0;          // inv_freq's index in rope_sets_
+    uint64_t rope_at = 0;           // its cos and sin in a token's row of rope_cs_
     // [n_pages · page_size][kv_dim] of f16 or f32; empty on a layer that
     // reads another layer's (LayerDesc::kv_layer).
     LazyBuffer k_cache, v_cache;
@@ -104,7 +104,7 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_pt
         max_kv = std::max<uint64_t>(max_kv, m.kv_dim(il));
         max_ff = std::max<uint64_t>(max_ff, d.n_ff);
     }
-    index_rope_sets();
+    index_rope_tables();
     output_norm_ = to_floats(m.output_norm);
     ple_norm_ = to_floats(m.per_layer_proj_norm);
     ple_w_ = uint64_t(m.n_embd_per_layer) * m.layers.size();
@@ -291,20 +291,24 @@ DeviceInfo CpuBackend::device_info() const {
 
 void CpuBackend::debug_set_rope_base(uint32_t layer, float base) {
     layers_.at(layer).inv_freq = rope_rates(m_, layer, base, n_ctx_);
-    index_rope_sets();
+    index_rope_tables();
 }
 
-void CpuBackend::index_rope_sets() {
-    rope_sets_.clear();
-    rope_first_.assign(1, 0);
-    for (Layer& l : layers_) {
-        const auto it = std::find(rope_sets_.begin(), rope_sets_.end(), l.inv_freq);
-        l.rope_set = static_cast<uint32_t>(it - rope_sets_.begin());
-        if (it != rope_sets_.end()) continue;
-        rope_sets_.push_back(l.inv_freq);
-        rope_first_.push_back(rope_first_.back() + l.inv_freq.size());
+void CpuBackend::index_rope_tables() {
+    rope_tables_.clear();
+    rope_cs_w_ = 0;
+    for (uint32_t il = 0; il < layers_.size(); ++il) {
+        Layer& l = layers_[il];
+        const auto same = std::find_if(rope_tables_.begin(), rope_tables_.end(),
+                                       [&](uint32_t o) { return layers_[o].inv_freq == l.inv_freq; });
+        if (same != rope_tables_.end()) {
+            l.rope_at = layers_[*same].rope_at;
+            continue;
+        }
+        rope_tables_.push_back(il);
+        l.rope_at = rope_cs_w_;
+        rope_cs_w_ += l.inv_freq.size();
     }
-    rope_cs_w_ = rope_first_.back();
 }
 
 namespace {
@@ -510,8 +514,8 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
         // The token's RoPE cos and sin for every rate table (angles in double).
         const double p = double(rows[t].pos) * m_.rope_freq_scale;
         RopeCosSin* cs = &rope_cs_[t * rope_cs_w_];
-        for (const std::vector<double>& rates : rope_sets_)
-            for (const double r : rates) *cs++ = rope_cos_sin(p * r, m_.rope_mscale);
+        for (const uint32_t il : rope_tables_)
+            for (const double r : layers_[il].inv_freq) *cs++ = rope_cos_sin(p * r, m_.rope_mscale);
     });
     if (m_.n_embd_per_layer) per_layer_inputs(tokens, n);
 
@@ -550,7 +554,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
                 for (uint32_t h = 0; h < d.n_head_kv; ++h) rms_norm(&k[h * hd], l.k_norm.data(), &k[h * hd], hd, eps);
             if (d.v_norm && own_kv)
                 for (uint32_t h = 0; h < d.n_head_kv; ++h) rms_norm(&v[h * hd], nullptr, &v[h * hd], hd, eps);
-            const RopeCosSin* cs = &rope_cs_[t * rope_cs_w_ + rope_first_[l.rope_set]];
+            const RopeCosSin* cs = &rope_cs_[t * rope_cs_w_ + l.rope_at];
             const uint32_t half = static_cast<uint32_t>(l.inv_freq.size());
             rope(q, d.n_head, hd, cs, half, hp.rope_style);
             if (m_.attn_temp_scale != 0) {   // Mistral 3: q scaled by the position's temperature

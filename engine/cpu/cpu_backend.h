@@ -100,8 +100,8 @@ private:
     // Points the layers' `mats`, output_ and ple_model_ at the model's own
     // weights (no copies).
     void use_file_weights();
-    // Groups the layers by their RoPE rate tables (rope_sets_, Layer::rope_set).
-    void index_rope_sets();
+    // Groups the layers by their RoPE rate tables (rope_tables_, Layer::rope_at).
+    void index_rope_tables();
     // Token `token`'s embedding as floats (n_embd of them, before any scale).
     void embedding(uint64_t token, float* out) const;
     // gemma4: every layer's per-layer input of the step's n tokens into
@@ -150,12 +150,11 @@ private:
     std::vector<float> ple_, pg_;
     uint64_t ple_w_ = 0;
     std::vector<float> step_logits_;   // a step of several sequences: the wanted rows' logits, then copied out
-    // The layers' distinct RoPE rate tables (llama: one; gemma3: local and
-    // global), and a step's cos and sin per token and rotated pair of each,
-    // computed once per step: token t's pairs of table i start at
-    // rope_cs_[t · rope_cs_w_ + rope_first_[i]].
-    std::vector<std::vector<double>> rope_sets_;
-    std::vector<uint64_t> rope_first_;
+    // A step's RoPE cos and sin, once per token and distinct rate table of
+    // the layers (llama: one; gemma3: local and global): the layers in
+    // rope_tables_ own a table each, and layer l's pairs for token t start at
+    // rope_cs_[t · rope_cs_w_ + l.rope_at].
+    std::vector<uint32_t> rope_tables_;
     std::vector<RopeCosSin> rope_cs_;
     uint64_t rope_cs_w_ = 0;
     uint64_t q_w_ = 0, kv_w_ = 0, ff_w_ = 0;
