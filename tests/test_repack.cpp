@@ -13,6 +13,9 @@
 //   - the AVX-512 VNNI kernels (vpdpbusd, vpternlogd; ymm and zmm) equal
 //     the AVX2 ones (vpmaddubsw) bit for bit, at the extremes of codes and
 //     inputs too;
+//   - the gate/up pass that finishes its rows (matmul_glu) equals the two
+//     products, the activation and quantize_input bit for bit, and a gate
+//     row's changed scales move only its row and block;
 //   - a matrix without a packed kernel is copied unchanged into the arena,
 //     its runs reported in order; on a synthetic Gemma 4 the CPU backend
 //     reads its F32 per-layer projection from that copy (huge-page chunk,
@@ -31,6 +34,7 @@
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/elementwise.h"
 #include "engine/cpu/matvec.h"
 #include "engine/cpu/repack.h"
 #include "gguf/f16.h"
@@ -509,6 +513,82 @@ TEST(Repack, MatmulWithPackedJobs) {
                 EXPECT_NEAR(packed[o], plain[o], 1e-4 * (std::fabs(plain[o]) + 1.f)) << what;
                 if (o % rows >= p.groups * cpu::kPackRows) {
                     EXPECT_TRUE(same_bits(packed[o], plain[o])) << what;
+                }
+            }
+        }
+}
+
+// matmul_glu against the two products, the activation over the whole vector
+// and quantize_input: the same bits for g and for the down product's
+// quantized input, packed and unpacked, one input and many; the down
+// product on that input equals it on the float vector. Other scales in one
+// gate row change that row's g and nothing else, and only its block may
+// change (the items do not mix rows).
+TEST(Repack, GluPassEqualsTheProductsThenTheActivation) {
+    std::mt19937 rng(47);
+    cpu::ThreadPool pool(3);
+    const GgmlType down_type = GgmlType::Q8_0;   // a Block32 type: the quantized output
+    for (GgmlType t : {GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K})
+        for (Isa isa : cpu::runnable_isas()) {
+            if (isa == Isa::Scalar) continue;
+            const cpu::ElementwiseOps ew = cpu::elementwise_ops(isa);
+            const uint64_t n = row_values(t, 576), rows = 7 * cpu::kGluRows;
+            const std::vector<uint8_t> gd = make_rows(t, rows, n, rng), ud = make_rows(t, rows, n, rng);
+            const Weight gw = weight(t, rows, n, gd), uw = weight(t, rows, n, ud);
+            const cpu::PackedWeight gp = cpu::pack_weight(gw, isa), up = cpu::pack_weight(uw, isa);
+            const std::vector<uint8_t> dd = make_rows(down_type, 40, rows, rng);
+            const Weight dw = weight(down_type, 40, rows, dd);
+            for (const bool packed : {false, true})
+                for (const uint64_t n_in : {uint64_t(1), uint64_t(5)})
+                    for (const cpu::GluFn act : {ew.silu_mul, ew.gelu_mul}) {
+                        const std::string what = std::string(gguf::type_traits(t).name) + " " + cpu::isa_name(isa) +
+                                                 (packed ? " packed" : " plain") + " n_in " + std::to_string(n_in);
+                        std::vector<float> x(n_in * n);
+                        for (uint64_t i = 0; i < n_in; ++i) {
+                            const std::vector<float> xi = make_input(n, false, rng);
+                            std::copy(xi.begin(), xi.end(), x.begin() + i * n);
+                        }
+                        const cpu::PackedWeight* gpp = packed && gp ? &gp : nullptr;
+                        const cpu::PackedWeight* upp = packed && up ? &up : nullptr;
+                        const cpu::Arithmetic arith{cpu::CpuPath::Quantized, isa};
+                        std::vector<float> g(n_in * rows), u(n_in * rows), g2(n_in * rows), u2(n_in * rows);
+                        cpu::matmul(pool, {{&gw, g.data(), rows, gpp}, {&uw, u.data(), rows, upp}}, x.data(), n_in, n, arith);
+                        std::vector<cpu::QuantizedInput> ref(n_in), next(n_in);
+                        for (uint64_t i = 0; i < n_in; ++i) {
+                            act(g.data() + i * rows, u.data() + i * rows, uint32_t(rows));
+                            cpu::quantize_input(g.data() + i * rows, rows, down_type, ref[i], isa);
+                        }
+                        cpu::matmul_glu(pool, {&gw, g2.data(), rows, gpp}, {&uw, u2.data(), rows, upp}, x.data(), n_in, n,
+                                        isa, act, next.data());
+                        ASSERT_EQ(std::memcmp(g.data(), g2.data(), g.size() * 4), 0) << what;
+                        for (uint64_t i = 0; i < n_in; ++i) {
+                            ASSERT_EQ(next[i].n, rows) << what;
+                            ASSERT_EQ(std::memcmp(ref[i].b32.data(), next[i].b32.data(), rows / 32 * sizeof(cpu::BlockQ8x32)), 0)
+                                << what << " input " << i;
+                        }
+                        std::vector<float> y(n_in * 40), y2(n_in * 40);
+                        cpu::matmul(pool, {{&dw, y.data(), 40}}, g.data(), n_in, rows, arith);
+                        cpu::matmul(pool, {{&dw, y2.data(), 40}}, next.data(), n_in, isa);
+                        EXPECT_EQ(std::memcmp(y.data(), y2.data(), y.size() * 4), 0) << what;
+                    }
+            // The control: gate row 40's scales (item 1) set to 1, unpacked.
+            std::vector<uint8_t> gd2 = gd;
+            const uint16_t one = f32_to_f16(1.0f);
+            const uint64_t bb = gguf::type_traits(t).block_bytes;
+            for (uint64_t b = 0; b < gw.row_bytes; b += bb) std::memcpy(&gd2[40 * gw.row_bytes + b + f16_offsets(t)[0]], &one, 2);
+            const Weight gw2 = weight(t, rows, n, gd2);
+            const std::vector<float> x = make_input(n, false, rng);
+            std::vector<float> a(rows), b(rows), ua(rows);
+            cpu::QuantizedInput qa, qb;
+            cpu::matmul_glu(pool, {&gw, a.data(), rows}, {&uw, ua.data(), rows}, x.data(), 1, n, isa, ew.silu_mul, &qa);
+            cpu::matmul_glu(pool, {&gw2, b.data(), rows}, {&uw, ua.data(), rows}, x.data(), 1, n, isa, ew.silu_mul, &qb);
+            for (uint64_t r = 0; r < rows; ++r) EXPECT_EQ(same_bits(a[r], b[r]), r != 40) << "row " << r;
+            cpu::QuantizedInput qref;
+            cpu::quantize_input(b.data(), rows, down_type, qref, isa);
+            for (uint64_t k = 0; k < rows / 32; ++k) {
+                EXPECT_EQ(std::memcmp(&qb.b32[k], &qref.b32[k], sizeof(cpu::BlockQ8x32)), 0) << "block " << k;
+                if (k != 1) {
+                    EXPECT_EQ(std::memcmp(&qa.b32[k], &qb.b32[k], sizeof(cpu::BlockQ8x32)), 0) << "block " << k;
                 }
             }
         }

@@ -192,7 +192,7 @@ void Attention::run(ThreadPool& pool, std::span<const AttentionArgs> seqs, Isa i
             rows_.push_back({si, t});
             for (uint32_t g = 0; g < a.n_head_kv; ++g) {
                 first.push_back(static_cast<uint32_t>(tasks_.size()));
-                for (uint32_t c = c0; c <= c1; ++c) tasks_.push_back({si, t, g, c});
+                for (uint32_t c = c0; c <= c1; ++c) tasks_.push_back({si, t, g, c, uint32_t(first.size() - 1)});
             }
         }
     }
@@ -200,6 +200,45 @@ void Attention::run(ThreadPool& pool, std::span<const AttentionArgs> seqs, Isa i
     if (partial_.size() < tasks_.size() * group * rec) partial_.resize(tasks_.size() * group * rec);
     const uint64_t stride = uint64_t(group) * kAttnChunk + hd;   // per thread: scores, one converted row
     if (scratch_.size() < stride * pool.size()) scratch_.resize(stride * pool.size());
+
+    // Head h of call row r from its chunks' partials, in chunk order: the
+    // same arithmetic whichever thread runs it.
+    const auto merge = [&](uint64_t r, uint32_t h) {
+        const uint32_t g = h / group, hh = h % group;
+        const uint64_t tg = r * a.n_head_kv + g;
+        const AttentionArgs& sa = seqs[rows_[r].s];
+        const uint32_t t = rows_[r].t;
+        const float* part0 = partial_.data() + hh * rec;
+        float mx = -INFINITY;
+        for (uint32_t ti = first[tg]; ti < first[tg + 1]; ++ti) mx = std::max(mx, part0[ti * group * rec]);
+        float* out = sa.out + t * sa.ldo + uint64_t(h) * hd;
+        std::fill(out, out + hd, 0.0f);
+        float sum = 0;
+        for (uint32_t ti = first[tg]; ti < first[tg + 1]; ++ti) {
+            const float* part = part0 + ti * group * rec;
+            const float w = std::exp(part[0] - mx);
+            sum += w * part[1];
+            ops.axpy(out, w, part + 2, hd);
+        }
+        const float inv = 1.0f / sum;
+        for (uint32_t k = 0; k < hd; ++k) out[k] *= inv;
+    };
+    // The thread that finishes the last chunk of a (row, KV head) merges
+    // that group's heads, inside the pass: no merge is left for the caller
+    // alone (a decode step's 1 us a layer), and its acquire sees the other
+    // chunks' partials.
+    const uint64_t n_groups = first.size() - 1;
+    if (done_cap_ < n_groups) {
+        done_ = std::make_unique<std::atomic<uint32_t>[]>(n_groups);
+        done_cap_ = n_groups;
+    }
+    for (uint64_t i = 0; i < n_groups; ++i) done_[i].store(0, std::memory_order_relaxed);
+    const auto finished = [&](uint32_t tg) {
+        if (done_[tg].fetch_add(1, std::memory_order_acq_rel) + 1 != first[tg + 1] - first[tg]) return;
+        const uint64_t r = tg / a.n_head_kv;
+        const uint32_t g = tg % a.n_head_kv;
+        for (uint32_t hh = 0; hh < group; ++hh) merge(r, g * group + hh);
+    };
 
     pool.parallel_for(tasks_.size(), 1, [&](uint64_t tb, uint64_t te, int thread) {
         float* sc = scratch_.data() + stride * thread;
@@ -257,39 +296,14 @@ void Attention::run(ThreadPool& pool, std::span<const AttentionArgs> seqs, Isa i
             }
             if (simd.accumulate) {
                 simd.accumulate(c);
-                continue;
+            } else {
+                for (uint32_t h = 0; h < group; ++h) std::fill(part + h * rec + 2, part + (h + 1) * rec, 0.0f);
+                for (uint32_t j = j0; j < j1; ++j) {
+                    const float* v = row(sa.pages, a.v_cache, j, task.g);
+                    for (uint32_t h = 0; h < group; ++h) ops.axpy(part + h * rec + 2, sc[h * kAttnChunk + (j - j0)], v, hd);
+                }
             }
-            for (uint32_t h = 0; h < group; ++h) std::fill(part + h * rec + 2, part + (h + 1) * rec, 0.0f);
-            for (uint32_t j = j0; j < j1; ++j) {
-                const float* v = row(sa.pages, a.v_cache, j, task.g);
-                for (uint32_t h = 0; h < group; ++h) ops.axpy(part + h * rec + 2, sc[h * kAttnChunk + (j - j0)], v, hd);
-            }
-        }
-    });
-
-    // Merge each head's chunks, in chunk order.
-    pool.parallel_for(rows_.size() * a.n_head, 16, [&](uint64_t b, uint64_t e, int) {
-        for (uint64_t i = b; i < e; ++i) {
-            const uint64_t r = i / a.n_head;
-            const uint32_t h = static_cast<uint32_t>(i % a.n_head);
-            const uint32_t g = h / group, hh = h % group;
-            const uint64_t tg = r * a.n_head_kv + g;
-            const AttentionArgs& sa = seqs[rows_[r].s];
-            const uint32_t t = rows_[r].t;
-            const float* part0 = partial_.data() + hh * rec;
-            float mx = -INFINITY;
-            for (uint32_t ti = first[tg]; ti < first[tg + 1]; ++ti) mx = std::max(mx, part0[ti * group * rec]);
-            float* out = sa.out + t * sa.ldo + uint64_t(h) * hd;
-            std::fill(out, out + hd, 0.0f);
-            float sum = 0;
-            for (uint32_t ti = first[tg]; ti < first[tg + 1]; ++ti) {
-                const float* part = part0 + ti * group * rec;
-                const float w = std::exp(part[0] - mx);
-                sum += w * part[1];
-                ops.axpy(out, w, part + 2, hd);
-            }
-            const float inv = 1.0f / sum;
-            for (uint32_t k = 0; k < hd; ++k) out[k] *= inv;
+            finished(task.tg);
         }
     });
 }

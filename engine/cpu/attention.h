@@ -16,7 +16,9 @@
 // test_cpu_backend compares the two.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -94,13 +96,15 @@ public:
     void run(ThreadPool& pool, std::span<const AttentionArgs> seqs, Isa isa);
 
 private:
-    struct Task { uint32_t s, t, g, chunk; };
+    struct Task { uint32_t s, t, g, chunk, tg; };   // tg: its (row, KV head) group, first_'s index
     struct Row { uint32_t s, t; };
     std::vector<Task> tasks_;
     std::vector<Row> rows_;
     std::vector<uint32_t> first_;
     std::vector<float> partial_;   // per (token, head, chunk): max, sum, head_dim outputs
     std::vector<float> scratch_;   // per thread: scores and converted rows
+    std::unique_ptr<std::atomic<uint32_t>[]> done_;   // per (row, KV head) group: its chunks finished
+    uint64_t done_cap_ = 0;
 };
 
 }  // namespace ptxlm::cpu

@@ -145,6 +145,9 @@ private:
     std::vector<float> output_norm_, ple_norm_;
     // Activations of up to kMaxBatch tokens, row t of each at t × its width.
     std::vector<float> x_, xn_, q_, k_, v_, att_, o_, g_, u_, scores_, rows_;
+    // The down product's inputs as matmul_glu leaves them quantized (a
+    // Block32 down matrix on the quantized path), one per token.
+    std::vector<QuantizedInput> ffn_in_;
     // gemma4's per-layer inputs (ple_w_ = n_embd_per_layer · n_layer per
     // token) and the per-layer gate's outputs (n_embd_per_layer per token).
     std::vector<float> ple_, pg_;

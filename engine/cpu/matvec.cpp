@@ -98,34 +98,53 @@ void matmul_reference(ThreadPool& pool, const MatVec* js, size_t n_jobs, const f
 }
 
 // Jobs whose types all have quantized dot products. The inputs are quantized
-// once per layout the jobs need (jobs sharing x have the same width), then
-// every row of every job is one QDotFn call for a single input; a batch of
-// inputs goes through QDotMultiFn, per row pair and kQDotMaxInputs inputs
-// (each weight block unpacked once for all of them; bit-identical to the
-// QDotFn calls). A job with packed rows (repack.h) takes its packed kernel
-// for them, for one input or many (bit-identical too).
-void matmul_quantized(ThreadPool& pool, const MatVec* js, size_t n_jobs, const float* x, uint64_t n_in, uint64_t ldx,
-                      Isa isa) {
-    constexpr size_t kLayouts = 3;   // QuantizedInput::Layout: None, Block32, Block256
-    // Kept per calling thread, so steady decoding allocates nothing.
-    thread_local std::vector<QuantizedInput> inputs[kLayouts];
-    thread_local std::vector<const void*> blocks[kLayouts];   // inputs[l][t].blocks(), as QDotMultiFn takes them
-    constexpr size_t kMaxJobs = 8;
-    if (n_jobs > kMaxJobs) throw std::logic_error("matmul: too many jobs in one product");
+// once per layout the jobs need (jobs sharing x have the same width), or come
+// quantized (`pre`), then every row of every job is one QDotFn call for a
+// single input; a batch of inputs goes through QDotMultiFn, per row pair and
+// kQDotMaxInputs inputs (each weight block unpacked once for all of them;
+// bit-identical to the QDotFn calls). A job with packed rows (repack.h)
+// takes its packed kernel for them, for one input or many (bit-identical
+// too). The rows go out in units of kPackRows rows of one job: a packed
+// group (one call for the rows and kQDotMaxInputs inputs), or that many rows
+// in the file's layout (a QDotFn call per row, or QDotMultiFn per
+// kQDotMaxRows rows).
+struct QuantizedPass {
+    static constexpr size_t kMaxJobs = 8;
+    const MatVec* js = nullptr;
+    size_t n_jobs = 0;
+    uint64_t n_in = 0, cols = 0;
     QDotFn fns[kMaxJobs];
     QDotMultiFn multi_fns[kMaxJobs];
     const PackedWeight* packed[kMaxJobs];
     const void* const* in_blocks[kMaxJobs];
+    uint64_t first_unit[kMaxJobs + 1];
+
+    QuantizedPass(ThreadPool& pool, const MatVec* jobs, size_t n, const float* x, uint64_t n_inputs, uint64_t ldx,
+                  Isa isa, const QuantizedInput* pre);
+    uint64_t units() const { return first_unit[n_jobs]; }
+    // Unit `unit` of job j, for every input.
+    void run(size_t j, uint64_t unit) const;
+};
+
+QuantizedPass::QuantizedPass(ThreadPool& pool, const MatVec* jobs, size_t n, const float* x, uint64_t n_inputs,
+                             uint64_t ldx, Isa isa, const QuantizedInput* pre)
+    : js(jobs), n_jobs(n), n_in(n_inputs), cols(jobs[0].w->cols) {
+    constexpr size_t kLayouts = 3;   // QuantizedInput::Layout: None, Block32, Block256
+    // Kept per calling thread, so steady decoding allocates nothing.
+    thread_local std::vector<QuantizedInput> inputs[kLayouts];
+    thread_local std::vector<const void*> blocks[kLayouts];   // inputs[l][t].blocks(), as QDotMultiFn takes them
+    if (n_jobs > kMaxJobs) throw std::logic_error("matmul: too many jobs in one product");
     gguf::GgmlType layout_type[kLayouts] = {};
     bool needed[kLayouts] = {};
-    const uint64_t cols = js[0].w->cols;
     for (size_t j = 0; j < n_jobs; ++j) {
         const Weight& w = *js[j].w;
         if (w.cols != cols) throw std::logic_error("matmul: jobs sharing an input differ in width");
         const size_t l = size_t(qdot_layout(w.type));
+        if (pre && (size_t(pre[0].layout) != l || pre[0].n != cols))
+            throw std::logic_error("matmul: a quantized input of another layout or width");
         needed[l] = true;
         layout_type[l] = w.type;
-        if (inputs[l].size() < n_in) inputs[l].resize(n_in);
+        if (!pre && inputs[l].size() < n_in) inputs[l].resize(n_in);
         if (blocks[l].size() < n_in) blocks[l].resize(n_in);
         in_blocks[j] = blocks[l].data();
         fns[j] = qdot_fn(isa, w.type);
@@ -134,6 +153,10 @@ void matmul_quantized(ThreadPool& pool, const MatVec* js, size_t n_jobs, const f
     }
     for (size_t l = 0; l < kLayouts; ++l) {
         if (!needed[l]) continue;
+        if (pre) {
+            for (uint64_t t = 0; t < n_in; ++t) blocks[l][t] = pre[t].blocks();
+            continue;
+        }
         std::vector<QuantizedInput>& q = inputs[l];
         if (n_in == 1) quantize_input(x, cols, layout_type[l], q[0], isa);
         else
@@ -142,46 +165,50 @@ void matmul_quantized(ThreadPool& pool, const MatVec* js, size_t n_jobs, const f
             });
         for (uint64_t t = 0; t < n_in; ++t) blocks[l][t] = q[t].blocks();
     }
-    // The rows go out in units of kPackRows rows of one job: a packed group
-    // (one call for the rows and kQDotMaxInputs inputs), or that many rows in
-    // the file's layout (a QDotFn call per row, or QDotMultiFn per
-    // kQDotMaxRows rows).
-    uint64_t first_unit[kMaxJobs + 1];
     first_unit[0] = 0;
     for (size_t j = 0; j < n_jobs; ++j) first_unit[j + 1] = first_unit[j] + (js[j].w->rows + kPackRows - 1) / kPackRows;
-    pool.parallel_for(first_unit[n_jobs], 2, [&](uint64_t begin, uint64_t end, int) {
+}
+
+void QuantizedPass::run(size_t j, uint64_t unit) const {
+    const Weight& w = *js[j].w;
+    const uint64_t r0 = unit * kPackRows;
+    const PackedWeight* p = packed[j];
+    if (p && unit < p->groups) {
+        for (uint64_t t = 0; t < n_in; t += kQDotMaxInputs)
+            p->fn(p->group(unit), in_blocks[j] + t, int(std::min<uint64_t>(kQDotMaxInputs, n_in - t)), cols,
+                  js[j].y + t * js[j].ldy + r0, js[j].ldy);
+        return;
+    }
+    const uint64_t r1 = std::min<uint64_t>(r0 + kPackRows, w.rows);
+    if (n_in == 1) {
+        for (uint64_t r = r0; r < r1; ++r) js[j].y[r] = fns[j](w.row(r), in_blocks[j][0], cols);
+        return;
+    }
+    // Up to kQDotMaxRows rows together.
+    QDotBatch batch;
+    batch.row_bytes = w.row_bytes;
+    batch.n = cols;
+    batch.out_stride = js[j].ldy;
+    for (uint64_t r = r0; r < r1; r += uint64_t(batch.n_rows)) {
+        batch.rows = w.row(r);
+        batch.n_rows = int(std::min<uint64_t>(kQDotMaxRows, r1 - r));
+        for (uint64_t t = 0; t < n_in; t += kQDotMaxInputs) {
+            batch.xs = in_blocks[j] + t;
+            batch.n_x = int(std::min<uint64_t>(kQDotMaxInputs, n_in - t));
+            batch.out = js[j].y + t * js[j].ldy + r;
+            multi_fns[j](batch);
+        }
+    }
+}
+
+void matmul_quantized(ThreadPool& pool, const MatVec* js, size_t n_jobs, const float* x, uint64_t n_in, uint64_t ldx,
+                      Isa isa, const QuantizedInput* pre = nullptr) {
+    const QuantizedPass pass(pool, js, n_jobs, x, n_in, ldx, isa, pre);
+    pool.parallel_for(pass.units(), 2, [&](uint64_t begin, uint64_t end, int) {
         size_t j = 0;
         for (uint64_t u = begin; u < end; ++u) {
-            while (u >= first_unit[j + 1]) ++j;
-            const Weight& w = *js[j].w;
-            const uint64_t unit = u - first_unit[j], r0 = unit * kPackRows;
-            const PackedWeight* p = packed[j];
-            if (p && unit < p->groups) {
-                for (uint64_t t = 0; t < n_in; t += kQDotMaxInputs)
-                    p->fn(p->group(unit), in_blocks[j] + t, int(std::min<uint64_t>(kQDotMaxInputs, n_in - t)), cols,
-                          js[j].y + t * js[j].ldy + r0, js[j].ldy);
-                continue;
-            }
-            const uint64_t r1 = std::min<uint64_t>(r0 + kPackRows, w.rows);
-            if (n_in == 1) {
-                for (uint64_t r = r0; r < r1; ++r) js[j].y[r] = fns[j](w.row(r), in_blocks[j][0], cols);
-                continue;
-            }
-            // Up to kQDotMaxRows rows together.
-            QDotBatch batch;
-            batch.row_bytes = w.row_bytes;
-            batch.n = cols;
-            batch.out_stride = js[j].ldy;
-            for (uint64_t r = r0; r < r1; r += uint64_t(batch.n_rows)) {
-                batch.rows = w.row(r);
-                batch.n_rows = int(std::min<uint64_t>(kQDotMaxRows, r1 - r));
-                for (uint64_t t = 0; t < n_in; t += kQDotMaxInputs) {
-                    batch.xs = in_blocks[j] + t;
-                    batch.n_x = int(std::min<uint64_t>(kQDotMaxInputs, n_in - t));
-                    batch.out = js[j].y + t * js[j].ldy + r;
-                    multi_fns[j](batch);
-                }
-            }
+            while (u >= pass.first_unit[j + 1]) ++j;
+            pass.run(j, u - pass.first_unit[j]);
         }
     });
 }
@@ -201,6 +228,46 @@ void matmul(ThreadPool& pool, std::initializer_list<MatVec> jobs, const float* x
     }
     if (n_fast) matmul_quantized(pool, fast, n_fast, x, n_in, ldx, arith.isa);
     if (n_slow) matmul_reference(pool, slow, n_slow, x, n_in, ldx, InputRounding::Exact);
+}
+
+void matmul(ThreadPool& pool, std::initializer_list<MatVec> jobs, const QuantizedInput* xq, uint64_t n_in, Isa isa) {
+    for (const MatVec& j : jobs)
+        if (!has_qdot(j.w->type)) throw std::logic_error("matmul: a quantized input for a type without qdot");
+    matmul_quantized(pool, jobs.begin(), jobs.size(), nullptr, n_in, 0, isa, xq);
+}
+
+void matmul_glu(ThreadPool& pool, const MatVec& gate, const MatVec& up, const float* x, uint64_t n_in, uint64_t ldx,
+                Isa isa, GluFn act, QuantizedInput* next) {
+    const uint64_t rows = gate.w->rows;
+    if (up.w->rows != rows || !has_qdot(gate.w->type) || !has_qdot(up.w->type))
+        throw std::logic_error("matmul_glu: gate and up need quantized dot products and the same rows");
+    if (next && rows % kGluRows != 0) throw std::logic_error("matmul_glu: rows not a multiple of 32 for a quantized output");
+    const MatVec jobs[2] = {gate, up};
+    const QuantizedPass pass(pool, jobs, 2, x, n_in, ldx, isa, nullptr);
+    const QuantizeBlock32Fn quantize = quantize_block32_fn(isa);
+    if (next)
+        for (uint64_t t = 0; t < n_in; ++t) {
+            next[t].layout = QuantizedInput::Layout::Block32;
+            next[t].n = rows;
+            next[t].b32.resize(rows / 32);
+        }
+    // An item: rows [32i, 32i + 32) of both, kGluRows / kPackRows units each.
+    static_assert(kGluRows % kPackRows == 0);
+    constexpr uint64_t kUnits = kGluRows / kPackRows;
+    const uint64_t units = pass.first_unit[1];
+    pool.parallel_for((units + kUnits - 1) / kUnits, 1, [&](uint64_t begin, uint64_t end, int) {
+        for (uint64_t i = begin; i < end; ++i) {
+            const uint64_t u1 = std::min(units, (i + 1) * kUnits);
+            for (uint64_t u = i * kUnits; u < u1; ++u) pass.run(0, u);
+            for (uint64_t u = i * kUnits; u < u1; ++u) pass.run(1, u);
+            const uint64_t r0 = i * kGluRows, n = std::min(rows, r0 + kGluRows) - r0;
+            for (uint64_t t = 0; t < n_in; ++t) {
+                float* g = gate.y + t * gate.ldy + r0;
+                act(g, up.y + t * up.ldy + r0, uint32_t(n));
+                if (next) quantize(g, next[t].b32[i]);
+            }
+        }
+    });
 }
 
 }  // namespace ptxlm::cpu

@@ -62,4 +62,23 @@ struct MatVec {
 void matmul(ThreadPool& pool, std::initializer_list<MatVec> jobs, const float* x, uint64_t n_in, uint64_t ldx,
             const Arithmetic& arith = {});
 
+// The same on the quantized path for inputs already quantized for every
+// job's type (quantize_input, or matmul_glu's `next`): xq[0 .. n_in).
+void matmul(ThreadPool& pool, std::initializer_list<MatVec> jobs, const QuantizedInput* xq, uint64_t n_in, Isa isa);
+
+// A gated feed-forward's first half on the quantized path, gate·X and up·X in
+// one pass over the pool whose items are kGluRows rows of both: the thread
+// that computes an item's rows finishes them, g = act(g, u) (g[i] =
+// act(g[i])·u[i], lane by lane as ElementwiseOps' activations are) and, when
+// `next` is given, quantizes them as Block32 block i of next[t] for each
+// input t (the input of a Block32 down product). No thread reads rows
+// another computed, and nothing is left for the caller alone between the
+// two products. The same bits as the two products, the activation over the
+// whole vector and quantize_input. gate and up: the same rows, types with
+// quantized dot products; with `next`, rows a multiple of kGluRows.
+using GluFn = void (*)(float* g, const float* u, uint32_t n);
+constexpr uint64_t kGluRows = 32;
+void matmul_glu(ThreadPool& pool, const MatVec& gate, const MatVec& up, const float* x, uint64_t n_in, uint64_t ldx,
+                Isa isa, GluFn act, QuantizedInput* next);
+
 }  // namespace ptxlm::cpu

@@ -262,6 +262,11 @@ Quantizer quantizer(Isa isa) {
 
 }  // namespace
 
+QuantizeBlock32Fn quantize_block32_fn(Isa isa) {
+    const Quantizer qz = quantizer(isa);
+    return qz == Quantizer::Avx512 ? quantize_block32_avx512 : qz == Quantizer::Avx2 ? quantize_block32_avx2 : quantize_block32;
+}
+
 void quantize_input(const float* x, uint64_t n, GgmlType weight_type, QuantizedInput& out, Isa isa) {
     const QuantizedInput::Layout layout = qdot_layout(weight_type);
     const uint64_t block = layout == QuantizedInput::Layout::Block256 ? 256 : 32;
@@ -275,10 +280,7 @@ void quantize_input(const float* x, uint64_t n, GgmlType weight_type, QuantizedI
     out.n = n;
     if (layout == QuantizedInput::Layout::Block32) {
         out.b32.resize(n / 32);
-        const Quantizer qz = quantizer(isa);
-        auto* fn = qz == Quantizer::Avx512 ? quantize_block32_avx512
-                   : qz == Quantizer::Avx2 ? quantize_block32_avx2
-                                                    : quantize_block32;
+        const QuantizeBlock32Fn fn = quantize_block32_fn(isa);
         for (uint64_t b = 0; b < n / 32; ++b) fn(x + 32 * b, out.b32[b]);
     } else {
         out.b256.resize(n / 256);

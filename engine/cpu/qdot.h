@@ -97,6 +97,11 @@ inline void quantize_input(const float* x, uint64_t n, gguf::GgmlType weight_typ
     quantize_input(x, n, weight_type, out, best_isa());
 }
 
+// One Block32 block of quantize_input: x[0..32) into *out, the same bits.
+// For a pass whose threads each quantize the blocks they computed.
+using QuantizeBlock32Fn = void (*)(const float* x, BlockQ8x32& out);
+QuantizeBlock32Fn quantize_block32_fn(Isa isa);
+
 // Σ_i w[i]·x[i] for one row of n weights; x = QuantizedInput::blocks() of an
 // input quantized for the row's type, with n = its QuantizedInput::n. No
 // allocation, no checks: the hot path. (The SIMD kernels take plain pointers
