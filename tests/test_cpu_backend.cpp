@@ -58,13 +58,19 @@ TEST_P(CpuBackendTest, BatchedThreadedAndOneByOneAreBitIdentical) {
     Model m = Model::from_file(synth_file(GetParam(), &bytes));
     const auto ids = sequence(40);   // crosses gemma3 tiny's window of 16
     for (cpu::CpuPath path : {cpu::CpuPath::Quantized, cpu::CpuPath::Reference}) {
-        cpu::CpuBackend one(m, 64, KvType::F16, 1), two(m, 64, KvType::F16, 2);
+        // One token a step takes the decode passes whose threads finish the
+        // rows they computed (Q/K/V heads, gate/up items); 17 a step, the
+        // separate steps parallel over the tokens.
+        cpu::CpuBackend one(m, 64, KvType::F16, 1), two(m, 64, KvType::F16, 2), two_single(m, 64, KvType::F16, 2);
         one.set_path(path);
         two.set_path(path);
+        two_single.set_path(path);
         const std::vector<float> a = logits_of(one, ids, 1);
         const std::vector<float> b = logits_of(two, ids, 17);
+        const std::vector<float> c = logits_of(two_single, ids, 1);
         ASSERT_EQ(a.size(), b.size());
         EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << one.description();
+        EXPECT_EQ(std::memcmp(c.data(), b.data(), c.size() * sizeof(float)), 0) << two_single.description();
         for (float v : a) ASSERT_TRUE(std::isfinite(v));
     }
 }

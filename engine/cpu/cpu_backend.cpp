@@ -332,9 +332,12 @@ void rope(float* v, uint32_t n_heads, uint32_t hd, const RopeCosSin* cs, uint32_
     }
 }
 
-void store_row(uint8_t* cache, KvType kv, uint64_t index, const float* src, uint64_t n, const ElementwiseOps& ew) {
-    if (kv == KvType::F32) std::memcpy(cache + index * n * 4, src, n * 4);
-    else ew.to_f16(src, reinterpret_cast<uint16_t*>(cache) + index * n, n);
+// Elements [off, off + n) of row `index` (of `width`) of a cache from src.
+void store_part(uint8_t* cache, KvType kv, uint64_t index, uint64_t width, uint64_t off, const float* src, uint64_t n,
+                const ElementwiseOps& ew) {
+    const uint64_t at = index * width + off;
+    if (kv == KvType::F32) std::memcpy(cache + at * 4, src, n * 4);
+    else ew.to_f16(src, reinterpret_cast<uint16_t*>(cache) + at, n);
 }
 
 // Every f16 value as f32: the cache is read once per attended position per
@@ -523,49 +526,75 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
         const LayerDesc& d = m_.layers[il];
         Layer& l = layers_[il];
         const uint32_t hd = m_.head_dim_of(il);
-        const uint64_t q_dim = uint64_t(d.n_head) * hd, kv_dim = m_.kv_dim(il);
+        const uint64_t kv_dim = m_.kv_dim(il);
         // gemma4: the shared-KV layers compute q only; without attn_v, k's
         // projection serves as v.
         const bool own_kv = m_.has_kv(il);
 
         each_token([&](uint32_t t) { rms_norm(&x_[t * E], l.attn_norm.data(), &xn_[t * E], E, eps); });
-        if (!own_kv)
-            matmul(*pool_, {job(*l.mats[0], l.packs[0], q_.data(), q_w_)}, xn_.data(), n, E, arith_);
-        else if (!d.wv)
-            matmul(*pool_, {job(*l.mats[0], l.packs[0], q_.data(), q_w_), job(*l.mats[1], l.packs[1], k_.data(), kv_w_)},
-                   xn_.data(), n, E, arith_);
-        else
-            matmul(*pool_, {job(*l.mats[0], l.packs[0], q_.data(), q_w_), job(*l.mats[1], l.packs[1], k_.data(), kv_w_),
-                            job(*l.mats[2], l.packs[2], v_.data(), kv_w_)},
-                   xn_.data(), n, E, arith_);
-        each_token([&](uint32_t t) {
-            float* q = &q_[t * q_w_];
-            float* k = &k_[t * kv_w_];
-            float* v = &v_[t * kv_w_];
-            if (own_kv && !d.wv) std::memcpy(v, k, kv_dim * 4);
-            if (!l.bq.empty()) {
-                for (uint64_t i = 0; i < q_dim; ++i) q[i] += l.bq[i];
-                for (uint64_t i = 0; i < kv_dim; ++i) k[i] += l.bk[i];
-                for (uint64_t i = 0; i < kv_dim; ++i) v[i] += l.bv[i];
+        // Head h of token t's q (0), k (1) or v (2) finished after its
+        // projection: bias, the head's norm, RoPE (and Mistral 3's
+        // temperature on q); k and v then stored to the cache. Every head's
+        // arithmetic is the same wherever it runs.
+        const RopeCosSin* const cs0 = rope_cs_.data() + l.rope_at;
+        const uint32_t half = static_cast<uint32_t>(l.inv_freq.size());
+        const auto finish_head = [&](uint32_t t, int which, uint32_t h) {
+            const uint64_t off = uint64_t(h) * hd;
+            float* p = (which == 0 ? &q_[t * q_w_] : which == 1 ? &k_[t * kv_w_] : &v_[t * kv_w_]) + off;
+            const std::vector<float>& bias = which == 0 ? l.bq : which == 1 ? l.bk : l.bv;
+            if (!bias.empty())
+                for (uint32_t i = 0; i < hd; ++i) p[i] += bias[off + i];
+            const RopeCosSin* cs = cs0 + t * rope_cs_w_;
+            if (which == 0) {
+                if (!l.q_norm.empty()) rms_norm(p, l.q_norm.data(), p, hd, eps);
+                rope(p, 1, hd, cs, half, hp.rope_style);
+                if (m_.attn_temp_scale != 0) {   // Mistral 3: q scaled by the position's temperature
+                    const float temp = m_.attn_temperature(rows[t].pos);
+                    for (uint32_t i = 0; i < hd; ++i) p[i] *= temp;
+                }
+                return;
             }
-            if (!l.q_norm.empty())
-                for (uint32_t h = 0; h < d.n_head; ++h) rms_norm(&q[h * hd], l.q_norm.data(), &q[h * hd], hd, eps);
-            if (!l.k_norm.empty() && own_kv)
-                for (uint32_t h = 0; h < d.n_head_kv; ++h) rms_norm(&k[h * hd], l.k_norm.data(), &k[h * hd], hd, eps);
-            if (d.v_norm && own_kv)
-                for (uint32_t h = 0; h < d.n_head_kv; ++h) rms_norm(&v[h * hd], nullptr, &v[h * hd], hd, eps);
-            const RopeCosSin* cs = &rope_cs_[t * rope_cs_w_ + l.rope_at];
-            const uint32_t half = static_cast<uint32_t>(l.inv_freq.size());
-            rope(q, d.n_head, hd, cs, half, hp.rope_style);
-            if (m_.attn_temp_scale != 0) {   // Mistral 3: q scaled by the position's temperature
-                const float temp = m_.attn_temperature(rows[t].pos);
-                for (uint64_t i = 0; i < q_dim; ++i) q[i] *= temp;
+            if (which == 1) {
+                if (!l.k_norm.empty()) rms_norm(p, l.k_norm.data(), p, hd, eps);
+                rope(p, 1, hd, cs, half, hp.rope_style);
+                store_part(l.k_cache.data(), kv_, rows[t].kv_row, kv_dim, off, p, hd, ew);
+                return;
             }
-            if (!own_kv) return;
-            rope(k, d.n_head_kv, hd, cs, half, hp.rope_style);
-            store_row(l.k_cache.data(), kv_, rows[t].kv_row, k, kv_dim, ew);
-            store_row(l.v_cache.data(), kv_, rows[t].kv_row, v, kv_dim, ew);
-        });
+            if (d.v_norm) rms_norm(p, nullptr, p, hd, eps);
+            store_part(l.v_cache.data(), kv_, rows[t].kv_row, kv_dim, off, p, hd, ew);
+        };
+        const MatVec qkv[3] = {job(*l.mats[0], l.packs[0], q_.data(), q_w_),
+                               own_kv ? job(*l.mats[1], l.packs[1], k_.data(), kv_w_) : MatVec{},
+                               own_kv && d.wv ? job(*l.mats[2], l.packs[2], v_.data(), kv_w_) : MatVec{}};
+        const uint32_t heads = d.n_head + 2 * d.n_head_kv;
+        if (fast && n <= kQDotMaxInputs && own_kv && d.wv && hd % kPackRows == 0 && heads >= 4 * uint32_t(pool_->size()) &&
+            has_qdot(qkv[0].w->type) && has_qdot(qkv[1].w->type) && has_qdot(qkv[2].w->type)) {
+            // A decode step's few tokens: one item per head of q, k and v,
+            // finished by the thread that computed its rows (SmolLM2: 2 us a
+            // layer the caller spent alone after the pass). Enough heads per
+            // thread that whole heads balance (gemma-3-270m's 6 do not).
+            const QuantizedProduct product(*pool_, qkv, 3, xn_.data(), n, E, arith_.isa);
+            const uint32_t units = hd / kPackRows;
+            pool_->parallel_for(heads, 1, [&](uint64_t b, uint64_t e, int) {
+                for (uint64_t i = b; i < e; ++i) {
+                    const int which = i < d.n_head ? 0 : i < d.n_head + d.n_head_kv ? 1 : 2;
+                    const uint32_t h = uint32_t(which == 0 ? i : which == 1 ? i - d.n_head : i - d.n_head - d.n_head_kv);
+                    for (uint64_t u = uint64_t(h) * units; u < uint64_t(h + 1) * units; ++u) product.run(size_t(which), u);
+                    for (uint32_t t = 0; t < n; ++t) finish_head(t, which, h);
+                }
+            });
+        } else {
+            if (!own_kv) matmul(*pool_, {qkv[0]}, xn_.data(), n, E, arith_);
+            else if (!d.wv) matmul(*pool_, {qkv[0], qkv[1]}, xn_.data(), n, E, arith_);
+            else matmul(*pool_, {qkv[0], qkv[1], qkv[2]}, xn_.data(), n, E, arith_);
+            each_token([&](uint32_t t) {
+                if (own_kv && !d.wv) std::memcpy(&v_[t * kv_w_], &k_[t * kv_w_], kv_dim * 4);
+                for (uint32_t h = 0; h < d.n_head; ++h) finish_head(t, 0, h);
+                if (!own_kv) return;
+                for (uint32_t h = 0; h < d.n_head_kv; ++h) finish_head(t, 1, h);
+                for (uint32_t h = 0; h < d.n_head_kv; ++h) finish_head(t, 2, h);
+            });
+        }
 
         // The quantized path's attention takes every sequence in one pass
         // over the pool; the reference runs them one by one.

@@ -97,37 +97,10 @@ void matmul_reference(ThreadPool& pool, const MatVec* js, size_t n_jobs, const f
     });
 }
 
-// Jobs whose types all have quantized dot products. The inputs are quantized
-// once per layout the jobs need (jobs sharing x have the same width), or come
-// quantized (`pre`), then every row of every job is one QDotFn call for a
-// single input; a batch of inputs goes through QDotMultiFn, per row pair and
-// kQDotMaxInputs inputs (each weight block unpacked once for all of them;
-// bit-identical to the QDotFn calls). A job with packed rows (repack.h)
-// takes its packed kernel for them, for one input or many (bit-identical
-// too). The rows go out in units of kPackRows rows of one job: a packed
-// group (one call for the rows and kQDotMaxInputs inputs), or that many rows
-// in the file's layout (a QDotFn call per row, or QDotMultiFn per
-// kQDotMaxRows rows).
-struct QuantizedPass {
-    static constexpr size_t kMaxJobs = 8;
-    const MatVec* js = nullptr;
-    size_t n_jobs = 0;
-    uint64_t n_in = 0, cols = 0;
-    QDotFn fns[kMaxJobs];
-    QDotMultiFn multi_fns[kMaxJobs];
-    const PackedWeight* packed[kMaxJobs];
-    const void* const* in_blocks[kMaxJobs];
-    uint64_t first_unit[kMaxJobs + 1];
+}  // namespace
 
-    QuantizedPass(ThreadPool& pool, const MatVec* jobs, size_t n, const float* x, uint64_t n_inputs, uint64_t ldx,
-                  Isa isa, const QuantizedInput* pre);
-    uint64_t units() const { return first_unit[n_jobs]; }
-    // Unit `unit` of job j, for every input.
-    void run(size_t j, uint64_t unit) const;
-};
-
-QuantizedPass::QuantizedPass(ThreadPool& pool, const MatVec* jobs, size_t n, const float* x, uint64_t n_inputs,
-                             uint64_t ldx, Isa isa, const QuantizedInput* pre)
+QuantizedProduct::QuantizedProduct(ThreadPool& pool, const MatVec* jobs, size_t n, const float* x, uint64_t n_inputs,
+                                   uint64_t ldx, Isa isa, const QuantizedInput* pre)
     : js(jobs), n_jobs(n), n_in(n_inputs), cols(jobs[0].w->cols) {
     constexpr size_t kLayouts = 3;   // QuantizedInput::Layout: None, Block32, Block256
     // Kept per calling thread, so steady decoding allocates nothing.
@@ -169,7 +142,7 @@ QuantizedPass::QuantizedPass(ThreadPool& pool, const MatVec* jobs, size_t n, con
     for (size_t j = 0; j < n_jobs; ++j) first_unit[j + 1] = first_unit[j] + (js[j].w->rows + kPackRows - 1) / kPackRows;
 }
 
-void QuantizedPass::run(size_t j, uint64_t unit) const {
+void QuantizedProduct::run(size_t j, uint64_t unit) const {
     const Weight& w = *js[j].w;
     const uint64_t r0 = unit * kPackRows;
     const PackedWeight* p = packed[j];
@@ -201,9 +174,11 @@ void QuantizedPass::run(size_t j, uint64_t unit) const {
     }
 }
 
+namespace {
+
 void matmul_quantized(ThreadPool& pool, const MatVec* js, size_t n_jobs, const float* x, uint64_t n_in, uint64_t ldx,
                       Isa isa, const QuantizedInput* pre = nullptr) {
-    const QuantizedPass pass(pool, js, n_jobs, x, n_in, ldx, isa, pre);
+    const QuantizedProduct pass(pool, js, n_jobs, x, n_in, ldx, isa, pre);
     pool.parallel_for(pass.units(), 2, [&](uint64_t begin, uint64_t end, int) {
         size_t j = 0;
         for (uint64_t u = begin; u < end; ++u) {
@@ -243,7 +218,7 @@ void matmul_glu(ThreadPool& pool, const MatVec& gate, const MatVec& up, const fl
         throw std::logic_error("matmul_glu: gate and up need quantized dot products and the same rows");
     if (next && rows % kGluRows != 0) throw std::logic_error("matmul_glu: rows not a multiple of 32 for a quantized output");
     const MatVec jobs[2] = {gate, up};
-    const QuantizedPass pass(pool, jobs, 2, x, n_in, ldx, isa, nullptr);
+    const QuantizedProduct pass(pool, jobs, 2, x, n_in, ldx, isa, nullptr);
     const QuantizeBlock32Fn quantize = quantize_block32_fn(isa);
     if (next)
         for (uint64_t t = 0; t < n_in; ++t) {

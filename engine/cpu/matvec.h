@@ -62,6 +62,39 @@ struct MatVec {
 void matmul(ThreadPool& pool, std::initializer_list<MatVec> jobs, const float* x, uint64_t n_in, uint64_t ldx,
             const Arithmetic& arith = {});
 
+// A product on the quantized path whose rows a caller hands out itself: the
+// inputs quantized at construction (once per layout the jobs need; jobs
+// sharing x have the same width) or given quantized (`pre`), then run(j, u)
+// computes unit u (rows [u·kPackRows, (u+1)·kPackRows) ∩ the rows) of job j
+// for every input, as matmul's pass does: a packed group with one call per
+// kQDotMaxInputs inputs, else a QDotFn call per row (QDotMultiFn per
+// kQDotMaxRows rows for several inputs), each bit-identical to one input
+// alone. For passes whose threads finish the rows they computed (matmul_glu,
+// the backend's Q/K/V heads). `jobs` must outlive it; every job's type has
+// quantized dot products; at most kMaxJobs jobs. Its quantized inputs are
+// the constructing thread's (kept between products, so decoding allocates
+// nothing): one product at a time per thread.
+class QuantizedProduct {
+public:
+    static constexpr size_t kMaxJobs = 8;
+    QuantizedProduct(ThreadPool& pool, const MatVec* jobs, size_t n_jobs, const float* x, uint64_t n_in, uint64_t ldx,
+                     Isa isa, const QuantizedInput* pre = nullptr);
+    uint64_t units() const { return first_unit[n_jobs]; }   // of all jobs
+    uint64_t units(size_t j) const { return first_unit[j + 1] - first_unit[j]; }
+    void run(size_t j, uint64_t unit) const;
+
+    const MatVec* js = nullptr;
+    size_t n_jobs = 0;
+    uint64_t n_in = 0, cols = 0;
+    uint64_t first_unit[kMaxJobs + 1];   // job j's units are [first_unit[j], first_unit[j + 1]) of all
+
+private:
+    QDotFn fns[kMaxJobs];
+    QDotMultiFn multi_fns[kMaxJobs];
+    const PackedWeight* packed[kMaxJobs];
+    const void* const* in_blocks[kMaxJobs];
+};
+
 // The same on the quantized path for inputs already quantized for every
 // job's type (quantize_input, or matmul_glu's `next`): xq[0 .. n_in).
 void matmul(ThreadPool& pool, std::initializer_list<MatVec> jobs, const QuantizedInput* xq, uint64_t n_in, Isa isa);
