@@ -335,6 +335,40 @@ double ulps(float got, double want) {
     return std::abs(got - want) / ulp;
 }
 
+// With out_q set, each token's output row also comes quantized: the bits of
+// quantize_input on the row, and the float rows those of a run without it
+// (several chunks, one token and several, windows that cut chunks). A
+// head_dim that is no multiple of 32 is refused.
+TEST(CpuAttention, TheQuantizedOutputIsItsRowQuantized) {
+    for (Isa isa : cpu::runnable_isas())
+        for (const Shape& s : kShapes) {
+            SCOPED_TRACE(name(s, isa));
+            cpu::ThreadPool pool(2);
+            cpu::Attention attn;
+            for (const Problem& pr : {Problem(s, 300, 1, 21), Problem(s, 131, 3, 22), Problem(s, 0, 1, 23)}) {
+                std::vector<float> plain(pr.q.size()), with_q(pr.q.size());
+                std::vector<cpu::QuantizedInput> outq(pr.n);
+                attn.run(pool, pr.args(plain.data(), 0.1f), isa);
+                cpu::AttentionArgs a = pr.args(with_q.data(), 0.1f);
+                a.out_q = outq.data();
+                if (s.head_dim % 32 != 0) {
+                    EXPECT_THROW(attn.run(pool, a, isa), std::invalid_argument);
+                    continue;
+                }
+                attn.run(pool, a, isa);
+                EXPECT_EQ(0, std::memcmp(plain.data(), with_q.data(), plain.size() * 4)) << "pos " << pr.pos;
+                const uint64_t width = uint64_t(s.n_head) * s.head_dim;
+                for (uint32_t t = 0; t < pr.n; ++t) {
+                    cpu::QuantizedInput want;
+                    cpu::quantize_input(with_q.data() + t * width, width, gguf::GgmlType::Q8_0, want, isa);
+                    ASSERT_EQ(outq[t].n, width);
+                    EXPECT_EQ(0, std::memcmp(want.b32.data(), outq[t].b32.data(), want.b32.size() * sizeof(cpu::BlockQ8x32)))
+                        << "pos " << pr.pos << " token " << t;
+                }
+            }
+        }
+}
+
 TEST(CpuElementwise, ExpSiluAndGeluStayWithinAFewUlp) {
     std::mt19937 rng(5);
     std::uniform_real_distribution<float> ud(-20.0f, 20.0f);

@@ -158,6 +158,7 @@ void Attention::run(ThreadPool& pool, std::span<const AttentionArgs> seqs, Isa i
             AttentionArgs b = a;
             b.q += t0 * a.ldq;
             b.out += t0 * a.ldo;
+            if (b.out_q) b.out_q += t0;
             b.pos += t0;
             b.n = std::min(wave, a.n - t0);
             run(pool, std::span(&b, 1), isa);
@@ -201,6 +202,19 @@ void Attention::run(ThreadPool& pool, std::span<const AttentionArgs> seqs, Isa i
     const uint64_t stride = uint64_t(group) * kAttnChunk + hd;   // per thread: scores, one converted row
     if (scratch_.size() < stride * pool.size()) scratch_.resize(stride * pool.size());
 
+    const QuantizeBlock32Fn quantize = quantize_block32_fn(isa);
+    for (const AttentionArgs& sa : seqs) {
+        if (!sa.out_q) continue;
+        if (hd % 32 != 0)
+            throw std::invalid_argument("attention: a quantized output needs head_dim a multiple of 32, not " +
+                                        std::to_string(hd));
+        for (uint32_t t = 0; t < sa.n; ++t) {
+            QuantizedInput& o = sa.out_q[t];
+            o.layout = QuantizedInput::Layout::Block32;
+            o.n = uint64_t(a.n_head) * hd;
+            o.b32.resize(o.n / 32);
+        }
+    }
     // Head h of call row r from its chunks' partials, in chunk order: the
     // same arithmetic whichever thread runs it.
     const auto merge = [&](uint64_t r, uint32_t h) {
@@ -222,6 +236,8 @@ void Attention::run(ThreadPool& pool, std::span<const AttentionArgs> seqs, Isa i
         }
         const float inv = 1.0f / sum;
         for (uint32_t k = 0; k < hd; ++k) out[k] *= inv;
+        if (sa.out_q)
+            for (uint32_t b = 0; b < hd / 32; ++b) quantize(out + 32 * b, sa.out_q[t].b32[h * (hd / 32) + b]);
     };
     // The thread that finishes the last chunk of a (row, KV head) merges
     // that group's heads, inside the pass: no merge is left for the caller

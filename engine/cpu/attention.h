@@ -50,6 +50,11 @@ struct AttentionArgs {
     // same bit for bit however its positions are paged.
     const uint32_t* pages = nullptr;
     uint32_t page_shift = 0;
+    // When set (head_dim a multiple of 32): token t's output row is also
+    // quantized into out_q[t] as quantize_input does for a Block32 type
+    // (n_head · head_dim values), each head's blocks by the thread that
+    // merges it: the input of the product that follows, ready with the pass.
+    QuantizedInput* out_q = nullptr;
 };
 
 // The cache row holding position j.

@@ -605,8 +605,22 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
             else attention(il, row0, s);
             row0 += static_cast<uint32_t>(s.tokens.size());
         }
+        // A decode step's wo input comes quantized from attention's merges
+        // (a Block32 wo): not left for the caller alone.
+        const MatVec wo = job(*l.mats[3], l.packs[3], o_.data(), E);
+        const bool att_quantized = fast && n <= kQDotMaxInputs && hd % 32 == 0 && has_qdot(wo.w->type) &&
+                                   qdot_layout(wo.w->type) == QuantizedInput::Layout::Block32;
+        if (att_quantized) {
+            if (att_q_.size() < n) att_q_.resize(n);
+            for (uint32_t i = 0, row0 = 0; const SeqStep& s : batch) {
+                if (s.tokens.empty()) continue;
+                attn_args_[i++].out_q = att_q_.data() + row0;
+                row0 += static_cast<uint32_t>(s.tokens.size());
+            }
+        }
         if (fast) fast_attention_.run(*pool_, attn_args_, arith_.isa);
-        matmul(*pool_, {job(*l.mats[3], l.packs[3], o_.data(), E)}, att_.data(), n, q_w_, arith_);
+        if (att_quantized) matmul(*pool_, {wo}, att_q_.data(), n, arith_.isa);
+        else matmul(*pool_, {wo}, att_.data(), n, q_w_, arith_);
         each_token([&](uint32_t t) {
             float* o = &o_[t * E];
             float* x = &x_[t * E];

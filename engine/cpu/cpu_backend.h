@@ -148,6 +148,7 @@ private:
     // The down product's inputs as matmul_glu leaves them quantized (a
     // Block32 down matrix on the quantized path), one per token.
     std::vector<QuantizedInput> ffn_in_;
+    std::vector<QuantizedInput> att_q_;   // wo's inputs as attention's merges leave them (Block32 wo)
     // gemma4's per-layer inputs (ple_w_ = n_embd_per_layer · n_layer per
     // token) and the per-layer gate's outputs (n_embd_per_layer per token).
     std::vector<float> ple_, pg_;
