@@ -208,12 +208,7 @@ void Attention::run(ThreadPool& pool, std::span<const AttentionArgs> seqs, Isa i
         if (hd % 32 != 0)
             throw std::invalid_argument("attention: a quantized output needs head_dim a multiple of 32, not " +
                                         std::to_string(hd));
-        for (uint32_t t = 0; t < sa.n; ++t) {
-            QuantizedInput& o = sa.out_q[t];
-            o.layout = QuantizedInput::Layout::Block32;
-            o.n = uint64_t(a.n_head) * hd;
-            o.b32.resize(o.n / 32);
-        }
+        for (uint32_t t = 0; t < sa.n; ++t) sa.out_q[t].reset_block32(uint64_t(a.n_head) * hd);
     }
     // Head h of call row r from its chunks' partials, in chunk order: the
     // same arithmetic whichever thread runs it.

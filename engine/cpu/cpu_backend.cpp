@@ -506,6 +506,13 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
         });
     };
     const bool fast = arith_.path == CpuPath::Quantized;
+    // A decode step's few tokens on the quantized path: its passes' threads
+    // finish the rows they computed (the Q/K/V heads, attention's merges
+    // quantizing wo's input, the gate/up items), so that little is left for
+    // the caller alone between the products. A prompt's chunk keeps the
+    // separate steps, parallel over its tokens (SmolLM2, 64 tokens a chunk:
+    // the fused gate/up pass took 789 us a layer against 685 + 2 x 23.5).
+    const bool decode = fast && n <= kQDotMaxInputs;
     const ElementwiseOps ew = elementwise_ops(arith_.isa);
 
     if (rope_cs_.size() < n * rope_cs_w_) rope_cs_.resize(n * rope_cs_w_);
@@ -567,12 +574,11 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
                                own_kv ? job(*l.mats[1], l.packs[1], k_.data(), kv_w_) : MatVec{},
                                own_kv && d.wv ? job(*l.mats[2], l.packs[2], v_.data(), kv_w_) : MatVec{}};
         const uint32_t heads = d.n_head + 2 * d.n_head_kv;
-        if (fast && n <= kQDotMaxInputs && own_kv && d.wv && hd % kPackRows == 0 && heads >= 4 * uint32_t(pool_->size()) &&
+        if (decode && own_kv && d.wv && hd % kPackRows == 0 && heads >= 4 * uint32_t(pool_->size()) &&
             has_qdot(qkv[0].w->type) && has_qdot(qkv[1].w->type) && has_qdot(qkv[2].w->type)) {
-            // A decode step's few tokens: one item per head of q, k and v,
-            // finished by the thread that computed its rows (SmolLM2: 2 us a
-            // layer the caller spent alone after the pass). Enough heads per
-            // thread that whole heads balance (gemma-3-270m's 6 do not).
+            // One item per head of q, k and v (SmolLM2: 2 us a layer the
+            // caller spent alone after the pass). Enough heads per thread
+            // that whole heads balance (gemma-3-270m's 6 do not).
             const QuantizedProduct product(*pool_, qkv, 3, xn_.data(), n, E, arith_.isa);
             const uint32_t units = hd / kPackRows;
             pool_->parallel_for(heads, 1, [&](uint64_t b, uint64_t e, int) {
@@ -605,11 +611,9 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
             else attention(il, row0, s);
             row0 += static_cast<uint32_t>(s.tokens.size());
         }
-        // A decode step's wo input comes quantized from attention's merges
-        // (a Block32 wo): not left for the caller alone.
+        // A Block32 wo's input comes quantized from attention's merges.
         const MatVec wo = job(*l.mats[3], l.packs[3], o_.data(), E);
-        const bool att_quantized = fast && n <= kQDotMaxInputs && hd % 32 == 0 && has_qdot(wo.w->type) &&
-                                   qdot_layout(wo.w->type) == QuantizedInput::Layout::Block32;
+        const bool att_quantized = decode && hd % 32 == 0 && qdot_layout(wo.w->type) == QuantizedInput::Layout::Block32;
         if (att_quantized) {
             if (att_q_.size() < n) att_q_.resize(n);
             for (uint32_t i = 0, row0 = 0; const SeqStep& s : batch) {
@@ -630,15 +634,10 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
         });
         const MatVec gate = job(*l.mats[4], l.packs[4], g_.data(), ff_w_), up = job(*l.mats[5], l.packs[5], u_.data(), ff_w_),
                      down = job(*l.mats[6], l.packs[6], o_.data(), E);
-        if (fast && n <= kQDotMaxInputs && has_qdot(gate.w->type) && has_qdot(up.w->type)) {
-            // A decode step's few tokens: the activation (and a Block32 down
-            // product's input quantization) done in the gate/up pass by the
-            // thread that computed the rows, not by the caller alone after
-            // it. A prompt's chunk takes the path below, whose steps are
-            // parallel over its tokens (SmolLM2, 64 tokens a chunk: the
-            // fused pass took 789 us a layer against 685 + 2 x 23.5).
-            const bool quantized = has_qdot(down.w->type) && qdot_layout(down.w->type) == QuantizedInput::Layout::Block32 &&
-                                   d.n_ff % kGluRows == 0;
+        if (decode && has_qdot(gate.w->type) && has_qdot(up.w->type)) {
+            // The activation (and a Block32 down product's input
+            // quantization) in the gate/up pass.
+            const bool quantized = qdot_layout(down.w->type) == QuantizedInput::Layout::Block32 && d.n_ff % kGluRows == 0;
             if (quantized && ffn_in_.size() < n) ffn_in_.resize(n);
             matmul_glu(*pool_, gate, up, xn_.data(), n, E, arith_.isa, m_.ffn == FfnKind::GeGLU ? ew.gelu_mul : ew.silu_mul,
                        quantized ? ffn_in_.data() : nullptr);

@@ -206,8 +206,6 @@ void matmul(ThreadPool& pool, std::initializer_list<MatVec> jobs, const float* x
 }
 
 void matmul(ThreadPool& pool, std::initializer_list<MatVec> jobs, const QuantizedInput* xq, uint64_t n_in, Isa isa) {
-    for (const MatVec& j : jobs)
-        if (!has_qdot(j.w->type)) throw std::logic_error("matmul: a quantized input for a type without qdot");
     matmul_quantized(pool, jobs.begin(), jobs.size(), nullptr, n_in, 0, isa, xq);
 }
 
@@ -221,15 +219,11 @@ void matmul_glu(ThreadPool& pool, const MatVec& gate, const MatVec& up, const fl
     const QuantizedProduct pass(pool, jobs, 2, x, n_in, ldx, isa, nullptr);
     const QuantizeBlock32Fn quantize = quantize_block32_fn(isa);
     if (next)
-        for (uint64_t t = 0; t < n_in; ++t) {
-            next[t].layout = QuantizedInput::Layout::Block32;
-            next[t].n = rows;
-            next[t].b32.resize(rows / 32);
-        }
+        for (uint64_t t = 0; t < n_in; ++t) next[t].reset_block32(rows);
     // An item: rows [32i, 32i + 32) of both, kGluRows / kPackRows units each.
     static_assert(kGluRows % kPackRows == 0);
     constexpr uint64_t kUnits = kGluRows / kPackRows;
-    const uint64_t units = pass.first_unit[1];
+    const uint64_t units = pass.units(0);
     pool.parallel_for((units + kUnits - 1) / kUnits, 1, [&](uint64_t begin, uint64_t end, int) {
         for (uint64_t i = begin; i < end; ++i) {
             const uint64_t u1 = std::min(units, (i + 1) * kUnits);

@@ -83,12 +83,12 @@ public:
     uint64_t units(size_t j) const { return first_unit[j + 1] - first_unit[j]; }
     void run(size_t j, uint64_t unit) const;
 
-    const MatVec* js = nullptr;
-    size_t n_jobs = 0;
-    uint64_t n_in = 0, cols = 0;
     uint64_t first_unit[kMaxJobs + 1];   // job j's units are [first_unit[j], first_unit[j + 1]) of all
 
 private:
+    const MatVec* js = nullptr;
+    size_t n_jobs = 0;
+    uint64_t n_in = 0, cols = 0;
     QDotFn fns[kMaxJobs];
     QDotMultiFn multi_fns[kMaxJobs];
     const PackedWeight* packed[kMaxJobs];

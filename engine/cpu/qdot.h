@@ -75,6 +75,14 @@ struct QuantizedInput {
     std::vector<BlockQ8x32> b32;     // n / 32 blocks when layout == Block32
     std::vector<BlockQ8x256> b256;   // n / 256 blocks when layout == Block256
 
+    // Block32 storage for n values (n a multiple of 32), for a pass whose
+    // threads fill the blocks themselves (QuantizeBlock32Fn).
+    void reset_block32(uint64_t values) {
+        layout = Layout::Block32;
+        n = values;
+        b32.resize(values / 32);
+    }
+
     // The blocks of the current layout, as QDotFn takes them.
     const void* blocks() const {
         return layout == Layout::Block256 ? static_cast<const void*>(b256.data()) : b32.data();
