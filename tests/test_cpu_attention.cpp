@@ -46,13 +46,36 @@ std::string name(const Shape& s, Isa isa) {
            (s.kv == KvType::F16 ? " f16" : " f32");
 }
 
+uint64_t kv_bytes(const Shape& s) { return s.kv == KvType::F32 ? 4 : 2; }
+
+// The positions of src (n_head_kv · head_dim floats each) into a cache of
+// `rows` rows as attention reads it (AttentionArgs: a plane of rows per KV
+// head), position j at cache row at(j); the rest of dst as it was.
+template <class At>
+void put_rows(const Shape& s, const std::vector<float>& src, uint64_t rows, At at, std::vector<uint8_t>& dst) {
+    const uint32_t hd = s.head_dim;
+    const uint64_t kv_dim = uint64_t(s.n_head_kv) * hd, n_pos = src.size() / kv_dim, el = kv_bytes(s);
+    for (uint32_t j = 0; j < n_pos; ++j)
+        for (uint32_t g = 0; g < s.n_head_kv; ++g)
+            for (uint32_t i = 0; i < hd; ++i) {
+                const float x = src[j * kv_dim + uint64_t(g) * hd + i];
+                uint8_t* d = dst.data() + (cpu::kv_index(rows * hd, hd, at(j), g) + i) * el;
+                if (s.kv == KvType::F32) {
+                    std::memcpy(d, &x, 4);
+                } else {
+                    const uint16_t h = f32_to_f16(x);
+                    std::memcpy(d, &h, 2);
+                }
+            }
+}
+
 // A cache of n_pos rows and queries for n tokens, random; the f16 cache holds
 // values that are exact in f16, so the reference sees the same numbers.
 struct Problem {
     Shape s;
     uint32_t n_pos, pos, n;
-    std::vector<float> q, k, v;            // k, v as floats
-    std::vector<uint8_t> k_bytes, v_bytes;  // the cache as the kernel reads it
+    std::vector<float> q, k, v;            // k, v as floats: [n_pos][n_head_kv · head_dim]
+    std::vector<uint8_t> k_bytes, v_bytes;  // the cache of n_pos rows as the kernel reads it
 
     Problem(const Shape& shape, uint32_t pos_, uint32_t n_, uint32_t seed) : s(shape), pos(pos_), n(n_) {
         n_pos = pos + n;
@@ -65,20 +88,11 @@ struct Problem {
         v.resize(n_pos * kv_dim);
         for (float& x : k) x = f16_to_f32(f32_to_f16(nd(rng)));
         for (float& x : v) x = f16_to_f32(f32_to_f16(nd(rng)));
-        const auto bytes = [&](const std::vector<float>& src, std::vector<uint8_t>& dst) {
-            if (s.kv == KvType::F32) {
-                dst.resize(src.size() * 4);
-                std::memcpy(dst.data(), src.data(), dst.size());
-            } else {
-                dst.resize(src.size() * 2);
-                for (size_t i = 0; i < src.size(); ++i) {
-                    const uint16_t h = f32_to_f16(src[i]);
-                    std::memcpy(dst.data() + 2 * i, &h, 2);
-                }
-            }
-        };
-        bytes(k, k_bytes);
-        bytes(v, v_bytes);
+        const auto own_row = [](uint32_t j) { return uint64_t(j); };
+        k_bytes.resize(n_pos * kv_dim * kv_bytes(s));
+        v_bytes.resize(k_bytes.size());
+        put_rows(s, k, n_pos, own_row, k_bytes);
+        put_rows(s, v, n_pos, own_row, v_bytes);
     }
 
     cpu::AttentionArgs args(float* out, float scale) const {
@@ -90,7 +104,7 @@ struct Problem {
         a.k_cache = k_bytes.data();
         a.v_cache = v_bytes.data();
         a.kv = s.kv;
-        a.kv_dim = uint64_t(s.n_head_kv) * s.head_dim;
+        a.head_stride = uint64_t(n_pos) * s.head_dim;
         a.n_head = s.n_head;
         a.n_head_kv = s.n_head_kv;
         a.head_dim = s.head_dim;
@@ -244,17 +258,15 @@ TEST(CpuAttention, PagedCacheGivesTheContiguousBits) {
                 for (uint32_t i = 0; i < total; ++i) slots[i] = i;
                 std::shuffle(slots.begin(), slots.end(), std::mt19937(shift + 1));
                 std::vector<uint32_t> table(slots.begin(), slots.begin() + used);
-                const uint64_t row_bytes = pr.k_bytes.size() / pr.n_pos;
+                const uint64_t rows = uint64_t(total) * page;
                 std::mt19937 rng(9);
-                auto scatter = [&](const std::vector<uint8_t>& src) {
-                    std::vector<uint8_t> dst(uint64_t(total) * page * row_bytes);
+                auto scatter = [&](const std::vector<float>& src) {
+                    std::vector<uint8_t> dst(rows * s.n_head_kv * s.head_dim * kv_bytes(s));
                     for (uint8_t& b : dst) b = uint8_t(rng() & 0x3b);   // finite f16 and f32 noise
-                    for (uint32_t j = 0; j < pr.n_pos; ++j)
-                        std::memcpy(dst.data() + cpu::kv_row(table.data(), shift, j) * row_bytes, src.data() + j * row_bytes,
-                                    row_bytes);
+                    put_rows(s, src, rows, [&](uint32_t j) { return cpu::kv_row(table.data(), shift, j); }, dst);
                     return dst;
                 };
-                const std::vector<uint8_t> k_pages = scatter(pr.k_bytes), v_pages = scatter(pr.v_bytes);
+                const std::vector<uint8_t> k_pages = scatter(pr.k), v_pages = scatter(pr.v);
                 cpu::ThreadPool pool(2);
                 cpu::Attention attn;
                 std::vector<float> flat(pr.q.size()), paged(pr.q.size());
@@ -262,6 +274,7 @@ TEST(CpuAttention, PagedCacheGivesTheContiguousBits) {
                 cpu::AttentionArgs a = pr.args(paged.data(), 0.1f);
                 a.k_cache = k_pages.data();
                 a.v_cache = v_pages.data();
+                a.head_stride = rows * s.head_dim;
                 a.pages = table.data();
                 a.page_shift = shift;
                 attn.run(pool, a, isa);
@@ -294,14 +307,13 @@ TEST(CpuAttention, SequencesTogetherGiveTheirOwnBits) {
                 for (uint32_t p = 0; p * kPage < prs[i].n_pos; ++p) tables[i].push_back(p * kSeqs + i);
                 n_pages = std::max(n_pages, tables[i].back() + 1);
             }
-            const uint64_t row_bytes = prs[0].k_bytes.size() / prs[0].n_pos;
-            std::vector<uint8_t> k_store(uint64_t(n_pages) * kPage * row_bytes), v_store(k_store.size());
-            for (uint32_t i = 0; i < kSeqs; ++i)
-                for (uint32_t j = 0; j < prs[i].n_pos; ++j) {
-                    const uint64_t at = cpu::kv_row(tables[i].data(), kShift, j) * row_bytes;
-                    std::memcpy(k_store.data() + at, prs[i].k_bytes.data() + j * row_bytes, row_bytes);
-                    std::memcpy(v_store.data() + at, prs[i].v_bytes.data() + j * row_bytes, row_bytes);
-                }
+            const uint64_t rows = uint64_t(n_pages) * kPage;
+            std::vector<uint8_t> k_store(rows * s.n_head_kv * s.head_dim * kv_bytes(s)), v_store(k_store.size());
+            for (uint32_t i = 0; i < kSeqs; ++i) {
+                const auto at = [&](uint32_t j) { return cpu::kv_row(tables[i].data(), kShift, j); };
+                put_rows(s, prs[i].k, rows, at, k_store);
+                put_rows(s, prs[i].v, rows, at, v_store);
+            }
             std::vector<std::vector<float>> alone(kSeqs), together(kSeqs);
             std::vector<cpu::AttentionArgs> args(kSeqs);
             cpu::ThreadPool pool(2);
@@ -312,6 +324,7 @@ TEST(CpuAttention, SequencesTogetherGiveTheirOwnBits) {
                 args[i] = prs[i].args(together[i].data(), 0.1f);
                 args[i].k_cache = k_store.data();
                 args[i].v_cache = v_store.data();
+                args[i].head_stride = rows * s.head_dim;
                 args[i].pages = tables[i].data();
                 args[i].page_shift = kShift;
                 cpu::AttentionArgs a = args[i];

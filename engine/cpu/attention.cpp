@@ -167,7 +167,7 @@ void Attention::run(ThreadPool& pool, std::span<const AttentionArgs> seqs, Isa i
     }
     // What the sequences share: one layer's shapes and cache.
     for (const AttentionArgs& o : seqs)
-        if (o.n_head != a.n_head || o.n_head_kv != a.n_head_kv || o.head_dim != a.head_dim || o.kv_dim != a.kv_dim ||
+        if (o.n_head != a.n_head || o.n_head_kv != a.n_head_kv || o.head_dim != a.head_dim || o.head_stride != a.head_stride ||
             o.kv != a.kv || o.k_cache != a.k_cache || o.v_cache != a.v_cache || o.window != a.window ||
             o.page_shift != a.page_shift || o.scale != a.scale)
             throw std::invalid_argument("attention: the sequences of one call differ in more than q, out, pos, n and pages");
@@ -255,7 +255,7 @@ void Attention::run(ThreadPool& pool, std::span<const AttentionArgs> seqs, Isa i
         float* sc = scratch_.data() + stride * thread;
         float* buf = sc + uint64_t(group) * kAttnChunk;
         const auto row = [&](const uint32_t* pages, const uint8_t* cache, uint32_t j, uint32_t g) -> const float* {
-            const uint64_t i = kv_row(pages, a.page_shift, j) * a.kv_dim + uint64_t(g) * hd;
+            const uint64_t i = kv_index(a.head_stride, hd, kv_row(pages, a.page_shift, j), g);
             if (a.kv == KvType::F32) return reinterpret_cast<const float*>(cache) + i;
             ops.to_f32(reinterpret_cast<const uint16_t*>(cache) + i, buf, hd);
             return buf;
@@ -274,8 +274,7 @@ void Attention::run(ThreadPool& pool, std::span<const AttentionArgs> seqs, Isa i
                 c.k_cache = a.k_cache;
                 c.v_cache = a.v_cache;
                 c.f16 = a.kv == KvType::F16;
-                c.kv_dim = a.kv_dim;
-                c.offset = uint64_t(task.g) * hd;
+                c.offset = kv_index(a.head_stride, hd, 0, task.g);
                 c.pages = sa.pages;
                 c.page_shift = a.page_shift;
                 c.j0 = j0;

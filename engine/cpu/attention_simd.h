@@ -31,7 +31,7 @@ inline void convert_k_block(const AttnChunk& a, uint32_t jb, uint32_t m, float* 
     constexpr int W = T::W;
     for (int jj = 0; jj < W; ++jj) {
         const uint64_t base =
-            kv_row(a.pages, a.page_shift, a.j0 + jb + (uint32_t(jj) < m ? uint32_t(jj) : m - 1)) * a.kv_dim + a.offset;
+            kv_row(a.pages, a.page_shift, a.j0 + jb + (uint32_t(jj) < m ? uint32_t(jj) : m - 1)) * a.head_dim + a.offset;
         for (uint32_t i = 0; i < a.head_dim; i += W)
             T::store(rows + uint64_t(jj) * a.head_dim + i, load_row<T>(a, a.k_cache, base + i));
     }
@@ -79,7 +79,7 @@ inline void attn_scores(const AttnChunk& a) {
             // the accumulators stay in registers; only m scores are stored.
             uint64_t base[W];
             for (int jj = 0; jj < W; ++jj)
-                base[jj] = kv_row(a.pages, a.page_shift, a.j0 + jb + (uint32_t(jj) < m ? uint32_t(jj) : m - 1)) * a.kv_dim +
+                base[jj] = kv_row(a.pages, a.page_shift, a.j0 + jb + (uint32_t(jj) < m ? uint32_t(jj) : m - 1)) * a.head_dim +
                            a.offset;
             V acc[W];
             for (int jj = 0; jj < W; ++jj) acc[jj] = T::zero();
@@ -103,7 +103,7 @@ inline void attn_accumulate_heads(const AttnChunk& a, uint32_t h0) {
         for (int h = 0; h < NH; ++h)
             for (int v = 0; v < 4; ++v) acc[h][v] = T::zero();
         for (uint32_t j = 0; j < count; ++j) {
-            const uint64_t base = kv_row(a.pages, a.page_shift, a.j0 + j) * a.kv_dim + a.offset + i0;
+            const uint64_t base = kv_row(a.pages, a.page_shift, a.j0 + j) * a.head_dim + a.offset + i0;
             V row[4];
             for (int v = 0; v < 4; ++v) row[v] = load_row<T>(a, a.v_cache, base + v * W);
             for (int h = 0; h < NH; ++h) {

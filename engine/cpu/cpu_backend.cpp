@@ -50,8 +50,9 @@ struct CpuBackend::Layer {
     float out_scale = 1.0f;         // gemma4's layer_output_scale (1 when absent)
     std::vector<double> inv_freq;   // per rotated pair (n_rot/2): base^(−2i/n_rot) / rope_factors(n_ctx)[i]
     uint64_t rope_at = 0;           // its cos and sin in a token's row of rope_cs_
-    // [n_pages · page_size][kv_dim] of f16 or f32; empty on a layer that
-    // reads another layer's (LayerDesc::kv_layer).
+    // n_head_kv planes of n_pages · page_size rows of head_dim values, f16
+    // or f32 (AttentionArgs's layout); empty on a layer that reads another
+    // layer's (LayerDesc::kv_layer).
     LazyBuffer k_cache, v_cache;
     // wq wk wv wo gate up down ple_gate ple_proj, in that order, as the
     // quantized products read them: the matrix (the model's, or its copy in
@@ -72,7 +73,7 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_pt
     if (pages_.n_pages == 0) pages_.n_pages = (n_ctx + pages_.page_size - 1) / pages_.page_size;
     own_pages_.resize(pages_.n_pages);
     for (uint32_t i = 0; i < pages_.n_pages; ++i) own_pages_[i] = i;
-    const uint64_t kv_rows = uint64_t(pages_.n_pages) * pages_.page_size;
+    kv_rows_ = uint64_t(pages_.n_pages) * pages_.page_size;
     arith_.path = CpuPath::Quantized;
     arith_.isa = best_isa();
     const uint64_t E = m.hp.n_embd;
@@ -95,8 +96,8 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_pt
         l.inv_freq = rope_rates(m, uint32_t(il), d.rope_base, n_ctx);
         const uint64_t el = kv == KvType::F16 ? 2 : 4;
         if (m.has_kv(uint32_t(il))) {
-            l.k_cache = LazyBuffer(kv_rows * m.kv_dim(il) * el, LazyBuffer::Pages::Small);
-            l.v_cache = LazyBuffer(kv_rows * m.kv_dim(il) * el, LazyBuffer::Pages::Small);
+            l.k_cache = LazyBuffer(kv_rows_ * m.kv_dim(il) * el, LazyBuffer::Pages::Small);
+            l.v_cache = LazyBuffer(kv_rows_ * m.kv_dim(il) * el, LazyBuffer::Pages::Small);
         }
         const uint64_t hd = m.head_dim_of(uint32_t(il));
         max_hd = std::max(max_hd, hd);
@@ -332,10 +333,8 @@ void rope(float* v, uint32_t n_heads, uint32_t hd, const RopeCosSin* cs, uint32_
     }
 }
 
-// Elements [off, off + n) of row `index` (of `width`) of a cache from src.
-void store_part(uint8_t* cache, KvType kv, uint64_t index, uint64_t width, uint64_t off, const float* src, uint64_t n,
-                const ElementwiseOps& ew) {
-    const uint64_t at = index * width + off;
+// The n values of a cache from element `at` on, from src.
+void store_part(uint8_t* cache, KvType kv, uint64_t at, const float* src, uint64_t n, const ElementwiseOps& ew) {
     if (kv == KvType::F32) std::memcpy(cache + at * 4, src, n * 4);
     else ew.to_f16(src, reinterpret_cast<uint16_t*>(cache) + at, n);
 }
@@ -397,7 +396,7 @@ AttentionArgs CpuBackend::attention_args(uint32_t il, uint32_t row0, const SeqSt
     a.k_cache = l.k_cache.data();
     a.v_cache = l.v_cache.data();
     a.kv = kv_;
-    a.kv_dim = m_.kv_dim(il);
+    a.head_stride = kv_rows_ * m_.head_dim_of(il);
     a.n_head = d.n_head;
     a.n_head_kv = d.n_head_kv;
     a.head_dim = m_.head_dim_of(il);
@@ -416,7 +415,7 @@ void CpuBackend::attention(uint32_t il, uint32_t row0, const SeqStep& s) {
     const LayerDesc& d = m_.layers[il];
     const Layer& l = layers_[d.kv_layer];   // its own cache, or the layer's it shares
     const uint32_t hd = m_.head_dim_of(il), group = d.n_head / d.n_head_kv;
-    const uint64_t kv_dim = m_.kv_dim(il);
+    const uint64_t head_stride = kv_rows_ * hd;
     const uint32_t window = m_.hp.sliding_window;
     // The reference: one task per (token, head); token t of the batch sits at position pos + t
     // and sees the positions up to its own (the causal mask).
@@ -428,11 +427,11 @@ void CpuBackend::attention(uint32_t il, uint32_t row0, const SeqStep& s) {
             // A sliding layer sees the last `window` positions, itself included.
             const uint32_t p0 = d.sliding && p + 1 > window ? p + 1 - window : 0;
             const float* q = q_.data() + (row0 + t) * q_w_ + uint64_t(h) * hd;
-            const uint64_t off = uint64_t(h / group) * hd;
+            const uint32_t g = h / group;
             float* row = rows_.data() + uint64_t(thread) * hd;
             float mx = -INFINITY;
             for (uint32_t j = p0; j <= p; ++j) {
-                const float* k = cache_row(l.k_cache.data(), kv_, kv_row(pages, page_shift_, j) * kv_dim + off, hd, row);
+                const float* k = cache_row(l.k_cache.data(), kv_, kv_index(head_stride, hd, kv_row(pages, page_shift_, j), g), hd, row);
                 sc[j] = dot(q, k, hd) * m_.attn_scale;
                 mx = std::max(mx, sc[j]);
             }
@@ -446,7 +445,7 @@ void CpuBackend::attention(uint32_t il, uint32_t row0, const SeqStep& s) {
             std::fill(out, out + hd, 0.0f);
             for (uint32_t j = p0; j <= p; ++j) {
                 const float w = sc[j] * inv;
-                const float* v = cache_row(l.v_cache.data(), kv_, kv_row(pages, page_shift_, j) * kv_dim + off, hd, row);
+                const float* v = cache_row(l.v_cache.data(), kv_, kv_index(head_stride, hd, kv_row(pages, page_shift_, j), g), hd, row);
                 for (uint32_t i = 0; i < hd; ++i) out[i] += w * v[i];
             }
         }
@@ -469,9 +468,12 @@ void CpuBackend::copy_page(uint32_t from, uint32_t to, uint32_t positions) {
     const uint64_t el = kv_ == KvType::F16 ? 2 : 4;
     for (uint32_t il = 0; il < m_.layers.size(); ++il) {
         if (!m_.has_kv(il)) continue;
-        const uint64_t row = m_.kv_dim(il) * el, page = row * pages_.page_size;
+        const uint32_t hd = m_.head_dim_of(il);
+        const uint64_t stride = kv_rows_ * hd, page = pages_.page_size;
         for (uint8_t* c : {layers_[il].k_cache.data(), layers_[il].v_cache.data()})
-            std::memmove(c + to * page, c + from * page, positions * row);
+            for (uint32_t g = 0; g < m_.layers[il].n_head_kv; ++g)   // each head's plane
+                std::memmove(c + kv_index(stride, hd, to * page, g) * el, c + kv_index(stride, hd, from * page, g) * el,
+                             positions * hd * el);
     }
 }
 
@@ -561,14 +563,15 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
                 }
                 return;
             }
+            const uint64_t at = kv_index(kv_rows_ * hd, hd, rows[t].kv_row, h);
             if (which == 1) {
                 if (!l.k_norm.empty()) rms_norm(p, l.k_norm.data(), p, hd, eps);
                 rope(p, 1, hd, cs, half, hp.rope_style);
-                store_part(l.k_cache.data(), kv_, rows[t].kv_row, kv_dim, off, p, hd, ew);
+                store_part(l.k_cache.data(), kv_, at, p, hd, ew);
                 return;
             }
             if (d.v_norm) rms_norm(p, nullptr, p, hd, eps);
-            store_part(l.v_cache.data(), kv_, rows[t].kv_row, kv_dim, off, p, hd, ew);
+            store_part(l.v_cache.data(), kv_, at, p, hd, ew);
         };
         const MatVec qkv[3] = {job(*l.mats[0], l.packs[0], q_.data(), q_w_),
                                own_kv ? job(*l.mats[1], l.packs[1], k_.data(), kv_w_) : MatVec{},

@@ -118,6 +118,7 @@ private:
     KvType kv_;
     KvPages pages_;
     uint32_t page_shift_ = 0;
+    uint64_t kv_rows_ = 0;   // each cache's rows: n_pages · page_size
     std::vector<uint32_t> own_pages_;   // eval_batch's table: every page, in order
     Arithmetic arith_;
     // The packs (stable addresses: they are pointed at from Layer and
