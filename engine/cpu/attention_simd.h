@@ -18,11 +18,14 @@
 namespace ptxlm::cpu {
 namespace {
 
-// A cache row slice as W floats.
-template <class T> inline typename T::V load_row(const AttnChunk& a, const uint8_t* cache, uint64_t i) {
-    return a.f16 ? T::load_h(reinterpret_cast<const uint16_t*>(cache) + i)
-                 : T::load(reinterpret_cast<const float*>(cache) + i);
+// A cache row slice as W floats (F16: the cache is f16, else f32).
+template <class T, bool F16> inline typename T::V load_row(const uint8_t* cache, uint64_t i) {
+    if constexpr (F16) return T::load_h(reinterpret_cast<const uint16_t*>(cache) + i);
+    else return T::load(reinterpret_cast<const float*>(cache) + i);
 }
+
+// The cache index of position j's slice.
+inline uint64_t kv_at(const AttnChunk& a, uint32_t j) { return kv_row(a.pages, a.page_shift, j) * a.head_dim + a.offset; }
 
 // W positions' K rows in f32 (a short last block repeats its last row):
 // rows[jj · hd ..] for position j0 + jb + jj.
@@ -30,10 +33,9 @@ template <class T>
 inline void convert_k_block(const AttnChunk& a, uint32_t jb, uint32_t m, float* rows) {
     constexpr int W = T::W;
     for (int jj = 0; jj < W; ++jj) {
-        const uint64_t base =
-            kv_row(a.pages, a.page_shift, a.j0 + jb + (uint32_t(jj) < m ? uint32_t(jj) : m - 1)) * a.head_dim + a.offset;
+        const uint64_t base = kv_at(a, a.j0 + jb + (uint32_t(jj) < m ? uint32_t(jj) : m - 1));
         for (uint32_t i = 0; i < a.head_dim; i += W)
-            T::store(rows + uint64_t(jj) * a.head_dim + i, load_row<T>(a, a.k_cache, base + i));
+            T::store(rows + uint64_t(jj) * a.head_dim + i, load_row<T, true>(a.k_cache, base + i));
     }
 }
 
@@ -48,84 +50,107 @@ inline void convert_k_block(const AttnChunk& a, uint32_t jb, uint32_t m, float* 
 // from 4 heads on.
 constexpr uint32_t kSharedKDim = 256, kSharedKGroup = 4;
 
-template <class T>
-inline void attn_scores(const AttnChunk& a) {
+// Each head's scores, W positions at a time: W positions always (a short
+// last block repeats its last row), so the accumulators stay in registers;
+// only m scores are stored. A block inside one page (the cache keeps a KV
+// head's rows together, AttentionArgs) is addressed from one base.
+template <class T, bool F16>
+inline void attn_scores_per_head(const AttnChunk& a) {
     using V = typename T::V;
     constexpr int W = T::W;
     const uint32_t hd = a.head_dim, count = a.j1 - a.j0;
-    if (a.f16 && a.group >= kSharedKGroup && hd <= kSharedKDim) {
-        alignas(64) float rows[W * kSharedKDim];
-        for (uint32_t jb = 0; jb < count; jb += W) {
-            const uint32_t m = count - jb < uint32_t(W) ? count - jb : uint32_t(W);
-            convert_k_block<T>(a, jb, m, rows);
-            for (uint32_t h = 0; h < a.group; ++h) {
-                const float* q = a.q + uint64_t(h) * hd;
-                V acc[W];
-                for (int jj = 0; jj < W; ++jj) acc[jj] = T::zero();
-                for (uint32_t i = 0; i < hd; i += W) {
-                    const V qv = T::load(q + i);
-                    for (int jj = 0; jj < W; ++jj) acc[jj] = T::fmadd(qv, T::load(rows + uint64_t(jj) * hd + i), acc[jj]);
-                }
-                T::store_n(a.scores + uint64_t(h) * kAttnChunk + jb, T::mul(T::reduce(acc), T::set1(a.scale)), m);
-            }
-        }
-        return;
-    }
     for (uint32_t h = 0; h < a.group; ++h) {
         const float* q = a.q + uint64_t(h) * hd;
         for (uint32_t jb = 0; jb < count; jb += W) {
-            const uint32_t m = count - jb < uint32_t(W) ? count - jb : uint32_t(W);
-            // W positions always (a short last group repeats its last row), so
-            // the accumulators stay in registers; only m scores are stored.
-            uint64_t base[W];
-            for (int jj = 0; jj < W; ++jj)
-                base[jj] = kv_row(a.pages, a.page_shift, a.j0 + jb + (uint32_t(jj) < m ? uint32_t(jj) : m - 1)) * a.head_dim +
-                           a.offset;
+            const uint32_t m = count - jb < uint32_t(W) ? count - jb : uint32_t(W), j = a.j0 + jb;
             V acc[W];
             for (int jj = 0; jj < W; ++jj) acc[jj] = T::zero();
-            for (uint32_t i = 0; i < hd; i += W) {
-                const V qv = T::load(q + i);
-                for (int jj = 0; jj < W; ++jj) acc[jj] = T::fmadd(qv, load_row<T>(a, a.k_cache, base[jj] + i), acc[jj]);
+            const auto block = [&](auto at) {
+                for (uint32_t i = 0; i < hd; i += W) {
+                    const V qv = T::load(q + i);
+                    for (int jj = 0; jj < W; ++jj) acc[jj] = T::fmadd(qv, load_row<T, F16>(a.k_cache, at(jj) + i), acc[jj]);
+                }
+            };
+            if (m == uint32_t(W) && (!a.pages || j >> a.page_shift == (j + W - 1) >> a.page_shift)) {
+                const uint64_t base = kv_at(a, j);
+                block([&](int jj) { return base + uint64_t(jj) * hd; });
+            } else {
+                uint64_t base[W];
+                for (int jj = 0; jj < W; ++jj) base[jj] = kv_at(a, j + (uint32_t(jj) < m ? uint32_t(jj) : m - 1));
+                block([&](int jj) { return base[jj]; });
             }
             T::store_n(a.scores + uint64_t(h) * kAttnChunk + jb, T::mul(T::reduce(acc), T::set1(a.scale)), m);
         }
     }
 }
 
-// NH heads (<= 4) over 4 vectors of the head dimension at a time.
-template <class T, int NH>
-inline void attn_accumulate_heads(const AttnChunk& a, uint32_t h0) {
+template <class T>
+inline void attn_scores(const AttnChunk& a) {
     using V = typename T::V;
     constexpr int W = T::W;
+    const uint32_t hd = a.head_dim, count = a.j1 - a.j0;
+    if (!a.f16) return attn_scores_per_head<T, false>(a);
+    if (a.group < kSharedKGroup || hd > kSharedKDim) return attn_scores_per_head<T, true>(a);
+    alignas(64) float rows[W * kSharedKDim];
+    for (uint32_t jb = 0; jb < count; jb += W) {
+        const uint32_t m = count - jb < uint32_t(W) ? count - jb : uint32_t(W);
+        convert_k_block<T>(a, jb, m, rows);
+        for (uint32_t h = 0; h < a.group; ++h) {
+            const float* q = a.q + uint64_t(h) * hd;
+            V acc[W];
+            for (int jj = 0; jj < W; ++jj) acc[jj] = T::zero();
+            for (uint32_t i = 0; i < hd; i += W) {
+                const V qv = T::load(q + i);
+                for (int jj = 0; jj < W; ++jj) acc[jj] = T::fmadd(qv, T::load(rows + uint64_t(jj) * hd + i), acc[jj]);
+            }
+            T::store_n(a.scores + uint64_t(h) * kAttnChunk + jb, T::mul(T::reduce(acc), T::set1(a.scale)), m);
+        }
+    }
+}
+
+// NH heads (<= 4) over 4 vectors of the head dimension at a time. (Two
+// vectors at a time, so that AVX2's 16 registers hold 3 heads' outputs,
+// their rows and a weight without a spill, measured slower: 12-15 against
+// 10-11 ns a position and KV head, SmolLM2's shapes, one Zen 3 core.)
+template <class T, bool F16, int NH>
+inline void attn_accumulate_heads(const AttnChunk& a, uint32_t h0) {
+    using V = typename T::V;
+    constexpr int W = T::W, NV = 4;
     const uint32_t count = a.j1 - a.j0;
-    for (uint32_t i0 = 0; i0 < a.head_dim; i0 += 4 * W) {
-        V acc[NH][4];
+    for (uint32_t i0 = 0; i0 < a.head_dim; i0 += NV * W) {
+        V acc[NH][NV];
         for (int h = 0; h < NH; ++h)
-            for (int v = 0; v < 4; ++v) acc[h][v] = T::zero();
+            for (int v = 0; v < NV; ++v) acc[h][v] = T::zero();
         for (uint32_t j = 0; j < count; ++j) {
-            const uint64_t base = kv_row(a.pages, a.page_shift, a.j0 + j) * a.head_dim + a.offset + i0;
-            V row[4];
-            for (int v = 0; v < 4; ++v) row[v] = load_row<T>(a, a.v_cache, base + v * W);
+            const uint64_t base = kv_at(a, a.j0 + j) + i0;
+            V row[NV];
+            for (int v = 0; v < NV; ++v) row[v] = load_row<T, F16>(a.v_cache, base + v * W);
             for (int h = 0; h < NH; ++h) {
                 const V w = T::set1(a.scores[uint64_t(h0 + h) * kAttnChunk + j]);
-                for (int v = 0; v < 4; ++v) acc[h][v] = T::fmadd(w, row[v], acc[h][v]);
+                for (int v = 0; v < NV; ++v) acc[h][v] = T::fmadd(w, row[v], acc[h][v]);
             }
         }
         for (int h = 0; h < NH; ++h)
-            for (int v = 0; v < 4; ++v) T::store(a.out + uint64_t(h0 + h) * a.out_stride + i0 + v * W, acc[h][v]);
+            for (int v = 0; v < NV; ++v) T::store(a.out + uint64_t(h0 + h) * a.out_stride + i0 + v * W, acc[h][v]);
+    }
+}
+
+template <class T, bool F16>
+inline void attn_accumulate_f(const AttnChunk& a) {
+    uint32_t h0 = 0;
+    for (; h0 + 4 <= a.group; h0 += 4) attn_accumulate_heads<T, F16, 4>(a, h0);
+    switch (a.group - h0) {
+        case 3: attn_accumulate_heads<T, F16, 3>(a, h0); break;
+        case 2: attn_accumulate_heads<T, F16, 2>(a, h0); break;
+        case 1: attn_accumulate_heads<T, F16, 1>(a, h0); break;
+        default: break;
     }
 }
 
 template <class T>
 inline void attn_accumulate(const AttnChunk& a) {
-    uint32_t h0 = 0;
-    for (; h0 + 4 <= a.group; h0 += 4) attn_accumulate_heads<T, 4>(a, h0);
-    switch (a.group - h0) {
-        case 3: attn_accumulate_heads<T, 3>(a, h0); break;
-        case 2: attn_accumulate_heads<T, 2>(a, h0); break;
-        case 1: attn_accumulate_heads<T, 1>(a, h0); break;
-        default: break;
-    }
+    if (a.f16) attn_accumulate_f<T, true>(a);
+    else attn_accumulate_f<T, false>(a);
 }
 
 }  // namespace
