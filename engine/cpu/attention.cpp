@@ -167,9 +167,9 @@ void Attention::run(ThreadPool& pool, std::span<const AttentionArgs> seqs, Isa i
     }
     // What the sequences share: one layer's shapes and cache.
     for (const AttentionArgs& o : seqs)
-        if (o.n_head != a.n_head || o.n_head_kv != a.n_head_kv || o.head_dim != a.head_dim || o.head_stride != a.head_stride ||
-            o.kv != a.kv || o.k_cache != a.k_cache || o.v_cache != a.v_cache || o.window != a.window ||
-            o.page_shift != a.page_shift || o.scale != a.scale)
+        if (o.n_head != a.n_head || o.n_head_kv != a.n_head_kv || o.head_dim != a.head_dim ||
+            o.head_stride != a.head_stride || o.kv != a.kv || o.k_cache != a.k_cache || o.v_cache != a.v_cache ||
+            o.window != a.window || o.page_shift != a.page_shift || o.scale != a.scale)
             throw std::invalid_argument("attention: the sequences of one call differ in more than q, out, pos, n and pages");
     if (a.pages && a.page_shift > 16)
         throw std::invalid_argument("attention: pages of 2^" + std::to_string(a.page_shift) + " positions (at most 65536)");

@@ -38,9 +38,10 @@ struct AttentionArgs {
     // The cache (f16 or f32) holds per KV head a plane of rows of head_dim
     // values, head_stride values apart: head g of cache row r at
     // kv_index(head_stride, head_dim, r, g). A task reads one KV head's
-    // positions, which so lie together: from rows of every head it would
-    // read head_dim values of each n_head_kv · head_dim, and SmolLM2's tg256
-    // at depth 2560 ran 1.23-1.40x slower (docs/benchmarks.md).
+    // positions, which so lie together (from rows of every head it read
+    // head_dim values of each n_head_kv · head_dim). With the scores' one
+    // base a block (attention_simd.h), SmolLM2's tg128 at depth 1024 ran
+    // 1.29-1.33x faster on one Zen 3 core than in such rows (docs/benchmarks.md).
     const uint8_t* k_cache = nullptr;
     const uint8_t* v_cache = nullptr;
     KvType kv = KvType::F16;

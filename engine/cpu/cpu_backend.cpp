@@ -428,10 +428,11 @@ void CpuBackend::attention(uint32_t il, uint32_t row0, const SeqStep& s) {
             const uint32_t p0 = d.sliding && p + 1 > window ? p + 1 - window : 0;
             const float* q = q_.data() + (row0 + t) * q_w_ + uint64_t(h) * hd;
             const uint32_t g = h / group;
+            const auto at = [&](uint32_t j) { return kv_index(head_stride, hd, kv_row(pages, page_shift_, j), g); };
             float* row = rows_.data() + uint64_t(thread) * hd;
             float mx = -INFINITY;
             for (uint32_t j = p0; j <= p; ++j) {
-                const float* k = cache_row(l.k_cache.data(), kv_, kv_index(head_stride, hd, kv_row(pages, page_shift_, j), g), hd, row);
+                const float* k = cache_row(l.k_cache.data(), kv_, at(j), hd, row);
                 sc[j] = dot(q, k, hd) * m_.attn_scale;
                 mx = std::max(mx, sc[j]);
             }
@@ -445,7 +446,7 @@ void CpuBackend::attention(uint32_t il, uint32_t row0, const SeqStep& s) {
             std::fill(out, out + hd, 0.0f);
             for (uint32_t j = p0; j <= p; ++j) {
                 const float w = sc[j] * inv;
-                const float* v = cache_row(l.v_cache.data(), kv_, kv_index(head_stride, hd, kv_row(pages, page_shift_, j), g), hd, row);
+                const float* v = cache_row(l.v_cache.data(), kv_, at(j), hd, row);
                 for (uint32_t i = 0; i < hd; ++i) out[i] += w * v[i];
             }
         }
