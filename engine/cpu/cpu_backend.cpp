@@ -73,7 +73,7 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_pt
     if (pages_.n_pages == 0) pages_.n_pages = (n_ctx + pages_.page_size - 1) / pages_.page_size;
     own_pages_.resize(pages_.n_pages);
     for (uint32_t i = 0; i < pages_.n_pages; ++i) own_pages_[i] = i;
-    kv_rows_ = uint64_t(pages_.n_pages) * pages_.page_size;
+    const uint64_t kv_rows = uint64_t(pages_.n_pages) * pages_.page_size;
     arith_.path = CpuPath::Quantized;
     arith_.isa = best_isa();
     const uint64_t E = m.hp.n_embd;
@@ -96,8 +96,8 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_pt
         l.inv_freq = rope_rates(m, uint32_t(il), d.rope_base, n_ctx);
         const uint64_t el = kv == KvType::F16 ? 2 : 4;
         if (m.has_kv(uint32_t(il))) {
-            l.k_cache = LazyBuffer(kv_rows_ * m.kv_dim(il) * el, LazyBuffer::Pages::Small);
-            l.v_cache = LazyBuffer(kv_rows_ * m.kv_dim(il) * el, LazyBuffer::Pages::Small);
+            l.k_cache = LazyBuffer(kv_rows * m.kv_dim(il) * el, LazyBuffer::Pages::Small);
+            l.v_cache = LazyBuffer(kv_rows * m.kv_dim(il) * el, LazyBuffer::Pages::Small);
         }
         const uint64_t hd = m.head_dim_of(uint32_t(il));
         max_hd = std::max(max_hd, hd);
@@ -396,7 +396,7 @@ AttentionArgs CpuBackend::attention_args(uint32_t il, uint32_t row0, const SeqSt
     a.k_cache = l.k_cache.data();
     a.v_cache = l.v_cache.data();
     a.kv = kv_;
-    a.head_stride = kv_rows_ * m_.head_dim_of(il);
+    a.head_stride = head_stride(il);
     a.n_head = d.n_head;
     a.n_head_kv = d.n_head_kv;
     a.head_dim = m_.head_dim_of(il);
@@ -415,7 +415,7 @@ void CpuBackend::attention(uint32_t il, uint32_t row0, const SeqStep& s) {
     const LayerDesc& d = m_.layers[il];
     const Layer& l = layers_[d.kv_layer];   // its own cache, or the layer's it shares
     const uint32_t hd = m_.head_dim_of(il), group = d.n_head / d.n_head_kv;
-    const uint64_t head_stride = kv_rows_ * hd;
+    const uint64_t stride = head_stride(il);
     const uint32_t window = m_.hp.sliding_window;
     // The reference: one task per (token, head); token t of the batch sits at position pos + t
     // and sees the positions up to its own (the causal mask).
@@ -428,7 +428,7 @@ void CpuBackend::attention(uint32_t il, uint32_t row0, const SeqStep& s) {
             const uint32_t p0 = d.sliding && p + 1 > window ? p + 1 - window : 0;
             const float* q = q_.data() + (row0 + t) * q_w_ + uint64_t(h) * hd;
             const uint32_t g = h / group;
-            const auto at = [&](uint32_t j) { return kv_index(head_stride, hd, kv_row(pages, page_shift_, j), g); };
+            const auto at = [&](uint32_t j) { return kv_index(stride, hd, kv_row(pages, page_shift_, j), g); };
             float* row = rows_.data() + uint64_t(thread) * hd;
             float mx = -INFINITY;
             for (uint32_t j = p0; j <= p; ++j) {
@@ -470,7 +470,7 @@ void CpuBackend::copy_page(uint32_t from, uint32_t to, uint32_t positions) {
     for (uint32_t il = 0; il < m_.layers.size(); ++il) {
         if (!m_.has_kv(il)) continue;
         const uint32_t hd = m_.head_dim_of(il);
-        const uint64_t stride = kv_rows_ * hd, page = pages_.page_size;
+        const uint64_t stride = head_stride(il), page = pages_.page_size;   // rows a page
         for (uint8_t* c : {layers_[il].k_cache.data(), layers_[il].v_cache.data()})
             for (uint32_t g = 0; g < m_.layers[il].n_head_kv; ++g)   // each head's plane
                 std::memmove(c + kv_index(stride, hd, to * page, g) * el, c + kv_index(stride, hd, from * page, g) * el,
@@ -536,7 +536,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
         const LayerDesc& d = m_.layers[il];
         Layer& l = layers_[il];
         const uint32_t hd = m_.head_dim_of(il);
-        const uint64_t kv_dim = m_.kv_dim(il);
+        const uint64_t kv_dim = m_.kv_dim(il), stride = head_stride(il);
         // gemma4: the shared-KV layers compute q only; without attn_v, k's
         // projection serves as v.
         const bool own_kv = m_.has_kv(il);
@@ -564,7 +564,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
                 }
                 return;
             }
-            const uint64_t at = kv_index(kv_rows_ * hd, hd, rows[t].kv_row, h);
+            const uint64_t at = kv_index(stride, hd, rows[t].kv_row, h);
             if (which == 1) {
                 if (!l.k_norm.empty()) rms_norm(p, l.k_norm.data(), p, hd, eps);
                 rope(p, 1, hd, cs, half, hp.rope_style);

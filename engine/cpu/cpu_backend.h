@@ -118,8 +118,12 @@ private:
     KvType kv_;
     KvPages pages_;
     uint32_t page_shift_ = 0;
-    uint64_t kv_rows_ = 0;   // each cache's rows: n_pages · page_size
     std::vector<uint32_t> own_pages_;   // eval_batch's table: every page, in order
+    // Layer il's cache: values from one KV head's plane to the next's (its
+    // n_pages · page_size rows of head_dim values; AttentionArgs).
+    uint64_t head_stride(uint32_t il) const {
+        return uint64_t(pages_.n_pages) * pages_.page_size * m_.head_dim_of(il);
+    }
     Arithmetic arith_;
     // The packs (stable addresses: they are pointed at from Layer and
     // output_pack_), the Isa they were made for, and whether any were made.
