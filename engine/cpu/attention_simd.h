@@ -84,11 +84,77 @@ inline void attn_scores_per_head(const AttnChunk& a) {
     }
 }
 
+// Asks for the cache lines of n values from index i (f16 or f32) ahead of
+// their use.
+inline void prefetch_rows(const uint8_t* cache, uint64_t i, uint32_t n, bool f16) {
+    const uint64_t es = f16 ? 2 : 4;
+    for (uint64_t b = 0; b < n * es; b += 64) __builtin_prefetch(cache + i * es + b);
+}
+
+// NH heads over blocks of 4 positions, their 4·NH sums in registers (T::W
+// == 8: AVX2's 16 registers hold 3 heads' 12): each K slice is loaded, and
+// converted, once for the NH heads, where the per-head loop converts it for
+// each and reduces a block of 8 sums per head. The same products in the
+// same order and T::reduce4's sums in reduce's order: the same bits.
+template <class T, bool F16, uint32_t HD, int NH>
+inline void attn_scores_tile(const AttnChunk& a, uint32_t h0) {
+    using V = typename T::V;
+    constexpr int W = T::W, P = 4;
+    const uint32_t hd = HD ? HD : a.head_dim, count = a.j1 - a.j0;
+    const float* q = a.q + uint64_t(h0) * hd;
+    for (uint32_t jb = 0; jb < count; jb += P) {
+        const uint32_t m = count - jb < uint32_t(P) ? count - jb : uint32_t(P), j = a.j0 + jb;
+        V acc[NH][P];
+        for (int h = 0; h < NH; ++h)
+            for (int jj = 0; jj < P; ++jj) acc[h][jj] = T::zero();
+        const auto block = [&](auto at) {
+            for (uint32_t i = 0; i < hd; i += W)
+                for (int jj = 0; jj < P; ++jj) {
+                    const V k = load_row<T, F16>(a.k_cache, at(jj) + i);
+                    for (int h = 0; h < NH; ++h) acc[h][jj] = T::fmadd(T::load(q + uint64_t(h) * hd + i), k, acc[h][jj]);
+                }
+        };
+        if (m == uint32_t(P) && (!a.pages || j >> a.page_shift == (j + P - 1) >> a.page_shift)) {
+            const uint64_t base = kv_at(a, j);
+            if (h0 == 0) prefetch_rows(a.v_cache, base, P * hd, F16);
+            block([&](int jj) { return base + uint64_t(jj) * hd; });
+        } else {
+            uint64_t base[P];
+            for (int jj = 0; jj < P; ++jj) base[jj] = kv_at(a, j + (uint32_t(jj) < m ? uint32_t(jj) : m - 1));
+            if (h0 == 0)
+                for (uint32_t jj = 0; jj < m; ++jj) prefetch_rows(a.v_cache, base[jj], hd, F16);
+            block([&](int jj) { return base[jj]; });
+        }
+        for (int h = 0; h < NH; ++h) T::store_reduce4(a.scores + uint64_t(h0 + h) * kAttnChunk + jb, acc[h], a.scale, m);
+    }
+}
+
+template <class T, bool F16, uint32_t HD>
+inline void attn_scores_tiles(const AttnChunk& a) {
+    uint32_t h0 = 0;
+    for (; h0 + 3 <= a.group; h0 += 3) attn_scores_tile<T, F16, HD, 3>(a, h0);
+    if (a.group - h0 == 2) attn_scores_tile<T, F16, HD, 2>(a, h0);
+    if (a.group - h0 == 1) attn_scores_tile<T, F16, HD, 1>(a, h0);
+}
+
+template <class T, bool F16>
+inline void attn_scores_tiled(const AttnChunk& a) {
+    switch (a.head_dim) {
+        case 64: return attn_scores_tiles<T, F16, 64>(a);
+        case 128: return attn_scores_tiles<T, F16, 128>(a);
+        default: return attn_scores_tiles<T, F16, 0>(a);
+    }
+}
+
 template <class T>
 inline void attn_scores(const AttnChunk& a) {
     using V = typename T::V;
     constexpr int W = T::W;
     const uint32_t hd = a.head_dim, count = a.j1 - a.j0;
+    if constexpr (W == 8) {
+        if (a.f16) return attn_scores_tiled<T, true>(a);
+        return attn_scores_tiled<T, false>(a);
+    }
     if (!a.f16) return attn_scores_per_head<T, false>(a);
     if (a.group < kSharedKGroup || hd > kSharedKDim) return attn_scores_per_head<T, true>(a);
     alignas(64) float rows[W * kSharedKDim];
@@ -123,11 +189,11 @@ inline void attn_accumulate_heads(const AttnChunk& a, uint32_t h0) {
             for (int v = 0; v < NV; ++v) acc[h][v] = T::zero();
         for (uint32_t j = 0; j < count; ++j) {
             const uint64_t base = kv_at(a, a.j0 + j) + i0;
-            V row[NV];
-            for (int v = 0; v < NV; ++v) row[v] = load_row<T, F16>(a.v_cache, base + v * W);
-            for (int h = 0; h < NH; ++h) {
-                const V w = T::set1(a.scores[uint64_t(h0 + h) * kAttnChunk + j]);
-                for (int v = 0; v < NV; ++v) acc[h][v] = T::fmadd(w, row[v], acc[h][v]);
+            V w[NH];
+            for (int h = 0; h < NH; ++h) w[h] = T::set1(a.scores[uint64_t(h0 + h) * kAttnChunk + j]);
+            for (int v = 0; v < NV; ++v) {
+                const V row = load_row<T, F16>(a.v_cache, base + v * W);
+                for (int h = 0; h < NH; ++h) acc[h][v] = T::fmadd(w[h], row, acc[h][v]);
             }
         }
         for (int h = 0; h < NH; ++h)
