@@ -3,10 +3,11 @@
 // attention_avx512.cpp, each compiled with its ISA flags. Everything here
 // sits in an anonymous namespace: each file keeps its own instantiations.
 //
-// scores: s[h][j] = scale · q_h · K[j] for the group's heads. Sixteen (or
-// eight) positions are summed together: each position's products
-// accumulate lane-wise in one vector, then one transposing reduction turns
-// the W vectors into the W scores.
+// scores: s[h][j] = scale · q_h · K[j] for the group's heads. Each
+// position's products accumulate lane-wise in one vector, then one
+// transposing reduction turns a block's vectors into its scores: AVX-512
+// takes a head over 16 positions at a time, AVX2 a tile of up to 3 heads
+// over 4 (attn_scores_tile).
 // accumulate: out_h += Σ_j s[h][j] · V[j], with the outputs of up to four
 // heads held in registers over a 4-vector slice of the head dimension.
 #pragma once
@@ -47,7 +48,7 @@ inline void convert_k_block(const AttnChunk& a, uint32_t jb, uint32_t m, float* 
 // Zen 4 EPYC (2026-12-01, 1024 positions L2-resident, docs/benchmarks.md)
 // the scores of groups of 4 took 1.23-1.41x less time on AVX-512 (head
 // sizes 64, 128), of 7 1.65x, of 3 only 1.04-1.10x and on AVX2 0.91-1.03x:
-// from 4 heads on.
+// from 4 heads on, on AVX-512 (AVX2 takes the tiles below).
 constexpr uint32_t kSharedKDim = 256, kSharedKGroup = 4;
 
 // Each head's scores, W positions at a time: W positions always (a short
@@ -174,10 +175,12 @@ inline void attn_scores(const AttnChunk& a) {
     }
 }
 
-// NH heads (<= 4) over 4 vectors of the head dimension at a time. (Two
-// vectors at a time, so that AVX2's 16 registers hold 3 heads' outputs,
-// their rows and a weight without a spill, measured slower: 12-15 against
-// 10-11 ns a position and KV head, SmolLM2's shapes, one Zen 3 core.)
+// NH heads (<= 4) over 4 vectors of the head dimension at a time. A
+// position's NH weights are broadcast first, then its V vectors loaded one
+// at a time: AVX2's 16 registers hold 3 heads' 12 outputs, 3 weights and a
+// row. Holding a position's 4 rows at once spilled an output: 9.3-9.8 ns a
+// position and KV head against 6.1-6.7 this way (SmolLM2's shapes, one Zen
+// 3 core, the cache in L3).
 template <class T, bool F16, int NH>
 inline void attn_accumulate_heads(const AttnChunk& a, uint32_t h0) {
     using V = typename T::V;
