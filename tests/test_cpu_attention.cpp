@@ -2,8 +2,9 @@
 // math (engine/cpu/elementwise.h), on every Isa this CPU runs:
 //   - attention equals a plain double-precision softmax(q·K)·V over random
 //     caches, for head sizes with and without the SIMD inner loops, GQA
-//     groups of 1 to 6 heads (AVX2 scores in tiles of 3, 2 and 1), f16 and f32 caches, several chunks of
-//     positions and sliding windows that cut chunks;
+//     groups of 1 to 6 heads (AVX2's scores in tiles of 3, 2 and 1 heads),
+//     f16 and f32 caches, several chunks of positions and sliding windows
+//     that cut chunks;
 //   - a batch of tokens gives each token the bits it gets alone (the chunks
 //     are fixed by position), on 1 and 3 threads;
 //   - a wrong score scale or a shifted window is caught (the test can fail);
@@ -149,7 +150,7 @@ const Shape kShapes[] = {
     {64, 9, 3, 0, KvType::F16},     // SmolLM2: SIMD loops, group 3
     {64, 9, 3, 0, KvType::F32},
     {256, 4, 1, 200, KvType::F16},  // gemma3-like, a window that cuts chunks
-    {32, 6, 1, 0, KvType::F16},     // group 6: four heads, then two (AVX2 loops only)
+    {32, 6, 1, 0, KvType::F16},     // group 6: the weighted sum's four heads, then two (AVX2 loops only)
     {64, 10, 2, 0, KvType::F16},    // group 5: AVX2's scores in tiles of three heads, then two
     {80, 4, 2, 150, KvType::F32},   // no SIMD loops (80 is no multiple of 32)
     {128, 2, 2, 0, KvType::F16},    // group 1

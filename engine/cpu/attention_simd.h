@@ -96,7 +96,7 @@ inline void prefetch_rows(const uint8_t* cache, uint64_t i, uint32_t n, bool f16
 // == 8: AVX2's 16 registers hold 3 heads' 12): each K slice is loaded, and
 // converted, once for the NH heads, where the per-head loop converts it for
 // each and reduces a block of 8 sums per head. The same products in the
-// same order and T::reduce4's sums in reduce's order: the same bits.
+// same order and store_reduce4's sums in reduce's order: the same bits.
 template <class T, bool F16, uint32_t HD, int NH>
 inline void attn_scores_tile(const AttnChunk& a, uint32_t h0) {
     using V = typename T::V;
