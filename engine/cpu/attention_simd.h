@@ -51,10 +51,24 @@ inline void convert_k_block(const AttnChunk& a, uint32_t jb, uint32_t m, float* 
 // from 4 heads on, on AVX-512 (AVX2 takes the tiles below).
 constexpr uint32_t kSharedKDim = 256, kSharedKGroup = 4;
 
+// fn(at) with at(jj) the cache index of the block's position j + jj (jj <
+// N; a short block, m < N, repeats its last position): a block inside one
+// page (the cache keeps a KV head's rows together, AttentionArgs) is
+// addressed from one base.
+template <int N, class Fn>
+inline void with_block(const AttnChunk& a, uint32_t j, uint32_t m, const Fn& fn) {
+    if (m == uint32_t(N) && (!a.pages || j >> a.page_shift == (j + N - 1) >> a.page_shift)) {
+        const uint64_t base = kv_at(a, j);
+        return fn([&](int jj) { return base + uint64_t(jj) * a.head_dim; });
+    }
+    uint64_t base[N];
+    for (int jj = 0; jj < N; ++jj) base[jj] = kv_at(a, j + (uint32_t(jj) < m ? uint32_t(jj) : m - 1));
+    fn([&](int jj) { return base[jj]; });
+}
+
 // Each head's scores, W positions at a time: W positions always (a short
 // last block repeats its last row), so the accumulators stay in registers;
-// only m scores are stored. A block inside one page (the cache keeps a KV
-// head's rows together, AttentionArgs) is addressed from one base.
+// only m scores are stored.
 template <class T, bool F16>
 inline void attn_scores_per_head(const AttnChunk& a) {
     using V = typename T::V;
@@ -72,14 +86,7 @@ inline void attn_scores_per_head(const AttnChunk& a) {
                     for (int jj = 0; jj < W; ++jj) acc[jj] = T::fmadd(qv, load_row<T, F16>(a.k_cache, at(jj) + i), acc[jj]);
                 }
             };
-            if (m == uint32_t(W) && (!a.pages || j >> a.page_shift == (j + W - 1) >> a.page_shift)) {
-                const uint64_t base = kv_at(a, j);
-                block([&](int jj) { return base + uint64_t(jj) * hd; });
-            } else {
-                uint64_t base[W];
-                for (int jj = 0; jj < W; ++jj) base[jj] = kv_at(a, j + (uint32_t(jj) < m ? uint32_t(jj) : m - 1));
-                block([&](int jj) { return base[jj]; });
-            }
+            with_block<W>(a, j, m, block);
             T::store_n(a.scores + uint64_t(h) * kAttnChunk + jb, T::mul(T::reduce(acc), T::set1(a.scale)), m);
         }
     }
@@ -115,17 +122,11 @@ inline void attn_scores_tile(const AttnChunk& a, uint32_t h0) {
                     for (int h = 0; h < NH; ++h) acc[h][jj] = T::fmadd(T::load(q + uint64_t(h) * hd + i), k, acc[h][jj]);
                 }
         };
-        if (m == uint32_t(P) && (!a.pages || j >> a.page_shift == (j + P - 1) >> a.page_shift)) {
-            const uint64_t base = kv_at(a, j);
-            if (h0 == 0) prefetch_rows(a.v_cache, base, P * hd, F16);
-            block([&](int jj) { return base + uint64_t(jj) * hd; });
-        } else {
-            uint64_t base[P];
-            for (int jj = 0; jj < P; ++jj) base[jj] = kv_at(a, j + (uint32_t(jj) < m ? uint32_t(jj) : m - 1));
+        with_block<P>(a, j, m, [&](const auto& at) {
             if (h0 == 0)
-                for (uint32_t jj = 0; jj < m; ++jj) prefetch_rows(a.v_cache, base[jj], hd, F16);
-            block([&](int jj) { return base[jj]; });
-        }
+                for (uint32_t jj = 0; jj < m; ++jj) prefetch_rows(a.v_cache, at(int(jj)), hd, F16);
+            block(at);
+        });
         for (int h = 0; h < NH; ++h) T::store_reduce4(a.scores + uint64_t(h0 + h) * kAttnChunk + jb, acc[h], a.scale, m);
     }
 }
@@ -147,17 +148,13 @@ inline void attn_scores_tiled(const AttnChunk& a) {
     }
 }
 
+// The group's heads against each block of W positions converted once into
+// f32 (kSharedKGroup).
 template <class T>
-inline void attn_scores(const AttnChunk& a) {
+inline void attn_scores_shared_k(const AttnChunk& a) {
     using V = typename T::V;
     constexpr int W = T::W;
     const uint32_t hd = a.head_dim, count = a.j1 - a.j0;
-    if constexpr (W == 8) {
-        if (a.f16) return attn_scores_tiled<T, true>(a);
-        return attn_scores_tiled<T, false>(a);
-    }
-    if (!a.f16) return attn_scores_per_head<T, false>(a);
-    if (a.group < kSharedKGroup || hd > kSharedKDim) return attn_scores_per_head<T, true>(a);
     alignas(64) float rows[W * kSharedKDim];
     for (uint32_t jb = 0; jb < count; jb += W) {
         const uint32_t m = count - jb < uint32_t(W) ? count - jb : uint32_t(W);
@@ -172,6 +169,20 @@ inline void attn_scores(const AttnChunk& a) {
             }
             T::store_n(a.scores + uint64_t(h) * kAttnChunk + jb, T::mul(T::reduce(acc), T::set1(a.scale)), m);
         }
+    }
+}
+
+// AVX2 (W == 8) takes the tiles; AVX-512 a head at a time, or the shared K
+// rows from kSharedKGroup heads on.
+template <class T>
+inline void attn_scores(const AttnChunk& a) {
+    if constexpr (T::W == 8) {
+        if (a.f16) return attn_scores_tiled<T, true>(a);
+        return attn_scores_tiled<T, false>(a);
+    } else {
+        if (!a.f16) return attn_scores_per_head<T, false>(a);
+        if (a.group < kSharedKGroup || a.head_dim > kSharedKDim) return attn_scores_per_head<T, true>(a);
+        attn_scores_shared_k<T>(a);
     }
 }
 
