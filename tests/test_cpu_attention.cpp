@@ -152,6 +152,9 @@ const Shape kShapes[] = {
     {256, 4, 1, 200, KvType::F16},  // gemma3-like, a window that cuts chunks
     {32, 6, 1, 0, KvType::F16},     // group 6: the weighted sum's four heads, then two (AVX2 loops only)
     {64, 10, 2, 0, KvType::F16},    // group 5: AVX2's scores in tiles of three heads, then two
+    {64, 10, 2, 0, KvType::F32},    // group 5, f32: AVX-512's tiles of four heads, then one
+    {128, 7, 1, 0, KvType::F32},    // group 7, f32: AVX-512's tiles of four, then three
+    {128, 7, 1, 0, KvType::F16},    // group 7, f16: AVX-512's K converted once for the group
     {80, 4, 2, 150, KvType::F32},   // no SIMD loops (80 is no multiple of 32)
     {128, 2, 2, 0, KvType::F16},    // group 1
 };

@@ -10,6 +10,7 @@ namespace {
 struct Avx512 {
     using V = __m512;
     static constexpr int W = 16;
+    static constexpr int kTileHeads = 4;
     static V zero() { return _mm512_setzero_ps(); }
     static V set1(float x) { return _mm512_set1_ps(x); }
     static V load(const float* p) { return _mm512_loadu_ps(p); }
@@ -35,6 +36,19 @@ struct Avx512 {
         // c[i]: quarters (0+2 of b[2i]), (1+3 of b[2i]), (0+2 of b[2i+1]), (1+3 of b[2i+1]).
         const V lo = _mm512_shuffle_f32x4(c[0], c[1], 0x88), hi = _mm512_shuffle_f32x4(c[0], c[1], 0xDD);
         return _mm512_add_ps(lo, hi);
+    }
+    // p[j] = scale · (the sum of v[j]'s lanes) for j < n (<= 4), summed as
+    // reduce sums them: per quarter k, Q_k = (x[4k] + x[4k+2]) + (x[4k+1] +
+    // x[4k+3]), then (Q_0 + Q_2) + (Q_1 + Q_3).
+    static void store_reduce4(float* p, const V* v, float scale, uint32_t n) {
+        const V a0 = _mm512_add_ps(_mm512_unpacklo_ps(v[0], v[1]), _mm512_unpackhi_ps(v[0], v[1]));
+        const V a1 = _mm512_add_ps(_mm512_unpacklo_ps(v[2], v[3]), _mm512_unpackhi_ps(v[2], v[3]));
+        const __m512d x = _mm512_castps_pd(a0), y = _mm512_castps_pd(a1);
+        // Quarter k of b: Q_k of v[0], v[1], v[2], v[3].
+        const V b = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+        const V c = _mm512_add_ps(b, _mm512_shuffle_f32x4(b, b, 0x4E));   // quarters 0+2, 1+3
+        const __m128 s = _mm_mul_ps(_mm_add_ps(_mm512_castps512_ps128(c), _mm512_extractf32x4_ps(c, 1)), _mm_set1_ps(scale));
+        _mm_mask_storeu_ps(p, __mmask8((1u << n) - 1), s);
     }
 };
 

@@ -5,9 +5,10 @@
 //
 // scores: s[h][j] = scale · q_h · K[j] for the group's heads. Each
 // position's products accumulate lane-wise in one vector, then one
-// transposing reduction turns a block's vectors into its scores: AVX-512
-// takes a head over 16 positions at a time, AVX2 a tile of up to 3 heads
-// over 4 (attn_scores_tile).
+// transposing reduction turns a block's vectors into its scores: tiles of
+// up to T::kTileHeads heads (AVX2 3, AVX-512 4) over 4 positions at a time
+// (attn_scores_tile); AVX-512 takes one head on f32 K over 16 positions
+// (attn_scores_per_head).
 // accumulate: out_h += Σ_j s[h][j] · V[j], with the outputs of up to four
 // heads held in registers over a 4-vector slice of the head dimension.
 #pragma once
@@ -28,29 +29,6 @@ template <class T, bool F16> inline typename T::V load_row(const uint8_t* cache,
 // The cache index of position j's slice.
 inline uint64_t kv_at(const AttnChunk& a, uint32_t j) { return kv_row(a.pages, a.page_shift, j) * a.head_dim + a.offset; }
 
-// W positions' K rows in f32 (a short last block repeats its last row):
-// rows[jj · hd ..] for position j0 + jb + jj.
-template <class T>
-inline void convert_k_block(const AttnChunk& a, uint32_t jb, uint32_t m, float* rows) {
-    constexpr int W = T::W;
-    for (int jj = 0; jj < W; ++jj) {
-        const uint64_t base = kv_at(a, a.j0 + jb + (uint32_t(jj) < m ? uint32_t(jj) : m - 1));
-        for (uint32_t i = 0; i < a.head_dim; i += W)
-            T::store(rows + uint64_t(jj) * a.head_dim + i, load_row<T, true>(a.k_cache, base + i));
-    }
-}
-
-// Heads of a group share each K row: with f16 K and groups of at least
-// kSharedKGroup heads, a block of W rows is converted once into f32
-// (L1-resident, at most kSharedKDim floats a row) and every head's products
-// read it from there, where each head would otherwise convert (and address)
-// the rows again. The same products in the same order: the same bits. On a
-// Zen 4 EPYC (2026-12-01, 1024 positions L2-resident, docs/benchmarks.md)
-// the scores of groups of 4 took 1.23-1.41x less time on AVX-512 (head
-// sizes 64, 128), of 7 1.65x, of 3 only 1.04-1.10x and on AVX2 0.91-1.03x:
-// from 4 heads on, on AVX-512 (AVX2 takes the tiles below).
-constexpr uint32_t kSharedKDim = 256, kSharedKGroup = 4;
-
 // fn(at) with at(jj) the cache index of the block's position j + jj (jj <
 // N; a short block, m < N, repeats its last position): a block inside one
 // page (the cache keeps a KV head's rows together, AttentionArgs) is
@@ -68,7 +46,8 @@ inline void with_block(const AttnChunk& a, uint32_t j, uint32_t m, const Fn& fn)
 
 // Each head's scores, W positions at a time: W positions always (a short
 // last block repeats its last row), so the accumulators stay in registers;
-// only m scores are stored.
+// only m scores are stored. AVX-512 takes it for one head on f32 K: W rows
+// in flight where a tile has 4 (attn_scores).
 template <class T, bool F16>
 inline void attn_scores_per_head(const AttnChunk& a) {
     using V = typename T::V;
@@ -99,11 +78,12 @@ inline void prefetch_rows(const uint8_t* cache, uint64_t i, uint32_t n, bool f16
     for (uint64_t b = 0; b < n * es; b += 64) __builtin_prefetch(cache + i * es + b);
 }
 
-// NH heads over blocks of 4 positions, their 4·NH sums in registers (T::W
-// == 8: AVX2's 16 registers hold 3 heads' 12): each K slice is loaded, and
-// converted, once for the NH heads, where the per-head loop converts it for
-// each and reduces a block of 8 sums per head. The same products in the
-// same order and store_reduce4's sums in reduce's order: the same bits.
+// NH heads over blocks of 4 positions, their 4·NH sums in registers
+// (AVX2's 16 registers hold 3 heads' 12, AVX-512's 32 more than 4 heads'
+// 16): each K slice is loaded, and converted, once for the NH heads, where
+// a loop over heads converts it for each. The same products in the same
+// order as a head over W positions at a time and store_reduce4's sums in
+// reduce's order: the same bits whichever way a group is cut.
 template <class T, bool F16, uint32_t HD, int NH>
 inline void attn_scores_tile(const AttnChunk& a, uint32_t h0) {
     using V = typename T::V;
@@ -131,59 +111,46 @@ inline void attn_scores_tile(const AttnChunk& a, uint32_t h0) {
     }
 }
 
-template <class T, bool F16, uint32_t HD>
+// The last rest (< NH) heads from h0 in one tile.
+template <class T, bool F16, uint32_t HD, int NH>
+inline void attn_scores_tile_rest(const AttnChunk& a, uint32_t h0, uint32_t rest) {
+    if constexpr (NH > 0) {
+        if (rest == uint32_t(NH)) return attn_scores_tile<T, F16, HD, NH>(a, h0);
+        attn_scores_tile_rest<T, F16, HD, NH - 1>(a, h0, rest);
+    }
+}
+
+// The group's heads in tiles of NH, the rest in one smaller tile.
+template <class T, bool F16, uint32_t HD, int NH = T::kTileHeads>
 inline void attn_scores_tiles(const AttnChunk& a) {
     uint32_t h0 = 0;
-    for (; h0 + 3 <= a.group; h0 += 3) attn_scores_tile<T, F16, HD, 3>(a, h0);
-    if (a.group - h0 == 2) attn_scores_tile<T, F16, HD, 2>(a, h0);
-    if (a.group - h0 == 1) attn_scores_tile<T, F16, HD, 1>(a, h0);
+    for (; h0 + NH <= a.group; h0 += NH) attn_scores_tile<T, F16, HD, NH>(a, h0);
+    attn_scores_tile_rest<T, F16, HD, NH - 1>(a, h0, a.group - h0);
 }
 
-template <class T, bool F16>
+template <class T, bool F16, int NH = T::kTileHeads>
 inline void attn_scores_tiled(const AttnChunk& a) {
     switch (a.head_dim) {
-        case 64: return attn_scores_tiles<T, F16, 64>(a);
-        case 128: return attn_scores_tiles<T, F16, 128>(a);
-        default: return attn_scores_tiles<T, F16, 0>(a);
+        case 64: return attn_scores_tiles<T, F16, 64, NH>(a);
+        case 128: return attn_scores_tiles<T, F16, 128, NH>(a);
+        default: return attn_scores_tiles<T, F16, 0, NH>(a);
     }
 }
 
-// The group's heads against each block of W positions converted once into
-// f32 (kSharedKGroup).
-template <class T>
-inline void attn_scores_shared_k(const AttnChunk& a) {
-    using V = typename T::V;
-    constexpr int W = T::W;
-    const uint32_t hd = a.head_dim, count = a.j1 - a.j0;
-    alignas(64) float rows[W * kSharedKDim];
-    for (uint32_t jb = 0; jb < count; jb += W) {
-        const uint32_t m = count - jb < uint32_t(W) ? count - jb : uint32_t(W);
-        convert_k_block<T>(a, jb, m, rows);
-        for (uint32_t h = 0; h < a.group; ++h) {
-            const float* q = a.q + uint64_t(h) * hd;
-            V acc[W];
-            for (int jj = 0; jj < W; ++jj) acc[jj] = T::zero();
-            for (uint32_t i = 0; i < hd; i += W) {
-                const V qv = T::load(q + i);
-                for (int jj = 0; jj < W; ++jj) acc[jj] = T::fmadd(qv, T::load(rows + uint64_t(jj) * hd + i), acc[jj]);
-            }
-            T::store_n(a.scores + uint64_t(h) * kAttnChunk + jb, T::mul(T::reduce(acc), T::set1(a.scale)), m);
-        }
-    }
-}
-
-// AVX2 (W == 8) takes the tiles; AVX-512 a head at a time, or the shared K
-// rows from kSharedKGroup heads on.
+// The tiles, but on AVX-512 one head with f32 K a head at a time. On the
+// Emerald Rapids Xeon (2026-12-06, one core, depth 1024, scores and the
+// weighted sum together, docs/benchmarks.md) the tiles of 4 took 1.05-1.53x
+// less time than a head at a time for groups of 2-8 (head sizes 64-256, f16
+// and f32 K, the cache in L2 or beyond it) and 1.05-1.28x less than K rows
+// converted once for the group, the loop they replace from 4 heads on with
+// f16 K; one head on f32 K ran 1.07-1.12x slower in tiles (f16 K:
+// 1.03-1.11x faster).
 template <class T>
 inline void attn_scores(const AttnChunk& a) {
-    if constexpr (T::W == 8) {
-        if (a.f16) return attn_scores_tiled<T, true>(a);
-        return attn_scores_tiled<T, false>(a);
-    } else {
-        if (!a.f16) return attn_scores_per_head<T, false>(a);
-        if (a.group < kSharedKGroup || a.head_dim > kSharedKDim) return attn_scores_per_head<T, true>(a);
-        attn_scores_shared_k<T>(a);
-    }
+    if constexpr (T::W == 16)
+        if (!a.f16 && a.group == 1) return attn_scores_per_head<T, false>(a);
+    if (a.f16) return attn_scores_tiled<T, true>(a);
+    attn_scores_tiled<T, false>(a);
 }
 
 // NH heads (<= 4) over 4 vectors of the head dimension at a time. A
