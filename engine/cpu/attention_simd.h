@@ -79,8 +79,8 @@ inline void prefetch_rows(const uint8_t* cache, uint64_t i, uint32_t n, bool f16
 }
 
 // NH heads over blocks of 4 positions, their 4·NH sums in registers
-// (AVX2's 16 registers hold 3 heads' 12, AVX-512's 32 more than 4 heads'
-// 16): each K slice is loaded, and converted, once for the NH heads, where
+// (AVX2's 16 registers hold 3 heads' 12, AVX-512's 32 hold 4 heads' 16
+// with room to spare): each K slice is loaded, and converted, once for the NH heads, where
 // a loop over heads converts it for each. The same products in the same
 // order as a head over W positions at a time and store_reduce4's sums in
 // reduce's order: the same bits whichever way a group is cut.
@@ -128,12 +128,12 @@ inline void attn_scores_tiles(const AttnChunk& a) {
     attn_scores_tile_rest<T, F16, HD, NH - 1>(a, h0, a.group - h0);
 }
 
-template <class T, bool F16, int NH = T::kTileHeads>
+template <class T, bool F16>
 inline void attn_scores_tiled(const AttnChunk& a) {
     switch (a.head_dim) {
-        case 64: return attn_scores_tiles<T, F16, 64, NH>(a);
-        case 128: return attn_scores_tiles<T, F16, 128, NH>(a);
-        default: return attn_scores_tiles<T, F16, 0, NH>(a);
+        case 64: return attn_scores_tiles<T, F16, 64>(a);
+        case 128: return attn_scores_tiles<T, F16, 128>(a);
+        default: return attn_scores_tiles<T, F16, 0>(a);
     }
 }
 
