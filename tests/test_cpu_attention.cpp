@@ -154,7 +154,7 @@ const Shape kShapes[] = {
     {64, 10, 2, 0, KvType::F16},    // group 5: AVX2's scores in tiles of three heads, then two
     {64, 10, 2, 0, KvType::F32},    // group 5, f32: AVX-512's tiles of four heads, then one
     {128, 7, 1, 0, KvType::F32},    // group 7, f32: AVX-512's tiles of four, then three
-    {128, 7, 1, 0, KvType::F16},    // group 7, f16: AVX-512's K converted once for the group
+    {128, 7, 1, 0, KvType::F16},    // group 7, f16: the same tiles on converted K
     {80, 4, 2, 150, KvType::F32},   // no SIMD loops (80 is no multiple of 32)
     {128, 2, 2, 0, KvType::F16},    // group 1
 };

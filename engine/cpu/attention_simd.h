@@ -80,10 +80,10 @@ inline void prefetch_rows(const uint8_t* cache, uint64_t i, uint32_t n, bool f16
 
 // NH heads over blocks of 4 positions, their 4·NH sums in registers
 // (AVX2's 16 registers hold 3 heads' 12, AVX-512's 32 hold 4 heads' 16
-// with room to spare): each K slice is loaded, and converted, once for the NH heads, where
-// a loop over heads converts it for each. The same products in the same
-// order as a head over W positions at a time and store_reduce4's sums in
-// reduce's order: the same bits whichever way a group is cut.
+// with room to spare): each K slice is loaded, and converted, once for the
+// NH heads, where a loop over heads converts it for each. The same products
+// in the same order as a head over W positions at a time and store_reduce4's
+// sums in reduce's order: the same bits whichever way a group is cut.
 template <class T, bool F16, uint32_t HD, int NH>
 inline void attn_scores_tile(const AttnChunk& a, uint32_t h0) {
     using V = typename T::V;
@@ -120,9 +120,10 @@ inline void attn_scores_tile_rest(const AttnChunk& a, uint32_t h0, uint32_t rest
     }
 }
 
-// The group's heads in tiles of NH, the rest in one smaller tile.
-template <class T, bool F16, uint32_t HD, int NH = T::kTileHeads>
+// The group's heads in tiles of T::kTileHeads, the rest in one smaller tile.
+template <class T, bool F16, uint32_t HD>
 inline void attn_scores_tiles(const AttnChunk& a) {
+    constexpr int NH = T::kTileHeads;
     uint32_t h0 = 0;
     for (; h0 + NH <= a.group; h0 += NH) attn_scores_tile<T, F16, HD, NH>(a, h0);
     attn_scores_tile_rest<T, F16, HD, NH - 1>(a, h0, a.group - h0);
