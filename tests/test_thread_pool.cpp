@@ -3,11 +3,15 @@
 // parallel_for has returned, over many back-to-back jobs of every size,
 // grain and thread count, including more threads than this machine has
 // cores (workers that wake late, after their job closed, must stay out of
-// it). Negative control: a job whose function skips an index is caught.
+// it). A thread stalled in its first chunk does not hold up the rest of its
+// share: the others steal it. Negative control: a job whose function skips
+// an index is caught.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "engine/cpu/thread_pool.h"
@@ -46,6 +50,30 @@ TEST(ThreadPool, EveryIndexRunsOnceAndNothingRunsLate) {
         cpu::ThreadPool pool(threads);
         EXPECT_EQ(pool.size(), threads);
         EXPECT_EQ(run_jobs(pool, 3000, false), 0u) << threads << " threads";
+    }
+}
+
+TEST(ThreadPool, AStalledThreadsShareIsStolen) {
+    // The caller (thread 0) stalls in its first chunk until another thread
+    // has run an item of the caller's share, or for 2 s; it then checks
+    // which happened. Without stealing the share waits for the caller.
+    cpu::ThreadPool pool(2);
+    constexpr uint64_t n = 64;
+    for (int job = 0; job < 20; ++job) {
+        std::atomic<bool> first{true}, stolen{false};
+        bool waited_out = false;
+        pool.parallel_for(n, 1, [&](uint64_t b, uint64_t e, int thread) {
+            if (thread != 0) {
+                if (b < n / 2) stolen.store(true);
+                return;
+            }
+            if (!first.exchange(false)) return;
+            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+            while (!stolen.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+            waited_out = !stolen.load();
+            (void)e;
+        });
+        EXPECT_FALSE(waited_out) << "job " << job << ": thread 0's share was not stolen while it stalled";
     }
 }
 

@@ -6,7 +6,21 @@
 
 namespace ptxlm::cpu {
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+namespace {
+
+constexpr uint64_t pack(uint64_t begin, uint64_t end) { return begin | end << 32; }
+constexpr uint64_t first(uint64_t range) { return range & 0xffffffffu; }
+constexpr uint64_t last(uint64_t range) { return range >> 32; }
+
+void relax() {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)), slots_(new Slot[size_t(n_threads_)]) {
     for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
 
@@ -24,29 +38,47 @@ int ThreadPool::default_threads() {
 }
 
 void ThreadPool::work(int thread) {
-    // Guided: each take is a share of what is left (half of it over the
-    // threads, at least chunk_), so the first takes are large and the last
-    // small: the threads finish within a small take of each other.
-    const uint64_t parts = 2 * uint64_t(n_threads_);
-    uint64_t begin = next_.load(std::memory_order_relaxed);
+    Slot& own = slots_[size_t(thread)];
     for (;;) {
-        if (begin >= n_) break;
-        const uint64_t take = std::min(n_ - begin, std::max(chunk_, (n_ - begin) / parts));
-        if (!next_.compare_exchange_weak(begin, begin + take, std::memory_order_relaxed)) continue;
-        (*fn_)(begin, begin + take, thread);
-        begin = next_.load(std::memory_order_relaxed);
+        // From the front of this thread's share: a quarter of what is left,
+        // at least the grain.
+        uint64_t r = own.range.load(std::memory_order_relaxed);
+        while (first(r) < last(r)) {
+            const uint64_t b = first(r), left = last(r) - b;
+            const uint64_t take = std::min(left, std::max(grain_, left / 4));
+            if (!own.range.compare_exchange_weak(r, pack(b + take, last(r)), std::memory_order_relaxed)) continue;
+            (*fn_)(b, b + take, thread);
+            r = own.range.load(std::memory_order_relaxed);
+        }
+        // Then the back half of another share (all of it when no more than
+        // the grain is left), made this thread's own so that it can be stolen
+        // in turn.
+        bool stole = false;
+        for (int k = 1; k < n_threads_ && !stole; ++k) {
+            Slot& victim = slots_[size_t((thread + k) % n_threads_)];
+            uint64_t v = victim.range.load(std::memory_order_relaxed);
+            while (first(v) < last(v)) {
+                const uint64_t left = last(v) - first(v);
+                const uint64_t steal = left <= grain_ ? left : std::max(grain_, left / 2);
+                if (!victim.range.compare_exchange_weak(v, pack(first(v), last(v) - steal), std::memory_order_relaxed))
+                    continue;
+                own.range.store(pack(last(v) - steal, last(v)), std::memory_order_relaxed);
+                stole = true;
+                break;
+            }
+        }
+        if (!stole) return;
     }
 }
 
 void ThreadPool::worker(int index) {
+    Slot& own = slots_[size_t(index)];
     uint64_t seen = 0;
     for (;;) {
         // Spin a little (the next job usually follows within microseconds), then sleep.
         uint64_t g = generation_.load(std::memory_order_acquire);
         for (int spin = 0; g == seen && spin < 20000; ++spin) {
-#if defined(__x86_64__)
-            __builtin_ia32_pause();
-#endif
+            relax();
             g = generation_.load(std::memory_order_acquire);
         }
         while (g == seen) {
@@ -56,12 +88,35 @@ void ThreadPool::worker(int index) {
         seen = g;
         if (stop_.load()) return;
         // Join job g unless its caller has closed it: either the caller's
-        // check of active_ sees this increment (and waits for it), or this
+        // load of `joined` sees this store (and waits for `done`), or this
         // load sees the job closed (and the worker stays out of it).
-        active_.fetch_add(1, std::memory_order_seq_cst);
+        own.joined.store(g, std::memory_order_seq_cst);
         if (open_.load(std::memory_order_seq_cst) == g) work(index);
-        active_.fetch_sub(1, std::memory_order_release);
+        own.done.store(g, std::memory_order_release);
     }
+}
+
+void ThreadPool::run_job(uint64_t n, uint64_t grain, const RangeFn& fn) {
+    fn_ = &fn;
+    grain_ = grain;
+    for (int t = 0; t < n_threads_; ++t)
+        slots_[size_t(t)].range.store(pack(n * uint64_t(t) / uint64_t(n_threads_), n * uint64_t(t + 1) / uint64_t(n_threads_)),
+                                      std::memory_order_relaxed);
+    const uint64_t g = generation_.load(std::memory_order_relaxed) + 1;
+    open_.store(g, std::memory_order_relaxed);
+    generation_.store(g, std::memory_order_release);
+    generation_.notify_all();
+    work(0);
+    // Every item is taken. Close the job, then wait only for the workers
+    // inside it: one that has not woken yet (descheduled on a loaded
+    // machine) is not waited for, and finds the job closed when it runs.
+    open_.store(0, std::memory_order_seq_cst);
+    for (int t = 1; t < n_threads_; ++t) {
+        const Slot& s = slots_[size_t(t)];
+        if (s.joined.load(std::memory_order_seq_cst) != g) continue;
+        while (s.done.load(std::memory_order_acquire) != g) relax();
+    }
+    fn_ = nullptr;
 }
 
 void ThreadPool::parallel_for(uint64_t n, uint64_t grain, const RangeFn& fn) {
@@ -71,25 +126,16 @@ void ThreadPool::parallel_for(uint64_t n, uint64_t grain, const RangeFn& fn) {
         fn(0, n, 0);
         return;
     }
-    fn_ = &fn;
-    n_ = n;
-    chunk_ = grain;
-    next_.store(0, std::memory_order_relaxed);
-    const uint64_t g = generation_.load(std::memory_order_relaxed) + 1;
-    open_.store(g, std::memory_order_relaxed);
-    generation_.store(g, std::memory_order_release);
-    generation_.notify_all();
-    work(0);
-    // Every chunk is taken. Close the job, then wait only for the workers
-    // inside it: one that has not woken yet (descheduled on a loaded
-    // machine) is not waited for, and finds the job closed when it runs.
-    open_.store(0, std::memory_order_seq_cst);
-    while (active_.load(std::memory_order_seq_cst) != 0) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
+    // A share's bounds are 32 bits: a larger job runs as several.
+    constexpr uint64_t kMaxJob = uint64_t(1) << 31;
+    for (uint64_t at = 0; at < n; at += kMaxJob) {
+        const uint64_t m = std::min(kMaxJob, n - at);
+        if (at == 0 && m == n) run_job(n, grain, fn);
+        else {
+            const RangeFn shifted = [&](uint64_t b, uint64_t e, int t) { fn(at + b, at + e, t); };
+            run_job(m, grain, shifted);
+        }
     }
-    fn_ = nullptr;
 }
 
 }  // namespace ptxlm::cpu
