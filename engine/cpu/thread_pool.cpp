@@ -20,7 +20,11 @@ void relax() {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)), slots_(new Slot[size_t(n_threads_)]) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(std::max(1, n_threads)),
+      shares_(new Share[size_t(n_threads_)]),
+      claims_(new Claim[size_t(n_threads_)]),
+      done_(new Done[size_t(n_threads_)]) {
     for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
 
@@ -38,7 +42,7 @@ int ThreadPool::default_threads() {
 }
 
 void ThreadPool::work(int thread) {
-    Slot& own = slots_[size_t(thread)];
+    Share& own = shares_[size_t(thread)];
     for (;;) {
         // From the front of this thread's share: a quarter of what is left,
         // at least the grain.
@@ -55,7 +59,7 @@ void ThreadPool::work(int thread) {
         // in turn.
         bool stole = false;
         for (int k = 1; k < n_threads_ && !stole; ++k) {
-            Slot& victim = slots_[size_t((thread + k) % n_threads_)];
+            Share& victim = shares_[size_t((thread + k) % n_threads_)];
             uint64_t v = victim.range.load(std::memory_order_relaxed);
             while (first(v) < last(v)) {
                 const uint64_t left = last(v) - first(v);
@@ -72,7 +76,7 @@ void ThreadPool::work(int thread) {
 }
 
 void ThreadPool::worker(int index) {
-    Slot& own = slots_[size_t(index)];
+    std::atomic<uint64_t>& claim = claims_[size_t(index)].word;
     uint64_t seen = 0;
     for (;;) {
         // Spin a little (the next job usually follows within microseconds), then sleep.
@@ -87,34 +91,40 @@ void ThreadPool::worker(int index) {
         }
         seen = g;
         if (stop_.load()) return;
-        // Join job g unless its caller has closed it: either the caller's
-        // load of `joined` sees this store (and waits for `done`), or this
-        // load sees the job closed (and the worker stays out of it).
-        own.joined.store(g, std::memory_order_seq_cst);
-        if (open_.load(std::memory_order_seq_cst) == g) work(index);
-        own.done.store(g, std::memory_order_release);
+        // Claim job g unless its caller has closed it to this worker (it has
+        // then run this worker's share itself).
+        uint64_t c = claim.load(std::memory_order_relaxed);
+        while (c < 2 * g && !claim.compare_exchange_weak(c, 2 * g, std::memory_order_relaxed)) {}
+        if (c >= 2 * g) continue;
+        shares_[size_t(index)].range.store(pack(share_begin(index), share_begin(index + 1)), std::memory_order_relaxed);
+        work(index);
+        done_[size_t(index)].generation.store(g, std::memory_order_release);
     }
 }
 
 void ThreadPool::run_job(uint64_t n, uint64_t grain, const RangeFn& fn) {
     fn_ = &fn;
+    n_ = n;
     grain_ = grain;
-    for (int t = 0; t < n_threads_; ++t)
-        slots_[size_t(t)].range.store(pack(n * uint64_t(t) / uint64_t(n_threads_), n * uint64_t(t + 1) / uint64_t(n_threads_)),
-                                      std::memory_order_relaxed);
+    shares_[0].range.store(pack(0, share_begin(1)), std::memory_order_relaxed);
     const uint64_t g = generation_.load(std::memory_order_relaxed) + 1;
-    open_.store(g, std::memory_order_relaxed);
     generation_.store(g, std::memory_order_release);
     generation_.notify_all();
     work(0);
-    // Every item is taken. Close the job, then wait only for the workers
-    // inside it: one that has not woken yet (descheduled on a loaded
-    // machine) is not waited for, and finds the job closed when it runs.
-    open_.store(0, std::memory_order_seq_cst);
+    // Every item of the shares set up is taken. A worker that finished is
+    // done with; one that claimed the job is waited for; to one that has not
+    // (descheduled on a loaded machine) the job is closed, and its share run
+    // here: it finds the job closed when it runs.
     for (int t = 1; t < n_threads_; ++t) {
-        const Slot& s = slots_[size_t(t)];
-        if (s.joined.load(std::memory_order_seq_cst) != g) continue;
-        while (s.done.load(std::memory_order_acquire) != g) relax();
+        if (done_[size_t(t)].generation.load(std::memory_order_acquire) == g) continue;
+        std::atomic<uint64_t>& claim = claims_[size_t(t)].word;
+        uint64_t c = claim.load(std::memory_order_relaxed);
+        while (c < 2 * g && !claim.compare_exchange_weak(c, 2 * g + 1, std::memory_order_relaxed)) {}
+        if (c < 2 * g) {
+            if (share_begin(t) < share_begin(t + 1)) fn(share_begin(t), share_begin(t + 1), 0);
+            continue;
+        }
+        while (done_[size_t(t)].generation.load(std::memory_order_acquire) != g) relax();
     }
     fn_ = nullptr;
 }

@@ -5,12 +5,18 @@
 // own cache line: a thread takes chunks from the front of its share (a
 // quarter of what is left, at least the grain) with no other thread touching
 // that line, and once its share is empty steals the back half of another's.
-// Decode posts ~150 short jobs a token; a shared counter cost every take a
-// cache-line transfer between the cores (SmolLM2 on 2 threads: 1.1-1.3 us a
-// job against 0.6 for the hand-off alone). parallel_for returns once every
-// item is done; it waits for the workers that joined the job, never for one
-// that has not woken yet (on a loaded machine a worker may sit descheduled
-// for a whole time slice: its share is stolen by whoever runs). Workers spin
+// Decode posts ~150 short jobs a token, so a job costs what its cache-line
+// transfers between cores cost: a worker sets up its own share, claims the
+// job on a line only it writes, and reports on another that only the caller
+// reads; the generation workers spin on has a line of its own. A shared
+// counter cost every take a transfer (SmolLM2 on 2 threads: 1.1-1.3 us a
+// job against 0.6 for the hand-off alone); docs/benchmarks.md has the
+// figures of each step.
+//
+// parallel_for returns once every item is done. It waits for the workers
+// that claimed the job, never for one that has not woken yet (on a loaded
+// machine a worker may sit descheduled for a whole time slice): the caller
+// closes such a worker's claim and runs its share itself. Workers spin
 // briefly before sleeping.
 #pragma once
 
@@ -43,26 +49,35 @@ public:
     static int default_threads();
 
 private:
-    // One thread's share of the current job and, for a worker, its part in
-    // the job's hand-shake. range: the items left, begin | end << 32.
-    struct alignas(64) Slot {
+    // One thread's share of the current job, the items left: begin | end << 32.
+    struct alignas(64) Share {
         std::atomic<uint64_t> range{0};
-        std::atomic<uint64_t> joined{0};   // the generation this worker last joined
-        std::atomic<uint64_t> done{0};     // the generation it last left
+    };
+    // A worker's word in the hand-shake: 2g once it has claimed job g, 2g + 1
+    // once the caller has closed job g to it; its line written by the caller
+    // only in that second case.
+    struct alignas(64) Claim {
+        std::atomic<uint64_t> word{0};
+    };
+    // The last job a worker finished, read by the caller.
+    struct alignas(64) Done {
+        std::atomic<uint64_t> generation{0};
     };
 
     void worker(int index);
     void work(int thread);
     void run_job(uint64_t n, uint64_t grain, const RangeFn& fn);
+    uint64_t share_begin(int thread) const { return n_ * uint64_t(thread) / uint64_t(n_threads_); }
 
     int n_threads_;
-    std::unique_ptr<Slot[]> slots_;
+    std::unique_ptr<Share[]> shares_;
+    std::unique_ptr<Claim[]> claims_;
+    std::unique_ptr<Done[]> done_;
     std::vector<std::thread> workers_;
     // The current job, written by the caller before generation_ moves on.
     alignas(64) const RangeFn* fn_ = nullptr;
-    uint64_t grain_ = 1;
-    std::atomic<uint64_t> open_{0};       // the generation of the job workers may join; 0: none
-    std::atomic<uint64_t> generation_{0}; // bumped to start a job
+    uint64_t n_ = 0, grain_ = 1;
+    alignas(64) std::atomic<uint64_t> generation_{0}; // bumped to start a job, on a line of its own: workers spin on it
     std::atomic<bool> stop_{false};
 };
 
