@@ -18,6 +18,14 @@ void relax() {
 #endif
 }
 
+// Sets a worker's claim word for job g to `to` (2g: claimed, 2g + 1: closed)
+// unless the other side got there first; true if this call set it.
+bool settle_claim(std::atomic<uint64_t>& claim, uint64_t g, uint64_t to) {
+    uint64_t c = claim.load(std::memory_order_relaxed);
+    while (c < 2 * g && !claim.compare_exchange_weak(c, to, std::memory_order_relaxed)) {}
+    return c < 2 * g;
+}
+
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads)
@@ -93,9 +101,7 @@ void ThreadPool::worker(int index) {
         if (stop_.load()) return;
         // Claim job g unless its caller has closed it to this worker (it has
         // then run this worker's share itself).
-        uint64_t c = claim.load(std::memory_order_relaxed);
-        while (c < 2 * g && !claim.compare_exchange_weak(c, 2 * g, std::memory_order_relaxed)) {}
-        if (c >= 2 * g) continue;
+        if (!settle_claim(claim, g, 2 * g)) continue;
         shares_[size_t(index)].range.store(pack(share_begin(index), share_begin(index + 1)), std::memory_order_relaxed);
         work(index);
         done_[size_t(index)].generation.store(g, std::memory_order_release);
@@ -111,21 +117,20 @@ void ThreadPool::run_job(uint64_t n, uint64_t grain, const RangeFn& fn) {
     generation_.store(g, std::memory_order_release);
     generation_.notify_all();
     work(0);
-    // Every item of the shares set up is taken. A worker that finished is
-    // done with; one that claimed the job is waited for; to one that has not
-    // (descheduled on a loaded machine) the job is closed, and its share run
-    // here: it finds the job closed when it runs.
+    // Every item of the shares set up is taken. To a worker that has not
+    // claimed the job (descheduled on a loaded machine) the job is closed
+    // and its share run here, before any wait: it finds the job closed when
+    // it runs. Then the workers that claimed it are waited for (one that
+    // has finished costs a single read).
     for (int t = 1; t < n_threads_; ++t) {
         if (done_[size_t(t)].generation.load(std::memory_order_acquire) == g) continue;
-        std::atomic<uint64_t>& claim = claims_[size_t(t)].word;
-        uint64_t c = claim.load(std::memory_order_relaxed);
-        while (c < 2 * g && !claim.compare_exchange_weak(c, 2 * g + 1, std::memory_order_relaxed)) {}
-        if (c < 2 * g) {
-            if (share_begin(t) < share_begin(t + 1)) fn(share_begin(t), share_begin(t + 1), 0);
-            continue;
-        }
-        while (done_[size_t(t)].generation.load(std::memory_order_acquire) != g) relax();
+        const uint64_t b = share_begin(t), e = share_begin(t + 1);
+        if (settle_claim(claims_[size_t(t)].word, g, 2 * g + 1) && b < e) fn(b, e, 0);
     }
+    for (int t = 1; t < n_threads_; ++t)
+        while (done_[size_t(t)].generation.load(std::memory_order_acquire) != g &&
+               claims_[size_t(t)].word.load(std::memory_order_relaxed) == 2 * g)
+            relax();
     fn_ = nullptr;
 }
 
