@@ -58,6 +58,7 @@ struct Zmm {
     static V bytes(char c) { return _mm512_set1_epi8(c); }
     static V and_(V a, V b) { return _mm512_and_si512(a, b); }
     static V xor_(V a, V b) { return _mm512_xor_si512(a, b); }
+    static V add(V a, V b) { return _mm512_add_epi32(a, b); }
     static V srl4(V v) { return _mm512_srli_epi16(v, 4); }
     static V table16(const int8_t* t) { return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t))); }
     static V shuffle(V table, V idx) { return _mm512_shuffle_epi8(table, idx); }

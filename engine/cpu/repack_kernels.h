@@ -14,6 +14,22 @@
 namespace ptxlm::cpu {
 namespace {
 
+// With int32 products (Dot::kInt32Parts) a block's products go into S int32
+// sums per input, taking turns, and the S are added at the block's end: 4
+// at one input, 2 at two, 1 from three on (where the inputs' own sums are
+// independent chains already). One sum took a Zen 4 core's Q4_1 kernel at
+// one input to 8 vpdpbusd chained a block (2026-12-06: 4 sums ran it 1.10x
+// as fast from L2, Q8_0 likewise; docs/benchmarks.md).
+template <class Dot, int NX, int AtTwo = 2>
+constexpr int kBlockSums = !Dot::kInt32Parts || NX > 2 ? 1 : NX == 2 ? AtTwo : 4;
+template <class Dot, int S>
+inline typename Dot::V add_sums(const typename Dot::V* s) {
+    static_assert(S == 1 || S == 2 || S == 4);
+    if constexpr (S == 1) return s[0];
+    else if constexpr (S == 2) return Dot::add(s[0], s[1]);
+    else return Dot::add(Dot::add(s[0], s[1]), Dot::add(s[2], s[3]));
+}
+
 // The 4- and 5-bit types: Q4_0, Q4_1 (Fifth false), Q5_0, Q5_1, with a
 // min (Q4_1, Q5_1) or without. Packed block: d[8], m[8] where HasMin, the
 // 8 rows' qh words where Fifth, then 4 words of nibbles × 8 rows: 144, 160,
@@ -34,7 +50,13 @@ struct Nibbles8 {
     // word (low nibbles against input bytes 4C.., high ones against 16 +
     // 4C..) into part. A C that is not a multiple of kWords was done with
     // the words before it.
-    template <int C, int NX>
+    //
+    // With S sums per input (kInt32Parts only: part[k · S + j]) the
+    // products take turns among them, the low nibbles' into sum (2C) % S and
+    // the high ones' into (2C + 1) % S, so that a block's vpdpbusd form S
+    // chains 8 / S deep instead of one 8 deep (at one input, the chain's
+    // latency, 8 · 4-5 cycles a block, held a Zen 4 core under what it reads).
+    template <int C, int NX, int S = 1>
     static void word(const uint8_t* g, typename Dot::Qh qh, const BlockQ8x32* const* y, uint64_t b, V* part) {
         if constexpr (C % Dot::kWords == 0) {
             const V m4 = Dot::bytes(0x0F);
@@ -45,9 +67,18 @@ struct Nibbles8 {
                 hi = Dot::merge5(hi, Dot::template fifth<C, true>(qh));
             }
             for (int k = 0; k < NX; ++k) {
-                part[k] = Dot::part2(part[k], lo, Dot::xwords(y[k][b].qs + 4 * C), hi,
-                                     Dot::xwords(y[k][b].qs + 16 + 4 * C));
-                keep_in_register(part[k]);
+                const V xlo = Dot::xwords(y[k][b].qs + 4 * C), xhi = Dot::xwords(y[k][b].qs + 16 + 4 * C);
+                if constexpr (S == 1) {
+                    part[k] = Dot::part2(part[k], lo, xlo, hi, xhi);
+                    keep_in_register(part[k]);
+                } else {
+                    V& a = part[k * S + (2 * C / Dot::kWords) % S];
+                    V& h = part[k * S + (2 * C / Dot::kWords + 1) % S];
+                    a = Dot::add32(a, lo, xlo);
+                    h = Dot::add32(h, hi, xhi);
+                    keep_in_register(a);
+                    keep_in_register(h);
+                }
             }
         }
     }
@@ -59,10 +90,11 @@ struct Nibbles8 {
     template <int C0, int NX>
     static void words(const uint8_t* g, typename Dot::Qh qh, const BlockQ8x32* const* y, uint64_t b, V* isum) {
         if constexpr (Dot::kInt32Parts) {
-            word<0, NX>(g, qh, y, b, isum);
-            word<1, NX>(g, qh, y, b, isum);
-            word<2, NX>(g, qh, y, b, isum);
-            word<3, NX>(g, qh, y, b, isum);
+            constexpr int S = kBlockSums<Dot, NX, HasMin ? 2 : 1>;
+            word<0, NX, S>(g, qh, y, b, isum);
+            word<1, NX, S>(g, qh, y, b, isum);
+            word<2, NX, S>(g, qh, y, b, isum);
+            word<3, NX, S>(g, qh, y, b, isum);
         } else {
             V part[NX];
             for (int k = 0; k < NX; ++k) part[k] = _mm256_setzero_si256();
@@ -81,25 +113,28 @@ struct Nibbles8 {
             if constexpr (C0 + kPart < 4) words<C0 + kPart, NX>(g, qh, y, b, isum);
         }
     }
-    // One int32 accumulator and one float accumulator per input, so that
-    // NX = 4 fits the 16 registers (the min term goes into the same float
-    // accumulator, a second FMA on it).
+    // One int32 accumulator (kBlockSums at one or two inputs) and one float
+    // accumulator per input, so that NX = 4 fits the 16 registers (the min
+    // term goes into the same float accumulator, a second FMA on it).
     template <int NX>
     static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
+        constexpr int S = kBlockSums<Dot, NX, HasMin ? 2 : 1>;
         Inputs<NX> in(xs);
         const BlockQ8x32* const* y = in.y;
         for (uint64_t b = 0; b < n / 32; ++b, g += kBlock) {
             if (pf) prefetch_block(g, kBlock);
             const typename Dot::Qh qh = Fifth ? Dot::load_qh(g + kQh) : typename Dot::Qh{};
-            // The offset term −Offset·Σq: int32 partial sums start from it,
-            // int16 ones (which could not hold it) take it off at the end.
-            V isum[NX];
+            // The offset term −Offset·Σq: int32 partial sums start from it
+            // (in the first of an input's sums), int16 ones (which could not
+            // hold it) take it off at the end.
+            V isum[NX * S];
             if constexpr (Dot::kInt32Parts)
-                for (int k = 0; k < NX; ++k) isum[k] = Dot::start(HasMin ? 0 : -kOffset * y[k][b].sum);
+                for (int k = 0; k < NX * S; ++k)
+                    isum[k] = k % S == 0 ? Dot::start(HasMin ? 0 : -kOffset * y[k / S][b].sum) : Dot::start(0);
             words<0, NX>(g, qh, y, b, isum);
             const __m256 d = f16x8(g);
             for (int k = 0; k < NX; ++k) {
-                __m256i s = Dot::fold(isum[k]);
+                __m256i s = Dot::fold(add_sums<Dot, S>(isum + k * S));
                 if constexpr (!HasMin && !Dot::kInt32Parts)
                     s = _mm256_sub_epi32(s, _mm256_set1_epi32(kOffset * y[k][b].sum));
                 in.scale_add(k, d, b, s);
@@ -118,21 +153,25 @@ struct Nibbles8 {
 // no pair to saturate) the weights go in as the unsigned w + 128 (w xor
 // 0x80, or IQ4_NL's table shifted by 128) and s32 starts at −128·Σq: the
 // same integer, without the four vpsignb per word.
+// With int32 products, kBlockSums sums per input and block: s32[k · S + j].
 template <class K>
 struct Signed8 {
     using Dot = typename K::Dot;
+    using V = typename Dot::V;
     static constexpr uint64_t kBlock = K::kBlock;
     template <int NX>
     static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
+        constexpr int S = kBlockSums<Dot, NX, 1>;
         Inputs<NX> in(xs);
         const BlockQ8x32* const* y = in.y;
         for (uint64_t b = 0; b < n / 32; ++b, g += kBlock) {
             if (pf) prefetch_block(g, kBlock);
-            typename Dot::V s32[NX];
-            for (int k = 0; k < NX; ++k) s32[k] = Dot::start(Dot::kInt32Parts ? -128 * y[k][b].sum : 0);
-            K::template sums<NX>(g, y, b, s32);
+            V s32[NX * S];
+            for (int k = 0; k < NX * S; ++k)
+                s32[k] = Dot::start(Dot::kInt32Parts && k % S == 0 ? -128 * y[k / S][b].sum : 0);
+            K::template sums<NX, S>(g, y, b, s32);
             const __m256 d = f16x8(g);
-            for (int k = 0; k < NX; ++k) in.scale_add(k, d, b, Dot::fold(s32[k]));
+            for (int k = 0; k < NX; ++k) in.scale_add(k, d, b, Dot::fold(add_sums<Dot, S>(s32 + k * S)));
         }
         in.store(out, out_stride);
     }
@@ -144,15 +183,17 @@ struct Q8_0Sums {
     using Dot = D;
     using V = typename Dot::V;
     static constexpr uint64_t kBlock = 272;
-    template <int NX>
+    template <int NX, int S>
     static void sums(const uint8_t* g, const BlockQ8x32* const* y, uint64_t b, V* s32) {
-        for (int c = 0; c < 8; c += Dot::kWords) {
+        // Unrolled, so that the sum a word goes into (c % S) is a register.
+        _Pragma("GCC unroll 8") for (int c = 0; c < 8; c += Dot::kWords) {
             const V w = Dot::load(g + 16 + 32 * c);
             if constexpr (Dot::kInt32Parts) {
                 const V u = Dot::xor_(w, Dot::bytes(char(0x80)));   // w + 128
                 for (int k = 0; k < NX; ++k) {
-                    s32[k] = Dot::add32(s32[k], u, Dot::xwords(y[k][b].qs + 4 * c));
-                    keep_in_register(s32[k]);
+                    V& a = s32[k * S + (c / Dot::kWords) % S];
+                    a = Dot::add32(a, u, Dot::xwords(y[k][b].qs + 4 * c));
+                    keep_in_register(a);
                 }
             } else {
                 const V aw = _mm256_sign_epi8(w, w);
@@ -173,20 +214,24 @@ struct IQ4_NLSums {
     using Dot = D;
     using V = typename Dot::V;
     static constexpr uint64_t kBlock = 144;
-    template <int NX>
+    template <int NX, int S>
     static void sums(const uint8_t* g, const BlockQ8x32* const* y, uint64_t b, V* s32) {
         V table = Dot::table16(gguf::kIQ4Values);
         if constexpr (Dot::kInt32Parts) table = Dot::xor_(table, Dot::bytes(char(0x80)));   // value + 128
         const V m4 = Dot::bytes(0x0F);
-        for (int c = 0; c < 4; c += Dot::kWords) {
+        // Unrolled, so that the sums a word goes into are registers.
+        _Pragma("GCC unroll 4") for (int c = 0; c < 4; c += Dot::kWords) {
             const V v = Dot::load(g + 16 + 32 * c);
             const V lo = Dot::shuffle(table, Dot::and_(v, m4));
             const V hi = Dot::shuffle(table, Dot::and_(Dot::srl4(v), m4));
             if constexpr (Dot::kInt32Parts) {
                 for (int k = 0; k < NX; ++k) {
-                    s32[k] = Dot::add32x2(s32[k], lo, Dot::xwords(y[k][b].qs + 4 * c), hi,
-                                          Dot::xwords(y[k][b].qs + 16 + 4 * c));
-                    keep_in_register(s32[k]);
+                    V& a = s32[k * S + (2 * c / Dot::kWords) % S];
+                    V& h = s32[k * S + (2 * c / Dot::kWords + 1) % S];
+                    a = Dot::add32(a, lo, Dot::xwords(y[k][b].qs + 4 * c));
+                    h = Dot::add32(h, hi, Dot::xwords(y[k][b].qs + 16 + 4 * c));
+                    keep_in_register(a);
+                    keep_in_register(h);
                 }
             } else {
                 const V alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);

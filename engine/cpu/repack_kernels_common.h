@@ -25,7 +25,8 @@
 //   start(v): a sum that starts at v (counted once: in one half only);
 //   fold(s): the int32 sum per row of s, 8 lanes (zmm: its halves added);
 //   Qh, load_qh(p), fifth<C, High>(qh): the Q5 fifth bits of words [C, C +
-//       kWords) at bit 4 of each byte (the low or high nibbles' bits).
+//       kWords) at bit 4 of each byte (the low or high nibbles' bits);
+//   add(a, b): int32 lanes added (two partial sums of one block).
 // and its products, on V:
 //   kInt32Parts: whether partial sums are int32 lanes already (then a
 //       block's words go straight into one sum that starts at the offset,
@@ -80,6 +81,7 @@ struct Ymm {
     static V bytes(char c) { return _mm256_set1_epi8(c); }
     static V and_(V a, V b) { return _mm256_and_si256(a, b); }
     static V xor_(V a, V b) { return _mm256_xor_si256(a, b); }
+    static V add(V a, V b) { return _mm256_add_epi32(a, b); }
     static V srl4(V v) { return _mm256_srli_epi16(v, 4); }
     static V table16(const int8_t* t) {
         return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
