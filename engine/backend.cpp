@@ -8,6 +8,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/driver.h"
+#include "engine/sampler.h"
 
 namespace ptxlm {
 
@@ -59,7 +60,7 @@ std::unique_ptr<Backend::GreedyStream> Backend::start_greedy(TokenId, uint32_t, 
 TokenId Backend::eval_argmax(TokenId token, uint32_t pos) {
     std::vector<float> logits(n_vocab());
     eval(token, pos, logits.data());
-    return TokenId(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    return TokenId(argmax(logits));
 }
 
 DeviceKind parse_device(const std::string& s) {

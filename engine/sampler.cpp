@@ -2,6 +2,8 @@
 
 #include "engine/tokenizer.h"   // utf8_complete_prefix
 
+#include <emmintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -13,7 +15,48 @@ namespace {
 
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
 
+// Highest logit first, lowest id first among equals: the order top-k and
+// top-p read, and a deterministic one.
+bool by_logit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
 }  // namespace
+
+int32_t argmax(std::span<const float> logits) {
+    const float* l = logits.data();
+    const size_t n = logits.size();
+    // maxps returns its second operand when either is NaN: m never takes
+    // one. Four running maxima, so that their chains overlap.
+    __m128 m0 = _mm_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        m0 = _mm_max_ps(_mm_loadu_ps(l + i), m0);
+        m1 = _mm_max_ps(_mm_loadu_ps(l + i + 4), m1);
+        m2 = _mm_max_ps(_mm_loadu_ps(l + i + 8), m2);
+        m3 = _mm_max_ps(_mm_loadu_ps(l + i + 12), m3);
+    }
+    for (; i + 4 <= n; i += 4) m0 = _mm_max_ps(_mm_loadu_ps(l + i), m0);
+    alignas(16) float lanes[4];
+    _mm_store_ps(lanes, _mm_max_ps(_mm_max_ps(m0, m1), _mm_max_ps(m2, m3)));
+    float m = std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
+    for (; i < n; ++i)
+        if (l[i] > m) m = l[i];
+    // Every non-NaN logit is <= m, and m is one of them unless all are NaN
+    // (then nothing equals -inf either).
+    const __m128 want = _mm_set1_ps(m);
+    for (i = 0; i + 16 <= n; i += 16) {
+        const __m128 e0 = _mm_cmpeq_ps(_mm_loadu_ps(l + i), want), e1 = _mm_cmpeq_ps(_mm_loadu_ps(l + i + 4), want),
+                     e2 = _mm_cmpeq_ps(_mm_loadu_ps(l + i + 8), want), e3 = _mm_cmpeq_ps(_mm_loadu_ps(l + i + 12), want);
+        if (_mm_movemask_ps(_mm_or_ps(_mm_or_ps(e0, e1), _mm_or_ps(e2, e3)))) break;   // the first hit is in these 16
+    }
+    for (; i + 4 <= n; i += 4)
+        if (const int hit = _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(l + i), want)))
+            return int32_t(i + size_t(__builtin_ctz(unsigned(hit))));
+    for (; i < n; ++i)
+        if (l[i] == m) return int32_t(i);
+    return -1;
+}
 
 double log_sum_exp(std::span<const float> logits) {
     if (logits.empty()) return -INFINITY;
@@ -71,42 +114,83 @@ void Sampler::apply_penalties(std::span<float> logits) const {
     }
 }
 
+void Sampler::gather(std::span<const float> logits, float above, size_t from) {
+    if (from == 0) cand_.clear();
+    for (size_t i = from; i < logits.size(); ++i)
+        if (logits[i] > above && logits[i] != -INFINITY) cand_.emplace_back(logits[i], int32_t(i));
+}
+
+bool Sampler::gather_top(std::span<const float> logits, size_t k) {
+    // One pass, four logits a compare: a logit goes in only above the k-th
+    // best kept so far (thr), and whenever the buffer fills it is taken down
+    // to its best k. A logit at or below thr never ranks among the k: k kept
+    // ones are above it, or equal with a lower id (ids only grow).
+    // thr starts at -inf, which NaN and -inf fail too.
+    const size_t cap = std::max<size_t>(2 * k, 256);
+    const float* l = logits.data();
+    const size_t n = logits.size();
+    cand_.clear();
+    bool cut = false;
+    float thr = -INFINITY;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        // Sixteen at a time while none passes (most of a vocabulary, once thr has risen).
+        for (const __m128 t = _mm_set1_ps(thr); i + 16 <= n; i += 16) {
+            const __m128 g0 = _mm_cmpgt_ps(_mm_loadu_ps(l + i), t), g1 = _mm_cmpgt_ps(_mm_loadu_ps(l + i + 4), t),
+                         g2 = _mm_cmpgt_ps(_mm_loadu_ps(l + i + 8), t), g3 = _mm_cmpgt_ps(_mm_loadu_ps(l + i + 12), t);
+            if (_mm_movemask_ps(_mm_or_ps(_mm_or_ps(g0, g1), _mm_or_ps(g2, g3)))) break;
+        }
+        if (i + 4 > n) break;
+        int hit = _mm_movemask_ps(_mm_cmpgt_ps(_mm_loadu_ps(l + i), _mm_set1_ps(thr)));
+        for (; hit; hit &= hit - 1) {
+            const size_t j = i + size_t(__builtin_ctz(unsigned(hit)));
+            if (!(l[j] > thr)) continue;   // thr rose within these four
+            cand_.emplace_back(l[j], int32_t(j));
+            if (cand_.size() < cap) continue;
+            std::nth_element(cand_.begin(), cand_.begin() + ptrdiff_t(k - 1), cand_.end(), by_logit);
+            cand_.resize(k);
+            thr = cand_[k - 1].first;
+            cut = true;
+        }
+    }
+    gather(logits, thr, i);   // the last few (cand_ may hold more than cap then)
+    return !cut;
+}
+
 int32_t Sampler::sample(std::span<float> logits) {
     if (logits.size() != size_t(n_vocab_)) throw std::invalid_argument("Sampler: logits row has the wrong length");
     for (const auto& [id, b] : p_.logit_bias) logits[id] += b;
     apply_penalties(logits);
     if (p_.temperature <= 0) {
-        // First maximum: ties go to the lowest id (NaN never wins).
-        int32_t best = -1;
-        for (int32_t i = 0; i < n_vocab_; ++i)
-            if (!std::isnan(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
+        const int32_t best = argmax(logits);
         if (best < 0) throw std::runtime_error("Sampler: every logit is NaN");
         return best;
     }
 
-    // Candidates: every token a draw may reach (NaN and -inf are out).
-    cand_.clear();
-    float mx = -INFINITY;
-    for (int32_t i = 0; i < n_vocab_; ++i)
-        if (!std::isnan(logits[i]) && logits[i] != -INFINITY) {
-            cand_.emplace_back(logits[i], i);
-            mx = std::max(mx, logits[i]);
-        }
+    // Candidates: every token a draw may reach (NaN and -inf are out), in id
+    // order; with top-k only those that may be among the k, unless that
+    // left out none (complete: the candidates are all there).
+    bool complete = true;
+    if (p_.top_k > 0) complete = gather_top(logits, size_t(p_.top_k));
+    else gather(logits, -INFINITY, 0);
     if (cand_.empty()) throw std::runtime_error("Sampler: every token is excluded");
+    float mx = -INFINITY;
+    for (const auto& c : cand_) mx = std::max(mx, c.first);
     if (mx == INFINITY) {   // an infinite logit takes all the mass: those tokens only
+        if (!complete) gather(logits, -INFINITY, 0);   // every one of them, for top-k to choose from
+        complete = true;
         std::erase_if(cand_, [](const auto& c) { return c.first != INFINITY; });
         for (auto& c : cand_) c.first = 0.0f;
         mx = 0.0f;
     }
-    // Highest logit first, lowest id first among equals: the order top-k and
-    // top-p read, and a deterministic one.
-    auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
 
-    // top-k (k tokens: sorted, cheap).
+    // top-k (k tokens: sorted, cheap). Left incomplete, there were more than k.
     bool sorted = false;
-    if (p_.top_k > 0 && size_t(p_.top_k) < cand_.size()) {
-        std::nth_element(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
-        cand_.resize(size_t(p_.top_k));
+    if (p_.top_k > 0 && (!complete || size_t(p_.top_k) < cand_.size())) {
+        if (size_t(p_.top_k) < cand_.size()) {
+            std::nth_element(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
+            cand_.resize(size_t(p_.top_k));
+        }
         std::sort(cand_.begin(), cand_.end(), by_logit);
         sorted = true;
     }

@@ -43,6 +43,14 @@ struct SamplerParams {
     std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
+// The index of the first maximum of logits, NaN never taken (greedy
+// decoding's token: ties go to the lowest id); -1 when every logit is NaN.
+// Two SSE2 passes (the maximum, then its first index): over SmolLM2's 49152
+// logits on a Zen 4 core the scalar scans it replaces took 33 us (the
+// sampler's) and 148 us (std::max_element, the CPU backend's greedy step),
+// 1-5% of a token.
+int32_t argmax(std::span<const float> logits);
+
 // log Σ exp(logits), in double (the normaliser of log-probabilities).
 double log_sum_exp(std::span<const float> logits);
 
@@ -70,6 +78,12 @@ private:
     int32_t n_vocab_;
     std::deque<int32_t> recent_;
     std::mt19937_64 rng_;
+    // cand_ = the logits above `above` (not -inf) from id `from` on, in id
+    // order, after what it holds (emptied first when from is 0).
+    void gather(std::span<const float> logits, float above, size_t from);
+    // cand_ = the candidates that may be among the k best; false if some
+    // were left out (then there were more than k).
+    bool gather_top(std::span<const float> logits, size_t k);
     std::vector<std::pair<float, int32_t>> cand_;   // scratch: (logit, id)
     std::vector<double> weights_;                   // scratch: the draw's weights
 };

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
 
 #include "engine/sampler.h"
@@ -207,6 +208,134 @@ TEST(Sampler, MatchesThePlainChainOnAWideVocabulary) {
         }
     }
     }
+}
+
+// The chain as the sampler ran it before top-k's one-pass gathering: every
+// candidate collected, nth_element over all of them. Same seed and logits:
+// the sampler must draw the same tokens.
+int32_t every_candidate_sample(const std::vector<float>& logits, const SamplerParams& p, std::mt19937_64& rng) {
+    std::vector<std::pair<float, int32_t>> cand;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < int32_t(logits.size()); ++i)
+        if (!std::isnan(logits[i]) && logits[i] != -INFINITY) {
+            cand.emplace_back(logits[i], i);
+            mx = std::max(mx, logits[i]);
+        }
+    if (cand.empty()) return -1;   // every token excluded: the sampler throws
+    if (mx == INFINITY) {
+        std::erase_if(cand, [](const auto& c) { return c.first != INFINITY; });
+        for (auto& c : cand) c.first = 0.0f;
+        mx = 0.0f;
+    }
+    auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+    bool sorted = false;
+    if (p.top_k > 0 && size_t(p.top_k) < cand.size()) {
+        std::nth_element(cand.begin(), cand.begin() + p.top_k, cand.end(), by_logit);
+        cand.resize(size_t(p.top_k));
+        std::sort(cand.begin(), cand.end(), by_logit);
+        sorted = true;
+    }
+    const float cut = p.min_p > 0.0f ? mx + std::log(p.min_p) : -INFINITY;
+    if (p.top_p < 1.0f) {
+        double z = 0;
+        for (const auto& c : cand) z += std::exp(double(c.first) - mx);
+        if (p.min_p > 0.0f) std::erase_if(cand, [&](const auto& c) { return c.first < cut; });
+        if (!sorted) std::sort(cand.begin(), cand.end(), by_logit);
+        double cum = 0;
+        for (size_t i = 0; i < cand.size(); ++i)
+            if ((cum += std::exp(double(cand[i].first) - mx) / z) >= p.top_p) {
+                cand.resize(i + 1);
+                break;
+            }
+    } else if (p.min_p > 0.0f) {
+        std::erase_if(cand, [&](const auto& c) { return c.first < cut; });
+    }
+    std::vector<double> w(cand.size());
+    double total = 0;
+    for (size_t i = 0; i < cand.size(); ++i) total += w[i] = std::exp(double(cand[i].first - mx) / p.temperature);
+    const double u = std::uniform_real_distribution<double>(0.0, total)(rng);
+    double cum = 0;
+    size_t last = 0;
+    for (size_t i = 0; i < cand.size(); ++i) {
+        if (w[i] <= 0) continue;
+        last = i;
+        if ((cum += w[i]) > u) return cand[i].second;
+    }
+    return cand[last].second;
+}
+
+// top-k gathers in one pass, keeping only logits above the k-th best so
+// far: the draws must be those of the chain over every candidate, token for
+// token, on vocabularies around the pass's buffer (256) and SIMD widths,
+// with ties at the cut, NaN, -inf and +inf (fewer and more than k).
+TEST(Sampler, TopKGatheringDrawsWhatEveryCandidateWould) {
+    std::mt19937 gen(11);
+    for (int32_t n : {1, 5, 17, 255, 256, 257, 1000, 5003}) {
+        for (int32_t k : {1, 2, 3, 40, 127, 128, 300, 5003}) {
+            for (int kind = 0; kind < 5; ++kind) {
+                std::vector<float> l(static_cast<size_t>(n));
+                for (float& x : l) {
+                    switch (kind) {
+                        case 0: x = std::normal_distribution<float>(0, 3)(gen); break;
+                        case 1: x = float(int(gen() % 6)); break;   // ties everywhere, at every cut
+                        case 2: x = float(int(gen() % 4000)) * 0.01f; break;
+                        default: x = std::normal_distribution<float>(0, 2)(gen); break;
+                    }
+                    if (kind >= 3) {
+                        const uint32_t r = gen() % 20;
+                        if (r == 0) x = NAN;
+                        if (r == 1) x = -INFINITY;
+                        if (r == 2 && kind == 4) x = INFINITY;   // about n / 20 of them
+                    }
+                }
+                if (kind == 3 && n > 3) l[size_t(n) / 2] = INFINITY;   // one
+                for (const auto& [top_p, min_p] : {std::pair{1.0f, 0.0f}, {0.9f, 0.0f}, {1.0f, 0.05f}, {0.95f, 0.05f}}) {
+                    SamplerParams p = plain(0.8f);
+                    p.top_k = k;
+                    p.top_p = top_p;
+                    p.min_p = min_p;
+                    p.seed = 5;
+                    Sampler s(p, n);
+                    std::mt19937_64 rng(p.seed);
+                    for (int t = 0; t < 4; ++t) {
+                        std::vector<float> work = l;
+                        const int32_t want = every_candidate_sample(l, p, rng);
+                        if (want < 0) {
+                            EXPECT_THROW(s.sample(work), std::runtime_error);
+                            break;
+                        }
+                        ASSERT_EQ(s.sample(work), want) << "n " << n << " k " << k << " kind " << kind << " top_p " << top_p
+                                                        << " min_p " << min_p << " draw " << t;
+                    }
+                }
+            }
+        }
+    }
+}
+
+// argmax: the first maximum, NaN never taken, -1 when all are NaN, over
+// lengths around the vector widths (4 and 16), against a plain loop.
+TEST(Sampler, ArgmaxIsTheFirstMaximumSkippingNaN) {
+    std::mt19937 gen(3);
+    for (size_t n = 0; n < 70; ++n) {
+        for (int trial = 0; trial < 40; ++trial) {
+            std::vector<float> l(n);
+            for (float& x : l) {
+                const uint32_t r = gen() % 16;
+                x = r == 0 ? NAN : r == 1 ? -INFINITY : r == 2 && trial % 4 == 0 ? INFINITY : r == 3 ? -0.0f : float(int(gen() % 7)) - 3;
+            }
+            if (trial % 10 == 9)
+                for (float& x : l) x = NAN;
+            int32_t want = -1;
+            for (size_t i = 0; i < n; ++i)
+                if (!std::isnan(l[i]) && (want < 0 || l[i] > l[size_t(want)])) want = int32_t(i);
+            ASSERT_EQ(argmax(l), want) << "n " << n << " trial " << trial;
+        }
+    }
+    std::vector<float> big(49152, -1.0f);
+    big[40000] = 2.0f;
+    big[49151] = 2.0f;
+    EXPECT_EQ(argmax(big), 40000);
 }
 
 TEST(Sampler, TopPReachesPastTheTokensNearTheMaximum) {

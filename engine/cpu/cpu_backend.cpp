@@ -16,6 +16,7 @@
 #include "engine/cpu/elementwise.h"
 #include "engine/cpu/lazy_buffer.h"
 #include "engine/cpu/matvec.h"
+#include "engine/sampler.h"
 #include "gguf/f16.h"
 
 namespace ptxlm::cpu {
@@ -711,7 +712,7 @@ void CpuBackend::step(std::span<const SeqStep> batch) {
         if (s.logits && !direct) std::memcpy(s.logits, first, uint64_t(s.n_logits) * nv * 4);
         if (s.argmax) {
             const float* last = first + (rows - 1) * nv;
-            *s.argmax = TokenId(std::max_element(last, last + nv) - last);
+            *s.argmax = TokenId(argmax({last, nv}));
         }
         w += rows;
     }
