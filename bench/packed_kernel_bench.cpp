@@ -170,7 +170,8 @@ int main(int argc, char** argv) try {
     std::vector<Result> results;
     if (!o.json)
         std::printf("packed kernels on %s, one core; GB/s of packed weights, best of %d\n\n"
-                    "| type | columns | from | inputs | kernel GB/s | read GB/s | kernel / read |\n| --- | ---: | --- | ---: | ---: | ---: | ---: |\n",
+                    "| type | columns | from | inputs | kernel GB/s | read GB/s | kernel / read |\n"
+                    "| --- | ---: | --- | ---: | ---: | ---: | ---: |\n",
                     cpu::isa_name(o.isa), o.reps);
     for (const gguf::GgmlType type : o.types) {
         const char* name = gguf::type_traits(type).name;

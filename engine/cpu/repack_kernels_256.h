@@ -124,10 +124,13 @@ struct K45x8 {
         constexpr int c = J / 2;
         constexpr bool high = J % 2 == 1;
         const __m256i m4 = _mm256_set1_epi8(0x0F);
+        // With int32 parts at one or two inputs, two parts per input taking
+        // word pairs in turn: two vpdpbusd chains of 4 instead of one of 8.
+        constexpr int S = Sc::kInt32 && NX <= 2 ? 2 : 1;
         for (int w0 = 0; w0 < 8; w0 += kPart) {
-            __m256i part[NX];
-            for (int k = 0; k < NX; ++k) part[k] = _mm256_setzero_si256();
-            for (int w = w0; w < w0 + kPart; w += 2) {
+            __m256i part[NX * S];
+            for (int k = 0; k < NX * S; ++k) part[k] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 4") for (int w = w0; w < w0 + kPart; w += 2) {
                 __m256i q[2];
                 for (int i = 0; i < 2; ++i) {
                     const __m256i v = loadu(g + kQs + 32 * (8 * c + w + i));
@@ -137,11 +140,15 @@ struct K45x8 {
                 }
                 for (int k = 0; k < NX; ++k) {
                     const int8_t* x = y[k][b].qs + 64 * c + 32 * high + 4 * w;
-                    part[k] = Dot::part2(part[k], q[0], bcast32(x), q[1], bcast32(x + 4));
-                    keep_in_register(part[k]);
+                    __m256i& p = part[k * S + (w - w0) / 2 % S];
+                    p = Dot::part2(p, q[0], bcast32(x), q[1], bcast32(x + 4));
+                    keep_in_register(p);
                 }
             }
-            for (int k = 0; k < NX; ++k) isum[k] = Sc::meet(isum[k], part[k], sc);
+            for (int k = 0; k < NX; ++k) {
+                const __m256i p = S == 2 ? _mm256_add_epi32(part[k * S], part[k * S + S - 1]) : part[k * S];
+                isum[k] = Sc::meet(isum[k], p, sc);
+            }
         }
     }
     // m_j · (bsums[2j] + bsums[2j + 1]) for sub-blocks J.. of each input
@@ -282,20 +289,31 @@ struct IQ4XSx8 {
         const __m256i m4 = _mm256_set1_epi8(0x0F);
         if constexpr (Sc::kInt32) {
             table = _mm256_xor_si256(table, _mm256_set1_epi8(char(0x80)));   // v + 128
-            __m256i part[NX];
-            for (int k = 0; k < NX; ++k)
-                part[k] = _mm256_set1_epi32(-128 * (int32_t(y[k][b].bsums[2 * IB]) + y[k][b].bsums[2 * IB + 1]));
-            for (int w = 0; w < 4; ++w) {
+            // At one or two inputs, two parts per input taking the words in
+            // turn (two vpdpbusd chains of 4, not one of 8), the first
+            // starting at the offset.
+            constexpr int S = NX <= 2 ? 2 : 1;
+            __m256i part[NX * S];
+            for (int k = 0; k < NX * S; ++k) {
+                const BlockQ8x256& in = y[k / S][b];
+                part[k] = k % S ? _mm256_setzero_si256()
+                                : _mm256_set1_epi32(-128 * (int32_t(in.bsums[2 * IB]) + in.bsums[2 * IB + 1]));
+            }
+            _Pragma("GCC unroll 4") for (int w = 0; w < 4; ++w) {
                 const __m256i v = loadu(g + kQs + 32 * (4 * IB + w));
                 const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, m4));
                 const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
                 for (int k = 0; k < NX; ++k) {
                     const int8_t* x = y[k][b].qs + 32 * IB + 4 * w;
-                    part[k] = Dot::part2(part[k], lo, bcast32(x), hi, bcast32(x + 16));
-                    keep_in_register(part[k]);
+                    __m256i& p = part[k * S + w % S];
+                    p = Dot::part2(p, lo, bcast32(x), hi, bcast32(x + 16));
+                    keep_in_register(p);
                 }
             }
-            for (int k = 0; k < NX; ++k) isum[k] = Sc::meet(isum[k], part[k], s);
+            for (int k = 0; k < NX; ++k) {
+                const __m256i p = S == 2 ? _mm256_add_epi32(part[k * S], part[k * S + S - 1]) : part[k * S];
+                isum[k] = Sc::meet(isum[k], p, s);
+            }
         } else {
             const __m256i scp = _mm256_blend_epi16(s, _mm256_slli_epi32(s, 16), 0xAA);   // (s, s) per lane
             for (int w = 0; w < 4; ++w) {
