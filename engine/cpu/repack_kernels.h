@@ -16,10 +16,12 @@ namespace {
 
 // With int32 products (Dot::kInt32Parts) a block's products go into S int32
 // sums per input, taking turns, and the S are added at the block's end: 4
-// at one input, 2 at two, 1 from three on (where the inputs' own sums are
-// independent chains already). One sum took a Zen 4 core's Q4_1 kernel at
-// one input to 8 vpdpbusd chained a block (2026-12-06: 4 sums ran it 1.10x
-// as fast from L2, Q8_0 likewise; docs/benchmarks.md).
+// at one input, AtTwo at two (2, or 1 for the kernels two sums slowed
+// there), 1 from three on (the inputs' own sums are independent chains
+// already). One sum chained a block's 8 vpdpbusd at one input; on a Zen 4
+// core from L2 four ran Q4_1 1.12x, Q8_0 1.04x, IQ4_NL 1.12x as fast
+// (2026-12-06, docs/benchmarks.md). The decode there streams from memory
+// either way: this is headroom for a core that reads faster.
 template <class Dot, int NX, int AtTwo = 2>
 constexpr int kBlockSums = !Dot::kInt32Parts || NX > 2 ? 1 : NX == 2 ? AtTwo : 4;
 template <class Dot, int S>
@@ -51,11 +53,10 @@ struct Nibbles8 {
     // 4C..) into part. A C that is not a multiple of kWords was done with
     // the words before it.
     //
-    // With S sums per input (kInt32Parts only: part[k · S + j]) the
-    // products take turns among them, the low nibbles' into sum (2C) % S and
-    // the high ones' into (2C + 1) % S, so that a block's vpdpbusd form S
-    // chains 8 / S deep instead of one 8 deep (at one input, the chain's
-    // latency, 8 · 4-5 cycles a block, held a Zen 4 core under what it reads).
+    // With S sums per input (kInt32Parts only: part[k · S + j], kBlockSums)
+    // the products take turns among them, the low nibbles' into sum (2C) % S
+    // and the high ones' into (2C + 1) % S, so that a block's vpdpbusd form
+    // S chains 8 / S deep instead of one 8 deep.
     template <int C, int NX, int S = 1>
     static void word(const uint8_t* g, typename Dot::Qh qh, const BlockQ8x32* const* y, uint64_t b, V* part) {
         if constexpr (C % Dot::kWords == 0) {
