@@ -2,7 +2,10 @@
 runs of a change (the VM's noise hits both alike; its read ceiling moves
 between runs, so each round's t/s is read beside that run's read stream).
 
-    bench/ab A_BINARY B_BINARY [--rounds 6] [--env NAME=VALUE[,...] per side] -- BENCH_ARGS...
+    bench/ab A_BINARY B_BINARY [--rounds 6] [--env-a NAME=VALUE,...] [--env-b NAME=VALUE,...] -- BENCH_ARGS...
+
+A and B may be the same binary under two environments (PTXLM_CPU_PREFETCH=0
+against the default, say).
 
 Each round runs both (the order flips every round) as `BINARY bench
 BENCH_ARGS -o json`; per binary and test it prints the median, minimum and
@@ -20,7 +23,13 @@ import sys
 def run(binary, env, args):
     e = dict(os.environ)
     e.update(env)
-    out = subprocess.run([binary, "bench", *args, "-o", "json"], env=e, check=True, capture_output=True, text=True)
+    try:
+        out = subprocess.run([binary, "bench", *args, "-o", "json"], env=e, capture_output=True, text=True)
+    except OSError as err:
+        raise SystemExit(f"bench/ab: cannot run {binary}: {err.strerror}")
+    if out.returncode != 0:
+        tail = out.stderr.strip().splitlines()[-1:] or ["(no message)"]
+        raise SystemExit(f"bench/ab: {binary} bench failed (exit {out.returncode}): {tail[0]}")
     return {(r["test"], r["n_depth"]): r for r in json.loads(out.stdout)}
 
 
@@ -54,6 +63,9 @@ def main():
         order = sides if r % 2 == 0 else sides[::-1]
         for name, binary, env in order:
             got[name].append(run(binary, env, bench_args))
+        if got["A"][-1].keys() != got["B"][-1].keys():
+            raise SystemExit("bench/ab: the two binaries ran different tests: "
+                             f"{sorted(got['A'][-1])} against {sorted(got['B'][-1])}")
         line = []
         for key in got["A"][-1]:
             ta, tb = got["A"][-1][key]["avg_ts"], got["B"][-1][key]["avg_ts"]
