@@ -14,24 +14,6 @@
 namespace ptxlm::cpu {
 namespace {
 
-// With int32 products (Dot::kInt32Parts) a block's products go into S int32
-// sums per input, taking turns, and the S are added at the block's end: 4
-// at one input, AtTwo at two (2, or 1 for the kernels two sums slowed
-// there), 1 from three on (the inputs' own sums are independent chains
-// already). One sum chained a block's 8 vpdpbusd at one input; on a Zen 4
-// core from L2 four ran Q4_1 1.12x, Q8_0 1.04x, IQ4_NL 1.12x as fast
-// (2026-12-06, docs/benchmarks.md). The decode there streams from memory
-// either way: this is headroom for a core that reads faster.
-template <class Dot, int NX, int AtTwo = 2>
-constexpr int kBlockSums = !Dot::kInt32Parts || NX > 2 ? 1 : NX == 2 ? AtTwo : 4;
-template <class Dot, int S>
-inline typename Dot::V add_sums(const typename Dot::V* s) {
-    static_assert(S == 1 || S == 2 || S == 4);
-    if constexpr (S == 1) return s[0];
-    else if constexpr (S == 2) return Dot::add(s[0], s[1]);
-    else return Dot::add(Dot::add(s[0], s[1]), Dot::add(s[2], s[3]));
-}
-
 // The 4- and 5-bit types: Q4_0, Q4_1 (Fifth false), Q5_0, Q5_1, with a
 // min (Q4_1, Q5_1) or without. Packed block: d[8], m[8] where HasMin, the
 // 8 rows' qh words where Fifth, then 4 words of nibbles × 8 rows: 144, 160,
@@ -48,6 +30,10 @@ struct Nibbles8 {
     static constexpr int kPart = Fifth ? Dot::kPartWords5 : Dot::kPartWords4;
     static_assert(kPart > 0 && 4 % kPart == 0 && 4 % Dot::kWords == 0);
     static_assert(Dot::kInt32Parts || Dot::kWords == 1);
+    // int32 sums per input and block: two at two inputs only with a min
+    // (Q4_0/Q5_0 ran slower with two there).
+    template <int NX>
+    static constexpr int kSums = kBlockSums<Dot, NX, HasMin ? 2 : 1>;
     // Words [C, C + Dot::kWords) of block b: every input's two products per
     // word (low nibbles against input bytes 4C.., high ones against 16 +
     // 4C..) into part. A C that is not a multiple of kWords was done with
@@ -91,7 +77,7 @@ struct Nibbles8 {
     template <int C0, int NX>
     static void words(const uint8_t* g, typename Dot::Qh qh, const BlockQ8x32* const* y, uint64_t b, V* isum) {
         if constexpr (Dot::kInt32Parts) {
-            constexpr int S = kBlockSums<Dot, NX, HasMin ? 2 : 1>;
+            constexpr int S = kSums<NX>;
             word<0, NX, S>(g, qh, y, b, isum);
             word<1, NX, S>(g, qh, y, b, isum);
             word<2, NX, S>(g, qh, y, b, isum);
@@ -119,7 +105,7 @@ struct Nibbles8 {
     // term goes into the same float accumulator, a second FMA on it).
     template <int NX>
     static void run(const uint8_t* g, const void* const* xs, uint64_t n, float* out, uint64_t out_stride, bool pf) {
-        constexpr int S = kBlockSums<Dot, NX, HasMin ? 2 : 1>;
+        constexpr int S = kSums<NX>;
         Inputs<NX> in(xs);
         const BlockQ8x32* const* y = in.y;
         for (uint64_t b = 0; b < n / 32; ++b, g += kBlock) {

@@ -146,8 +146,7 @@ struct K45x8 {
                 }
             }
             for (int k = 0; k < NX; ++k) {
-                const __m256i p = S == 2 ? _mm256_add_epi32(part[k * S], part[k * S + S - 1]) : part[k * S];
-                isum[k] = Sc::meet(isum[k], p, sc);
+                isum[k] = Sc::meet(isum[k], add_sums<Dot, S>(part + k * S), sc);
             }
         }
     }
@@ -311,8 +310,7 @@ struct IQ4XSx8 {
                 }
             }
             for (int k = 0; k < NX; ++k) {
-                const __m256i p = S == 2 ? _mm256_add_epi32(part[k * S], part[k * S + S - 1]) : part[k * S];
-                isum[k] = Sc::meet(isum[k], p, s);
+                isum[k] = Sc::meet(isum[k], add_sums<Dot, S>(part + k * S), s);
             }
         } else {
             const __m256i scp = _mm256_blend_epi16(s, _mm256_slli_epi32(s, 16), 0xAA);   // (s, s) per lane

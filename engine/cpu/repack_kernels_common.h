@@ -146,6 +146,24 @@ inline void prefetch_slice(const uint8_t* g, bool pf) {
     if (pf) prefetch_lines<l0, l1>(g + kPrefetch);
 }
 
+// With int32 products (Dot::kInt32Parts) a block's products go into S int32
+// sums per input, taking turns, and the S are added at the block's end: 4
+// at one input, AtTwo at two (2, or 1 for the kernels two sums slowed
+// there), 1 from three on (the inputs' own sums are independent chains
+// already). One sum chained a block's 8 vpdpbusd at one input; on a Zen 4
+// core from L2 four ran Q4_1 1.12x, Q8_0 1.04x, IQ4_NL 1.12x as fast
+// (2026-12-06, docs/benchmarks.md). The decode there streams from memory
+// either way: this is headroom for a core that reads faster.
+template <class Dot, int NX, int AtTwo = 2>
+constexpr int kBlockSums = !Dot::kInt32Parts || NX > 2 ? 1 : NX == 2 ? AtTwo : 4;
+template <class Dot, int S>
+inline typename Dot::V add_sums(const typename Dot::V* s) {
+    static_assert(S == 1 || S == 2 || S == 4);
+    if constexpr (S == 1) return s[0];
+    else if constexpr (S == 2) return Dot::add(s[0], s[1]);
+    else return Dot::add(Dot::add(s[0], s[1]), Dot::add(s[2], s[3]));
+}
+
 // A pass's inputs and its float accumulators, one per input (the set-up and
 // the stores every kernel's run shares): out[r + k · out_stride] = acc[k]
 // lane r at the end. Y: the input's blocks (BlockQ8x256 for the 256-value
