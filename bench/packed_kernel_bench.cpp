@@ -4,6 +4,12 @@
 //
 //   packed_kernel_bench [--isa NAME] [--types Q4_1,Q8_0,...] [--cols N]
 //                       [--inputs 1,2,4] [--l2-kib K] [--mem-mib M] [--reps R] [--json]
+//                       [--chunk-kib C | --interleave]
+//
+// --chunk-kib C: the memory pass (kernel and read alike) in chunks of C KiB
+// of whole groups in a shuffled order, short streams as a decode's per-thread
+// shares are; --interleave: the kernel's memory pass takes 4 groups from the
+// first half, then 4 from the second, in turn (matmul_glu's gate and up).
 //
 // Per type a random matrix of `cols` columns (576, SmolLM2's width, rounded
 // up to the type's block: 768 for the 256-value types) is quantized (gguf's
@@ -68,6 +74,8 @@ struct Options {
     std::vector<int> inputs{1, 2, 4};
     uint64_t l2_bytes = 512 << 10, mem_bytes = uint64_t(256) << 20;
     int reps = 9;
+    uint64_t chunk_bytes = 0;   // 0: the memory pass is one stream
+    bool interleave = false;    // the memory pass as matmul_glu's: 4 groups of each half in turn
     bool json = false;
 };
 
@@ -80,6 +88,10 @@ Options parse(int argc, char** argv) {
             o.json = true;
             continue;
         }
+        if (a == "--interleave") {
+            o.interleave = true;
+            continue;
+        }
         if (i + 1 >= argc) throw std::invalid_argument(a + ": needs a value (or is not an option; see the comment at the top)");
         const std::string v = argv[++i];
         if (a == "--isa") o.isa = cpu::parse_isa(v);
@@ -87,6 +99,7 @@ Options parse(int argc, char** argv) {
         else if (a == "--cols") o.cols = number("--cols", v);
         else if (a == "--l2-kib") o.l2_bytes = number("--l2-kib", v) << 10;
         else if (a == "--mem-mib") o.mem_bytes = number("--mem-mib", v) << 20;
+        else if (a == "--chunk-kib") o.chunk_bytes = number("--chunk-kib", v) << 10;
         else if (a == "--reps") o.reps = int(std::min<uint64_t>(number("--reps", v), 1000));
         else if (a == "--inputs") {
             o.inputs.clear();
@@ -193,16 +206,38 @@ int main(int argc, char** argv) try {
             // A pass over L2 repeats until it has read about as much as one over memory, so both time alike.
             const uint64_t repeat = std::max<uint64_t>(1, o.mem_bytes / total);
             std::vector<float> out(stride * uint64_t(cpu::kQDotMaxInputs));
+            // Chunks of whole groups in a shuffled order (the memory pass only).
+            const uint64_t per = o.chunk_bytes && std::string(where) == "memory"
+                                     ? std::max<uint64_t>(1, o.chunk_bytes / p.group_bytes) : p.groups;
+            std::vector<uint64_t> starts;
+            for (uint64_t g = 0; g < p.groups; g += per) starts.push_back(g);
+            std::shuffle(starts.begin(), starts.end(), rng);
             for (const int nx : o.inputs) {
                 double kernel = 1e30, read = 1e30;
                 uint64_t sink = 0;
                 for (int r = 0; r < o.reps; ++r) {
                     const auto t0 = Clock::now();
+                    if (o.interleave && std::string(where) == "memory") {
+                        const uint64_t half = p.groups / 2;
+                        for (uint64_t i = 0; i + 4 <= half; i += 4) {
+                            for (uint64_t g = i; g < i + 4; ++g)
+                                p.fn(p.group(g), xs.data(), nx, cols, out.data() + g * cpu::kPackRows, stride);
+                            for (uint64_t g = half + i; g < half + i + 4; ++g)
+                                p.fn(p.group(g), xs.data(), nx, cols, out.data() + g * cpu::kPackRows, stride);
+                        }
+                    } else
                     for (uint64_t k = 0; k < repeat; ++k)
-                        for (uint64_t g = 0; g < p.groups; ++g)
-                            p.fn(p.group(g), xs.data(), nx, cols, out.data() + g * cpu::kPackRows, stride);
+                        for (size_t i = 0; i < starts.size(); ++i) {
+                            const uint64_t s = starts[i], e = std::min(p.groups, s + per);
+                            for (uint64_t g = s; g < e; ++g)
+                                p.fn(p.group(g), xs.data(), nx, cols, out.data() + g * cpu::kPackRows, stride);
+                        }
                     const auto t1 = Clock::now();
-                    for (uint64_t k = 0; k < repeat; ++k) sink += cpu::detail::read_sum_avx2(p.data.get(), total / 128 * 128);
+                    for (uint64_t k = 0; k < repeat; ++k)
+                        for (const uint64_t s : starts) {
+                            const uint64_t e = std::min(p.groups, s + per);
+                            sink += cpu::detail::read_sum_avx2(p.group(s), (e - s) * p.group_bytes / 128 * 128);
+                        }
                     const auto t2 = Clock::now();
                     kernel = std::min(kernel, std::chrono::duration<double>(t1 - t0).count());
                     read = std::min(read, std::chrono::duration<double>(t2 - t1).count());

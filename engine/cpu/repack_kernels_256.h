@@ -363,8 +363,17 @@ struct K23x8 {
     using Sc = Scaled<Dot>;
     static constexpr uint64_t kHm = 16, kQs = Q3 ? kHm + 256 : 32 + 128, kScales = Q3 ? kQs + 512 : 32,
                               kBlock = Q3 ? kScales + 96 : kQs + 512;
+    // Q2_K with int32 sums: the codes are masked where they lie, 4^K · q
+    // (at most 192, a u8), and a group's sums with the same K gather in an
+    // accumulator of their own, shifted down once a block (exact: every
+    // term is a multiple of 4^K; at most 64 · 3 · 127 · 16 · 15 · 4 = 23.4M
+    // per lane before the shift). One vpand per word instead of a shift and
+    // a vpand.
+    static constexpr bool kInPlace = !Q3 && Sc::kInt32;
+    static constexpr int kAccs = kInPlace ? 4 : 1;
     template <int H, int K, int W>
     static __m256i codes(const uint8_t* g) {
+        if constexpr (kInPlace) return _mm256_and_si256(loadu(g + kQs + 32 * (8 * H + W)), _mm256_set1_epi8(char(3 << 2 * K)));
         const __m256i q = _mm256_and_si256(shift16<-2 * K>(loadu(g + kQs + 32 * (8 * H + W))), _mm256_set1_epi8(3));
         if constexpr (!Q3) return q;
         else
@@ -392,8 +401,9 @@ struct K23x8 {
             const int8_t* x = y[j][b].qs + 128 * h + 32 * k + 4 * w;
             const __m256i p01 = Dot::part2(_mm256_setzero_si256(), q0, bcast32(x), q1, bcast32(x + 4));
             const __m256i part = Dot::part2(p01, q2, bcast32(x + 8), q3, bcast32(x + 12));
-            isum[j] = Sc::meet(isum[j], part, sg);
-            keep_in_register(isum[j]);
+            __m256i& a = isum[j * kAccs + (kInPlace ? k : 0)];
+            a = Sc::meet(a, part, sg);
+            keep_in_register(a);
         }
         if constexpr (G < 15) groups<G + 1, NX>(g, sc, y, b, isum, pf);
     }
@@ -427,9 +437,15 @@ struct K23x8 {
             } else {
                 for (int q = 0; q < 4; ++q) sc[q] = loadu(g + kScales + 32 * q);
             }
-            __m256i isum[NX], bs[NX];
-            for (int j = 0; j < NX; ++j) isum[j] = bs[j] = _mm256_setzero_si256();
+            __m256i isum[NX * kAccs], bs[NX];
+            for (int j = 0; j < NX * kAccs; ++j) isum[j] = _mm256_setzero_si256();
+            for (int j = 0; j < NX; ++j) bs[j] = _mm256_setzero_si256();
             groups<0, NX>(g, sc, y, b, isum, pf);
+            if constexpr (kInPlace)
+                for (int j = 0; j < NX; ++j)
+                    isum[j] = _mm256_add_epi32(
+                        _mm256_add_epi32(isum[4 * j], _mm256_srai_epi32(isum[4 * j + 1], 2)),
+                        _mm256_add_epi32(_mm256_srai_epi32(isum[4 * j + 2], 4), _mm256_srai_epi32(isum[4 * j + 3], 6)));
             if constexpr (Q3) signed_bsum_terms<0, NX>(sc, y, b, bs);
             else min_terms<0, NX>(sc, y, b, bs);
             const __m256 d = f16x8(g);
