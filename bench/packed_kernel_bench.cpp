@@ -225,13 +225,12 @@ int main(int argc, char** argv) try {
                             for (uint64_t g = half + i; g < half + i + 4; ++g)
                                 p.fn(p.group(g), xs.data(), nx, cols, out.data() + g * cpu::kPackRows, stride);
                         }
-                    } else
-                    for (uint64_t k = 0; k < repeat; ++k)
-                        for (size_t i = 0; i < starts.size(); ++i) {
-                            const uint64_t s = starts[i], e = std::min(p.groups, s + per);
-                            for (uint64_t g = s; g < e; ++g)
-                                p.fn(p.group(g), xs.data(), nx, cols, out.data() + g * cpu::kPackRows, stride);
-                        }
+                    } else {
+                        for (uint64_t k = 0; k < repeat; ++k)
+                            for (const uint64_t s : starts)
+                                for (uint64_t g = s; g < std::min(p.groups, s + per); ++g)
+                                    p.fn(p.group(g), xs.data(), nx, cols, out.data() + g * cpu::kPackRows, stride);
+                    }
                     const auto t1 = Clock::now();
                     for (uint64_t k = 0; k < repeat; ++k)
                         for (const uint64_t s : starts) {
