@@ -200,6 +200,7 @@ int main(int argc, char** argv) try {
             xs.push_back(in.blocks());
         }
         for (const auto& [where, bytes] : {std::pair{"L2", o.l2_bytes}, {"memory", o.mem_bytes}}) {
+            const bool from_memory = std::string(where) == "memory";
             const Matrix m = make_matrix(type, o.isa, cols, bytes, rng);
             const cpu::PackedWeight& p = m.packed;
             const uint64_t total = p.groups * p.group_bytes, stride = p.groups * cpu::kPackRows;
@@ -207,7 +208,7 @@ int main(int argc, char** argv) try {
             const uint64_t repeat = std::max<uint64_t>(1, o.mem_bytes / total);
             std::vector<float> out(stride * uint64_t(cpu::kQDotMaxInputs));
             // Chunks of whole groups in a shuffled order (the memory pass only).
-            const uint64_t per = o.chunk_bytes && std::string(where) == "memory"
+            const uint64_t per = o.chunk_bytes && from_memory
                                      ? std::max<uint64_t>(1, o.chunk_bytes / p.group_bytes) : p.groups;
             std::vector<uint64_t> starts;
             for (uint64_t g = 0; g < p.groups; g += per) starts.push_back(g);
@@ -217,7 +218,7 @@ int main(int argc, char** argv) try {
                 uint64_t sink = 0;
                 for (int r = 0; r < o.reps; ++r) {
                     const auto t0 = Clock::now();
-                    if (o.interleave && std::string(where) == "memory") {
+                    if (o.interleave && from_memory) {
                         const uint64_t half = p.groups / 2;
                         for (uint64_t i = 0; i + 4 <= half; i += 4) {
                             for (uint64_t g = i; g < i + 4; ++g)

@@ -394,6 +394,79 @@ TEST(Repack, CopyWeightKeepsBytesAndReportsRuns) {
     EXPECT_FALSE(cpu::copy_weight(Weight{}));
 }
 
+// pack_pair: each matrix's groups hold the bytes pack_weight gives it alone
+// (so the same products) and unpack to its rows; the runs alternate, a's
+// kRunGroups groups then b's, one stream up to the last run (short here:
+// 22 groups, the end of a's last run a gap); each matrix's rows reported
+// once, in order, covering its full groups; no pair when the matrices cannot
+// be packed alike. Two types of one width: group sizes that differ.
+TEST(Repack, PairAlternatesRunsOfTheSameGroups) {
+    std::mt19937 rng(17);
+    const GgmlType ta = GgmlType::Q4_1, tb = GgmlType::Q8_0;
+    const uint64_t n = 256, rows = 22 * cpu::kPackRows + 3;   // 5 runs of 4 groups, a run of 2, 3 tail rows
+    const std::vector<uint8_t> da = make_rows(ta, rows, n, rng), db = make_rows(tb, rows, n, rng);
+    const Weight wa = weight(ta, rows, n, da), wb = weight(tb, rows, n, db);
+    struct Runs {
+        const uint8_t* next;
+        uint64_t calls = 0;
+        bool in_order = true;
+    } runs_a{da.data()}, runs_b{db.data()};
+    const auto seen = [](void* ctx, const uint8_t* p, uint64_t len) {
+        auto& r = *static_cast<Runs*>(ctx);
+        r.in_order &= p == r.next && len > 0;
+        r.next = p + len;
+        ++r.calls;
+    };
+    for (Isa isa : packing_isas(ta)) {
+        if (!cpu::packed_fn(isa, tb)) continue;
+        const std::string what = cpu::isa_name(isa);
+        runs_a = Runs{da.data()};
+        runs_b = Runs{db.data()};
+        cpu::PackArena arena;
+        const cpu::PackedPair pair = cpu::pack_pair(wa, wb, isa, seen, &runs_a, seen, &runs_b, &arena);
+        const cpu::PackedWeight alone_a = cpu::pack_weight(wa, isa), alone_b = cpu::pack_weight(wb, isa);
+        ASSERT_TRUE(pair.a && pair.b && alone_a && alone_b) << what;
+        ASSERT_EQ(pair.a.groups, 22u);
+        ASSERT_EQ(pair.b.groups, 22u);
+        EXPECT_TRUE(cpu::paired(pair.a, pair.b)) << what;
+        EXPECT_FALSE(cpu::paired(alone_a, alone_b)) << what;
+        EXPECT_FALSE(cpu::paired(pair.b, pair.a)) << what;
+        const uint64_t ga = pair.a.group_bytes, gb = pair.b.group_bytes;
+        ASSERT_NE(ga, gb);
+        for (uint64_t g = 0; g < 22; ++g) {
+            EXPECT_EQ(std::memcmp(pair.a.group(g), alone_a.group(g), ga), 0) << what << " a group " << g;
+            EXPECT_EQ(std::memcmp(pair.b.group(g), alone_b.group(g), gb), 0) << what << " b group " << g;
+        }
+        std::vector<uint8_t> row(wb.row_bytes);
+        for (uint64_t r = 0; r < 22 * cpu::kPackRows; r += 7) {
+            cpu::unpack_row(pair.a, r, wa.row_bytes, row.data());
+            EXPECT_EQ(std::memcmp(row.data(), wa.row(r), wa.row_bytes), 0) << what << " a row " << r;
+            cpu::unpack_row(pair.b, r, wb.row_bytes, row.data());
+            EXPECT_EQ(std::memcmp(row.data(), wb.row(r), wb.row_bytes), 0) << what << " b row " << r;
+        }
+        // The stream: a's run, b's run, a's next run, each right after the last.
+        const uint8_t* at = pair.a.group(0);
+        for (uint64_t g0 = 0; g0 < 22; g0 += cpu::kRunGroups) {
+            const uint64_t g1 = std::min<uint64_t>(22, g0 + cpu::kRunGroups);
+            for (uint64_t g = g0; g < g1; ++g, at += ga) EXPECT_EQ(pair.a.group(g), at) << what << " a group " << g;
+            at += (g0 + cpu::kRunGroups - g1) * ga;   // the gap after a short last run
+            for (uint64_t g = g0; g < g1; ++g, at += gb) EXPECT_EQ(pair.b.group(g), at) << what << " b group " << g;
+        }
+        EXPECT_EQ(pair.a.data.use_count(), 3);   // the arena's chunk; a and b share one owner
+        EXPECT_TRUE(runs_a.in_order && runs_b.in_order) << what;
+        EXPECT_EQ(runs_a.next, da.data() + 22 * cpu::kPackRows * wa.row_bytes) << what;
+        EXPECT_EQ(runs_b.next, db.data() + 22 * cpu::kPackRows * wb.row_bytes) << what;
+        EXPECT_EQ(runs_a.calls, 1u) << what;   // 22 groups, well under 1 MiB
+        // No pair: fewer groups in one, or a type without a packed kernel.
+        const Weight short_b = weight(tb, rows - 8, n, db);
+        EXPECT_FALSE(cpu::pack_pair(wa, short_b, isa, nullptr, nullptr, nullptr, nullptr).a) << what;
+        std::vector<uint8_t> f(rows * n * 4);
+        const Weight wf = weight(GgmlType::F32, rows, n, f);
+        const cpu::PackedPair none = cpu::pack_pair(wf, wb, isa, nullptr, nullptr, nullptr, nullptr);
+        EXPECT_FALSE(none.a || none.b) << what;
+    }
+}
+
 namespace {
 
 // The VmFlags of the mapping of /proc/self/smaps that holds p, and its
@@ -536,20 +609,24 @@ TEST(Repack, GluPassEqualsTheProductsThenTheActivation) {
             const std::vector<uint8_t> gd = make_rows(t, rows, n, rng), ud = make_rows(t, rows, n, rng);
             const Weight gw = weight(t, rows, n, gd), uw = weight(t, rows, n, ud);
             const cpu::PackedWeight gp = cpu::pack_weight(gw, isa), up = cpu::pack_weight(uw, isa);
+            const cpu::PackedPair pair = cpu::pack_pair(gw, uw, isa, nullptr, nullptr, nullptr, nullptr);
+            ASSERT_EQ(bool(pair.a), bool(gp));
             const std::vector<uint8_t> dd = make_rows(down_type, 40, rows, rng);
             const Weight dw = weight(down_type, 40, rows, dd);
-            for (const bool packed : {false, true})
+            enum Layout { kPlain, kPacked, kPaired };
+            for (const Layout layout : {kPlain, kPacked, kPaired})
                 for (const uint64_t n_in : {uint64_t(1), uint64_t(5)})
                     for (const cpu::GluFn act : {ew.silu_mul, ew.gelu_mul}) {
                         const std::string what = std::string(gguf::type_traits(t).name) + " " + cpu::isa_name(isa) +
-                                                 (packed ? " packed" : " plain") + " n_in " + std::to_string(n_in);
+                                                 (layout == kPlain ? " plain" : layout == kPacked ? " packed" : " paired") + " n_in " + std::to_string(n_in);
                         std::vector<float> x(n_in * n);
                         for (uint64_t i = 0; i < n_in; ++i) {
                             const std::vector<float> xi = make_input(n, false, rng);
                             std::copy(xi.begin(), xi.end(), x.begin() + i * n);
                         }
-                        const cpu::PackedWeight* gpp = packed && gp ? &gp : nullptr;
-                        const cpu::PackedWeight* upp = packed && up ? &up : nullptr;
+                        const cpu::PackedWeight* gpp = layout == kPlain ? nullptr : layout == kPacked ? &gp : &pair.a;
+                        const cpu::PackedWeight* upp = layout == kPlain ? nullptr : layout == kPacked ? &up : &pair.b;
+                        if (gpp && !*gpp) gpp = upp = nullptr;   // a type without packed kernels
                         const cpu::Arithmetic arith{cpu::CpuPath::Quantized, isa};
                         std::vector<float> g(n_in * rows), u(n_in * rows), g2(n_in * rows), u2(n_in * rows);
                         cpu::matmul(pool, {{&gw, g.data(), rows, gpp}, {&uw, u.data(), rows, upp}}, x.data(), n_in, n, arith);

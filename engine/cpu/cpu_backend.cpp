@@ -175,35 +175,39 @@ void CpuBackend::pack_weights() {
         const Weight* mat;
     };
     std::unordered_map<const Weight*, Prepared> seen;
+    // The packed (or plain) copy is what the quantized path reads from now
+    // on: the file's pages of the rows copied leave memory as the copy goes,
+    // so a matrix is never resident twice (they come back from the page
+    // cache if the reference path, the GPU backend or an embedding lookup
+    // reads them). Pages are dropped whole: from the last boundary passed, so
+    // one that straddles two runs goes with the second. The page cache keeps
+    // the file (no POSIX_FADV_DONTNEED): it is not this process's resident
+    // set, and the next load reads it from memory rather than disk. One Drop
+    // per matrix.
+    struct Drop {
+        const gguf::File* file;
+        const uint8_t* from;
+    };
+    const PackProgress dropped = [](void* ctx, const uint8_t* p, uint64_t n) {
+        auto& d = *static_cast<Drop*>(ctx);
+        const uint8_t* end = p + n;
+        d.file->drop_pages(d.from, uint64_t(end - d.from));
+        const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+        d.from = std::max(d.from, reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(end) / page * page));
+    };
+    const auto keep = [&](const Weight& w, PackedWeight p) {
+        packed_.push_back(std::make_unique<PackedWeight>(std::move(p)));
+        const Prepared out{packed_.back().get(), &w};
+        seen.emplace(&w, out);
+        return out;
+    };
     auto pack = [&](const Weight& w) -> Prepared {
         if (!w) return {nullptr, &w};
         if (const auto it = seen.find(&w); it != seen.end()) return it->second;
-        // The packed (or plain) copy is what the quantized path reads from
-        // now on: the file's pages of the rows copied leave memory as the
-        // copy goes, so a matrix is never resident twice (they come back
-        // from the page cache if the reference path, the GPU backend or an
-        // embedding lookup reads them). Pages are dropped whole: from the
-        // last boundary passed, so one that straddles two runs goes with the
-        // second. The page cache keeps the file (no POSIX_FADV_DONTNEED): it
-        // is not this process's resident set, and the next load reads it
-        // from memory rather than disk.
-        struct Drop {
-            const gguf::File* file;
-            const uint8_t* from;
-        } drop{&m_.file, w.data};
-        const auto dropped = [](void* ctx, const uint8_t* p, uint64_t n) {
-            auto& d = *static_cast<Drop*>(ctx);
-            const uint8_t* end = p + n;
-            d.file->drop_pages(d.from, uint64_t(end - d.from));
-            const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-            d.from = std::max(d.from, reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(end) / page * page));
-        };
-        PackedWeight p = pack_weight(w, arith_.isa, dropped, &drop, &pack_arena_);
+        Drop drop{&m_.file, w.data};
+        if (PackedWeight p = pack_weight(w, arith_.isa, dropped, &drop, &pack_arena_)) return keep(w, std::move(p));
         Prepared out{nullptr, &w};
-        if (p) {
-            packed_.push_back(std::make_unique<PackedWeight>(std::move(p)));
-            out.packed = packed_.back().get();
-        } else if (copy_weights_) {
+        if (copy_weights_) {
             // No packed kernel (F16, F32, ...) or too few rows: the
             // file's bytes as they are, on huge pages (lazy_buffer.h), read
             // every token like the packed ones. The tail rows of a packed
@@ -218,6 +222,18 @@ void CpuBackend::pack_weights() {
     };
     for (size_t il = 0; il < m_.layers.size(); ++il) {
         Layer& l = layers_[il];
+        // Gate and up as a pair, their 32-row runs alternating: the gated
+        // pass (matmul_glu) reads them as one stream. Alone when they cannot
+        // be (a type without a packed kernel, rows that differ).
+        const Weight &gate = *l.mats[4], &up = *l.mats[5];
+        if (gate && up && &gate != &up && !seen.count(&gate) && !seen.count(&up)) {
+            Drop drop_gate{&m_.file, gate.data}, drop_up{&m_.file, up.data};
+            PackedPair pair = pack_pair(gate, up, arith_.isa, dropped, &drop_gate, dropped, &drop_up, &pack_arena_);
+            if (pair.a) {
+                keep(gate, std::move(pair.a));
+                keep(up, std::move(pair.b));
+            }
+        }
         for (size_t i = 0; i < l.mats.size(); ++i) {
             const Prepared p = pack(*l.mats[i]);
             l.packs[i] = p.packed;

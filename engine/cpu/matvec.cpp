@@ -224,22 +224,36 @@ void matmul_glu(ThreadPool& pool, const MatVec& gate, const MatVec& up, const fl
     static_assert(kGluRows % kPackRows == 0);
     constexpr uint64_t kUnits = kGluRows / kPackRows;
     const uint64_t units = pass.units(0);
+    // Packed as a pair (repack.h), an item's gate rows then its up rows are
+    // the next bytes of one stream: item by item. Otherwise all of a chunk's
+    // gate rows, then its up rows: two streams of the chunk's length, not a
+    // switch every 32 rows (two interleaved streams kept 0.70 of a Zen 4
+    // core's read, one 0.87; SmolLM2 tg128 on one core +11-16%,
+    // docs/benchmarks.md).
+    static_assert(kUnits == kRunGroups);
+    const bool one_stream = gate.packed && up.packed && gate.packed->isa == isa && paired(*gate.packed, *up.packed);
     pool.parallel_for((units + kUnits - 1) / kUnits, 1, [&](uint64_t begin, uint64_t end, int) {
-        // All of a chunk's gate rows, then its up rows: two streams of the
-        // chunk's length, not a switch every 32 rows (two interleaved
-        // streams kept 0.70 of a Zen 4 core's read, one 0.87; SmolLM2 tg128
-        // on one core +11-16%, docs/benchmarks.md).
-        const uint64_t u0 = begin * kUnits, u1 = std::min(units, end * kUnits);
-        for (uint64_t u = u0; u < u1; ++u) pass.run(0, u);
-        for (uint64_t u = u0; u < u1; ++u) pass.run(1, u);
-        for (uint64_t i = begin; i < end; ++i) {
+        const auto finish = [&](uint64_t i) {
             const uint64_t r0 = i * kGluRows, n = std::min(rows, r0 + kGluRows) - r0;
             for (uint64_t t = 0; t < n_in; ++t) {
                 float* g = gate.y + t * gate.ldy + r0;
                 act(g, up.y + t * up.ldy + r0, uint32_t(n));
                 if (next) quantize(g, next[t].b32[i]);
             }
+        };
+        if (one_stream) {
+            for (uint64_t i = begin; i < end; ++i) {
+                const uint64_t u0 = i * kUnits, u1 = std::min(units, u0 + kUnits);
+                for (uint64_t u = u0; u < u1; ++u) pass.run(0, u);
+                for (uint64_t u = u0; u < u1; ++u) pass.run(1, u);
+                finish(i);
+            }
+            return;
         }
+        const uint64_t u0 = begin * kUnits, u1 = std::min(units, end * kUnits);
+        for (uint64_t u = u0; u < u1; ++u) pass.run(0, u);
+        for (uint64_t u = u0; u < u1; ++u) pass.run(1, u);
+        for (uint64_t i = begin; i < end; ++i) finish(i);
     });
 }
 

@@ -138,27 +138,57 @@ std::shared_ptr<uint8_t> copy_weight(const Weight& w, PackProgress copied, void*
     return out;
 }
 
-PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied, void* ctx, PackArena* arena) {
+namespace {
+
+// p's fields for w (data and run_stride not yet set): empty when (isa,
+// w.type) has no packed kernel, w has fewer than kPackRows rows, or its row
+// layout is not the shape's.
+PackedWeight plan_pack(const Weight& w, Isa isa) {
     PackedWeight p;
     const BlockShape shape = block_shape(w.type);
     const PackedDotFn fn = packed_fn(isa, w.type);
     if (!fn || !shape || w.rows < kPackRows || !w.data) return p;
     const uint64_t nb = w.cols / uint64_t(shape.values);
-    // A row layout the shape does not describe: left unpacked.
     if (w.cols % uint64_t(shape.values) != 0 || nb * shape.bytes() != w.row_bytes) return p;
     p.type = w.type;
     p.isa = isa;
     p.groups = w.rows / kPackRows;
     p.group_bytes = kPackRows * w.row_bytes;
-    const uint64_t bytes = p.groups * p.group_bytes;
-    p.data = take_from(arena, bytes);
-    uint8_t* mem = p.data.get();
+    p.fn = fn;
+    return p;
+}
+
+// Reports w's rows to `copied` in runs of about 1 MiB, in order, as the
+// packing passes them.
+class Progress {
+public:
+    Progress(const Weight& w, const PackedWeight& p, PackProgress copied, void* ctx)
+        : w_(w), copied_(copied), ctx_(ctx), group_bytes_(p.group_bytes), groups_(p.groups),
+          per_run_(std::max<uint64_t>(1, (uint64_t(1) << 20) / p.group_bytes)) {}
+    // Groups [0, g) have been read.
+    void read_to(uint64_t g) {
+        if (!copied_) return;
+        for (; g - done_ >= per_run_; done_ += per_run_) copied_(ctx_, w_.row(done_ * kPackRows), per_run_ * group_bytes_);
+    }
+    void finish() {
+        if (copied_ && done_ < groups_) copied_(ctx_, w_.row(done_ * kPackRows), (groups_ - done_) * group_bytes_);
+        done_ = groups_;
+    }
+
+private:
+    const Weight& w_;
+    PackProgress copied_;
+    void* ctx_;
+    uint64_t group_bytes_, groups_, per_run_, done_ = 0;
+};
+
+// Groups [g0, g1) of w packed into p.group(g).
+void fill_groups(const Weight& w, const PackedWeight& p, uint64_t g0, uint64_t g1) {
+    const BlockShape shape = block_shape(w.type);
+    const uint64_t nb = w.cols / uint64_t(shape.values);
     const uint64_t hb = 2 * kPackRows, wb = 4 * kPackRows;   // bytes of one packed field, one packed word
-    const uint64_t groups_per_run = std::max<uint64_t>(1, (uint64_t(1) << 20) / p.group_bytes);
-    for (uint64_t g = 0; g < p.groups; ++g) {
-        if (copied && g > 0 && g % groups_per_run == 0)
-            copied(ctx, w.row((g - groups_per_run) * kPackRows), groups_per_run * p.group_bytes);
-        uint8_t* dst = mem + g * p.group_bytes;
+    for (uint64_t g = g0; g < g1; ++g) {
+        uint8_t* dst = p.data.get() + (p.group(g) - p.data.get());
         for (uint64_t b = 0; b < nb; ++b, dst += kPackRows * shape.bytes())
             for (int r = 0; r < kPackRows; ++r) {
                 const uint8_t* src = w.row(g * kPackRows + r) + b * shape.bytes();
@@ -167,12 +197,51 @@ PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied, void* ct
                     copy_word(shape, c, src + shape.word_at(c), dst + shape.halves * hb + c * wb + 4 * r, spread_qh);
             }
     }
-    if (copied) {
-        const uint64_t last = (p.groups - 1) / groups_per_run * groups_per_run;   // the run not yet reported
-        copied(ctx, w.row(last * kPackRows), (p.groups - last) * p.group_bytes);
+}
+
+}  // namespace
+
+PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied, void* ctx, PackArena* arena) {
+    PackedWeight p = plan_pack(w, isa);
+    if (!p) return p;
+    p.run_stride = kRunGroups * p.group_bytes;
+    p.data = take_from(arena, p.groups * p.group_bytes);
+    Progress progress(w, p, copied, ctx);
+    for (uint64_t g = 0; g < p.groups; ++g) {
+        progress.read_to(g);
+        fill_groups(w, p, g, g + 1);
     }
-    p.fn = fn;
+    progress.finish();
     return p;
+}
+
+PackedPair pack_pair(const Weight& a, const Weight& b, Isa isa, PackProgress copied_a, void* ctx_a,
+                     PackProgress copied_b, void* ctx_b, PackArena* arena) {
+    PackedPair out{plan_pack(a, isa), plan_pack(b, isa)};
+    if (!out.a || !out.b || out.a.groups != out.b.groups) return {};
+    PackedWeight &pa = out.a, &pb = out.b;
+    const uint64_t groups = pa.groups, runs = (groups + kRunGroups - 1) / kRunGroups;
+    pa.run_stride = pb.run_stride = kRunGroups * (pa.group_bytes + pb.group_bytes);
+    // The last run: all of a's run (its unused end a gap), then b's groups.
+    const uint64_t last_b = groups - (runs - 1) * kRunGroups;
+    pa.data = take_from(arena, (runs - 1) * pa.run_stride + kRunGroups * pa.group_bytes + last_b * pb.group_bytes);
+    pb.data = std::shared_ptr<uint8_t>(pa.data, pa.data.get() + kRunGroups * pa.group_bytes);
+    Progress progress_a(a, pa, copied_a, ctx_a), progress_b(b, pb, copied_b, ctx_b);
+    for (uint64_t g = 0; g < groups; g += kRunGroups) {
+        const uint64_t e = std::min(groups, g + kRunGroups);
+        progress_a.read_to(g);
+        fill_groups(a, pa, g, e);
+        progress_b.read_to(g);
+        fill_groups(b, pb, g, e);
+    }
+    progress_a.finish();
+    progress_b.finish();
+    return out;
+}
+
+bool paired(const PackedWeight& a, const PackedWeight& b) {
+    return a && b && a.groups == b.groups && a.run_stride == kRunGroups * (a.group_bytes + b.group_bytes) &&
+           b.run_stride == a.run_stride && b.data.get() == a.data.get() + kRunGroups * a.group_bytes;
 }
 
 void unpack_row(const PackedWeight& p, uint64_t r, uint64_t row_bytes, uint8_t* out) {

@@ -95,16 +95,26 @@ using PackedDotFn = void (*)(const uint8_t* group, const void* const* xs, int n_
 // it (repack.cpp) for A/B runs.
 PackedDotFn packed_fn(Isa isa, gguf::GgmlType type);
 
+// Groups are stored in runs of kRunGroups (32 rows, matvec.h's kGluRows):
+// run k at data + k · run_stride. A matrix packed alone has its runs back to
+// back (run_stride = kRunGroups · group_bytes, group g at g · group_bytes);
+// two packed as a pair (pack_pair) alternate runs, so a pass that takes 32
+// rows of one, then the same 32 of the other, reads one stream.
+constexpr uint64_t kRunGroups = 4;
+
 struct PackedWeight {
     gguf::GgmlType type = gguf::GgmlType::F32;
     Isa isa = Isa::Scalar;
     uint64_t groups = 0;        // full groups: rows [0, kPackRows · groups) are packed
     uint64_t group_bytes = 0;   // kPackRows · the row's bytes
+    uint64_t run_stride = 0;    // bytes from one run of kRunGroups groups to the next
     PackedDotFn fn = nullptr;
     std::shared_ptr<uint8_t> data;   // in a PackArena's chunk (holding it) or its own buffer
 
     explicit operator bool() const { return fn != nullptr; }
-    const uint8_t* group(uint64_t g) const { return data.get() + g * group_bytes; }
+    const uint8_t* group(uint64_t g) const {
+        return data.get() + g / kRunGroups * run_stride + g % kRunGroups * group_bytes;
+    }
 };
 
 // Where packed weights live: 64-byte-aligned pieces of chunks of at least
@@ -133,6 +143,20 @@ using PackProgress = void (*)(void* ctx, const uint8_t* p, uint64_t n);
 // arena: where the packed copy goes (nullptr: a buffer of its own).
 PackedWeight pack_weight(const Weight& w, Isa isa, PackProgress copied = nullptr, void* ctx = nullptr,
                          PackArena* arena = nullptr);
+
+// a and b (gate and up) packed for isa as a pair: the same groups, runs of
+// kRunGroups groups of a then b's same groups, in one buffer from `arena`
+// (a.data at its start, b.data after a's first run; the end of a short last
+// run of a is a gap). Each matrix's rows are reported to its own `copied`,
+// as pack_weight's. Both empty when either has no packed kernel or their
+// full groups differ in number: the caller packs them alone.
+struct PackedPair {
+    PackedWeight a, b;
+};
+PackedPair pack_pair(const Weight& a, const Weight& b, Isa isa, PackProgress copied_a, void* ctx_a,
+                     PackProgress copied_b, void* ctx_b, PackArena* arena = nullptr);
+// Whether b's runs follow a's in one buffer, as pack_pair lays them out.
+bool paired(const PackedWeight& a, const PackedWeight& b);
 
 // w's rows · row_bytes bytes as they are, in the file's layout, in `arena`
 // (nullptr: a buffer of its own, huge pages too), each ~1 MiB run reported

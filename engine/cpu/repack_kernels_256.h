@@ -441,6 +441,8 @@ struct K23x8 {
             for (int j = 0; j < NX * kAccs; ++j) isum[j] = _mm256_setzero_si256();
             for (int j = 0; j < NX; ++j) bs[j] = _mm256_setzero_si256();
             groups<0, NX>(g, sc, y, b, isum, pf);
+            // Fold each input's four per-shift sums into isum[j]. In place is safe: input j writes slot j
+            // and reads slots 4j..4j+3, and for j >= 1 those are all above j, not yet written.
             if constexpr (kInPlace)
                 for (int j = 0; j < NX; ++j)
                     isum[j] = _mm256_add_epi32(
