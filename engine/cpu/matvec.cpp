@@ -233,27 +233,20 @@ void matmul_glu(ThreadPool& pool, const MatVec& gate, const MatVec& up, const fl
     static_assert(kUnits == kRunGroups);
     const bool one_stream = gate.packed && up.packed && gate.packed->isa == isa && paired(*gate.packed, *up.packed);
     pool.parallel_for((units + kUnits - 1) / kUnits, 1, [&](uint64_t begin, uint64_t end, int) {
-        const auto finish = [&](uint64_t i) {
-            const uint64_t r0 = i * kGluRows, n = std::min(rows, r0 + kGluRows) - r0;
-            for (uint64_t t = 0; t < n_in; ++t) {
-                float* g = gate.y + t * gate.ldy + r0;
-                act(g, up.y + t * up.ldy + r0, uint32_t(n));
-                if (next) quantize(g, next[t].b32[i]);
+        const uint64_t step = one_stream ? 1 : end - begin;   // items whose gate rows, then up rows, go together
+        for (uint64_t i0 = begin; i0 < end; i0 += step) {
+            const uint64_t i1 = std::min(end, i0 + step), u0 = i0 * kUnits, u1 = std::min(units, i1 * kUnits);
+            for (uint64_t u = u0; u < u1; ++u) pass.run(0, u);
+            for (uint64_t u = u0; u < u1; ++u) pass.run(1, u);
+            for (uint64_t i = i0; i < i1; ++i) {
+                const uint64_t r0 = i * kGluRows, n = std::min(rows, r0 + kGluRows) - r0;
+                for (uint64_t t = 0; t < n_in; ++t) {
+                    float* g = gate.y + t * gate.ldy + r0;
+                    act(g, up.y + t * up.ldy + r0, uint32_t(n));
+                    if (next) quantize(g, next[t].b32[i]);
+                }
             }
-        };
-        if (one_stream) {
-            for (uint64_t i = begin; i < end; ++i) {
-                const uint64_t u0 = i * kUnits, u1 = std::min(units, u0 + kUnits);
-                for (uint64_t u = u0; u < u1; ++u) pass.run(0, u);
-                for (uint64_t u = u0; u < u1; ++u) pass.run(1, u);
-                finish(i);
-            }
-            return;
         }
-        const uint64_t u0 = begin * kUnits, u1 = std::min(units, end * kUnits);
-        for (uint64_t u = u0; u < u1; ++u) pass.run(0, u);
-        for (uint64_t u = u0; u < u1; ++u) pass.run(1, u);
-        for (uint64_t i = begin; i < end; ++i) finish(i);
     });
 }
 
