@@ -115,10 +115,13 @@ inline void keep_in_register(V& v) {
 // inputs, find it in cache). Decode reads each group once, and the hardware
 // prefetchers alone left a core short of what it can read: SmolLM2 tg128 on
 // a Zen 3 VM +16% on one core, +9% on two; gemma-3 +3-8% (docs/benchmarks.md).
+// 4096 bytes, not 2048: on a Zen 4 VM core one stream kept 0.83-0.89 of
+// the read at 2048 and 0.88-0.97 at 4096 (8192 slowed Q4_K from L2 and
+// Q6_K from memory); gemma-3 tg128 on that core 1.044x [1.023, 1.084].
 // PTXLM_CPU_PREFETCH=BYTES sets the distance, 0 turns it off (A/B runs).
 const uint64_t kPrefetch = [] {
     const char* e = std::getenv("PTXLM_CPU_PREFETCH");
-    return e ? std::strtoull(e, nullptr, 10) : uint64_t(2048);
+    return e ? std::strtoull(e, nullptr, 10) : uint64_t(4096);
 }();
 inline void prefetch_block(const uint8_t* g, uint64_t bytes) {
     for (uint64_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetch + o), _MM_HINT_T0);
