@@ -119,7 +119,7 @@ inline void keep_in_register(V& v) {
 // the read at 2048 and 0.88-0.97 at 4096 (8192 slowed Q4_K from L2 and
 // Q6_K from memory); gemma-3 tg128 on that core 1.044x [1.023, 1.084].
 // PTXLM_CPU_PREFETCH=BYTES sets the distance, 0 turns it off (A/B runs).
-const uint64_t kPrefetch = [] {
+inline const uint64_t kPrefetch = [] {   // inline: one object for every kernel TU, read once
     const char* e = std::getenv("PTXLM_CPU_PREFETCH");
     return e ? std::strtoull(e, nullptr, 10) : uint64_t(4096);
 }();
