@@ -138,6 +138,35 @@ struct CpuCeilings {
     cpu::Int8Rate int8;
 };
 
+// A probe buffer far beyond the last-level cache: 4x the largest cache
+// sysfs lists for cpu0 (a Xeon VM's 480 MiB L3 holds most of a fixed
+// 512 MiB), and never under `floor`; what goes past `floor` is capped at a
+// quarter of MemAvailable.
+uint64_t beyond_cache(uint64_t floor) {
+    uint64_t llc = 0;
+    for (int i = 0; i < 8; ++i) {
+        std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/size");
+        uint64_t v = 0;
+        std::string unit;
+        if (!(f >> v)) break;
+        f >> unit;
+        v <<= unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : 0;
+        llc = std::max(llc, v);
+    }
+    uint64_t bytes = std::max(floor, 4 * llc);
+    std::ifstream mi("/proc/meminfo");
+    for (std::string key; mi >> key;) {
+        uint64_t kib = 0;
+        mi >> kib;
+        if (key == "MemAvailable:") {
+            bytes = std::min(bytes, std::max(floor, (kib << 10) / 4));
+            break;
+        }
+        mi.ignore(256, '\n');
+    }
+    return bytes & ~uint64_t((1 << 20) - 1);
+}
+
 // The ceilings in a child process, so their buffers do
 // not count in this process's peak resident memory (VmHWM, which
 // bench/compare reports). Call before any thread starts. `isa`: the Isa
@@ -158,11 +187,11 @@ CpuCeilings measure_cpu(int threads, cpu::Isa isa) {
         // measured) and the others are kept.
         CpuCeilings v;
         try {
-            v.memcpy_gbs = cpu::measure_copy(threads, uint64_t(256) << 20).gbs;
+            v.memcpy_gbs = cpu::measure_copy(threads, beyond_cache(uint64_t(256) << 20)).gbs;
         } catch (const std::exception&) {
         }
         try {
-            v.read = cpu::measure_read(threads, uint64_t(512) << 20);
+            v.read = cpu::measure_read(threads, beyond_cache(uint64_t(512) << 20));
         } catch (const std::exception&) {
         }
         try {
