@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "engine/cpu/elementwise.h"
+#include "engine/cpu/env_knob.h"
 #include "engine/cpu/lazy_buffer.h"
 #include "engine/cpu/matvec.h"
 #include "engine/sampler.h"
@@ -128,8 +129,7 @@ CpuBackend::CpuBackend(const Model& m, uint32_t n_ctx, KvType kv, std::shared_pt
     rows_.resize(uint64_t(pool_->size()) * max_hd);
     // PTXLM_CPU_COPY=0 leaves the matrices that are not packed in the file's
     // pages (a diagnostic: huge-page copies against the file's 4 KiB pages).
-    const char* copy = std::getenv("PTXLM_CPU_COPY");
-    copy_weights_ = !(copy && std::string_view(copy) == "0");
+    copy_weights_ = env_switch("PTXLM_CPU_COPY", true);
     use_file_weights();
 }
 
@@ -152,10 +152,7 @@ const Weight& CpuBackend::read_view(const Weight& w) const {
 void CpuBackend::pack_weights() {
     // PTXLM_CPU_PACK=0 keeps the file's layout (a diagnostic: packed against
     // unpacked in one benchmark run).
-    static const bool off = [] {
-        const char* env = std::getenv("PTXLM_CPU_PACK");
-        return env && std::string_view(env) == "0";
-    }();
+    static const bool off = !env_switch("PTXLM_CPU_PACK", true);
     const bool wanted = arith_.path == CpuPath::Quantized && !off;
     if (wanted ? packed_isa_ == arith_.isa && packed_copies_ == copy_weights_ : !packed_isa_) return;
     use_file_weights();

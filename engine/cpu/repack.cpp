@@ -5,6 +5,8 @@
 #include <cstring>
 #include <new>
 
+#include "engine/cpu/env_knob.h"
+
 namespace ptxlm::cpu {
 
 namespace {
@@ -93,10 +95,7 @@ PackedDotFn packed_fn(Isa isa, gguf::GgmlType type) {
         case Isa::Avx512Vnni: {
             // PTXLM_CPU_PACK_ZMM=1 takes the zmm kernels (an A/B diagnostic:
             // the same bits, slower here, repack.h).
-            static const bool zmm = [] {
-                const char* e = std::getenv("PTXLM_CPU_PACK_ZMM");
-                return e && std::strcmp(e, "1") == 0;
-            }();
+            static const bool zmm = env_switch("PTXLM_CPU_PACK_ZMM", false);
             return zmm ? detail::kPackedAvx512VnniZmm[slot] : detail::kPackedAvx512Vnni[slot];
         }
     }

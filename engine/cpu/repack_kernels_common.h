@@ -54,6 +54,7 @@
 #include <array>
 #include <cstdlib>
 
+#include "engine/cpu/env_knob.h"
 #include "engine/cpu/repack.h"
 #include "engine/cpu/x86_intrinsics.h"
 #include "gguf/quant.h"
@@ -119,10 +120,8 @@ inline void keep_in_register(V& v) {
 // the read at 2048 and 0.88-0.97 at 4096 (8192 slowed Q4_K from L2 and
 // Q6_K from memory); gemma-3 tg128 on that core 1.044x [1.023, 1.084].
 // PTXLM_CPU_PREFETCH=BYTES sets the distance, 0 turns it off (A/B runs).
-inline const uint64_t kPrefetch = [] {   // inline: one object for every kernel TU, read once
-    const char* e = std::getenv("PTXLM_CPU_PREFETCH");
-    return e ? std::strtoull(e, nullptr, 10) : uint64_t(4096);
-}();
+// inline: one object for every kernel TU, read once.
+inline const uint64_t kPrefetch = env_count("PTXLM_CPU_PREFETCH", 4096, uint64_t(1) << 20);
 inline void prefetch_block(const uint8_t* g, uint64_t bytes) {
     for (uint64_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetch + o), _MM_HINT_T0);
 }
