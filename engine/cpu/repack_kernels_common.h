@@ -116,12 +116,22 @@ inline void keep_in_register(V& v) {
 // inputs, find it in cache). Decode reads each group once, and the hardware
 // prefetchers alone left a core short of what it can read: SmolLM2 tg128 on
 // a Zen 3 VM +16% on one core, +9% on two; gemma-3 +3-8% (docs/benchmarks.md).
-// 4096 bytes, not 2048: on a Zen 4 VM core one stream kept 0.83-0.89 of
-// the read at 2048 and 0.88-0.97 at 4096 (8192 slowed Q4_K from L2 and
-// Q6_K from memory); gemma-3 tg128 on that core 1.044x [1.023, 1.084].
-// PTXLM_CPU_PREFETCH=BYTES sets the distance, 0 turns it off (A/B runs).
+// The distance depends on the core. On a Zen 4 VM core, 4096 bytes, not
+// 2048: one stream kept 0.83-0.89 of the read at 2048 and 0.88-0.97 at
+// 4096 (8192 slowed Q4_K from L2 and Q6_K from memory); gemma-3 tg128 on
+// that core 1.044x [1.023, 1.084]. On an Intel Xeon VM core (family 6
+// model 167) 4096 kept only 0.71-0.81 of the read from memory and 3072
+// 0.92-0.95 (2048 0.96-0.98); gemma-3 tg128 on two threads 1.082x [1.032,
+// 1.106] at 3072, 1.095x at 2048, and SmolLM2, whose weights sit in that
+// VM's 480 MiB L3, 0.942x [0.852, 1.087] at 3072 against 0.839x at 2048:
+// 3072 on Intel, 4096 elsewhere (AMD). PTXLM_CPU_PREFETCH=BYTES sets the
+// distance, 0 turns it off (A/B runs).
+inline uint64_t default_prefetch() {
+    __builtin_cpu_init();   // this runs during static initialisation
+    return __builtin_cpu_is("intel") ? 3072 : 4096;
+}
 // inline: one object for every kernel TU, read once.
-inline const uint64_t kPrefetch = env_count("PTXLM_CPU_PREFETCH", 4096, uint64_t(1) << 20);
+inline const uint64_t kPrefetch = env_count("PTXLM_CPU_PREFETCH", default_prefetch(), uint64_t(1) << 20);
 inline void prefetch_block(const uint8_t* g, uint64_t bytes) {
     for (uint64_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(g + kPrefetch + o), _MM_HINT_T0);
 }
