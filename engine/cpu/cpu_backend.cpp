@@ -10,7 +10,6 @@
 #include <new>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <unordered_map>
 
 #include "engine/cpu/elementwise.h"

@@ -1,7 +1,6 @@
 #include "engine/cpu/repack.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <new>
 

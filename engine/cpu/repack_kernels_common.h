@@ -52,7 +52,6 @@
 #pragma once
 
 #include <array>
-#include <cstdlib>
 
 #include "engine/cpu/env_knob.h"
 #include "engine/cpu/repack.h"

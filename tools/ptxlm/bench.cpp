@@ -42,6 +42,7 @@
 #include "engine/cpu/ceilings.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/cuda/cuda_backend.h"
+#include "engine/model.h"
 #include "engine/projection.h"
 #include "gguf/quant.h"
 #include "tools/ptxlm/commands.h"
@@ -141,7 +142,7 @@ struct CpuCeilings {
 // A probe buffer far beyond the last-level cache: 4x the largest cache
 // sysfs lists for cpu0 (a Xeon VM's 480 MiB L3 holds most of a fixed
 // 512 MiB), and never under `floor`; what goes past `floor` is capped at a
-// quarter of MemAvailable.
+// quarter of available_memory().
 uint64_t beyond_cache(uint64_t floor) {
     uint64_t llc = 0;
     for (int i = 0; i < 8; ++i) {
@@ -154,16 +155,7 @@ uint64_t beyond_cache(uint64_t floor) {
         llc = std::max(llc, v);
     }
     uint64_t bytes = std::max(floor, 4 * llc);
-    std::ifstream mi("/proc/meminfo");
-    for (std::string key; mi >> key;) {
-        uint64_t kib = 0;
-        mi >> kib;
-        if (key == "MemAvailable:") {
-            bytes = std::min(bytes, std::max(floor, (kib << 10) / 4));
-            break;
-        }
-        mi.ignore(256, '\n');
-    }
+    if (const std::optional<uint64_t> avail = available_memory()) bytes = std::min(bytes, std::max(floor, *avail / 4));
     return bytes & ~uint64_t((1 << 20) - 1);
 }
 
