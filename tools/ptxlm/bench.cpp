@@ -178,12 +178,14 @@ CpuCeilings measure_cpu(int threads, cpu::Isa isa) {
         // Each measurement on its own: one that fails stays 0 (not
         // measured) and the others are kept.
         CpuCeilings v;
+        // The copy's two buffers together as large as the read's one.
+        const uint64_t probe = beyond_cache(uint64_t(512) << 20);
         try {
-            v.memcpy_gbs = cpu::measure_copy(threads, beyond_cache(uint64_t(256) << 20)).gbs;
+            v.memcpy_gbs = cpu::measure_copy(threads, probe / 2).gbs;
         } catch (const std::exception&) {
         }
         try {
-            v.read = cpu::measure_read(threads, beyond_cache(uint64_t(512) << 20));
+            v.read = cpu::measure_read(threads, probe);
         } catch (const std::exception&) {
         }
         try {
